@@ -1,0 +1,41 @@
+# make test / make demo work on a fresh machine: they create .venv with Python 3.12 and install what they need.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# Python 3.12, found with no manual step: $PYTHON, a working python3.12, or pyenv's 3.12.x.
+PYTHON312 := $(shell \
+  for p in "$$PYTHON" python3.12 $$(command -v pyenv >/dev/null && ls -d "$$(pyenv root)"/versions/3.12*/bin/python3.12 2>/dev/null) \
+           $$(ls -d $$HOME/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12 2>/dev/null); do \
+    [ -n "$$p" ] && "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && { echo "$$p"; break; }; \
+  done)
+
+.PHONY: install test demo bench lint clean
+
+$(STAMP): pyproject.toml
+	@if [ -z "$(PYTHON312)" ]; then echo "Python 3.12 not found: install it or set PYTHON=/path/to/python3.12" >&2; exit 1; fi
+	@echo "using $(PYTHON312)"
+	[ -x $(PY) ] || $(PYTHON312) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	bash tools/install_flashinfer_cpu.sh $(PY)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests/unit tests/functional
+
+demo: $(STAMP)
+	$(PY) examples/decode.py
+
+bench: $(STAMP)
+	$(PY) bench/quantize.py
+
+lint: $(STAMP)
+	$(PY) -m pip install -q ruff
+	$(VENV)/bin/ruff check megatron_mxfp8_moe tests bench examples
+
+clean:
+	rm -rf $(VENV) .pytest_cache

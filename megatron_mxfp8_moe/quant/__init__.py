@@ -1,0 +1,1 @@
+"""MXFP8 quantizers: identical bytes from every backend (reference, triton, flashinfer)."""

@@ -1,0 +1,59 @@
+"""@triton.jit code of the fused MXFP8 quantize + 128x4 swizzle (host side in triton.py)."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mxfp8_quantize_swizzle_kernel(
+    source_ptr,  # [E, M, K] bf16/fp16/fp32, last dim contiguous
+    data_ptr,  # [E, M, K] float8_e4m3fn, contiguous
+    scale_ptr,  # [E, scale_bytes_per_expert] uint8, swizzled 128x4
+    M,
+    K,
+    source_expert_stride,
+    source_row_stride,
+    scale_bytes_per_expert,
+    col_tiles,  # ceil(K / 32 / 4)
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """One program quantizes a [BLOCK_M, BLOCK_K] tile of one expert and writes its swizzled scales."""
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    expert = tl.program_id(2).to(tl.int64)
+    GROUPS: tl.constexpr = BLOCK_K // 32
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    row_mask = rows < M
+    mask = row_mask[:, None] & (cols < K)[None, :]
+
+    source = tl.load(
+        source_ptr + expert * source_expert_stride + rows[:, None].to(tl.int64) * source_row_stride + cols[None, :],
+        mask=mask,
+        other=0.0,
+    ).to(tl.float32)
+    blocks = tl.reshape(source, [BLOCK_M, GROUPS, 32])
+    amax = tl.max(tl.abs(blocks), axis=2)  # [BLOCK_M, GROUPS]
+    dequant_bits = ((amax / 448.0).to(tl.uint32, bitcast=True) + 0x007FFFFF) & 0x7F800000
+    dequant = dequant_bits.to(tl.float32, bitcast=True)
+    multiplier = tl.where(dequant == 0, 0.0, 1.0 / dequant)
+    scaled = blocks * multiplier[:, :, None]
+    scaled = tl.minimum(tl.maximum(scaled, -448.0), 448.0)
+    quantized = tl.reshape(scaled, [BLOCK_M, BLOCK_K]).to(tl.float8e4nv)
+    tl.store(
+        data_ptr + expert * M * K + rows[:, None].to(tl.int64) * K + cols[None, :],
+        quantized,
+        mask=mask,
+    )
+
+    scale_cols = pid_k * GROUPS + tl.arange(0, GROUPS)
+    scale_mask = row_mask[:, None] & (scale_cols < K // 32)[None, :]
+    tile = (rows[:, None] // 128) * col_tiles + scale_cols[None, :] // 4
+    offsets = tile * 512 + (rows[:, None] % 32) * 16 + ((rows[:, None] % 128) // 32) * 4 + scale_cols[None, :] % 4
+    tl.store(
+        scale_ptr + expert * scale_bytes_per_expert + offsets,
+        (dequant_bits >> 23).to(tl.uint8),
+        mask=scale_mask,
+    )

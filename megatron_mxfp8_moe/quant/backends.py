@@ -1,0 +1,51 @@
+"""Quantizer backend names and dispatch: ``"reference"``, ``"triton"``, ``"flashinfer"``, ``"auto"``."""
+
+import enum
+
+import torch
+
+from ..errors import BackendUnavailableError
+from .flashinfer import flashinfer_quantizer_support, quantize_into_flashinfer
+from .reference import quantize_into_reference
+from .triton import quantize_into_triton, triton_quantizer_support
+
+
+class QuantBackend(enum.Enum):
+    """Where MXFP8 quantization runs. All produce the same bytes."""
+
+    REFERENCE = "reference"
+    TRITON = "triton"
+    FLASHINFER = "flashinfer"
+
+
+_BY_NAME = {backend.value: backend for backend in QuantBackend}
+
+
+def resolve_quant_backend(name: str, device: torch.device) -> QuantBackend:
+    """Map a user string to a backend runnable on ``device``; ``"auto"`` picks triton on CUDA, else reference."""
+    device = torch.device(device)
+    if name == "auto":
+        return QuantBackend.TRITON if device.type == "cuda" else QuantBackend.REFERENCE
+    if name not in _BY_NAME:
+        raise ValueError(f"unknown quantizer backend {name!r}; choose one of {sorted(_BY_NAME)} or 'auto'")
+    backend = _BY_NAME[name]
+    support = {
+        QuantBackend.REFERENCE: lambda: (True, "ok"),
+        QuantBackend.TRITON: lambda: triton_quantizer_support(device),
+        QuantBackend.FLASHINFER: lambda: flashinfer_quantizer_support(device),
+    }[backend]()
+    if not support[0]:
+        raise BackendUnavailableError(support[1])
+    return backend
+
+
+_QUANTIZE_INTO = {
+    QuantBackend.REFERENCE: quantize_into_reference,
+    QuantBackend.TRITON: quantize_into_triton,
+    QuantBackend.FLASHINFER: quantize_into_flashinfer,
+}
+
+
+def quantize_into(source: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, backend: QuantBackend) -> None:
+    """Quantize checked ``source`` into ``data`` / ``scale`` storage with ``backend``."""
+    _QUANTIZE_INTO[backend](source, data, scale)

@@ -1,0 +1,1 @@
+"""Routing: packed routing words, global -> local expert ids, and the graph-stable row policy."""

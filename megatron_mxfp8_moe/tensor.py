@@ -1,0 +1,255 @@
+"""The canonical MXFP8 weight: fp8 e4m3 data plus E8M0 scales in the cuBLAS 128x4 layout.
+
+A subclass of Megatron-Core 0.19's ``MXFP8Tensor`` (``data``, ``scale``, ``backend``, ``scale_2d()``), so
+Megatron code takes it unchanged. Layout:
+
+- ``data``: ``float8_e4m3fn`` ``[M, K]``, or a stack ``[E, M, K]``; contiguous.
+- ``scale``: ``float8_e8m0fnu`` swizzled bytes ``[Mp * Cp]`` (or ``[E, Mp * Cp]`` for a stack), where
+  ``Mp = ceil(M/128)*128``, ``Cp = ceil(K/32/4)*4``; padding bytes are zero (see ``format/swizzle.py``).
+
+Writes (``quantize_``, ``copy_``) go into the existing storage and then run the registered write hooks,
+which is how derived kernel stacks stay in sync (refit: validate -> quantize_ -> hooks repack in place).
+After ``release_storage_()`` the canonical bytes are gone: reads raise ``ReleasedWeightError``, and
+writes are quantized into temporaries that only the hooks see.
+
+Not thread-safe: concurrent writes to one tensor must be serialized by the caller.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from megatron.core.inference.quantization.mxfp8_tensor import MXFP8Tensor as MegatronMXFP8Tensor
+
+from .errors import MXFP8InputError, ReleasedWeightError
+from .format.checks import check_contiguous, check_device, check_dtype, check_finite, check_quantizable, check_shape
+from .format.constants import BLOCK_SIZE, DATA_DTYPE, SCALE_DTYPE
+from .format.scales import dequant_multiplier_from_bytes
+from .format.swizzle import swizzled_scale_numel, unswizzle_scales
+from .quant.backends import QuantBackend, quantize_into, resolve_quant_backend
+
+# A write hook gets (tensor, data, scale): the tensor written and its new canonical bytes (its own storage,
+# or temporaries when the storage was released). It must not keep references to the temporaries.
+WriteHook = Callable[["MXFP8Tensor", torch.Tensor, torch.Tensor], None]
+
+_CANONICAL_BACKEND = "triton"  # Megatron-Core's name for the 128x4-swizzled scales of its Triton quantizer
+
+
+class MXFP8Tensor(MegatronMXFP8Tensor):
+    """Canonical MXFP8 weight (see module docstring). Construct with ``quantize_mxfp8`` or ``empty``."""
+
+    def __init__(self, data: torch.Tensor, scale: torch.Tensor, backend: Optional[str] = _CANONICAL_BACKEND):
+        check_dtype("data", data, (DATA_DTYPE,))
+        if data.dim() not in (2, 3):
+            raise MXFP8InputError(f"data: must be [M, K] or [E, M, K], got shape {tuple(data.shape)}")
+        if data.shape[-1] % BLOCK_SIZE:
+            raise MXFP8InputError(f"data: K = {data.shape[-1]} must be a multiple of {BLOCK_SIZE}")
+        check_dtype("scale", scale, (SCALE_DTYPE, torch.uint8))
+        expected = swizzled_scale_numel(data.shape[-2], data.shape[-1] // BLOCK_SIZE)
+        if scale.numel() != expected * (data.shape[0] if data.dim() == 3 else 1):
+            raise MXFP8InputError(
+                f"scale: {scale.numel()} bytes do not match data {tuple(data.shape)} "
+                f"({expected} swizzled bytes per matrix)"
+            )
+        check_device("scale", scale, data.device)
+        scale = scale.view(SCALE_DTYPE).reshape((data.shape[0], expected) if data.dim() == 3 else (expected,))
+        self._released = False
+        self._write_hooks: list[WriteHook] = []
+        self._shape = tuple(data.shape)
+        self._device = data.device
+        super().__init__(data=data, scale=scale, backend=backend)
+
+    # -- storage access (raises once released) ------------------------------------------------------
+    @property
+    def data(self) -> torch.Tensor:
+        """fp8 e4m3 ``[M, K]`` or ``[E, M, K]``."""
+        self._raise_if_released("data")
+        return self._data
+
+    @data.setter
+    def data(self, value: torch.Tensor) -> None:
+        self._data = value
+
+    @property
+    def scale(self) -> torch.Tensor:
+        """E8M0 swizzled bytes ``[Mp * Cp]`` or ``[E, Mp * Cp]`` (``float8_e8m0fnu``)."""
+        self._raise_if_released("scale")
+        return self._scale
+
+    @scale.setter
+    def scale(self, value: torch.Tensor) -> None:
+        self._scale = value
+
+    def _raise_if_released(self, what: str) -> None:
+        if self._released:
+            raise ReleasedWeightError(
+                f"this MXFP8 weight's canonical storage was released after its kernel stack took it over; "
+                f"reading {what} is not possible. Write new values with quantize_()/copy_(), which reach the "
+                f"kernel stack, or read the stack itself."
+            )
+
+    # -- logical metadata --------------------------------------------------------------------------
+    @property
+    def shape(self) -> torch.Size:
+        """Logical shape ``[M, K]`` or ``[E, M, K]``."""
+        return torch.Size(self._shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The element dtype of the stored data (``float8_e4m3fn``)."""
+        return DATA_DTYPE
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def is_released(self) -> bool:
+        return self._released
+
+    @property
+    def is_stacked(self) -> bool:
+        return len(self._shape) == 3
+
+    def size(self, idx: Optional[int] = None):
+        return self.shape if idx is None else self.shape[idx]
+
+    def scale_bytes(self) -> torch.Tensor:
+        """The swizzled scale bytes as ``uint8`` (a view)."""
+        return self.scale.view(torch.uint8)
+
+    def logical_scales(self) -> torch.Tensor:
+        """uint8 E8M0 ``[M, K // 32]`` (or ``[E, M, K // 32]``), unswizzled (a copy)."""
+        rows, cols = self._shape[-2], self._shape[-1] // BLOCK_SIZE
+        return unswizzle_scales(self.scale_bytes(), rows, cols)
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else f"device={self._device}"
+        return f"MXFP8Tensor(shape={tuple(self._shape)}, {state}, backend={self.backend!r})"
+
+    # -- constructors ------------------------------------------------------------------------------
+    @classmethod
+    def empty(cls, shape, device="cpu") -> "MXFP8Tensor":
+        """Zero-filled storage for logical ``shape`` ``[M, K]`` or ``[E, M, K]``."""
+        shape = tuple(shape)
+        if len(shape) not in (2, 3) or shape[-1] % BLOCK_SIZE:
+            raise MXFP8InputError(f"shape must be [M, K] or [E, M, K] with K % 32 == 0, got {shape}")
+        per_matrix = swizzled_scale_numel(shape[-2], shape[-1] // BLOCK_SIZE)
+        scale_shape = (shape[0], per_matrix) if len(shape) == 3 else (per_matrix,)
+        data = torch.zeros(shape, dtype=torch.uint8, device=device).view(DATA_DTYPE)
+        scale = torch.zeros(scale_shape, dtype=torch.uint8, device=device).view(SCALE_DTYPE)
+        return cls(data, scale)
+
+    @classmethod
+    def from_megatron(cls, other: MegatronMXFP8Tensor) -> "MXFP8Tensor":
+        """A copy of Megatron-Core's MXFP8Tensor (any 1-byte scale dtype) as a canonical tensor."""
+        result = cls.empty(tuple(other.data.shape), device=other.data.device)
+        result.copy_(other)
+        return result
+
+    def expert(self, index: int) -> "MXFP8Tensor":
+        """Expert ``index`` of a stack as an ``[M, K]`` tensor sharing this storage."""
+        if not self.is_stacked:
+            raise MXFP8InputError("expert(): this tensor is not a stack [E, M, K]")
+        if not 0 <= index < self._shape[0]:
+            raise MXFP8InputError(f"expert(): index {index} out of range [0, {self._shape[0]})")
+        return type(self)(self.data[index], self.scale[index], backend=self.backend)
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """Logical values ``[M, K]`` / ``[E, M, K]`` in ``dtype`` (computed in float32; exact for fp32/fp64)."""
+        multiplier = dequant_multiplier_from_bytes(self.logical_scales())
+        compute = torch.float64 if dtype == torch.float64 else torch.float32
+        values = self.data.to(compute) * multiplier.to(compute).repeat_interleave(BLOCK_SIZE, dim=-1)
+        return values.to(dtype)
+
+    # -- writes --------------------------------------------------------------------------------------
+    def register_write_hook(self, hook: WriteHook) -> Callable[[], None]:
+        """Run ``hook(tensor, data, scale)`` after every write; returns a function that removes it."""
+        self._write_hooks.append(hook)
+        return lambda: self._write_hooks.remove(hook) if hook in self._write_hooks else None
+
+    def release_storage_(self) -> None:
+        """Drop the canonical bytes; later reads raise, later writes reach only the write hooks."""
+        if not self._write_hooks:
+            raise MXFP8InputError(
+                "release_storage_(): no write hook is registered, so later writes would be lost; "
+                "attach the kernel stack first"
+            )
+        self._data = None
+        self._scale = None
+        self._released = True
+
+    def _write_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self._released:
+            return self._data, self._scale
+        scratch = MXFP8Tensor.empty(self._shape, device=self._device)
+        return scratch._data, scratch._scale
+
+    def _after_write(self, data: torch.Tensor, scale: torch.Tensor) -> None:
+        for hook in list(self._write_hooks):
+            hook(self, data, scale)
+
+    def validate_source(self, source: torch.Tensor, name: str = "source") -> None:
+        """Raise MXFP8InputError unless ``source`` can be quantized into this tensor."""
+        check_quantizable(name, source, finite=False)
+        check_shape(name, source, self._shape)
+        check_device(name, source, self._device)
+        check_contiguous(name, source)
+        check_finite(name, source)
+
+    def quantize_(self, source: torch.Tensor, backend: str = "auto") -> "MXFP8Tensor":
+        """Requantize logical ``source`` (bf16/fp16/fp32, this tensor's shape and device) in place.
+
+        Storage addresses stay the same. Bad input raises before any byte is written.
+        """
+        self.validate_source(source)
+        resolved = resolve_quant_backend(backend, self._device)
+        data, scale = self._write_targets()
+        quantize_into(source, data, scale, resolved)
+        self._after_write(data, scale)
+        return self
+
+    def validate_mxfp8_source(self, other, name: str = "other") -> None:
+        """Raise MXFP8InputError unless ``other`` (ours or Megatron's MXFP8Tensor) can be copied in."""
+        if not isinstance(other, MegatronMXFP8Tensor):
+            raise MXFP8InputError(f"{name}: expected an MXFP8Tensor, got {type(other).__name__}")
+        check_dtype(f"{name}.data", other.data, (DATA_DTYPE,))
+        check_shape(f"{name}.data", other.data, self._shape)
+        check_device(f"{name}.data", other.data, self._device)
+        check_dtype(f"{name}.scale", other.scale, (SCALE_DTYPE, torch.uint8))
+        check_device(f"{name}.scale", other.scale, self._device)
+        per_matrix = swizzled_scale_numel(self._shape[-2], self._shape[-1] // BLOCK_SIZE)
+        expected = per_matrix * (self._shape[0] if self.is_stacked else 1)
+        if other.scale.numel() != expected:
+            raise MXFP8InputError(f"{name}.scale: expected {expected} swizzled bytes, got {other.scale.numel()}")
+        check_finite(f"{name}.data", other.data.to(torch.float32))
+        if bool((other.scale.view(torch.uint8) == 255).any()):
+            raise MXFP8InputError(f"{name}.scale: holds the E8M0 NaN byte 0xFF")
+
+    def copy_(self, other) -> "MXFP8Tensor":
+        """Copy bytes in place from another MXFP8 tensor (ours or Megatron-Core's) of the same shape."""
+        self.validate_mxfp8_source(other)
+        data, scale = self._write_targets()
+        data.copy_(other.data)
+        scale.view(torch.uint8).copy_(other.scale.view(torch.uint8).reshape(scale.shape))
+        self._after_write(data, scale)
+        return self
+
+
+def quantize_mxfp8(x: torch.Tensor, backend: str = "auto") -> MXFP8Tensor:
+    """Quantize bf16/fp16/fp32 ``x`` ``[M, K]`` or ``[E, M, K]`` (K % 32 == 0, finite) to a new MXFP8Tensor.
+
+    ``backend``: ``"auto"`` (triton on CUDA, reference elsewhere), ``"reference"``, ``"triton"``, ``"flashinfer"``.
+    """
+    check_quantizable("x", x, finite=False)
+    check_contiguous("x", x)
+    check_finite("x", x)
+    resolved = resolve_quant_backend(backend, x.device)
+    result = MXFP8Tensor.empty(tuple(x.shape), device=x.device)
+    quantize_into(x, result.data, result.scale, resolved)
+    return result
+
+
+__all__ = ["MXFP8Tensor", "QuantBackend", "WriteHook", "quantize_mxfp8"]

@@ -1,0 +1,34 @@
+"""Input generators and error metrics shared by tests/ and bench/ (no pytest import here)."""
+
+import torch
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``||out - ref|| / ||ref||`` computed in float64; NaN anywhere gives inf."""
+    out64, ref64 = out.detach().to(torch.float64).cpu(), ref.detach().to(torch.float64).cpu()
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-300))
+
+
+def random_weights(shape, *, dtype=torch.bfloat16, device="cpu", scale=0.02, generator=None) -> torch.Tensor:
+    """Fresh random weights with MX edge cases built in: per 32-block magnitudes spread over 2**-8..2**8,
+    one all-zero block, one block with a single huge outlier, and block maxima at 448 when ``K >= 128``."""
+    values = torch.randn(shape, generator=generator, dtype=torch.float32) * scale
+    blocks = values.unflatten(-1, (-1, 32))
+    spread = torch.exp2(torch.randint(-8, 9, blocks.shape[:-1], generator=generator).to(torch.float32))
+    blocks.mul_(spread.unsqueeze(-1))
+    flat = blocks.reshape(-1, blocks.shape[-2], 32)
+    if flat.shape[1] >= 4:
+        flat[0, 0].zero_()
+        flat[0, 1, 5] = 300.0 * scale
+        flat[0, 2, 7] = 448.0
+        flat[0, 3, 0] = -448.0
+    return blocks.flatten(-2).to(dtype=dtype, device=device)
+
+
+def random_routing(rows: int, experts: int, topk: int, *, device="cpu", generator=None):
+    """Softmax top-k routing over random logits: (probs fp32 ``[rows, topk]``, ids int64 ``[rows, topk]``)."""
+    logits = torch.randn(rows, experts, generator=generator)
+    probs, ids = torch.topk(logits.softmax(-1), topk, dim=-1)
+    return probs.to(device=device, dtype=torch.float32), ids.to(device=device, dtype=torch.int64)
