@@ -21,4 +21,10 @@ class ReleasedWeightError(MXFP8Error, RuntimeError):
 
 
 class RefitError(MXFP8Error, ValueError):
-    """A refit batch was rejected; the message names the offending entry. Nothing was written."""
+    """A refit batch was rejected; the message names the offending entry.
+
+    ``applied_modules`` names the experts modules already written before the error (streams only; a
+    mapping batch is validated whole, so it is empty there).
+    """
+
+    applied_modules: tuple = ()

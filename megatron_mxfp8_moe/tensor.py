@@ -191,27 +191,30 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         for hook in list(self._write_hooks):
             hook(self, data, scale)
 
-    def validate_source(self, source: torch.Tensor, name: str = "source") -> None:
-        """Raise MXFP8InputError unless ``source`` can be quantized into this tensor."""
+    def validate_source(self, source: torch.Tensor, name: str = "source", *, finite: bool = True) -> None:
+        """Raise MXFP8InputError unless ``source`` can be quantized into this tensor (``finite=False``
+        skips the NaN/Inf scan, for callers that already scanned a whole batch)."""
         check_quantizable(name, source, finite=False)
         check_shape(name, source, self._shape)
         check_device(name, source, self._device)
         check_contiguous(name, source)
-        check_finite(name, source)
+        if finite:
+            check_finite(name, source)
 
-    def quantize_(self, source: torch.Tensor, backend: str = "auto") -> "MXFP8Tensor":
+    def quantize_(self, source: torch.Tensor, backend: str = "auto", *, finite_checked: bool = False) -> "MXFP8Tensor":
         """Requantize logical ``source`` (bf16/fp16/fp32, this tensor's shape and device) in place.
 
-        Storage addresses stay the same. Bad input raises before any byte is written.
+        Storage addresses stay the same. Bad input raises before any byte is written. ``finite_checked=True``
+        skips the NaN/Inf scan (one host sync) when the caller has already scanned the source.
         """
-        self.validate_source(source)
+        self.validate_source(source, finite=not finite_checked)
         resolved = resolve_quant_backend(backend, self._device)
         data, scale = self._write_targets()
         quantize_into(source, data, scale, resolved)
         self._after_write(data, scale)
         return self
 
-    def validate_mxfp8_source(self, other, name: str = "other") -> None:
+    def validate_mxfp8_source(self, other, name: str = "other", *, finite: bool = True) -> None:
         """Raise MXFP8InputError unless ``other`` (ours or Megatron's MXFP8Tensor) can be copied in."""
         if not isinstance(other, MegatronMXFP8Tensor):
             raise MXFP8InputError(f"{name}: expected an MXFP8Tensor, got {type(other).__name__}")
@@ -224,13 +227,17 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         expected = per_matrix * (self._shape[0] if self.is_stacked else 1)
         if other.scale.numel() != expected:
             raise MXFP8InputError(f"{name}.scale: expected {expected} swizzled bytes, got {other.scale.numel()}")
-        check_finite(f"{name}.data", other.data.to(torch.float32))
-        if bool((other.scale.view(torch.uint8) == 255).any()):
-            raise MXFP8InputError(f"{name}.scale: holds the E8M0 NaN byte 0xFF")
+        if finite:
+            # e4m3fn has no Inf; NaN is 0x7F / 0xFF
+            if bool(((other.data.view(torch.uint8) & 0x7F) == 0x7F).any()):
+                raise MXFP8InputError(f"{name}.data: holds non-finite value(s) (the e4m3 NaN encoding)")
+            if bool((other.scale.view(torch.uint8) == 255).any()):
+                raise MXFP8InputError(f"{name}.scale: holds the E8M0 NaN byte 0xFF")
 
-    def copy_(self, other) -> "MXFP8Tensor":
-        """Copy bytes in place from another MXFP8 tensor (ours or Megatron-Core's) of the same shape."""
-        self.validate_mxfp8_source(other)
+    def copy_(self, other, *, finite_checked: bool = False) -> "MXFP8Tensor":
+        """Copy bytes in place from another MXFP8 tensor (ours or Megatron-Core's) of the same shape.
+        ``finite_checked=True`` skips the NaN-byte scans when the caller already ran them."""
+        self.validate_mxfp8_source(other, finite=not finite_checked)
         data, scale = self._write_targets()
         data.copy_(other.data)
         scale.view(torch.uint8).copy_(other.scale.view(torch.uint8).reshape(scale.shape))

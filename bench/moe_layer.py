@@ -1,0 +1,265 @@
+"""One MoE layer on an H200 under CUDA graphs: the Hopper Triton MXFP8 backend vs Megatron-Core 0.19.2 BF16.
+
+Side by side in one run, same routing: ours with gated SwiGLU (the real Qwen3 layer) and with squared ReLU
+(the exact shapes Megatron's BF16 kernels run: fc1 out = 2 x intermediate, fc2 in = 2 x intermediate) against
+``vllm_fused_moe`` and ``mcore_fused_moe`` BF16 (squared ReLU, on the dequantized MXFP8 weights, so the squared
+ReLU outputs must agree). HBM read bandwidth is measured in the same run (a large reduction). Roofline = bytes
+of the touched experts' weights (+ scales for MXFP8) / read bandwidth.
+
+Timing: each graph holds ``ROTATE`` calls over different routings (so small batches do not run from L2),
+replayed 100 times; the median replay / ROTATE is reported (us per layer). ``--sweep`` also times several tile
+configurations per token count and reports the best (the default ``choose_config`` is always timed).
+
+Writes ``moe_layer.md``, ``moe_layer.json`` and ``moe_layer.png`` into ``$OUT`` (or ``--out``).
+Needs megatron-core 0.19.2 and a Hopper GPU.
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, choose_config, triton_mxfp8_moe  # noqa: E402
+from megatron_mxfp8_moe.layouts.hopper import prepare_hopper_mxfp8_weights  # noqa: E402
+from megatron_mxfp8_moe.tensor import quantize_mxfp8  # noqa: E402
+
+SHAPES = {  # name: experts, topk, hidden, intermediate
+    "qwen3-30b-a3b": (128, 8, 2048, 768),
+    "qwen3-235b-a22b": (128, 8, 4096, 1536),
+}
+TOKENS = [1, 4, 16, 64, 256, 1024, 4096]
+ROTATE = 4
+
+# Candidate tile configurations for --sweep (block_t, fc1 n/k/warps/stages, fc2 n/k/warps/stages).
+CANDIDATES = {
+    "s16a": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4),
+    "s16b": TritonMoEConfig(16, 64, 128, 8, 3, 128, 128, 8, 4),
+    "s16c": TritonMoEConfig(16, 64, 64, 4, 4, 64, 128, 4, 3),
+    "s16d": TritonMoEConfig(16, 32, 128, 8, 3, 64, 256, 4, 3),
+    "m32a": TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3),
+    "m32b": TritonMoEConfig(32, 64, 64, 4, 4, 64, 128, 4, 4),
+    "l64a": TritonMoEConfig(64, 128, 64, 8, 3, 128, 64, 8, 3),
+    "l64b": TritonMoEConfig(64, 64, 64, 4, 3, 128, 64, 4, 3),
+    "l128a": TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3),
+    "l128b": TritonMoEConfig(128, 128, 64, 8, 3, 128, 64, 8, 4),
+}
+
+
+def candidates_for(tokens):
+    if tokens <= 64:
+        return ["s16a", "s16b", "s16c", "s16d"]
+    if tokens <= 256:
+        return ["s16a", "s16b", "m32a", "m32b"]
+    return ["m32a", "l64a", "l64b", "l128a", "l128b"]
+
+
+def bench_graph(fn, iters=100):
+    """Median time (us) of one replay of a CUDA graph of ``fn``."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    for _ in range(5):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def read_bandwidth(device):
+    """HBM read bandwidth (bytes/s): a 4 GiB fp32 sum, median of graph replays."""
+    x = torch.rand(1024**3, device=device)
+    out = torch.empty((), device=device)
+    t = bench_graph(lambda: torch.sum(x, 0, out=out), iters=20)
+    del x
+    return 4 * 1024**3 / (t * 1e-6)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    device = torch.device("cuda")
+    import triton
+    from megatron.core.inference.moe import ActivationType, mcore_fused_moe, vllm_fused_moe
+
+    props = torch.cuda.get_device_properties(device)
+    bandwidth = read_bandwidth(device)
+    env = dict(gpu=props.name, torch=torch.__version__, triton=triton.__version__, sms=props.multi_processor_count,
+               read_bandwidth_GBps=bandwidth / 1e9, rotate=ROTATE)
+    print(env, flush=True)
+    rows_out = []
+    for shape_name in args.shapes.split(","):
+        experts, topk, hidden, inter = SHAPES[shape_name]
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        # SwiGLU layer: fc1 [E, 2I, H] ([gate; up]), fc2 [E, H, I].
+        fc1_sw = quantize_mxfp8((torch.randn(experts, 2 * inter, hidden, generator=gen) * 0.02).to(device, torch.bfloat16))
+        fc2_sw = quantize_mxfp8((torch.randn(experts, hidden, inter, generator=gen) * 0.02).to(device, torch.bfloat16))
+        # Squared-ReLU layer at Megatron's BF16 shapes: fc1 [E, 2I, H], fc2 [E, H, 2I].
+        fc1_sq = quantize_mxfp8((torch.randn(experts, 2 * inter, hidden, generator=gen) * 0.02).to(device, torch.bfloat16))
+        fc2_sq = quantize_mxfp8((torch.randn(experts, hidden, 2 * inter, generator=gen) * 0.02).to(device, torch.bfloat16))
+        hw = {k: prepare_hopper_mxfp8_weights(v) for k, v in
+              dict(fc1_sw=fc1_sw, fc2_sw=fc2_sw, fc1_sq=fc1_sq, fc2_sq=fc2_sq).items()}
+        bf1 = fc1_sq.dequantize(torch.bfloat16)
+        bf2 = fc2_sq.dequantize(torch.bfloat16)
+        bytes_sw = (2 * inter * hidden + hidden * inter) * (1 + 1 / 32)
+        bytes_sq = (4 * inter * hidden) * (1 + 1 / 32)
+        bytes_bf16 = 4 * inter * hidden * 2
+        for tokens in map(int, args.tokens.split(",")):
+            torch.manual_seed(tokens)
+            xs, probs, maps = [], [], []
+            for _ in range(ROTATE):
+                xs.append(torch.randn(tokens, hidden, device=device, dtype=torch.bfloat16))
+                p, ids = torch.topk(torch.randn(tokens, experts, device=device).softmax(-1), topk, dim=-1)
+                probs.append(p.float().contiguous())
+                maps.append(ids.to(torch.int32).contiguous())
+            valid = torch.tensor([tokens], device=device, dtype=torch.int32)
+            touched = sum(torch.unique(m).numel() for m in maps) / ROTATE
+            row = dict(shape=shape_name, tokens=tokens, experts_touched=touched,
+                       roofline_swiglu_us=touched * bytes_sw / bandwidth * 1e6,
+                       roofline_sqrelu_us=touched * bytes_sq / bandwidth * 1e6,
+                       roofline_bf16_us=touched * bytes_bf16 / bandwidth * 1e6)
+            outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
+
+            def ours(act, cfg, w1, w2):
+                def run():
+                    for i in range(ROTATE):
+                        triton_mxfp8_moe(xs[i], probs[i], maps[i], w1, w2, activation=act, valid_tokens=valid,
+                                         out=outs[i], config=cfg)
+                return run
+
+            def megatron(fn):
+                def run():
+                    for i in range(ROTATE):
+                        if fn is vllm_fused_moe:
+                            fn(xs[i], probs[i], bf1, bf2, ActivationType.SQUARED_RELU, experts, 0, valid, maps[i],
+                               out=outs[i], num_tokens_hint=tokens)
+                        else:
+                            fn(xs[i], probs[i], bf1, bf2, ActivationType.SQUARED_RELU, experts, 0, valid, maps[i],
+                               out=outs[i])
+                return run
+
+            t0 = time.time()
+            default_sw = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
+            default_sq = choose_config(tokens, hidden, 2 * inter, gated=False, topk=topk, experts=experts)
+            row["swiglu_default_us"] = bench_graph(ours("swiglu", default_sw, hw["fc1_sw"], hw["fc2_sw"])) / ROTATE
+            row["sqrelu_default_us"] = bench_graph(ours("squared_relu", default_sq, hw["fc1_sq"], hw["fc2_sq"])) / ROTATE
+            # agreement with vllm on identical (dequantized) weights
+            ours("squared_relu", default_sq, hw["fc1_sq"], hw["fc2_sq"])()
+            mine = outs[0].float().clone()
+            megatron(vllm_fused_moe)()
+            theirs = outs[0].float()
+            row["sqrelu_vs_vllm_relerr"] = float((mine - theirs).norm() / theirs.norm().clamp_min(1e-30))
+            if args.sweep:
+                sweep = {}
+                for name in candidates_for(tokens):
+                    cfg = CANDIDATES[name]
+                    try:
+                        sweep[name] = bench_graph(ours("swiglu", cfg, hw["fc1_sw"], hw["fc2_sw"])) / ROTATE
+                    except Exception as error:  # noqa: BLE001 - a candidate may not compile; record why
+                        sweep[name] = None
+                        print(f"  {name}: {type(error).__name__}: {str(error)[:200]}", flush=True)
+                row["swiglu_sweep_us"] = sweep
+                good = {k: v for k, v in sweep.items() if v is not None}
+                if good:
+                    best = min(good, key=good.get)
+                    row["swiglu_best_config"] = best
+                    row["swiglu_best_us"] = good[best]
+                    cfg = CANDIDATES[best]
+                    sq_cfg = dataclasses.replace(cfg)
+                    row["sqrelu_best_us"] = bench_graph(ours("squared_relu", sq_cfg, hw["fc1_sq"], hw["fc2_sq"])) / ROTATE
+            row["vllm_bf16_us"] = bench_graph(megatron(vllm_fused_moe)) / ROTATE
+            row["mcore_bf16_us"] = bench_graph(megatron(mcore_fused_moe)) / ROTATE
+            row["seconds"] = time.time() - t0
+            print(json.dumps(row), flush=True)
+            rows_out.append(row)
+            with open(os.path.join(args.out, "moe_layer.json"), "w") as f:
+                json.dump(dict(env=env, rows=rows_out), f, indent=1)
+        del fc1_sw, fc2_sw, fc1_sq, fc2_sq, hw, bf1, bf2
+        torch.cuda.empty_cache()
+    write_report(env, rows_out, args.out)
+
+
+def write_report(env, rows, out_dir):
+    def f(v):
+        return f"{v:.1f}" if isinstance(v, (int, float)) and v is not None else "n/a"
+
+    lines = [
+        f"GPU {env['gpu']}, torch {env['torch']}, Triton {env['triton']}; HBM read {env['read_bandwidth_GBps']:.0f} GB/s "
+        f"(measured in this run). us per layer, CUDA-graph medians, {env['rotate']} routings rotated.",
+        "",
+        "| shape | T | touched | vllm BF16 | mcore BF16 | MXFP8 SwiGLU | x vllm | roofline SwiGLU | % roof | "
+        "MXFP8 sq-ReLU | x vllm | roofline sq-ReLU | % roof | sq-ReLU vs vllm rel err |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        sw = min(v for v in (r.get("swiglu_best_us"), r["swiglu_default_us"]) if v is not None)
+        sq = min(v for v in (r.get("sqrelu_best_us"), r["sqrelu_default_us"]) if v is not None)
+        r["swiglu_us"], r["sqrelu_us"] = sw, sq
+        lines.append(
+            f"| {r['shape']} | {r['tokens']} | {r['experts_touched']:.0f} | {f(r['vllm_bf16_us'])} | {f(r['mcore_bf16_us'])} "
+            f"| {f(sw)} | {sw / r['vllm_bf16_us']:.2f} | {f(r['roofline_swiglu_us'])} | {100 * r['roofline_swiglu_us'] / sw:.0f}% "
+            f"| {f(sq)} | {sq / r['vllm_bf16_us']:.2f} | {f(r['roofline_sqrelu_us'])} | {100 * r['roofline_sqrelu_us'] / sq:.0f}% "
+            f"| {r['sqrelu_vs_vllm_relerr']:.1e} |"
+        )
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "moe_layer.md"), "w") as fh:
+        fh.write(text)
+    with open(os.path.join(out_dir, "moe_layer.json"), "w") as fh:
+        json.dump(dict(env=env, rows=rows), fh, indent=1)
+    print(text, flush=True)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len({r["shape"] for r in rows}), figsize=(12, 4.5), squeeze=False)
+        for ax, shape in zip(axes[0], dict.fromkeys(r["shape"] for r in rows)):
+            sub = [r for r in rows if r["shape"] == shape]
+            tok = [r["tokens"] for r in sub]
+            for key, label in [("vllm_bf16_us", "vllm_fused_moe BF16"), ("mcore_bf16_us", "mcore_fused_moe BF16"),
+                               ("swiglu_us", "MXFP8 Triton SwiGLU"), ("sqrelu_us", "MXFP8 Triton sq-ReLU"),
+                               ("roofline_swiglu_us", "roofline SwiGLU"), ("roofline_sqrelu_us", "roofline sq-ReLU")]:
+                ax.plot(tok, [r[key] for r in sub], marker="o", label=label,
+                        linestyle="--" if key.startswith("roof") else "-")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(shape)
+            ax.set_xlabel("tokens")
+            ax.set_ylabel("us per layer")
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0][0].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "moe_layer.png"), dpi=120)
+    except Exception as error:  # noqa: BLE001 - the plot is optional
+        print("plot failed:", error, flush=True)
+
+
+if __name__ == "__main__":
+    main()

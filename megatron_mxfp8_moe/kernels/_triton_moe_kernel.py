@@ -1,0 +1,304 @@
+"""@triton.jit bodies of the Hopper weight-only MXFP8 MoE (host side: ``triton_moe.py``).
+
+route (1 program: histogram, padded offsets, block -> expert, scatter) -> FC1 (+activation) -> FC2 -> combine.
+
+Swap A/B: every GEMM computes ``out^T [BLOCK_N, BLOCK_T] = W [BLOCK_N, K] @ X^T [K, BLOCK_T]``: the weight tile,
+dequantized in registers (``e4m3 -> bf16``, times the exact ``2 ** (byte - 127)`` as a bf16 built from bits),
+is the left MMA operand; the tokens of one expert are the narrow right side.
+Shape legend: T rows, H hidden, I intermediate, E local experts, N1 fc1 rows (2I gated, ``[gate; up]``).
+"""
+
+import triton
+import triton.language as tl
+
+# Activation codes (keep in sync with ``_ACTIVATION_CODE`` in triton_moe.py).
+ACT_SWIGLU = tl.constexpr(0)
+ACT_GEGLU = tl.constexpr(1)
+ACT_SQUARED_RELU = tl.constexpr(2)
+ACT_RELU = tl.constexpr(3)
+ACT_SILU = tl.constexpr(4)
+
+
+@triton.jit
+def _route_kernel(
+    routing_map_ptr,  # [rows * topk] int32/int64 global expert ids, row-major (t * topk + k)
+    valid_tokens_ptr,  # [1] int32: rows >= valid_tokens are ignored
+    sorted_pairs_ptr,  # [max_sorted] int32 out: pair index t * topk + k per padded position, -1 for padding
+    block_expert_ptr,  # [max_blocks] int32 out: local expert of each BLOCK_T block of positions
+    num_blocks_ptr,  # [1] int32 out: blocks in use this step
+    cursor_ptr,  # [E] int32 scratch: next free position per expert
+    rows,  # host int: rows processed (prefix of the buffer)
+    max_sorted,  # host int: capacity of sorted_pairs
+    max_blocks,  # host int: capacity of block_expert
+    local_expert_offset,  # host int: first global expert id on this rank
+    TOPK: tl.constexpr,
+    E: tl.constexpr,
+    E_POW2: tl.constexpr,  # next power of two >= E
+    BLOCK_T: tl.constexpr,
+    CHUNK: tl.constexpr,
+    CHUNK_B: tl.constexpr,
+):
+    """One program builds the padded, expert-sorted pair table; no host sync, graph-safe."""
+    valid = tl.minimum(tl.load(valid_tokens_ptr), rows)
+    valid_pairs = valid * TOPK
+    lanes = tl.arange(0, CHUNK)
+    # 1. padding marker everywhere (positions past the used blocks are never read).
+    for start in range(0, max_sorted, CHUNK):
+        offs = start + lanes
+        tl.store(sorted_pairs_ptr + offs, tl.full([CHUNK], -1, tl.int32), mask=offs < max_sorted)
+    # 2. histogram of local experts over valid pairs.
+    counts = tl.zeros([E_POW2], dtype=tl.int32)
+    for start in range(0, valid_pairs, CHUNK):
+        offs = start + lanes
+        in_range = offs < valid_pairs
+        local = tl.load(routing_map_ptr + offs, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
+        is_local = in_range & (local >= 0) & (local < E)
+        counts += tl.histogram(tl.where(is_local, local, 0), E_POW2, mask=is_local)
+    experts = tl.arange(0, E_POW2)
+    counts = tl.where(experts < E, counts, 0)
+    blocks = (counts + BLOCK_T - 1) // BLOCK_T
+    block_end = tl.cumsum(blocks, axis=0)  # [E_POW2]: first block after expert e
+    total_blocks = tl.sum(blocks, axis=0)
+    tl.store(num_blocks_ptr, total_blocks)
+    tl.store(cursor_ptr + experts, (block_end - blocks) * BLOCK_T, mask=experts < E)
+    # 3. block -> expert: the number of experts whose blocks end at or before block b.
+    block_lanes = tl.arange(0, CHUNK_B)
+    for start in range(0, max_blocks, CHUNK_B):
+        b = start + block_lanes
+        owner = tl.sum((block_end[None, :] <= b[:, None]).to(tl.int32), axis=1)
+        owner = tl.where(b < total_blocks, owner, 0)
+        tl.store(block_expert_ptr + b, owner, mask=b < max_blocks)
+    tl.debug_barrier()  # the -1 fill and the cursors are visible to every thread before the scatter
+    # 4. scatter: each local pair takes the next position of its expert.
+    for start in range(0, valid_pairs, CHUNK):
+        offs = start + lanes
+        in_range = offs < valid_pairs
+        local = tl.load(routing_map_ptr + offs, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
+        is_local = in_range & (local >= 0) & (local < E)
+        position = tl.atomic_add(cursor_ptr + local, 1, mask=is_local)
+        tl.store(sorted_pairs_ptr + position, offs, mask=is_local)
+
+
+@triton.jit
+def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT_FP32: tl.constexpr):
+    """fp8 e4m3 ``[BLOCK_N, BLOCK_K]`` and uint8 E8M0 ``[BLOCK_N, BLOCK_K // 32]`` -> exact bf16 values.
+
+    ``DEQUANT_FP32`` multiplies in fp32 (2 ** (b - 127) from float32 bits ``b << 23``) instead of bf16; both
+    are exact. The Triton interpreter needs it (its bf16 arithmetic is wrong in 3.8).
+    """
+    if DEQUANT_FP32:
+        bits32 = tl.where(s == 0, 0x00400000, s.to(tl.int32) << 23)
+        scale32 = bits32.to(tl.float32, bitcast=True)
+        values32 = tl.reshape(w.to(tl.float32), [BLOCK_N, BLOCK_K // 32, 32])
+        values32 = values32 * tl.reshape(scale32, [BLOCK_N, BLOCK_K // 32, 1])
+        result = tl.reshape(values32, [BLOCK_N, BLOCK_K]).to(tl.bfloat16)
+    else:
+        # 2 ** (b - 127) as bf16 bits is b << 7 for b >= 1; byte 0 is the bf16 subnormal 2 ** -127 (0x0040).
+        bits = s.to(tl.int16) << 7
+        bits = tl.where(s == 0, 0x40, bits).to(tl.int16)
+        scale = bits.to(tl.bfloat16, bitcast=True)
+        values = tl.reshape(w.to(tl.bfloat16), [BLOCK_N, BLOCK_K // 32, 32])
+        values = values * tl.reshape(scale, [BLOCK_N, BLOCK_K // 32, 1])
+        result = tl.reshape(values, [BLOCK_N, BLOCK_K])
+    return result
+
+
+@triton.jit
+def _mma(w, x, acc, FP32_DOT: tl.constexpr):
+    """``acc += w @ x`` with bf16 operands (fp32 ieee operands when ``FP32_DOT``)."""
+    if FP32_DOT:
+        acc = tl.dot(w.to(tl.float32), x.to(tl.float32), acc, input_precision="ieee")
+    else:
+        acc = tl.dot(w, x, acc)
+    return acc
+
+
+@triton.jit
+def _activate(g, u, ACTIVATION: tl.constexpr):
+    """fp32 activation; ``u`` is the up half for gated activations (ignored otherwise)."""
+    if ACTIVATION == ACT_SWIGLU:
+        out = g * tl.sigmoid(g) * u
+    elif ACTIVATION == ACT_GEGLU:
+        # gelu_tanh(g) = g * sigmoid(2 * sqrt(2 / pi) * (g + 0.044715 g^3))
+        out = g * tl.sigmoid(1.5957691216057308 * (g + 0.044715 * g * g * g)) * u
+    elif ACTIVATION == ACT_SQUARED_RELU:
+        r = tl.maximum(g, 0.0)
+        out = r * r
+    elif ACTIVATION == ACT_RELU:
+        out = tl.maximum(g, 0.0)
+    else:
+        out = g * tl.sigmoid(g)
+    return out
+
+
+@triton.jit
+def _fc1_kernel(
+    x_ptr,  # [T, H] bf16 (row stride stride_x, unit column stride)
+    w_ptr,  # [E, N1, H] fp8 e4m3, H contiguous
+    s_ptr,  # [E, N1, H // 32] uint8 logical E8M0
+    inter_ptr,  # [max_sorted, I] bf16 out, row = padded position
+    sorted_pairs_ptr,  # [max_sorted] int32
+    block_expert_ptr,  # [max_blocks] int32
+    num_blocks_ptr,  # [1] int32
+    N_OUT,  # I (gated) or N1: columns of inter
+    K,  # H
+    stride_x,
+    stride_we,
+    stride_wn,
+    stride_se,
+    stride_sn,
+    stride_inter,
+    TOPK: tl.constexpr,
+    GATED: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    DEQUANT_FP32: tl.constexpr,
+    FP32_DOT: tl.constexpr,  # fp32 operands (ieee): for the Triton interpreter, whose bf16 math is wrong
+):
+    """FC1 + activation for one ``[BLOCK_N, BLOCK_T]`` tile of ``inter^T``; tokens gathered by pair index."""
+    pid_n = tl.program_id(0)
+    pid_b = tl.program_id(1)
+    if pid_b < tl.load(num_blocks_ptr):
+        expert = tl.load(block_expert_ptr + pid_b).to(tl.int64)
+        positions = pid_b * BLOCK_T + tl.arange(0, BLOCK_T)
+        pairs = tl.load(sorted_pairs_ptr + positions)
+        token_mask = pairs >= 0
+        tokens = tl.where(token_mask, pairs // TOPK, 0).to(tl.int64)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
+        offs_k = tl.arange(0, BLOCK_K)
+        offs_ks = tl.arange(0, BLOCK_K // 32)
+        x_ptrs = x_ptr + tokens[None, :] * stride_x + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
+        w_base = w_ptr + expert * stride_we
+        s_base = s_ptr + expert * stride_se
+        wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_k[None, :]
+        sg_ptrs = s_base + rows_n[:, None] * stride_sn + offs_ks[None, :]
+        acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+        if GATED:
+            wu_ptrs = wg_ptrs + N_OUT * stride_wn
+            su_ptrs = sg_ptrs + N_OUT * stride_sn
+            acc_u = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            if EVEN_K:
+                x = tl.load(x_ptrs, mask=token_mask[None, :], other=0.0)
+                wg = tl.load(wg_ptrs)
+                sg = tl.load(sg_ptrs)
+            else:
+                k_left = K - k * BLOCK_K
+                x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
+                wg = tl.load(wg_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+                sg = tl.load(sg_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
+            acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT_FP32), x, acc_g, FP32_DOT)
+            if GATED:
+                if EVEN_K:
+                    wu = tl.load(wu_ptrs)
+                    su = tl.load(su_ptrs)
+                else:
+                    wu = tl.load(wu_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+                    su = tl.load(su_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
+                acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT_FP32), x, acc_u, FP32_DOT)
+                wu_ptrs += BLOCK_K
+                su_ptrs += BLOCK_K // 32
+            x_ptrs += BLOCK_K
+            wg_ptrs += BLOCK_K
+            sg_ptrs += BLOCK_K // 32
+        if GATED:
+            h = _activate(acc_g, acc_u, ACTIVATION)
+        else:
+            h = _activate(acc_g, acc_g, ACTIVATION)
+        out_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + offs_n[:, None]
+        tl.store(out_ptrs, h.to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N_OUT))
+
+
+@triton.jit
+def _fc2_kernel(
+    inter_ptr,  # [max_sorted, I] bf16, row = padded position
+    w_ptr,  # [E, H, I] fp8 e4m3, I contiguous
+    s_ptr,  # [E, H, I // 32] uint8 logical E8M0
+    slot_ptr,  # [rows * topk, H] bf16 out: one row per (token, k) pair
+    sorted_pairs_ptr,
+    block_expert_ptr,
+    num_blocks_ptr,
+    N,  # H
+    K,  # I
+    stride_inter,
+    stride_we,
+    stride_wn,
+    stride_se,
+    stride_sn,
+    stride_slot,
+    BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    DEQUANT_FP32: tl.constexpr,
+    FP32_DOT: tl.constexpr,  # fp32 operands (ieee): for the Triton interpreter, whose bf16 math is wrong
+):
+    """FC2 for one ``[BLOCK_N, BLOCK_T]`` tile of ``out^T``; writes each pair's unweighted row."""
+    pid_n = tl.program_id(0)
+    pid_b = tl.program_id(1)
+    if pid_b < tl.load(num_blocks_ptr):
+        expert = tl.load(block_expert_ptr + pid_b).to(tl.int64)
+        positions = pid_b * BLOCK_T + tl.arange(0, BLOCK_T)
+        pairs = tl.load(sorted_pairs_ptr + positions)
+        token_mask = pairs >= 0
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows_n = (offs_n % N).to(tl.int64)
+        offs_k = tl.arange(0, BLOCK_K)
+        offs_ks = tl.arange(0, BLOCK_K // 32)
+        a_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
+        w_ptrs = w_ptr + expert * stride_we + rows_n[:, None] * stride_wn + offs_k[None, :]
+        s_ptrs = s_ptr + expert * stride_se + rows_n[:, None] * stride_sn + offs_ks[None, :]
+        acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=token_mask[None, :], other=0.0)
+                w = tl.load(w_ptrs)
+                s = tl.load(s_ptrs)
+            else:
+                k_left = K - k * BLOCK_K
+                a = tl.load(a_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
+                w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+                s = tl.load(s_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
+            acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT_FP32), a, acc, FP32_DOT)
+            a_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
+            s_ptrs += BLOCK_K // 32
+        safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)
+        out_ptrs = slot_ptr + safe_pairs[None, :] * stride_slot + offs_n[:, None]
+        tl.store(out_ptrs, acc.to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N))
+
+
+@triton.jit
+def _combine_kernel(
+    slot_ptr,  # [rows * topk, H] bf16
+    probs_ptr,  # [T, topk] fp32
+    routing_map_ptr,  # [rows * topk] int32/int64, contiguous
+    valid_tokens_ptr,  # [1] int32
+    out_ptr,  # [>= rows, H] bf16 or fp32
+    H,
+    stride_slot,
+    stride_probs,
+    stride_out,
+    local_expert_offset,
+    TOPK: tl.constexpr,
+    E: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    """``out[t] = sum_k probs[t, k] * slot[t * topk + k]`` over local k in fixed order (fp32); 0 past valid."""
+    t = tl.program_id(0)
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_mask = offs_h < H
+    row_valid = t < tl.load(valid_tokens_ptr)
+    acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+    t64 = t.to(tl.int64)
+    for k in tl.static_range(TOPK):
+        local = tl.load(routing_map_ptr + t64 * TOPK + k).to(tl.int32) - local_expert_offset
+        use = row_valid & (local >= 0) & (local < E)
+        p = tl.load(probs_ptr + t64 * stride_probs + k)
+        v = tl.load(slot_ptr + (t64 * TOPK + k) * stride_slot + offs_h, mask=h_mask & use, other=0.0)
+        acc += v.to(tl.float32) * tl.where(use, p, 0.0)
+    tl.store(out_ptr + t64 * stride_out + offs_h, acc.to(out_ptr.dtype.element_ty), mask=h_mask)

@@ -1,0 +1,129 @@
+"""FlashInfer routed backend adapter: trtllm-gen MXFP8 MoE on SM100/SM103 (``kernels/flashinfer_routed.py``).
+
+canonical experts -> build: ``layouts/routed.py`` Major-K shuffled stacks (repacked, never re-quantized) +
+per-expert writeback hooks -> run: mask rows >= valid_tokens to -1, pack, quantize x, kernel -> out
+
+flashinfer is imported inside ``build``/``run`` only (through the package's launcher modules), so this
+module imports on any machine. Graph-safe per the launcher's contract (no host sync).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from ..activations import Activation
+from .base import (
+    Backend,
+    MoEBackend,
+    StackState,
+    Support,
+    ValidTokens,
+    check_routed_inputs,
+    write_result,
+)
+from .caps import DeviceCaps
+
+if TYPE_CHECKING:
+    from ..experts import ExpertSet
+
+# Activations the routed MXFP8 kernel implements (keep in sync with flashinfer_compat._ACTIVATION_NAMES).
+_ROUTED_ACTIVATIONS = (Activation.SQUARED_RELU, Activation.SWIGLU)
+
+
+class FlashInferRoutedBackend(MoEBackend):
+    """FlashInfer routed MXFP8 MoE. Not thread-safe (refit hooks rewrite the routed stacks in place)."""
+
+    backend = Backend.FLASHINFER_ROUTED
+    graph_safe = True
+
+    @classmethod
+    def check_support(cls, caps: DeviceCaps) -> Support:
+        from .flashinfer_compat import flashinfer_support  # pure; imports no flashinfer
+
+        ok, reason = flashinfer_support(caps, "routed")
+        return Support(bool(ok), reason)
+
+    @classmethod
+    def supports_activation(cls, activation: Activation) -> Support:
+        if activation in _ROUTED_ACTIVATIONS:
+            return Support(True, f"{activation.value} supported by the FlashInfer routed MXFP8 MoE")
+        return Support(
+            False,
+            f"the FlashInfer routed MXFP8 MoE supports {[a.value for a in _ROUTED_ACTIVATIONS]}, "
+            f"not {activation.value!r}",
+        )
+
+    @torch.inference_mode(False)
+    @torch.no_grad()
+    def build(self, expert_set: "ExpertSet") -> StackState:
+        """Routed stacks for fc1 (``gated`` per the activation) and fc2, plus one writeback hook per expert."""
+        from ..layouts.routed import (
+            attach_routed_mxfp8_writeback,
+            prepare_routed_mxfp8_weights,
+        )
+        from .flashinfer_compat import require_flashinfer_routed_mxfp8
+
+        require_flashinfer_routed_mxfp8()
+        gated = expert_set.activation.gated
+        state = StackState(
+            backend=self.backend,
+            fc1=prepare_routed_mxfp8_weights(expert_set.fc1, gated=gated),
+            fc2=prepare_routed_mxfp8_weights(expert_set.fc2, gated=False),
+        )
+        for index in range(expert_set.num_experts):
+            state.hook_removers.append(attach_routed_mxfp8_writeback(expert_set.fc1_expert(index), state.fc1, index))
+            state.hook_removers.append(attach_routed_mxfp8_writeback(expert_set.fc2_expert(index), state.fc2, index))
+        for stack, routed, is_gated in ((expert_set.fc1, state.fc1, gated), (expert_set.fc2, state.fc2, False)):
+            # A write to a whole stack refreshes the whole routed stack in place.
+            state.hook_removers.append(
+                stack.register_write_hook(
+                    lambda tensor, _data, _scale, _routed=routed, _gated=is_gated: prepare_routed_mxfp8_weights(
+                        tensor, out=_routed, gated=_gated
+                    )
+                )
+            )
+        return state
+
+    def run(
+        self,
+        state: StackState,
+        x: torch.Tensor,
+        probs: torch.Tensor,
+        routing_map: torch.Tensor,
+        *,
+        activation: Activation,
+        local_expert_offset: int,
+        num_global_experts: int,
+        valid_tokens: ValidTokens = None,
+        rows: Optional[int] = None,
+        out: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        from .flashinfer_routed import flashinfer_routed_mxfp8_moe
+
+        rows = check_routed_inputs(x, probs, routing_map, hidden_size=state.fc1.logical_cols, rows=rows, out=out)
+        total = x.shape[0]
+        bounded = rows < total
+        direct = out is not None and out.dtype == torch.bfloat16
+        result = flashinfer_routed_mxfp8_moe(
+            x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16),
+            probs if probs.dtype == torch.float32 else probs.to(torch.float32),
+            routing_map,
+            state.fc1,
+            state.fc2,
+            num_experts=num_global_experts,
+            top_k=routing_map.shape[1],
+            local_expert_offset=local_expert_offset,
+            activation=activation,
+            out=out if direct else None,
+            token_capacity=rows if bounded else None,
+            use_bounded_rows=bounded,
+            valid_tokens=valid_tokens,
+        )
+        if direct:
+            return out
+        return write_result(result[:rows], total, out)
+
+
+__all__ = ["FlashInferRoutedBackend"]

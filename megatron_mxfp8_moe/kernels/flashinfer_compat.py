@@ -1,0 +1,229 @@
+"""The one place that knows FlashInfer 0.6.x / 0.7.x differences for the MXFP8 MoE kernels.
+
+- support: ``flashinfer_support(caps, kernel)`` is pure (plain values in, ``(ok, reason)`` out); the
+  ``require_*`` functions probe this machine and raise ``BackendUnavailableError`` with that reason;
+- enums: ``ActivationType``, ``Fp8QuantizationType``, ``WeightLayout``, ``RoutingMethodType`` are looked up by
+  member name in the installed package (their values moved across 0.6.x; never pass bare ints);
+- return values: ``first_output`` turns FlashInfer's Tensor-or-list returns into one Tensor.
+
+Version floors (see docs in shared/reference/flashinfer_mxfp8.md):
+- routed trtllm-gen MXFP8 (``trtllm_fp8_block_scale_routed_moe``): >= 0.6.8, since the routed variant ignored
+  ``output=`` before (issue #2703, fixed by #2739) and autotuning crashed with ``routing_logits=None`` (#2749);
+- CUTLASS MXFP8xMXFP8 (``cutlass_fused_moe(use_mxfp8_act_scaling=True)``): >= 0.6.8 for ``swizzled_input_sf``.
+"""
+
+import dataclasses
+import functools
+import importlib
+import logging
+from typing import Any, Optional
+
+from packaging.version import InvalidVersion, Version
+
+from ..activations import Activation
+from ..errors import BackendUnavailableError, MXFP8InputError
+
+logger = logging.getLogger(__name__)
+
+ROUTED_MIN_VERSION = "0.6.8"  # routed variant honours output= (#2703/#2739); routing_logits=None autotune (#2749)
+CUTLASS_MIN_VERSION = "0.6.8"  # cutlass_fused_moe(swizzled_input_sf=...)
+TESTED_VERSION = "0.7.2.post1"
+
+# trtllm-gen ships MXFP8 MoE cubins only for sm_100a/sm_100f/sm_103a; the CUTLASS generator emits MXFP8xMXFP8
+# grouped GEMMs only for arch 100 (built into the SM103 module). SM110 / SM12x / SM90 are not supported.
+MXFP8_MOE_ARCHS = {(10, 0): "SM100", (10, 3): "SM103"}
+
+_KERNELS = {
+    "routed": ("FlashInfer routed trtllm-gen MXFP8 MoE", ROUTED_MIN_VERSION,
+               "output= was ignored by the routed kernel before 0.6.8"),
+    "cutlass": ("FlashInfer CUTLASS MXFP8xMXFP8 MoE", CUTLASS_MIN_VERSION,
+                "cutlass_fused_moe gained swizzled_input_sf in 0.6.8"),
+}
+
+_ARCH_NOTES = {
+    9: "Hopper has no MX (block-scaled) tensor cores",
+    8: "Ampere has no FP8 or MX tensor cores",
+    11: "SM110 shares the SM100 CUTLASS module but has no trtllm-gen MXFP8 cubins and is untested",
+    12: "SM12x has no trtllm-gen MoE cubins and only MXFP8xMXFP4 CUTLASS kernels",
+}
+
+_KNOWN_GPUS = {(9, 0): "H100/H200", (8, 0): "A100", (8, 9): "L40/Ada", (12, 0): "RTX Blackwell", (11, 0): "Thor"}
+
+
+@dataclasses.dataclass(frozen=True)
+class FlashInferCaps:
+    """Plain facts the support check needs; build by hand in tests or with ``probe_flashinfer_caps()``."""
+
+    flashinfer_version: Optional[str]  # installed flashinfer-python version string, None when not importable
+    cuda_capability: Optional[tuple]  # (major, minor) of the current CUDA device, None without CUDA
+    device_name: Optional[str] = None  # e.g. "NVIDIA H200"; only used in messages
+    import_error: Optional[str] = None  # why ``import flashinfer`` failed, when it did
+
+
+def parse_flashinfer_version(version: str) -> Version:
+    """``"0.7.2.post1"`` -> ``Version``; raises MXFP8InputError naming the string when it does not parse."""
+    try:
+        return Version(str(version))
+    except InvalidVersion as error:
+        raise MXFP8InputError(f"flashinfer_version: cannot parse {version!r} as a version ({error})") from error
+
+
+def _sm_name(capability) -> str:
+    return f"SM{capability[0]}{capability[1]}"
+
+
+def _describe_gpu(capability, device_name: Optional[str]) -> str:
+    name = device_name or _KNOWN_GPUS.get(tuple(capability))
+    return f"{_sm_name(capability)} ({name})" if name else _sm_name(capability)
+
+
+def flashinfer_support(caps: Any, kernel: str = "routed") -> tuple[bool, str]:
+    """Can ``kernel`` ("routed" or "cutlass") run given ``caps``? Returns ``(ok, reason)``; pure, no probing.
+
+    ``caps``: a ``FlashInferCaps`` or any object with ``flashinfer_version`` (str or None) and
+    ``cuda_capability`` or ``capability`` ((major, minor) or None) attributes (``kernels.caps.DeviceCaps``
+    works), optionally ``device_name`` and ``import_error``.
+    """
+    if kernel not in _KERNELS:
+        raise MXFP8InputError(f"kernel: expected one of {sorted(_KERNELS)}, got {kernel!r}")
+    title, minimum, why = _KERNELS[kernel]
+    version = getattr(caps, "flashinfer_version", None)
+    capability = getattr(caps, "cuda_capability", None)
+    if capability is None:  # kernels/caps.py DeviceCaps names the field ``capability``
+        capability = getattr(caps, "capability", None)
+    device_name = getattr(caps, "device_name", None)
+    import_error = getattr(caps, "import_error", None)
+    if version is None:
+        detail = f": {import_error}" if import_error else ""
+        return False, (
+            f"{title} needs the flashinfer-python package (>= {minimum}), which is not importable{detail}; "
+            f"install 'flashinfer-python>={minimum},<0.8' plus flashinfer-cubin"
+        )
+    try:
+        parsed = parse_flashinfer_version(version)
+    except MXFP8InputError as error:
+        return False, f"{title}: {error}"
+    if parsed < Version(minimum):
+        return False, f"{title} needs flashinfer-python >= {minimum} ({why}); found {version}"
+    if capability is None:
+        return False, (
+            f"{title} needs an SM100/SM103 Blackwell GPU; no CUDA device is visible (CPU only). "
+            f"Use the reference or Triton backends here"
+        )
+    capability = tuple(int(part) for part in capability)
+    if capability not in MXFP8_MOE_ARCHS:
+        note = _ARCH_NOTES.get(capability[0], "only SM100/SM103 have FlashInfer MXFP8 MoE kernels")
+        if capability[0] == 10:
+            note = "FlashInfer ships MXFP8 MoE kernels only for SM100 and SM103"
+        return False, (
+            f"{title} needs an SM100/SM103 Blackwell GPU; found {_describe_gpu(capability, device_name)}: {note}"
+        )
+    return True, (
+        f"{title}: flashinfer-python {version} on {_describe_gpu(capability, device_name)}"
+    )
+
+
+def probe_flashinfer_caps() -> FlashInferCaps:
+    """Ask this machine: the importable flashinfer version and the current CUDA device (no CUDA init if absent)."""
+    import torch
+
+    version, import_error = None, None
+    try:
+        flashinfer = importlib.import_module("flashinfer")
+        version = str(getattr(flashinfer, "__version__", None) or "0")
+    except Exception as error:  # ImportError, or an import-time failure of a dependency
+        import_error = f"{type(error).__name__}: {error}"
+    capability, name = None, None
+    if torch.cuda.is_available():
+        capability = tuple(torch.cuda.get_device_capability())
+        name = torch.cuda.get_device_name()
+    return FlashInferCaps(version, capability, name, import_error)
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_once() -> FlashInferCaps:
+    return probe_flashinfer_caps()
+
+
+def _require(kernel: str, caps: Optional[Any], function_names: tuple[str, ...]):
+    caps = _probe_once() if caps is None else caps  # launchers call this per forward: probe once per process
+    ok, reason = flashinfer_support(caps, kernel)
+    if not ok:
+        logger.info("FlashInfer %s MXFP8 MoE unavailable: %s", kernel, reason)
+        raise BackendUnavailableError(reason)
+    fused_moe = importlib.import_module("flashinfer.fused_moe")
+    missing = [name for name in function_names if not hasattr(fused_moe, name)]
+    if missing:
+        raise BackendUnavailableError(
+            f"flashinfer-python {caps.flashinfer_version} lacks flashinfer.fused_moe.{', '.join(missing)}"
+        )
+    if kernel == "routed":
+        flashinfer_enum("Fp8QuantizationType", "MxFp8")  # raises when this build predates MxFp8
+    return fused_moe
+
+
+def require_flashinfer_routed_mxfp8(caps: Optional[Any] = None):
+    """Return ``flashinfer.fused_moe`` if the routed trtllm-gen MXFP8 MoE can run, else raise BackendUnavailableError.
+
+    ``caps``: plain facts (see ``flashinfer_support``); probed from this machine when None.
+    """
+    return _require("routed", caps, ("trtllm_fp8_block_scale_routed_moe",))
+
+
+def require_flashinfer_cutlass_mxfp8(caps: Optional[Any] = None):
+    """Return ``flashinfer.fused_moe`` if CUTLASS MXFP8xMXFP8 MoE can run, else raise BackendUnavailableError."""
+    return _require("cutlass", caps, ("cutlass_fused_moe",))
+
+
+_ENUM_MODULES = ("flashinfer.fused_moe", "flashinfer.tllm_enums", "flashinfer.fused_moe.core")
+
+
+def flashinfer_enum(enum_name: str, member: str):
+    """The member ``enum_name.member`` of the installed flashinfer (an enum member, not an int).
+
+    Raises BackendUnavailableError naming the enum, the member and the installed version when absent.
+    """
+    for module_name in _ENUM_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        enum_type = getattr(module, enum_name, None)
+        if enum_type is not None and hasattr(enum_type, member):
+            return getattr(enum_type, member)
+    version = getattr(importlib.import_module("flashinfer"), "__version__", "?")
+    raise BackendUnavailableError(f"flashinfer-python {version} has no {enum_name}.{member}")
+
+
+_ACTIVATION_NAMES = {
+    Activation.SWIGLU: "Swiglu",  # gated: act(gate) * up with silu
+    Activation.SQUARED_RELU: "Relu2",  # non-gated relu(x) ** 2
+}
+
+
+def flashinfer_activation_type(activation: Activation):
+    """``ActivationType`` member of the installed flashinfer for a package Activation.
+
+    Only SwiGLU and squared ReLU are mapped: Megatron's GeGLU uses tanh-GELU, and FlashInfer's matching
+    ``GegluTanh`` is not listed among the MXFP8 activations (only erf ``Geglu`` is), so it is rejected.
+    """
+    if activation not in _ACTIVATION_NAMES:
+        raise MXFP8InputError(
+            f"activation: the FlashInfer MXFP8 MoE supports {[a.value for a in _ACTIVATION_NAMES]}, "
+            f"got {activation.value!r}"
+        )
+    return flashinfer_enum("ActivationType", _ACTIVATION_NAMES[activation])
+
+
+def enum_value(member) -> int:
+    """The int value of an enum member, for FlashInfer parameters typed ``int`` (e.g. ``activation_type``)."""
+    return int(getattr(member, "value", member))
+
+
+def first_output(result):
+    """FlashInfer MoE returns a Tensor (``do_finalize=True``, deprecated) or a list whose [0] is the output."""
+    if isinstance(result, (list, tuple)):
+        if not result:
+            raise BackendUnavailableError("FlashInfer MoE returned an empty list")
+        return result[0]
+    return result

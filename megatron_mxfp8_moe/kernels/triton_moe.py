@@ -1,0 +1,337 @@
+"""Hopper (SM90) weight-only MXFP8 fused MoE in Triton: host side (tables, grid, strides, tile choice).
+
+x [T, H] bf16 --route (on device)--> FC1 (gather rows, dequant fp8 weights in registers, activation)
+  --> inter [padded positions, I] bf16 --> FC2 --> per-(token, k) rows --> combine (probs, fixed order) --> out
+
+Weights: fp8 e4m3 with E8M0 scales (``layouts/hopper.py``), bf16 activations, fp32 accumulation. No host
+synchronization and no data-dependent shapes: the call captures in a CUDA graph and replays correctly with
+new routing and a new ``valid_tokens``. The token count ``rows`` picks the tile configuration on the host,
+which is fixed per graph. The result is deterministic: every output element is one MMA column plus a top-k
+sum in fixed order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import weakref
+from typing import Optional, Union
+
+import torch
+
+from ..activations import Activation, parse_activation
+from ..errors import BackendUnavailableError, MXFP8InputError
+from ..format.constants import BLOCK_SIZE, DATA_DTYPE
+from ..layouts.hopper import LAYOUT_TAG, HopperMXFP8Weight, prepare_hopper_mxfp8_weights
+from ..tensor import MXFP8Tensor
+
+logger = logging.getLogger(__name__)
+
+# Hopper only: the kernel relies on SM90's bf16 conversions (cvt.bf16.f16) and was tuned on an H200.
+_SUPPORTED_MAJOR = 9
+_MIN_TRITON = (3, 4)
+
+_ACTIVATION_CODE = {  # keep in sync with ACT_* in _triton_moe_kernel.py
+    Activation.SWIGLU: 0,
+    Activation.GEGLU: 1,
+    Activation.SQUARED_RELU: 2,
+    Activation.RELU: 3,
+    Activation.SILU: 4,
+}
+
+WeightStack = Union[MXFP8Tensor, HopperMXFP8Weight]
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonMoEConfig:
+    """Tile configuration of one call; chosen on the host from the row count (fixed per CUDA graph)."""
+
+    block_t: int  # token columns per tile (MMA N side); also the per-expert padding unit
+    fc1_block_n: int  # fc1 weight rows per tile (per half for gated activations)
+    fc1_block_k: int
+    fc1_warps: int
+    fc1_stages: int
+    fc2_block_n: int
+    fc2_block_k: int
+    fc2_warps: int
+    fc2_stages: int
+    dequant_fp32: bool = False  # scale multiply in fp32 instead of bf16 (both exact)
+    fp32_dot: bool = False  # fp32 MMA operands: only for the Triton interpreter (CPU tests), slow on a GPU
+
+
+def triton_moe_support(capability, triton_version: Optional[str] = None) -> tuple[bool, str]:
+    """Pure support check: ``capability`` is ``(major, minor)`` or None (no CUDA); returns ``(ok, reason)``."""
+    if capability is None:
+        return False, "the Triton MXFP8 MoE needs a CUDA GPU (none visible)"
+    major, minor = capability
+    if major != _SUPPORTED_MAJOR:
+        return False, f"the Triton MXFP8 MoE needs an SM90 Hopper GPU (H100/H200); this one is SM{major}{minor}"
+    if triton_version is not None:
+        parts = tuple(int(p) for p in triton_version.split("+")[0].split(".")[:2] if p.isdigit())
+        if parts < _MIN_TRITON:
+            return False, f"the Triton MXFP8 MoE needs Triton >= {'.'.join(map(str, _MIN_TRITON))}, found {triton_version}"
+    return True, f"SM{major}{minor} Hopper: weight-only MXFP8 Triton MoE available"
+
+
+def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int) -> TritonMoEConfig:
+    """Tile configuration for ``rows`` tokens (a pure function of shapes; tuned on an H200).
+
+    Small batches are weight-bandwidth bound: narrow token tiles (16) to limit per-expert padding, narrow
+    weight tiles so that every SM streams weights, deep K tiles and pipelines. Large batches are MMA bound:
+    wide tiles so each dequantized weight tile is reused by many tokens.
+    """
+    pairs_per_expert = rows * topk / max(experts, 1)
+    if pairs_per_expert <= 16:
+        block_t = 16
+    elif pairs_per_expert <= 48:
+        block_t = 32
+    elif pairs_per_expert <= 96:
+        block_t = 64
+    else:
+        block_t = 128
+    if block_t == 16:
+        return TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4)
+    if block_t == 32:
+        return TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3)
+    if block_t == 64:
+        return TritonMoEConfig(64, 128, 64, 8, 3, 128, 64, 8, 3)
+    return TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3)
+
+
+def _pow2_at_least(value: int) -> int:
+    return 1 << max(0, (value - 1).bit_length())
+
+
+def routing_capacity(rows: int, topk: int, experts: int, block_t: int) -> tuple[int, int]:
+    """``(max_sorted, max_blocks)``: padded positions and BLOCK_T blocks that any routing can need.
+
+    Each expert with ``c > 0`` pairs takes ``ceil(c / block_t)`` blocks, so the total is at most
+    ``pairs / block_t + min(E, pairs)`` blocks.
+    """
+    pairs = rows * topk
+    max_blocks = pairs // block_t + min(experts, pairs) + 1
+    return max_blocks * block_t, max_blocks
+
+
+def route_reference(
+    routing_map: torch.Tensor, valid_tokens: int, *, experts: int, local_expert_offset: int, block_t: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Pure-torch twin of the route kernel: (sorted_pairs, block_expert, num_blocks) on the map's device.
+
+    Pairs of one expert appear in ascending order here; the kernel places them in atomic order, which
+    changes no result (each pair is its own MMA column).
+    """
+    rows, topk = routing_map.shape
+    max_sorted, max_blocks = routing_capacity(rows, topk, experts, block_t)
+    flat = routing_map.reshape(-1).to(torch.int64)
+    valid_pairs = min(int(valid_tokens), rows) * topk
+    local = flat[:valid_pairs] - local_expert_offset
+    sorted_pairs = torch.full((max_sorted,), -1, dtype=torch.int32)
+    block_expert = torch.zeros(max_blocks, dtype=torch.int32)
+    block = 0
+    for expert in range(experts):
+        members = torch.nonzero(local == expert).flatten().to(torch.int32)
+        if members.numel() == 0:
+            continue
+        sorted_pairs[block * block_t: block * block_t + members.numel()] = members
+        count = -(-members.numel() // block_t)
+        block_expert[block: block + count] = expert
+        block += count
+    return sorted_pairs, block_expert, block
+
+
+# -- weights ---------------------------------------------------------------------------------------
+
+# id(canonical stack) -> its Hopper layout; entries leave with the stack (MXFP8Tensor is not hashable).
+_PREPARED: dict[int, HopperMXFP8Weight] = {}
+
+
+def _as_hopper(name: str, weight: WeightStack) -> HopperMXFP8Weight:
+    """The Hopper layout of ``weight``; a canonical stack is prepared once and kept fresh by a write hook."""
+    if isinstance(weight, HopperMXFP8Weight):
+        if weight.layout != LAYOUT_TAG:
+            raise MXFP8InputError(f"{name}: layout {weight.layout!r} is not {LAYOUT_TAG!r}")
+        return weight
+    if isinstance(weight, MXFP8Tensor):
+        prepared = _PREPARED.get(id(weight))
+        if prepared is None:
+            prepared = prepare_hopper_mxfp8_weights(weight)
+            _PREPARED[id(weight)] = prepared
+            weakref.finalize(weight, _PREPARED.pop, id(weight), None)
+            weight.register_write_hook(lambda tensor, data, scale: prepare_hopper_mxfp8_weights(tensor, prepared))
+            logger.info("prepared the Hopper MXFP8 layout of %s %s", name, tuple(weight.shape))
+        return prepared
+    raise MXFP8InputError(f"{name}: expected an MXFP8Tensor stack or HopperMXFP8Weight, got {type(weight).__name__}")
+
+
+def _check_inputs(x, probs, routing_map, fc1, fc2, activation, rows, valid_tokens, out):
+    if x.dim() != 2 or x.dtype != torch.bfloat16:
+        raise MXFP8InputError(f"x: expected bf16 [T, H], got {x.dtype} {tuple(x.shape)}")
+    if x.stride(1) != 1:
+        raise MXFP8InputError("x: the hidden dimension must be contiguous (stride 1)")
+    tokens, hidden = x.shape
+    if routing_map.dim() != 2 or routing_map.shape[0] != tokens or routing_map.dtype not in (torch.int32, torch.int64):
+        raise MXFP8InputError(
+            f"routing_map: expected int32/int64 [T={tokens}, topk], got {routing_map.dtype} {tuple(routing_map.shape)}"
+        )
+    if probs.shape != routing_map.shape or probs.dtype != torch.float32 or probs.stride(1) != 1:
+        raise MXFP8InputError(
+            f"probs: expected fp32 {tuple(routing_map.shape)} with unit column stride, got {probs.dtype} "
+            f"{tuple(probs.shape)}"
+        )
+    if not isinstance(valid_tokens, torch.Tensor) or valid_tokens.numel() != 1 or valid_tokens.dtype != torch.int32:
+        raise MXFP8InputError("valid_tokens: expected a device int32 tensor [1]")
+    for name, tensor in (("probs", probs), ("routing_map", routing_map), ("valid_tokens", valid_tokens)):
+        if tensor.device != x.device:
+            raise MXFP8InputError(f"{name}: on {tensor.device}, x is on {x.device}")
+    experts, n1, h1 = fc1.data.shape
+    experts2, h2, inner = fc2.data.shape
+    if fc1.data.dtype != DATA_DTYPE or fc2.data.dtype != DATA_DTYPE:
+        raise MXFP8InputError("fc1_stack/fc2_stack: data must be float8_e4m3fn")
+    if experts2 != experts:
+        raise MXFP8InputError(f"fc2_stack: {experts2} experts, fc1_stack has {experts}")
+    if h1 != hidden or h2 != hidden:
+        raise MXFP8InputError(f"fc1_stack [E, N1, {h1}] / fc2_stack [E, {h2}, I] do not match hidden {hidden}")
+    expected_n1 = 2 * inner if activation.gated else inner
+    if n1 != expected_n1:
+        raise MXFP8InputError(
+            f"fc1_stack: {n1} rows, but {activation.value} with fc2 input {inner} needs {expected_n1}"
+            + (" ([gate; up])" if activation.gated else "")
+        )
+    if hidden % BLOCK_SIZE or inner % BLOCK_SIZE:
+        raise MXFP8InputError(f"hidden {hidden} and intermediate {inner} must be multiples of {BLOCK_SIZE}")
+    for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
+        if weight.data.device != x.device or weight.scale.device != x.device:
+            raise MXFP8InputError(f"{name}: on {weight.data.device}, x is on {x.device}")
+        if weight.data.stride(2) != 1 or weight.scale.stride(2) != 1:
+            raise MXFP8InputError(f"{name}: K must be contiguous in data and scale")
+    if not 0 <= rows <= tokens:
+        raise MXFP8InputError(f"rows: {rows} must be in [0, T={tokens}]")
+    if out is not None:
+        if out.dtype not in (torch.bfloat16, torch.float32) or out.dim() != 2 or out.shape[1] != hidden:
+            raise MXFP8InputError(f"out: expected bf16/fp32 [>= {rows}, {hidden}], got {out.dtype} {tuple(out.shape)}")
+        if out.shape[0] < rows or out.stride(1) != 1 or out.device != x.device:
+            raise MXFP8InputError(f"out: needs >= {rows} rows, unit column stride and device {x.device}")
+    return experts, hidden, inner
+
+
+def triton_mxfp8_moe(
+    x: torch.Tensor,
+    probs: torch.Tensor,
+    routing_map: torch.Tensor,
+    fc1_stack: WeightStack,
+    fc2_stack: WeightStack,
+    *,
+    activation="swiglu",
+    local_expert_offset: int = 0,
+    valid_tokens: torch.Tensor,
+    rows: Optional[int] = None,
+    out: Optional[torch.Tensor] = None,
+    config: Optional[TritonMoEConfig] = None,
+) -> torch.Tensor:
+    """Weight-only MXFP8 MoE on Hopper: ``out[t] = sum_k probs[t, k] * fc2[e] @ act(fc1[e] @ x[t])``.
+
+    Args:
+        x: bf16 ``[T, H]``; only ``x[:rows]`` is read.
+        probs: fp32 ``[T, topk]``.
+        routing_map: int32/int64 ``[T, topk]`` GLOBAL expert ids; ids outside
+            ``[local_expert_offset, local_expert_offset + E)`` (and -1) contribute nothing.
+        fc1_stack: ``[E, N1, H]`` (``N1 = 2I``, ``[gate; up]``, for gated activations) as a canonical
+            ``MXFP8Tensor`` stack (prepared once, kept fresh by a write hook) or a ``HopperMXFP8Weight``.
+        fc2_stack: ``[E, H, I]``, same types.
+        activation: ``Activation`` or its name: swiglu, geglu (gated), squared_relu, relu, silu.
+        valid_tokens: device int32 ``[1]``; rows ``>= valid_tokens`` give zeros.
+        rows: processed prefix (default ``T``); ``out[:rows]`` is written, nothing else.
+        out: optional bf16/fp32 ``[>= rows, H]`` destination; default a new bf16 ``[rows, H]``.
+        config: tile override (benchmarks); default ``choose_config(rows, ...)``.
+
+    Returns ``out`` (or the new bf16 tensor). Graph-safe: no host sync, shapes fixed by ``rows``.
+    """
+    import triton
+
+    from . import _triton_moe_kernel as kernels
+
+    activation = parse_activation(activation)
+    fc1 = _as_hopper("fc1_stack", fc1_stack)
+    fc2 = _as_hopper("fc2_stack", fc2_stack)
+    rows = x.shape[0] if rows is None else int(rows)
+    experts, hidden, inner = _check_inputs(x, probs, routing_map, fc1, fc2, activation, rows, valid_tokens, out)
+    topk = routing_map.shape[1]
+    if out is None:
+        out = torch.empty(rows, hidden, dtype=torch.bfloat16, device=x.device)
+    if rows == 0:
+        return out
+    cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk, experts=experts)
+    routing_map = routing_map.contiguous()
+    device = x.device
+    max_sorted, max_blocks = routing_capacity(rows, topk, experts, cfg.block_t)
+
+    sorted_pairs = torch.empty(max_sorted, dtype=torch.int32, device=device)
+    block_expert = torch.empty(max_blocks, dtype=torch.int32, device=device)
+    num_blocks = torch.empty(1, dtype=torch.int32, device=device)
+    cursor = torch.empty(experts, dtype=torch.int32, device=device)
+    chunk = 1024 if rows * topk > 512 else 256
+    kernels._route_kernel[(1,)](
+        routing_map, valid_tokens, sorted_pairs, block_expert, num_blocks, cursor,
+        rows, max_sorted, max_blocks, local_expert_offset,
+        TOPK=topk, E=experts, E_POW2=_pow2_at_least(experts), BLOCK_T=cfg.block_t,
+        CHUNK=chunk, CHUNK_B=min(128, _pow2_at_least(max_blocks)),
+        num_warps=8 if chunk >= 1024 else 4,
+    )
+
+    n_out = inner if activation.gated else fc1.data.shape[1]
+    inter = torch.empty(max_sorted, n_out, dtype=torch.bfloat16, device=device)
+    fc1_grid = (triton.cdiv(n_out, cfg.fc1_block_n), max_blocks)
+    kernels._fc1_kernel[fc1_grid](
+        x, fc1.data, fc1.scale, inter, sorted_pairs, block_expert, num_blocks,
+        n_out, hidden, x.stride(0),
+        fc1.data.stride(0), fc1.data.stride(1), fc1.scale.stride(0), fc1.scale.stride(1), inter.stride(0),
+        TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
+        BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
+        EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT_FP32=cfg.dequant_fp32, FP32_DOT=cfg.fp32_dot,
+        num_warps=cfg.fc1_warps, num_stages=cfg.fc1_stages,
+    )
+
+    slots = torch.empty(rows * topk, hidden, dtype=torch.bfloat16, device=device)
+    fc2_grid = (triton.cdiv(hidden, cfg.fc2_block_n), max_blocks)
+    kernels._fc2_kernel[fc2_grid](
+        inter, fc2.data, fc2.scale, slots, sorted_pairs, block_expert, num_blocks,
+        hidden, inner, inter.stride(0),
+        fc2.data.stride(0), fc2.data.stride(1), fc2.scale.stride(0), fc2.scale.stride(1), slots.stride(0),
+        BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
+        EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT_FP32=cfg.dequant_fp32, FP32_DOT=cfg.fp32_dot,
+        num_warps=cfg.fc2_warps, num_stages=cfg.fc2_stages,
+    )
+
+    block_h = min(2048, _pow2_at_least(hidden))
+    kernels._combine_kernel[(rows, triton.cdiv(hidden, block_h))](
+        slots, probs, routing_map, valid_tokens, out,
+        hidden, slots.stride(0), probs.stride(0), out.stride(0), local_expert_offset,
+        TOPK=topk, E=experts, BLOCK_H=block_h, num_warps=4,
+    )
+    return out
+
+
+def check_triton_moe_available(device: torch.device) -> None:
+    """Raise ``BackendUnavailableError`` naming the requirement unless this backend runs on ``device``."""
+    capability = torch.cuda.get_device_capability(device) if torch.cuda.is_available() and device.type == "cuda" else None
+    try:
+        import triton
+
+        version = triton.__version__
+    except ImportError as error:
+        raise BackendUnavailableError("the Triton MXFP8 MoE needs the 'triton' package") from error
+    ok, reason = triton_moe_support(capability, version)
+    if not ok:
+        raise BackendUnavailableError(reason)
+
+
+__all__ = [
+    "TritonMoEConfig",
+    "check_triton_moe_available",
+    "choose_config",
+    "route_reference",
+    "routing_capacity",
+    "triton_mxfp8_moe",
+    "triton_moe_support",
+]

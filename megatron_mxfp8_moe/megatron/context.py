@@ -1,0 +1,178 @@
+"""Decode-only knowledge for bounded rows: is every valid row of this step inside the token capacity?
+
+The expert layer gets no inference context from Megatron-Core 0.19.2's ``MoELayer``, so this module says,
+on the host and fixed per CUDA graph, whether the step is decode-only on EVERY EP rank and an upper bound on
+the EP-wide valid-token count. Two sources, first match wins:
+
+1. ``bounded_decode_rows(decode_only, ep_token_bound, ep_group=...)``: a context manager the controller enters
+   around a step (or around building one graph). With an EP group of size > 1 it all-reduces the flag (AND) and
+   the bound (MAX) over the group once, on entry, on the host side; entering it during CUDA-graph capture is
+   refused (a collective must not be captured there).
+2. ``attach_inference_context(ctx)``: a Megatron ``DynamicInferenceContext``; read per forward through
+   ``is_decode_only()``, ``using_cuda_graph_this_step()`` and ``padded_batch_dimensions.token_count``.
+   With EP = 1 this is exact. With EP > 1 it is trusted only for NCCL-dispatcher graph steps, whose graphs are
+   decode-only and EP-matched by construction (0.19.2 forces non-decode graphs off for NCCL and all-reduces
+   the token counts); the EP-wide bound is then ``token_count * ep_size``. Anything else with EP > 1 (NVLS,
+   eager steps) gives "not agreed", i.e. full rows, since 0.19.2 has no EP-wide decode-only agreement there.
+
+``use_bounded_rows(token_capacity, ...)`` turns this into the layer's flag; the layer then picks the row
+policy through ``routing.rows.select_active_rows`` (each distinct policy logged once at INFO).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import logging
+import weakref
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from ..errors import MXFP8InputError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeRows:
+    """What is known about the current step's rows, on the host.
+
+    decode_only: True only when every EP rank is decode-only (agreed).
+    ep_token_bound: upper bound on the EP-wide valid-token count (the gathered rows that can be valid),
+        None when unknown.
+    source: where this came from (for logs and tests).
+    """
+
+    decode_only: bool
+    ep_token_bound: Optional[int]
+    source: str
+
+
+_UNKNOWN = DecodeRows(False, None, "none")
+_ACTIVE: contextvars.ContextVar[Optional[DecodeRows]] = contextvars.ContextVar("mxfp8_decode_rows", default=None)
+_ATTACHED: Optional["weakref.ReferenceType"] = None
+_LOGGED: set = set()
+
+
+def _log_once(message: str, *args) -> None:
+    key = (message,) + args
+    if key not in _LOGGED:
+        _LOGGED.add(key)
+        logger.info(message, *args)
+
+
+def _group_size(ep_group) -> int:
+    if ep_group is None or not dist.is_available() or not dist.is_initialized():
+        return 1
+    return dist.get_world_size(ep_group)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def agree_across_ep(decode_only: bool, ep_token_bound: int, ep_group=None) -> tuple[bool, int]:
+    """EP-wide agreement on the host: (AND of ``decode_only``, MAX of ``ep_token_bound``) over ``ep_group``.
+
+    One all-reduce of an int64 ``[2]`` tensor (on the CPU for gloo groups, on the current CUDA device
+    otherwise). Identity without a group or with one rank. Raises MXFP8InputError during CUDA-graph capture.
+    """
+    if not isinstance(ep_token_bound, int) or isinstance(ep_token_bound, bool) or ep_token_bound < 0:
+        raise MXFP8InputError(f"ep_token_bound: expected an int >= 0, got {ep_token_bound!r}")
+    if _group_size(ep_group) == 1:
+        return bool(decode_only), ep_token_bound
+    if _capturing():
+        raise MXFP8InputError(
+            "bounded_decode_rows: the EP agreement is a collective and cannot run inside CUDA-graph capture; "
+            "enter bounded_decode_rows before capturing the graph"
+        )
+    backend = dist.get_backend(ep_group)
+    device = torch.device("cpu") if backend == "gloo" else torch.device("cuda", torch.cuda.current_device())
+    flags = torch.tensor([0 if decode_only else 1, ep_token_bound], dtype=torch.int64, device=device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=ep_group)
+    not_decode, bound = flags.tolist()
+    return not_decode == 0, int(bound)
+
+
+@contextlib.contextmanager
+def bounded_decode_rows(decode_only: bool, ep_token_bound: int, *, ep_group=None):
+    """Publish this step's decode-only flag and EP-wide token bound to the MXFP8 expert layers inside the block.
+
+    ``ep_token_bound``: this rank's upper bound on the EP-wide valid-token count; ``local_tokens * ep_size`` is
+    always safe (the MAX over ranks bounds the sum). Collective when ``ep_group`` has more than one rank: every
+    EP rank must enter it. Yields the agreed ``DecodeRows``.
+    """
+    agreed_decode, agreed_bound = agree_across_ep(decode_only, ep_token_bound, ep_group)
+    rows = DecodeRows(agreed_decode, agreed_bound, "bounded_decode_rows")
+    token = _ACTIVE.set(rows)
+    try:
+        yield rows
+    finally:
+        _ACTIVE.reset(token)
+
+
+def attach_inference_context(context) -> None:
+    """Read decode-only state from ``context`` (a Megatron ``DynamicInferenceContext``; held weakly)."""
+    global _ATTACHED
+    for name in ("is_decode_only", "using_cuda_graph_this_step"):
+        if not callable(getattr(context, name, None)):
+            raise MXFP8InputError(f"context: expected a DynamicInferenceContext with {name}(), got {type(context).__name__}")
+    _ATTACHED = weakref.ref(context)
+
+
+def detach_inference_context() -> None:
+    """Forget the attached inference context."""
+    global _ATTACHED
+    _ATTACHED = None
+
+
+def attached_inference_context():
+    """The attached context, or None (also after it was garbage-collected)."""
+    return None if _ATTACHED is None else _ATTACHED()
+
+
+def current_decode_rows(*, ep_size: int = 1, nccl_dispatcher: bool = False) -> DecodeRows:
+    """The ``DecodeRows`` for a forward now (see module docstring for the precedence and EP rules)."""
+    explicit = _ACTIVE.get()
+    if explicit is not None:
+        return explicit
+    context = attached_inference_context()
+    if context is None:
+        return _UNKNOWN
+    dims = getattr(context, "padded_batch_dimensions", None)
+    tokens = getattr(dims, "token_count", None)
+    decode_only = bool(context.is_decode_only())
+    if ep_size == 1:
+        return DecodeRows(decode_only, tokens, "inference-context")
+    if nccl_dispatcher and context.using_cuda_graph_this_step():
+        bound = None if tokens is None else int(tokens) * ep_size
+        return DecodeRows(decode_only, bound, "inference-context:nccl-graph")
+    _log_once(
+        "MXFP8 experts: EP size %d without an EP-wide decode-only agreement (%s); processing full rows. "
+        "Use bounded_decode_rows(...) to enable bounded decode rows.",
+        ep_size, "NCCL eager step" if nccl_dispatcher else "NVLS dispatcher",
+    )
+    return DecodeRows(False, None, "inference-context:ep-unagreed")
+
+
+def use_bounded_rows(token_capacity: Optional[int], *, ep_size: int = 1, nccl_dispatcher: bool = False) -> bool:
+    """True when the current step is agreed decode-only and its EP-wide token bound fits ``token_capacity``."""
+    if token_capacity is None:
+        return False
+    rows = current_decode_rows(ep_size=ep_size, nccl_dispatcher=nccl_dispatcher)
+    return rows.decode_only and rows.ep_token_bound is not None and rows.ep_token_bound <= token_capacity
+
+
+__all__ = [
+    "DecodeRows",
+    "agree_across_ep",
+    "attach_inference_context",
+    "attached_inference_context",
+    "bounded_decode_rows",
+    "current_decode_rows",
+    "detach_inference_context",
+    "use_bounded_rows",
+]

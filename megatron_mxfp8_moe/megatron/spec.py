@@ -1,0 +1,89 @@
+"""Plugging MXFP8Experts into Megatron-Core: a MoE layer spec, and an in-place swap for built models.
+
+spec:  partial(MoELayer, submodules=MoESubmodules(router=InferenceTopKRouter, experts=partial(MXFP8Experts, ...)))
+swap:  every MoELayer in a model: BF16/MXFP8 experts -> quantize/copy -> MXFP8Experts (same EP placement)
+
+The router is set to ``InferenceTopKRouter`` explicitly: 0.19.2's GPT inference spec path leaves the training
+``TopKRouter`` in place, whose dense ``[T, E]`` routing map the inference experts cannot use.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from functools import partial
+from typing import Optional
+
+import torch
+from megatron.core.transformer.moe.moe_layer import MoELayer, MoESubmodules
+from megatron.core.transformer.moe.router import InferenceTopKRouter
+
+from ..errors import MXFP8InputError
+from .experts import MXFP8Experts
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT = object()
+
+
+def _inference_shared_experts():
+    """The shared-experts builder of Megatron's inference-optimized MoE spec (None if it cannot be built here)."""
+    from megatron.core.models.gpt.moe_module_specs import get_inference_optimized_moe_spec
+
+    return get_inference_optimized_moe_spec().keywords["submodules"].shared_experts
+
+
+def get_mxfp8_moe_layer_spec(
+    *, backend: str = "auto", token_capacity: Optional[int] = None, shared_experts=_DEFAULT, router=InferenceTopKRouter
+):
+    """An MoE layer builder (the ``mlp`` entry of a layer spec) with MXFP8 routed experts.
+
+    ``shared_experts``: a shared-experts builder; by default the one of Megatron's inference-optimized spec
+    (only instantiated when ``config.moe_shared_expert_intermediate_size`` is set); None for none.
+    Returns ``partial(MoELayer, submodules=MoESubmodules(router=..., experts=partial(MXFP8Experts, ...)))``.
+    """
+    if shared_experts is _DEFAULT:
+        shared_experts = _inference_shared_experts()
+    experts = partial(MXFP8Experts, backend=backend, token_capacity=token_capacity)
+    return partial(MoELayer, submodules=MoESubmodules(experts=experts, shared_experts=shared_experts, router=router))
+
+
+@torch.no_grad()
+def swap_experts_to_mxfp8_(model: torch.nn.Module, *, backend: str = "auto", token_capacity: Optional[int] = None,
+                           quant_backend: str = "auto") -> list[str]:
+    """Replace the experts of every ``MoELayer`` in ``model`` with ``MXFP8Experts``, in place.
+
+    The old experts' weights (BF16 parameters of TEGroupedMLP / InferenceGroupedMLP / SequentialMLP, or
+    Megatron MXFP8Tensors) are quantized (or copied) into the new module on the same device; the old module
+    is dropped. Run after loading the checkpoint and before building CUDA graphs. Returns the swapped
+    module names. ``quant_backend`` picks the quantizer (``"auto"``, ``"reference"``, ``"triton"``...).
+    """
+    swapped = []
+    for name, module in list(model.named_modules()):
+        if not isinstance(module, MoELayer) or isinstance(module.experts, MXFP8Experts):
+            continue
+        old = module.experts
+        if old is None:
+            raise MXFP8InputError(f"{name}: MoELayer has no experts to swap")
+        reference = next(iter(old.parameters()), None)
+        pg_collection = types.SimpleNamespace(ep=module.ep_group, expt_tp=getattr(old, "tp_group", None))
+        new = MXFP8Experts(
+            module.num_local_experts,
+            module.config,
+            pg_collection=pg_collection,
+            name=f"{name}.experts",
+            backend=backend,
+            token_capacity=token_capacity,
+            initialize=False,
+        )
+        if reference is not None and reference.device != new.expert_set.device:
+            new = new.to(reference.device)
+        new.load_from_module_(old, backend=quant_backend)
+        new.train(module.training)
+        module.experts = new
+        swapped.append(f"{name}.experts" if name else "experts")
+        logger.info("swapped %s to MXFP8Experts (%s backend)", swapped[-1], new.backend.value)
+    return swapped
+
+
+__all__ = ["get_mxfp8_moe_layer_spec", "swap_experts_to_mxfp8_"]

@@ -1,0 +1,303 @@
+"""``refit_experts``: the validated, in-place weight sync of MXFP8 routed experts for RL loops.
+
+refit: validate (``validate.py``) -> ``quantize_`` / ``copy_`` into the existing canonical storage -> the
+weights' write hooks repack derived kernel stacks in place -> ``refresh_cache()`` hooks.
+
+Storage addresses never change, so CUDA graphs captured before a refit replay the new weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Optional
+
+import torch
+
+from ..errors import RefitError
+from .validate import COPY, RefitPlan, RefitValidator, Weights, as_entries, as_pair, refit_error
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_MIN_ENTRIES = 64  # below this many entries no progress bar is shown
+
+
+@dataclasses.dataclass(frozen=True)
+class RefitReport:
+    """What one ``refit_experts`` call wrote.
+
+    experts_updated: distinct (experts module, local expert) pairs with at least one weight written.
+    tensors_updated: canonical weights written (one per entry that was not skipped).
+    bytes_written: canonical bytes written: per weight ``[M, K]``, ``M*K`` fp8 data + ``Mp*Cp`` scale bytes
+      (derived stacks written by hooks are not counted).
+    seconds: wall time of the call, validation and hooks included (CUDA work synchronized at the end).
+    modules_touched: paths (in ``named_modules()``) of the experts modules written, in first-write order.
+    skipped: names skipped under ``strict=False`` (not expert weights of this model), in entry order.
+    experts: per touched module, its path and the sorted GLOBAL ids of the experts written.
+    """
+
+    experts_updated: int
+    tensors_updated: int
+    bytes_written: int
+    seconds: float
+    modules_touched: tuple[str, ...]
+    skipped: tuple[str, ...] = ()
+    experts: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+
+class _Totals:
+    """Accumulates writes across the plans of one call (one plan for a mapping, one per module for a stream)."""
+
+    def __init__(self):
+        self.tensors = 0
+        self.bytes = 0
+        self.experts: dict[str, set[int]] = {}
+        self.skipped: list[str] = []
+        self.devices: set[torch.device] = set()
+
+    def add(self, plan: RefitPlan) -> None:
+        self.skipped += plan.skipped
+        for write in plan.writes:
+            self.tensors += 1
+            self.bytes += write.canonical_bytes
+            self.experts.setdefault(write.module_path, set()).add(write.global_index)
+            self.devices.add(write.target.device)
+
+    def report(self, seconds: float) -> RefitReport:
+        return RefitReport(
+            experts_updated=sum(len(ids) for ids in self.experts.values()),
+            tensors_updated=self.tensors,
+            bytes_written=self.bytes,
+            seconds=seconds,
+            modules_touched=tuple(self.experts),
+            skipped=tuple(self.skipped),
+            experts=tuple((path, tuple(sorted(ids))) for path, ids in self.experts.items()),
+        )
+
+
+def _grad_mode(plan: RefitPlan):
+    """inference_mode when a target was allocated as an inference tensor (in-place writes need it), else no_grad."""
+    for write in plan.writes:
+        if not write.target.is_released and write.target.data.is_inference():
+            return torch.inference_mode()
+    return torch.no_grad()
+
+
+def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> None:
+    """Write every entry of a validated plan in entry order; then refresh the caches of its modules.
+
+    A failure here (a write hook raising, out of memory) happens after validation and cannot be undone:
+    it raises RefitError naming the entry being written and how many were written before it.
+    """
+    with _grad_mode(plan):
+        for position, write in enumerate(plan.writes):
+            try:
+                if write.kind == COPY:
+                    write.target.copy_(write.source, finite_checked=True)
+                else:
+                    source = write.source.detach()
+                    write.target.quantize_(source if source.is_contiguous() else source.contiguous(),
+                                           backend=plan.backend, finite_checked=True)
+            except Exception as error:
+                raise refit_error(
+                    write.name, f"writing failed after validation ({type(error).__name__}: {error}); "
+                    f"{position} earlier entries of this batch were already written and are not rolled back",
+                    applied_modules=tuple(applied_modules),
+                ) from error
+            if progress is not None:
+                progress.update(1)
+    modules = list(dict.fromkeys(write.module for write in plan.writes))
+    refresh_caches(modules)
+
+
+def refresh_caches(modules: Sequence[torch.nn.Module]) -> None:
+    """Call Megatron's post-refit hooks on ``modules`` and their submodules, once each.
+
+    Megatron-Core after 0.19 has ``megatron.core.resharding.execution.refresh_module_caches(modules)``,
+    which calls ``refresh_cache()`` on every ``MegatronModule`` below them; it is used when importable.
+    Any other module that defines a callable ``refresh_cache()`` (0.19.2 ``MegatronModule`` has none; our
+    modules may) is called directly, so this works on its own in 0.19.2.
+    """
+    if not modules:
+        return
+    upstream = _upstream_refresh_module_caches()
+    covered: tuple[type, ...] = ()
+    if upstream is not None:
+        upstream(list(modules))
+        covered = _megatron_module_type()
+    seen: set[int] = set()
+    for root in modules:
+        for module in root.modules():
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            if covered and isinstance(module, covered):
+                continue
+            hook = getattr(module, "refresh_cache", None)
+            if callable(hook):
+                hook()
+
+
+def _upstream_refresh_module_caches():
+    try:
+        from megatron.core.resharding.execution import refresh_module_caches
+    except ImportError:
+        return None
+    return refresh_module_caches
+
+
+def _megatron_module_type() -> tuple[type, ...]:
+    try:
+        from megatron.core.transformer.module import MegatronModule
+    except ImportError:
+        return ()
+    return (MegatronModule,)
+
+
+def _progress_bar(total: Optional[int], enabled: Optional[bool]):
+    """A tqdm bar over entries, or None: shown when ``enabled`` is True, or (None) on a tty for long refits."""
+    if enabled is None:
+        enabled = bool(getattr(sys.stderr, "isatty", lambda: False)()) and (total is None or total >= PROGRESS_MIN_ENTRIES)
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="refit_experts", unit="tensor", leave=False)
+
+
+def _synchronize(devices: Iterable[torch.device]) -> None:
+    for device in devices:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: bool = True, backend: str = "auto",
+                  prefix: Optional[str] = None, progress: Optional[bool] = None) -> RefitReport:
+    """Write new routed-expert weights into ``model_or_layer``'s canonical MXFP8 storage, in place.
+
+    Args:
+        model_or_layer: a model, a PP/VPP chunk, or one experts module; every module in its
+            ``named_modules()`` that has ``mxfp8_weights()``, ``num_local_experts`` and ``local_expert_offset``
+            is a target (see ``validate.py``).
+        weights: EITHER a ``Mapping`` name -> source OR an iterable stream of ``(name, source)`` pairs.
+            Names: ``<module path>.linear_fc1.weight<i>`` / ``linear_fc2.weight<i>`` with LOCAL index ``i``
+            (relative to ``model_or_layer``; when it is an experts module also its plain local names, or its
+            full path in the enclosing model). Sources for a target ``[M, K]`` (fc1 ``[I or 2*I, H]``, fc2
+            ``[H, I]``): a logical ``bfloat16``/``float16``/``float32`` tensor ``[M, K]`` on the target's
+            device (quantized), or an MXFP8Tensor (ours or Megatron-Core's) of that shape (bytes copied).
+            Any subset of experts may be given (partial refit); nothing else changes.
+        strict: True rejects names that are not expert weights of this model; False skips them (reported in
+            ``RefitReport.skipped``). Out-of-range indices, bad sources and duplicates are always errors.
+        backend: quantizer backend for logical sources (``"auto"``, ``"reference"``, ``"triton"``,
+            ``"flashinfer"``); all give the same bytes.
+        prefix: optional path of ``model_or_layer`` in the model the names come from; stripped from names
+            that start with it.
+        progress: tqdm bar over entries: None shows it on a tty for ``>= 64`` entries; True/False force it.
+
+    Guarantees:
+        - Mapping: ATOMIC against bad input. The whole batch is validated first (names, indices, shapes,
+          dtypes, devices, NaN/Inf, MXFP8 scale size and NaN bytes, duplicates); any problem raises
+          RefitError naming the offending entry and not one byte of any canonical weight or derived stack
+          has been written.
+        - Stream (any iterable that is not a Mapping; consumed once, entries not held beyond their module):
+          ATOMIC PER EXPERTS MODULE. Consecutive entries of one experts module are buffered, validated
+          together and then written; a module's entries must be contiguous in the stream (a module seen
+          again after its group was written raises RefitError). When an error is raised, every module whose
+          group was complete before the offending entry has been fully written and refreshed; the module
+          being buffered and all later ones are untouched. ``error.applied_modules`` lists the modules
+          already written. Non-expert names skipped under ``strict=False`` do not break a group. Peak extra
+          memory: the sources of one experts module.
+        - Either way, a failure AFTER validation (a write hook raising, out of memory) cannot be rolled back;
+          it raises RefitError saying how many entries were already written.
+        - Data and scale storage addresses never change; write hooks repack derived stacks in place, also for
+          weights whose canonical storage was released. Afterwards ``refresh_cache()`` runs on the touched
+          modules (through Megatron's ``refresh_module_caches`` where it exists).
+
+    Returns: a RefitReport; one INFO line is logged. Raises RefitError (see above), TypeError for a
+    ``weights`` that is neither a Mapping nor an iterable of pairs. Not thread-safe.
+    """
+    start = time.perf_counter()
+    validator = RefitValidator(model_or_layer, strict=strict, backend=backend, prefix=prefix)
+    totals = _Totals()
+    streamed = not isinstance(weights, Mapping)
+    if not streamed:
+        plan = validator.plan(as_entries(weights))
+        bar = _progress_bar(len(plan.writes), progress)
+        try:
+            _apply_plan(plan, bar, ())
+        finally:
+            if bar is not None:
+                bar.close()
+        totals.add(plan)
+    else:
+        _refit_stream(validator, weights, totals, progress)
+    _synchronize(totals.devices)
+    report = totals.report(time.perf_counter() - start)
+    gigabytes_per_second = report.bytes_written / report.seconds / 1e9 if report.seconds > 0 else float("inf")
+    logger.info(
+        "refit_experts: %d tensors of %d experts in %d module(s), %.1f MiB canonical in %.3f s (%.2f GB/s)%s%s",
+        report.tensors_updated, report.experts_updated, len(report.modules_touched), report.bytes_written / 2**20,
+        report.seconds, gigabytes_per_second, " from a stream" if streamed else "",
+        f", {len(report.skipped)} non-expert name(s) skipped" if report.skipped else "",
+    )
+    return report
+
+
+def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, progress: Optional[bool]) -> None:
+    """Buffer consecutive entries of one experts module, validate them as a batch, write them; repeat."""
+    if isinstance(weights, (str, bytes, torch.Tensor)) or not isinstance(weights, Iterable):
+        raise TypeError(
+            "weights: expected a Mapping name -> tensor or an iterable of (name, tensor) pairs, "
+            f"got {type(weights).__name__}"
+        )
+    total = len(weights) if isinstance(weights, Sequence) else None
+    bar = _progress_bar(total, progress)
+    applied: list[str] = []  # module paths written completely, in order
+    group: list[tuple[Any, Any]] = []
+    group_path: Optional[str] = None
+    pending_skips: list[str] = []
+
+    def flush() -> None:
+        nonlocal group, group_path
+        if not group:
+            return
+        plan = validator.plan(group)
+        group, group_path = [], None
+        _apply_plan(plan, bar, applied)
+        totals.add(plan)
+        applied.extend(plan.module_paths)
+
+    try:
+        for position, item in enumerate(weights):
+            name, source = as_pair(item, position)
+            resolved = validator.resolve(name)
+            if resolved is None:
+                pending_skips.append(name)
+                if bar is not None:
+                    bar.update(1)
+                continue
+            path = resolved[0].path
+            if path != group_path:
+                flush()
+                if path in applied:
+                    raise refit_error(
+                        name, f"the entries of experts module {path!r} are not contiguous in the stream: its "
+                        "earlier entries were already validated and written; send each module's entries together"
+                    )
+                group_path = path
+            group.append((name, source))
+        flush()
+    except RefitError as error:
+        if not getattr(error, "applied_modules", None):
+            error.applied_modules = tuple(applied)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        totals.skipped += pending_skips
+
+
+__all__ = ["RefitReport", "refit_experts", "refresh_caches"]

@@ -1,0 +1,413 @@
+"""Validate a refit batch as a whole and turn it into a plan; nothing here writes a weight byte.
+
+refit: validate (this module) -> quantize_ / copy_ (``apply.py``) -> write hooks repack derived stacks in place.
+
+Targets are found by walking ``model_or_layer.named_modules()`` for experts modules, i.e. modules with
+
+- ``mxfp8_weights() -> dict[str, MXFP8Tensor]`` keyed by LOCAL names ``linear_fc1.weight{i}`` /
+  ``linear_fc2.weight{i}`` (``i`` = local expert index; the same tensor objects on every call, since
+  their write hooks are what keeps derived kernel stacks in sync),
+- ``num_local_experts: int`` and ``local_expert_offset: int`` (global id of local expert 0).
+
+An entry's full name is ``<path in named_modules()>.<local name>`` (see ``names.py``). ``prefix=``, the
+path of the refit target in the model the names come from, is stripped from names that start with it.
+When the refit target is itself an experts module, names may be relative to it (``linear_fc1.weight3``) or
+carry its path in the enclosing model (``decoder.layers.0.mlp.experts.linear_fc1.weight3``); without
+``prefix=`` that path is taken from the first such name, and a second, different path is an error under
+``strict`` (skipped otherwise).
+
+Sources, per entry (target canonical weight ``[M, K]``, ``K % 32 == 0``):
+
+- a logical ``torch.Tensor`` ``[M, K]``, ``bfloat16`` / ``float16`` / ``float32``, strided (any strides:
+  apply makes it contiguous), on the target's device, all values finite; quantized with ``quantize_``;
+- an MXFP8 tensor, ours or Megatron-Core's ``megatron.core.inference.quantization.mxfp8_tensor.MXFP8Tensor``:
+  data ``float8_e4m3fn`` ``[M, K]`` finite, scale ``ceil(M/128)*128 * ceil(K/128)*4`` swizzled E8M0 bytes
+  (``float8_e8m0fnu`` or ``uint8``) without the NaN byte 0xFF, both on the target's device; copied with ``copy_``.
+
+Every failure raises ``RefitError`` whose message starts with ``refit entry '<name>':`` and says what is
+wrong (unknown name, not an expert weight, index out of range, shape, dtype, device, NaN/Inf, scale size,
+NaN scale byte, duplicate target).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional, Union
+
+import torch
+from megatron.core.inference.quantization.mxfp8_tensor import MXFP8Tensor as MegatronMXFP8Tensor
+
+from ..errors import MXFP8Error, MXFP8InputError, RefitError
+from ..format.checks import check_device, check_shape
+from ..format.constants import BLOCK_SIZE, SOURCE_DTYPES
+from ..format.swizzle import swizzled_scale_numel
+from ..names import ExpertWeightName, join_name, parse_expert_weight_name
+from ..quant.backends import resolve_quant_backend
+from ..tensor import MXFP8Tensor
+
+Source = Union[torch.Tensor, MegatronMXFP8Tensor]
+Weights = Union[Mapping[str, Source], Iterable[tuple[str, Source]]]
+
+QUANTIZE = "quantize"  # logical source -> target.quantize_(source)
+COPY = "copy"  # MXFP8 source -> target.copy_(source)
+
+
+def refit_error(name: Any, reason: str, *, applied_modules: tuple[str, ...] = ()) -> RefitError:
+    """A RefitError naming entry ``name``; ``applied_modules`` lists modules already updated (streams only)."""
+    error = RefitError(f"refit entry {name!r}: {reason}")
+    error.applied_modules = tuple(applied_modules)
+    return error
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ExpertsModule:
+    """An experts module found in ``named_modules()``.
+
+    path: its path in ``named_modules()`` of the refit target ("" for the target itself).
+    module: the module.
+    num_local_experts: local experts E; valid local indices are ``0 .. E-1``.
+    local_expert_offset: global expert id of local expert 0.
+    weights: ``mxfp8_weights()`` as returned once for this refit: local name -> canonical ``MXFP8Tensor``
+      ``[M, K]`` (fc1 ``[I or 2*I, H]``, fc2 ``[H, I]``).
+    """
+
+    path: str
+    module: torch.nn.Module
+    num_local_experts: int
+    local_expert_offset: int
+    weights: Mapping[str, MXFP8Tensor]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PlannedWrite:
+    """One validated write.
+
+    name: the entry's name as given.
+    module_path: path of the target experts module in ``named_modules()``.
+    linear: ``"fc1"`` / ``"fc2"``; local_index: local expert index; global_index = offset + local_index.
+    target: the canonical ``MXFP8Tensor`` ``[M, K]`` that is written.
+    source: the logical tensor ``[M, K]`` (kind ``"quantize"``) or MXFP8 tensor (kind ``"copy"``).
+    canonical_bytes: bytes of the target's canonical storage, ``M*K + Mp*Cp``.
+    """
+
+    name: str
+    module_path: str
+    module: torch.nn.Module
+    linear: str
+    local_index: int
+    global_index: int
+    target: MXFP8Tensor
+    source: Source
+    kind: str
+    canonical_bytes: int
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RefitPlan:
+    """A validated batch: every write in ``writes`` passed every check; nothing has been written yet.
+
+    writes: in entry order. skipped: names skipped under ``strict=False`` (not expert weights of this
+    model). backend: the quantizer backend name for ``quantize_``.
+    """
+
+    writes: tuple[PlannedWrite, ...]
+    skipped: tuple[str, ...]
+    backend: str
+
+    @property
+    def canonical_bytes(self) -> int:
+        """Canonical bytes the plan writes (fp8 data plus swizzled scales of every target)."""
+        return sum(write.canonical_bytes for write in self.writes)
+
+    @property
+    def module_paths(self) -> tuple[str, ...]:
+        """Paths of the experts modules the plan writes, in first-write order."""
+        return tuple(dict.fromkeys(write.module_path for write in self.writes))
+
+
+def canonical_nbytes(shape) -> int:
+    """Canonical bytes of an MXFP8 weight of logical ``shape`` ``[M, K]``: ``M*K`` data + ``Mp*Cp`` scales."""
+    rows, cols = int(shape[-2]), int(shape[-1])
+    return rows * cols + swizzled_scale_numel(rows, cols // BLOCK_SIZE)
+
+
+def _is_experts_module(module: torch.nn.Module) -> bool:
+    return callable(getattr(module, "mxfp8_weights", None)) and hasattr(module, "num_local_experts")
+
+
+def _target_key(target: MXFP8Tensor):
+    """Identity of a canonical weight's storage, so two names aliasing one weight count as duplicates."""
+    if not target.is_released:
+        data = target.data
+        if data.data_ptr():
+            return ("storage", str(data.device), data.data_ptr())
+    return ("object", id(target))
+
+
+class RefitValidator:
+    """Resolves and checks refit entries against one model; used once per ``refit_experts`` call.
+
+    Holds the experts modules of the model (walked once), the prefix of a root experts module, and the
+    targets already claimed by earlier entries (duplicate detection across a whole stream).
+    Not thread-safe.
+    """
+
+    def __init__(self, model_or_layer: torch.nn.Module, *, strict: bool = True, backend: str = "auto",
+                 prefix: Optional[str] = None):
+        if not isinstance(model_or_layer, torch.nn.Module):
+            raise TypeError(f"model_or_layer: expected a torch.nn.Module, got {type(model_or_layer).__name__}")
+        if not isinstance(backend, str):
+            raise TypeError(f"backend: expected a str, got {type(backend).__name__}")
+        self.strict = bool(strict)
+        self.backend = backend
+        self._module_paths: dict[str, torch.nn.Module] = {}
+        self._experts_candidates: dict[str, torch.nn.Module] = {}
+        for path, module in model_or_layer.named_modules():
+            self._module_paths[path] = module
+            if _is_experts_module(module):
+                self._experts_candidates[path] = module
+        self._experts: dict[str, ExpertsModule] = {}
+        self._root_is_experts = "" in self._experts_candidates
+        if prefix is not None and not isinstance(prefix, str):
+            raise TypeError(f"prefix: expected a str or None, got {type(prefix).__name__}")
+        self._prefix = prefix.rstrip(".") if prefix else None
+        self._explicit_prefix = self._prefix is not None
+        self._claimed: dict[Any, str] = {}  # target key -> entry name that claimed it
+        self._checked_backends: set[str] = set()
+
+    # -- modules -------------------------------------------------------------------------------------
+    def _experts_module(self, path: str, name: str) -> ExpertsModule:
+        cached = self._experts.get(path)
+        if cached is not None:
+            return cached
+        module = self._experts_candidates[path]
+        label = f"experts module {path or type(module).__name__!r}"
+        num_local = getattr(module, "num_local_experts", None)
+        offset = getattr(module, "local_expert_offset", None)
+        for attribute, value in (("num_local_experts", num_local), ("local_expert_offset", offset)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise refit_error(name, f"{label}: {attribute} must be an int >= 0, got {value!r}")
+        weights = module.mxfp8_weights()
+        if not isinstance(weights, Mapping):
+            raise refit_error(name, f"{label}: mxfp8_weights() must return a dict, got {type(weights).__name__}")
+        for key, value in weights.items():
+            if not isinstance(value, MXFP8Tensor):
+                raise refit_error(
+                    name, f"{label}: mxfp8_weights()[{key!r}] must be a megatron_mxfp8_moe.MXFP8Tensor, "
+                    f"got {type(value).__name__}"
+                )
+        info = ExpertsModule(path, module, num_local, offset, dict(weights))
+        self._experts[path] = info
+        return info
+
+    def _known_paths(self) -> str:
+        paths = [repr(path) for path in self._experts_candidates]
+        shown = ", ".join(paths[:4]) + (f", ... ({len(paths)} in all)" if len(paths) > 4 else "")
+        return shown or "none"
+
+    def _resolve_path(self, parsed: ExpertWeightName, name: str) -> Optional[str]:
+        """Path of the experts module ``parsed`` addresses, or None when it addresses none here."""
+        path = parsed.module_path
+        if path in self._experts_candidates:
+            return path
+        if self._explicit_prefix or not self._root_is_experts or path == "" or path in self._module_paths:
+            return None
+        # A name carrying the root experts module's path in the enclosing model.
+        if self._prefix is None:
+            self._prefix = path
+            return ""
+        if path == self._prefix:
+            return ""
+        if self.strict:
+            raise refit_error(
+                name, f"addresses experts module {path!r}, but this refit targets one experts module whose "
+                f"names carry the prefix {self._prefix!r}; pass prefix= to say which one it is"
+            )
+        return None
+
+    # -- entries -------------------------------------------------------------------------------------
+    def resolve(self, name: Any) -> Optional[tuple[ExpertsModule, ExpertWeightName, MXFP8Tensor]]:
+        """Find the target of ``name``: (module, parsed name, canonical tensor), or None to skip (strict=False).
+
+        Raises RefitError for a non-str name, a non-expert or unknown name under ``strict``, an index out of
+        range, or a module that does not expose the named weight.
+        """
+        if not isinstance(name, str):
+            raise refit_error(name, f"a name must be a str, got {type(name).__name__}")
+        relative = name
+        if self._explicit_prefix and name.startswith(self._prefix + "."):
+            relative = name[len(self._prefix) + 1:]
+        parsed = parse_expert_weight_name(relative)
+        if parsed is None:
+            if self.strict:
+                raise refit_error(
+                    name, "not an expert weight name (expected '<experts module path>.linear_fc1.weight<i>' "
+                    "or '...linear_fc2.weight<i>'); pass strict=False to skip non-expert names"
+                )
+            return None
+        path = self._resolve_path(parsed, name)
+        if path is None:
+            if self.strict:
+                where = self._module_paths.get(parsed.module_path)
+                what = f"a {type(where).__name__}, not an experts module" if where is not None else "no such module"
+                raise refit_error(
+                    name, f"unknown name: module path {parsed.module_path!r} is {what} in this model "
+                    f"(experts modules: {self._known_paths()}); pass strict=False to skip it"
+                )
+            return None
+        info = self._experts_module(path, name)
+        if not parsed.local_index < info.num_local_experts:
+            raise refit_error(
+                name, f"local expert index {parsed.local_index} out of range [0, {info.num_local_experts}) "
+                f"of experts module {path!r} (global experts {info.local_expert_offset}.."
+                f"{info.local_expert_offset + info.num_local_experts - 1}); names use LOCAL indices"
+            )
+        target = info.weights.get(parsed.local_name)
+        if target is None:
+            raise refit_error(name, f"experts module {path!r} exposes no canonical weight {parsed.local_name!r}")
+        return info, parsed, target
+
+    def check_source(self, name: str, target: MXFP8Tensor, source: Any) -> str:
+        """Check ``source`` against ``target`` except for finiteness of logical tensors; returns the write kind."""
+        try:
+            if isinstance(source, MegatronMXFP8Tensor):
+                target.validate_mxfp8_source(source, name="source")
+                return COPY
+            if not isinstance(source, torch.Tensor):
+                raise MXFP8InputError(
+                    f"source: expected a torch.Tensor (bf16/fp16/fp32) or an MXFP8Tensor, got {type(source).__name__}"
+                )
+            if source.layout != torch.strided:
+                raise MXFP8InputError(f"source: must be a dense (strided) tensor, got layout {source.layout}")
+            if source.dtype not in SOURCE_DTYPES:
+                allowed = ", ".join(str(dtype) for dtype in SOURCE_DTYPES)
+                hint = "; for MXFP8 bytes pass an MXFP8Tensor" if source.element_size() == 1 else ""
+                raise MXFP8InputError(f"source: dtype must be one of ({allowed}), got {source.dtype}{hint}")
+            check_shape("source", source, target.shape)
+            check_device("source", source, target.device)
+        except (MXFP8Error, AttributeError, TypeError) as error:
+            raise refit_error(name, f"{error} (target: {target.shape[-2]}x{target.shape[-1]} on {target.device})") \
+                from error
+        return QUANTIZE
+
+    def _check_backend(self, name: str, device: torch.device) -> None:
+        key = str(device)
+        if key in self._checked_backends:
+            return
+        try:
+            resolve_quant_backend(self.backend, device)
+        except (ValueError, MXFP8Error) as error:
+            raise refit_error(name, f"quantizer backend {self.backend!r} cannot run on {device}: {error}") from error
+        self._checked_backends.add(key)
+
+    def plan(self, entries: Iterable[tuple[Any, Any]]) -> RefitPlan:
+        """Validate ``entries`` (name, source) as ONE batch and return its plan; writes nothing.
+
+        Every entry is resolved and checked before the finiteness reductions run (one host sync per
+        device for all logical sources). Names that are skipped under ``strict=False`` go to
+        ``plan.skipped``. Raises RefitError naming the first offending entry.
+        """
+        writes: list[PlannedWrite] = []
+        skipped: list[str] = []
+        claimed_here: dict[Any, str] = {}
+        for name, source in entries:
+            resolved = self.resolve(name)
+            if resolved is None:
+                skipped.append(name)
+                continue
+            info, parsed, target = resolved
+            key = _target_key(target)
+            previous = claimed_here.get(key, self._claimed.get(key))
+            if previous is not None:
+                raise refit_error(
+                    name, f"duplicate: entry {previous!r} already writes this weight "
+                    f"({join_name(info.path, parsed.local_name)!r})"
+                )
+            kind = self.check_source(name, target, source)
+            if kind == QUANTIZE:
+                self._check_backend(name, target.device)
+            claimed_here[key] = name
+            writes.append(
+                PlannedWrite(
+                    name=name,
+                    module_path=info.path,
+                    module=info.module,
+                    linear=parsed.linear,
+                    local_index=parsed.local_index,
+                    global_index=info.local_expert_offset + parsed.local_index,
+                    target=target,
+                    source=source,
+                    kind=kind,
+                    canonical_bytes=canonical_nbytes(target.shape),
+                )
+            )
+        _check_finite(writes)
+        self._claimed.update(claimed_here)
+        return RefitPlan(writes=tuple(writes), skipped=tuple(skipped), backend=self.backend)
+
+
+def _check_finite(writes: list[PlannedWrite]) -> None:
+    """Raise naming the first entry (in entry order) whose logical source holds NaN or Inf.
+
+    One ``isfinite().all()`` per source, queued without a sync; then one host sync per device.
+    (MXFP8 sources were checked by ``validate_mxfp8_source``.)
+    """
+    by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+    for position, write in enumerate(writes):
+        if write.kind == QUANTIZE and write.source.numel():
+            flag = torch.isfinite(write.source.detach()).all()
+            by_device.setdefault(write.source.device, []).append((position, flag))
+    bad_positions = []
+    for flags in by_device.values():
+        ok = torch.stack([flag for _, flag in flags]).cpu()
+        bad_positions += [position for (position, _), good in zip(flags, ok.tolist()) if not good]
+    if bad_positions:
+        write = writes[min(bad_positions)]
+        values = write.source.detach()
+        nans, infs = int(torch.isnan(values).sum()), int(torch.isinf(values).sum())
+        raise refit_error(write.name, f"source holds {nans} NaN and {infs} Inf value(s); nothing was written")
+
+
+def as_entries(weights: Any) -> Iterable[tuple[Any, Any]]:
+    """``weights`` as an iterable of (name, source): a Mapping's items, or the given pairs (each checked)."""
+    if isinstance(weights, Mapping):
+        return weights.items()
+    if isinstance(weights, (str, bytes, torch.Tensor)) or not isinstance(weights, Iterable):
+        raise TypeError(
+            "weights: expected a Mapping name -> tensor or an iterable of (name, tensor) pairs, "
+            f"got {type(weights).__name__}"
+        )
+    return (as_pair(item, position) for position, item in enumerate(weights))
+
+
+def as_pair(item: Any, position: int) -> tuple[Any, Any]:
+    """Check that stream item ``position`` is a (name, source) pair."""
+    if not isinstance(item, (tuple, list)) or len(item) != 2:
+        raise refit_error(f"<item {position}>", f"stream items must be (name, tensor) pairs, got {type(item).__name__}")
+    return item[0], item[1]
+
+
+def validate_refit(model_or_layer: torch.nn.Module, weights: Weights, *, strict: bool = True,
+                   backend: str = "auto", prefix: Optional[str] = None) -> RefitPlan:
+    """Validate a whole refit batch against ``model_or_layer`` and return its plan. Writes nothing.
+
+    ``weights``: a Mapping name -> source, or an iterable of (name, source) pairs (consumed and held);
+    sources as described in the module docstring. ``strict=False`` skips names that are not expert weights
+    of this model (``plan.skipped``). Raises RefitError naming the offending entry; TypeError for a
+    ``weights`` that is neither.
+    """
+    validator = RefitValidator(model_or_layer, strict=strict, backend=backend, prefix=prefix)
+    return validator.plan(as_entries(weights))
+
+
+__all__ = [
+    "COPY",
+    "QUANTIZE",
+    "ExpertsModule",
+    "PlannedWrite",
+    "RefitPlan",
+    "RefitValidator",
+    "canonical_nbytes",
+    "validate_refit",
+]

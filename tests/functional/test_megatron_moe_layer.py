@@ -1,0 +1,343 @@
+"""Megatron-Core's REAL MoELayer + router + dispatchers with MXFP8Experts (reference backend) on the CPU.
+
+CPU shim (megatron_core.md §6), applied by the ``cpu_megatron`` fixture / in each spawned worker and undone
+after: ``torch.cuda.current_device -> "cpu"`` (the router moves its weight there), a CPU int32 ``[1]``
+``InferenceAllGatherDispatcherBase._valid_tokens_tensor``, and ``torch._dynamo.config.disable = True`` so
+``InferenceTopKRouter``'s ``@torch.compile`` runs eagerly (same math; compiling takes ~30 s on this CPU).
+
+Error bounds (relative Frobenius error vs a float64 oracle on the dequantized weights, same routing):
+- MXFP8Experts' own output (fp32, exact dequantized weights, fp32 math): <= 1e-5.
+- MoELayer output: the inference dispatchers cast to bf16 (2**-8 relative rounding): <= 1e-2.
+- Megatron's BF16 SequentialMLP on the same dequantized weights rounds its intermediates to bf16 too:
+  <= 2e-2 vs the oracle, and MXFP8 MoELayer vs Megatron BF16 MoELayer <= 2e-2.
+"""
+
+import json
+import os
+import socket
+from functools import partial
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from megatron.core import parallel_state
+from megatron.core.activations import squared_relu
+from megatron.core.inference.utils import InferenceMode
+from megatron.core.process_groups_config import ProcessGroupCollection
+from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+from megatron.core.transformer.mlp import MLPSubmodules
+from megatron.core.transformer.moe.experts import SequentialMLP
+from megatron.core.transformer.moe.moe_layer import MoELayer, MoESubmodules
+from megatron.core.transformer.moe.router import InferenceTopKRouter, TopKRouter
+from megatron.core.transformer.moe.token_dispatcher_inference import InferenceAllGatherDispatcherBase
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from megatron_mxfp8_moe.errors import BackendUnavailableError
+from megatron_mxfp8_moe.kernels.reference import moe_reference
+from megatron_mxfp8_moe.kernels.reference_backend import ReferenceBackend
+from megatron_mxfp8_moe.megatron import MXFP8Experts, bounded_decode_rows, get_mxfp8_moe_layer_spec, swap_experts_to_mxfp8_
+from megatron_mxfp8_moe.testing import relative_error
+
+H, I, EXPERTS, TOPK = 64, 32, 4, 2
+EXPERT_BOUND, LAYER_BOUND, BF16_MEGATRON_BOUND = 1e-5, 1e-2, 2e-2
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _config(gated: bool, **overrides):
+    common = dict(
+        num_layers=1, hidden_size=H, num_attention_heads=4, ffn_hidden_size=2 * H, moe_ffn_hidden_size=I,
+        num_moe_experts=EXPERTS, moe_router_topk=TOPK, moe_router_dtype="fp32", add_bias_linear=False,
+        normalization="RMSNorm", params_dtype=torch.bfloat16, bf16=True, use_cpu_initialization=True,
+        moe_token_dispatcher_type="allgather",
+    )
+    if gated:  # 0.19.2's inference_optimized rejects gated units: SwiGLU runs through the standard dispatcher
+        common.update(transformer_impl="local", activation_func=F.silu, gated_linear_unit=True)
+    else:
+        common.update(transformer_impl="inference_optimized", activation_func=squared_relu, gated_linear_unit=False,
+                      inference_moe_token_dispatcher_type="nccl")
+    common.update(overrides)
+    return TransformerConfig(**common)
+
+
+def _apply_cpu_shim():
+    """Returns an undo function (used directly in spawned workers)."""
+    import torch._dynamo
+
+    saved = (torch.cuda.current_device, InferenceAllGatherDispatcherBase._valid_tokens_tensor, torch._dynamo.config.disable)
+    torch.cuda.current_device = lambda: "cpu"
+    InferenceAllGatherDispatcherBase._valid_tokens_tensor = torch.zeros(1, dtype=torch.int32)
+    torch._dynamo.config.disable = True
+
+    def undo():
+        torch.cuda.current_device, InferenceAllGatherDispatcherBase._valid_tokens_tensor, torch._dynamo.config.disable = saved
+
+    return undo
+
+
+@pytest.fixture(scope="module")
+def process_groups():
+    """A one-process gloo world with EP = 1 (torn down after the module)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    owns = not dist.is_initialized()
+    if owns:
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=1)
+    yield ProcessGroupCollection.use_mpu_process_groups()
+    parallel_state.destroy_model_parallel()
+    if owns:
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def cpu_megatron(process_groups, monkeypatch):
+    import torch._dynamo
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    monkeypatch.setattr(InferenceAllGatherDispatcherBase, "_valid_tokens_tensor", torch.zeros(1, dtype=torch.int32))
+    with torch._dynamo.config.patch(disable=True):
+        yield process_groups
+
+
+def _bf16_megatron_layer(config, pg_collection, router):
+    """Megatron's own MoELayer with BF16 SequentialMLP experts."""
+    experts = partial(SequentialMLP, submodules=MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear))
+    return MoELayer(config, MoESubmodules(experts=experts, router=router), pg_collection=pg_collection).eval()
+
+
+def _load_dequantized_into_sequential(sequential, mxfp8_experts):
+    fc1, fc2 = mxfp8_experts.expert_set.dequantize(torch.float32)
+    with torch.no_grad():
+        for index, expert in enumerate(sequential.local_experts):
+            expert.linear_fc1.weight.copy_(fc1[index].to(torch.bfloat16))  # exact: e4m3 * 2**k fits bf16
+            expert.linear_fc2.weight.copy_(fc2[index].to(torch.bfloat16))
+
+
+class _Recorder:
+    """Forward hook on the experts: inputs and output of each call."""
+
+    def __init__(self, module):
+        self.calls = []
+        module.register_forward_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module, args, kwargs, output):
+        self.calls.append((args, kwargs, output))
+
+
+def _route(x, router_weight):
+    """Megatron's default top-k routing (moe_router_pre_softmax=False): softmax over the top-k logits."""
+    logits = x.view(-1, H).float() @ router_weight.detach().float().T
+    top_logits, ids = torch.topk(logits, TOPK, dim=-1)
+    return torch.softmax(top_logits, dim=-1), ids
+
+
+def _oracle(x, routing_map, probs, experts_module, activation):
+    return moe_reference(x, experts_module.expert_set.fc1, experts_module.expert_set.fc2, probs, routing_map, activation,
+                         local_expert_offset=experts_module.local_expert_offset)
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["squared_relu-inference-dispatcher", "swiglu-standard-dispatcher"])
+def test_mxfp8_moe_layer_matches_megatron_bf16_experts(cpu_megatron, gated):
+    config = _config(gated)
+    router = TopKRouter if gated else InferenceTopKRouter
+    bf16_layer = _bf16_megatron_layer(config, cpu_megatron, router)
+    mxfp8_layer = _bf16_megatron_layer(config, cpu_megatron, router)
+    with torch.no_grad():
+        mxfp8_layer.router.weight.copy_(bf16_layer.router.weight)  # same routing
+    assert swap_experts_to_mxfp8_(mxfp8_layer, backend="reference") == ["experts"]
+    experts = mxfp8_layer.experts
+    assert isinstance(experts, MXFP8Experts) and experts.backend.value == "reference"
+    _load_dequantized_into_sequential(bf16_layer.experts, experts)
+    recorder = _Recorder(experts)
+
+    x = torch.randn(7, 1, H, dtype=torch.bfloat16)
+    with torch.no_grad():
+        if gated:
+            out, _ = mxfp8_layer(x)
+        else:
+            with InferenceMode.active():
+                out, _ = mxfp8_layer(x)
+        reference_out, _ = bf16_layer(x)  # Megatron's BF16 experts, standard dispatcher, same router weights
+
+    (args, kwargs, (expert_out, bias)), = recorder.calls
+    assert bias is None
+    hidden, tokens_per_expert, probs = args[:3]
+    if gated:  # standard contract: permuted rows, 1-D probs, no routing map
+        assert "routing_map" not in kwargs and tokens_per_expert.shape == (EXPERTS,) and probs.dim() == 1
+        ids = torch.repeat_interleave(torch.arange(EXPERTS), tokens_per_expert).unsqueeze(-1)
+        expert_oracle = _oracle(hidden, ids, probs.unsqueeze(-1), experts, "swiglu")
+        assert relative_error(expert_out, expert_oracle) <= LAYER_BOUND  # permuted output is bf16
+    else:  # inference contract: unpermuted rows, [T, topk] fp32 probs and int64 global ids
+        routing_map = kwargs["routing_map"]
+        assert tokens_per_expert is None and routing_map.shape == (7, TOPK) and routing_map.dtype == torch.int64
+        assert probs.dtype == torch.float32 and expert_out.dtype == torch.float32
+        expert_oracle = _oracle(hidden, routing_map, probs, experts, "squared_relu")
+        assert relative_error(expert_out, expert_oracle) <= EXPERT_BOUND
+
+    # Whole-layer oracle: the same routing (router re-run in float), float64 experts.
+    probs_full, ids_full = _route(x, mxfp8_layer.router.weight)
+    layer_oracle = _oracle(x.view(-1, H), ids_full, probs_full, experts, "swiglu" if gated else "squared_relu")
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape
+    assert relative_error(out.view(-1, H), layer_oracle) <= LAYER_BOUND
+    assert relative_error(reference_out.view(-1, H), layer_oracle) <= BF16_MEGATRON_BOUND
+    assert relative_error(out, reference_out) <= BF16_MEGATRON_BOUND
+
+
+def test_spec_builds_initialized_layer_and_refit_reaches_it(cpu_megatron):
+    config = _config(False)
+    spec = get_mxfp8_moe_layer_spec(backend="reference", token_capacity=4, shared_experts=None)
+    layer = spec(config=config, pg_collection=cpu_megatron).eval()
+    assert isinstance(layer.router, InferenceTopKRouter) and isinstance(layer.experts, MXFP8Experts)
+    assert layer.experts.token_capacity == 4
+    fc1, _ = layer.experts.expert_set.dequantize(torch.float32)
+    assert fc1.abs().sum() > 0 and 0.5 * config.init_method_std < fc1.std() < 2 * config.init_method_std
+
+    x = torch.randn(5, 1, H, dtype=torch.bfloat16)
+    with torch.no_grad(), InferenceMode.active():
+        before, _ = layer(x)
+        # refit as other code does it: every module with mxfp8_weights(), then quantize_ in place
+        targets = [m for m in layer.modules() if hasattr(m, "mxfp8_weights")]
+        assert targets == [layer.experts, layer.experts.layer]
+        weights = targets[0].mxfp8_weights()
+        for name, tensor in weights.items():
+            tensor.quantize_(torch.randn(tuple(tensor.shape)) * 0.05)
+        after, _ = layer(x)
+    assert layer.experts.layer.stack_state.repacks == len(weights)
+    probs, ids = _route(x, layer.router.weight)
+    oracle = _oracle(x.view(-1, H), ids, probs, layer.experts, "squared_relu")
+    assert relative_error(after.view(-1, H), oracle) <= LAYER_BOUND
+    assert relative_error(before, after) > 0.1  # the new weights are in use
+
+
+def test_training_with_autograd_is_refused(cpu_megatron):
+    experts = MXFP8Experts(EXPERTS, _config(False), pg_collection=cpu_megatron, backend="reference")
+    x = torch.randn(3, H, dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(BackendUnavailableError, match="inference-only"):
+        experts(x, torch.tensor([1, 1, 1, 0]), torch.rand(3))
+    experts.eval()
+    out, bias = experts(x, torch.tensor([1, 1, 1, 0]), torch.rand(3))
+    assert bias is None and out.shape == (3, H)
+    experts.backward_dw()  # no-op
+
+
+def test_bounded_decode_rows_process_only_the_prefix(cpu_megatron, monkeypatch):
+    """NVLS-like buffer: 12 rows, 3 valid, capacity 4. Row 3 is stale inside the prefix; rows 4.. are poison."""
+    experts = MXFP8Experts(EXPERTS, _config(False), pg_collection=cpu_megatron, backend="reference",
+                           token_capacity=4).eval()
+    seen_rows = []
+    original = ReferenceBackend.run
+
+    def spy(self, state, x, probs, routing_map, **kwargs):
+        seen_rows.append(kwargs["rows"])
+        return original(self, state, x, probs, routing_map, **kwargs)
+
+    monkeypatch.setattr(ReferenceBackend, "run", spy)
+    x = torch.randn(12, H, dtype=torch.bfloat16)
+    probs = torch.rand(12, TOPK)
+    ids = torch.randint(0, EXPERTS, (12, TOPK))
+    x[4:] = float("nan")
+    probs[4:] = float("nan")
+    x[3] = 1e4  # stale but finite row inside the prefix: must be masked by valid_tokens, not read
+    InferenceAllGatherDispatcherBase._valid_tokens_tensor.fill_(3)
+    with torch.no_grad(), bounded_decode_rows(decode_only=True, ep_token_bound=3):
+        out, _ = experts(x, None, probs, routing_map=ids)
+    assert seen_rows == [4]
+    assert torch.isfinite(out).all() and torch.equal(out[3:], torch.zeros(9, H))
+    assert relative_error(out[:3], _oracle(x[:3], ids[:3], probs[:3], experts, "squared_relu")) <= EXPERT_BOUND
+
+
+def test_prefill_over_capacity_gives_full_rows(cpu_megatron, monkeypatch):
+    config = _config(False)
+    layer = get_mxfp8_moe_layer_spec(backend="reference", token_capacity=4, shared_experts=None)(
+        config=config, pg_collection=cpu_megatron).eval()
+    seen_rows = []
+    original = ReferenceBackend.run
+    monkeypatch.setattr(ReferenceBackend, "run",
+                        lambda self, *a, **k: seen_rows.append(k["rows"]) or original(self, *a, **k))
+    x = torch.randn(9, 1, H, dtype=torch.bfloat16)
+    probs, ids = _route(x, layer.router.weight)
+    oracle = _oracle(x.view(-1, H), ids, probs, layer.experts, "squared_relu")
+    with torch.no_grad(), InferenceMode.active():
+        for decode_only, bound in ((False, 9), (True, 9)):  # prefill; decode-only but over capacity
+            with bounded_decode_rows(decode_only=decode_only, ep_token_bound=bound):
+                out, _ = layer(x)
+            assert relative_error(out.view(-1, H), oracle) <= LAYER_BOUND
+        with bounded_decode_rows(decode_only=True, ep_token_bound=4):  # within capacity: the prefix only
+            out, _ = layer(x[:4])
+    assert seen_rows == [9, 9, 4]
+    assert relative_error(out.view(-1, H), oracle[:4]) <= LAYER_BOUND
+
+
+# ---- EP = 2 over two gloo processes --------------------------------------------------------------------
+
+def _ep2_case(pgc, gated):
+    config = _config(gated)
+    torch.manual_seed(0)  # same router weights on both ranks
+    layer = get_mxfp8_moe_layer_spec(backend="reference", shared_experts=None,
+                                     router=TopKRouter if gated else InferenceTopKRouter)(config=config, pg_collection=pgc).eval()
+    torch.manual_seed(100 + layer.experts.ep_rank)  # different experts and tokens per rank
+    for tensor in layer.experts.mxfp8_weights().values():
+        tensor.quantize_(torch.randn(tuple(tensor.shape)) * 0.05)
+    recorder = _Recorder(layer.experts)
+    x = torch.randn(3, 1, H, dtype=torch.bfloat16)
+    with torch.no_grad():
+        if gated:
+            out, _ = layer(x)
+        else:
+            with InferenceMode.active():
+                out, _ = layer(x)
+    # all experts' dequantized weights, gathered: [4, N1, H] and [4, H, I]
+    local_fc1, local_fc2 = layer.experts.expert_set.dequantize(torch.float32)
+    gathered = [[torch.empty_like(local_fc1) for _ in range(2)], [torch.empty_like(local_fc2) for _ in range(2)]]
+    dist.all_gather(gathered[0], local_fc1)
+    dist.all_gather(gathered[1], local_fc2)
+    fc1, fc2 = torch.cat(gathered[0]), torch.cat(gathered[1])
+    probs, ids = _route(x, layer.router.weight)
+    activation = "swiglu" if gated else "squared_relu"
+    oracle = moe_reference(x.view(-1, H), fc1.double(), fc2.double(), probs, ids, activation)
+    (args, kwargs, (expert_out, _)), = recorder.calls
+    result = {
+        "ep_rank": layer.experts.ep_rank, "ep_size": layer.experts.ep_size,
+        "offset": layer.experts.local_expert_offset,
+        "layer_error": relative_error(out.view(-1, H), oracle),
+        "rows_seen": int(args[0].shape[0]),
+    }
+    if not gated:
+        expert_oracle = _oracle(args[0], kwargs["routing_map"], args[2], layer.experts, activation)
+        result["expert_error"] = relative_error(expert_out, expert_oracle)
+    return result
+
+
+def _ep2_worker(rank, port, result_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    undo = _apply_cpu_shim()
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=2)
+        pgc = ProcessGroupCollection.use_mpu_process_groups()
+        results = {str(gated): _ep2_case(pgc, gated) for gated in (False, True)}
+        with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as handle:
+            json.dump(results, handle)
+        parallel_state.destroy_model_parallel()
+    finally:
+        dist.destroy_process_group()
+        undo()
+
+
+def test_ep2_over_gloo(tmp_path):
+    """Both cases in one spawn (startup dominates): squared ReLU through the inference NCCL-path dispatcher
+    (each rank sees the 2 x 3 gathered rows) and SwiGLU through the standard allgather dispatcher."""
+    mp.spawn(_ep2_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
+    per_rank = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    for rank, gated, result in ((rank, gated, per_rank[rank][str(gated)]) for rank in range(2) for gated in (False, True)):
+        assert (result["ep_rank"], result["ep_size"], result["offset"]) == (rank, 2, 2 * rank)
+        assert result["layer_error"] <= LAYER_BOUND
+        if not gated:
+            assert result["rows_seen"] == 6  # 2 ranks x 3 tokens gathered by the NCCL-path dispatcher
+            assert result["expert_error"] <= EXPERT_BOUND

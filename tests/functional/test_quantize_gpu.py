@@ -1,0 +1,50 @@
+"""On a CUDA GPU: the Triton quantizer's bytes equal the reference's and Megatron-Core's ``mxfp8_quantize``."""
+
+import pytest
+import torch
+
+from megatron_mxfp8_moe import quantize_mxfp8
+from megatron_mxfp8_moe.testing import random_weights
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(128, 256), (130, 96), (1, 32), (777, 2080), (4, 384, 512), (3, 1536, 2048), (2, 200, 160)]
+
+
+def _bytes(tensor):
+    return tensor.data.view(torch.uint8), tensor.scale.view(torch.uint8)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_triton_bytes_equal_reference_bytes(shape, dtype):
+    source = random_weights(shape, dtype=dtype, device="cuda")
+    triton_data, triton_scale = _bytes(quantize_mxfp8(source, backend="triton"))
+    reference_data, reference_scale = _bytes(quantize_mxfp8(source, backend="reference"))
+    assert torch.equal(triton_data, reference_data)
+    assert torch.equal(triton_scale, reference_scale)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_triton_bytes_equal_megatron_core_mxfp8_quantize(shape):
+    from megatron.core.inference.quantization.mxfp8_quantize import mxfp8_quantize
+
+    source = random_weights(shape, dtype=torch.bfloat16, device="cuda")
+    ours_data, ours_scale = _bytes(quantize_mxfp8(source, backend="triton"))
+    stacked = source if source.dim() == 3 else source.unsqueeze(0)
+    for expert in range(stacked.shape[0]):
+        megatron_data, megatron_scale = mxfp8_quantize(stacked[expert].contiguous())
+        expected_data = ours_data if source.dim() == 2 else ours_data[expert]
+        expected_scale = ours_scale if source.dim() == 2 else ours_scale[expert]
+        assert torch.equal(expected_data, megatron_data.view(torch.uint8))
+        assert torch.equal(expected_scale, megatron_scale.view(torch.uint8))
+
+
+def test_quantize_in_place_keeps_data_ptrs_on_gpu():
+    tensor = quantize_mxfp8(random_weights((8, 256, 512), device="cuda"))
+    pointers = (tensor.data.data_ptr(), tensor.scale.data_ptr())
+    new = random_weights((8, 256, 512), device="cuda")
+    tensor.quantize_(new)
+    assert (tensor.data.data_ptr(), tensor.scale.data_ptr()) == pointers
+    fresh = quantize_mxfp8(new, backend="reference")
+    assert torch.equal(_bytes(tensor)[0], _bytes(fresh)[0]) and torch.equal(_bytes(tensor)[1], _bytes(fresh)[1])

@@ -1,0 +1,173 @@
+"""Refit under CUDA graphs: a graph captured BEFORE refit_experts, replayed after it, computes with the new
+weights, bit-exactly like a freshly built layer, and no storage address moves. Needs a CUDA GPU."""
+
+import dataclasses
+import importlib.util
+import pathlib
+
+import pytest
+import torch
+
+from megatron_mxfp8_moe.format.constants import BLOCK_SIZE
+from megatron_mxfp8_moe.format.swizzle import swizzle_offset
+from megatron_mxfp8_moe.refit import refit_experts
+from megatron_mxfp8_moe.testing import random_weights
+
+pytestmark = pytest.mark.gpu
+
+
+def _load_fake():
+    path = pathlib.Path(__file__).parents[1] / "unit" / "refit" / "_fake_experts.py"
+    spec = importlib.util.spec_from_file_location("refit_fake_experts", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fake = _load_fake()
+
+
+def _capture(function):
+    """Warm ``function`` up on a side stream, then capture it; returns the graph (replay to run it)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        function()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        function()
+    torch.cuda.synchronize()
+    return graph
+
+
+def _pointers(value, seen=None) -> list[int]:
+    """Every storage address reachable from ``value`` (tensors, MXFP8 data/scale, dataclasses, containers)."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return []
+    seen.add(id(value))
+    if isinstance(value, torch.Tensor):
+        return [value.data_ptr()]
+    if isinstance(value, (list, tuple)):
+        return [p for item in value for p in _pointers(item, seen)]
+    if isinstance(value, dict):
+        return [p for item in value.values() for p in _pointers(item, seen)]
+    if dataclasses.is_dataclass(value):
+        return [p for field in dataclasses.fields(value) for p in _pointers(getattr(value, field.name, None), seen)]
+    out = []
+    for attribute in ("data", "scale"):
+        inner = getattr(value, attribute, None)
+        if isinstance(inner, torch.Tensor):
+            out.append(inner.data_ptr())
+    return out
+
+
+# -- the real layer ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["reference", "auto"])
+def test_graph_captured_before_refit_replays_new_weights_of_the_real_layer(backend):
+    layer_module = pytest.importorskip("megatron_mxfp8_moe.layer", reason="needs megatron_mxfp8_moe/layer.py")
+    experts_module = pytest.importorskip("megatron_mxfp8_moe.experts", reason="needs megatron_mxfp8_moe/experts.py")
+    device = torch.device("cuda")
+    experts, hidden, ffn, offset, rows, topk = 8, 256, 128, 8, 64, 2
+    generator = torch.Generator().manual_seed(7)
+
+    def logical():
+        return (random_weights((experts, 2 * ffn, hidden), device=device, generator=generator),
+                random_weights((experts, hidden, ffn), device=device, generator=generator))
+
+    def make_layer(fc1, fc2):
+        expert_set = experts_module.ExpertSet.from_bf16(fc1, fc2, "swiglu", backend="reference")
+        layer = layer_module.MXFP8ExpertLayer(expert_set, backend=backend, local_expert_offset=offset,
+                                              num_global_experts=2 * experts)
+        layer.build_()
+        return layer
+
+    layer = make_layer(*logical())
+    x = torch.randn(rows, hidden, generator=generator).to(device=device, dtype=torch.bfloat16)
+    probs = torch.rand(rows, topk, generator=generator).to(device)
+    routing_map = torch.randint(0, 2 * experts, (rows, topk), generator=generator).to(device)  # half remote
+    out = torch.full((rows, hidden), float("nan"), device=device)
+    graph = _capture(lambda: layer.forward_routed(x, probs, routing_map, out=out))
+    pointers = _pointers([layer.expert_set.fc1, layer.expert_set.fc2, layer.stack_state.fc1, layer.stack_state.fc2])
+    graph.replay()
+    torch.cuda.synchronize()
+    before = out.clone()
+
+    new_fc1, new_fc2 = logical()
+    sources = {f"linear_fc1.weight{i}": new_fc1[i] for i in range(experts)}
+    sources.update({f"linear_fc2.weight{i}": new_fc2[i] for i in range(experts)})
+    report = refit_experts(layer, sources)
+    assert report.tensors_updated == 2 * experts
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+
+    fresh = make_layer(new_fc1, new_fc2)
+    expected = fresh.forward_routed(x, probs, routing_map, out=torch.full_like(out, float("nan")))
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+    assert not torch.equal(out, before)
+    assert torch.equal(out, expected)
+    assert _pointers([layer.expert_set.fc1, layer.expert_set.fc2, layer.stack_state.fc1, layer.stack_state.fc2]) == pointers
+    for mine, theirs in ((layer.expert_set.fc1, fresh.expert_set.fc1), (layer.expert_set.fc2, fresh.expert_set.fc2)):
+        assert torch.equal(mine.data.view(torch.uint8), theirs.data.view(torch.uint8))
+        assert torch.equal(mine.scale.view(torch.uint8), theirs.scale.view(torch.uint8))
+
+
+# -- the fake experts module + a graph-captured matmul over its DERIVED copy ------------------------------
+
+def _unswizzle_index(rows: int, cols: int, device) -> torch.Tensor:
+    """int64 ``[M * C]``: swizzled byte offset of logical scale (row, col), row-major."""
+    row = torch.arange(rows).repeat_interleave(cols)
+    col = torch.arange(cols).repeat(rows)
+    return swizzle_offset(row, col, cols).to(device)
+
+
+def _derived_matmul(experts, x: torch.Tensor, out: dict, index: dict):
+    """``out[linear] = x_linear @ W_e^T`` per expert, W dequantized from the derived copy (graph-capturable)."""
+    for linear, (rows, cols) in fake.SHAPES.items():
+        derived_data, derived_scale = experts.derived[linear]  # uint8 [E, K, M], uint8 [E, Mp*Cp]
+        scale = derived_scale[:, index[linear]].view(-1, rows, cols // BLOCK_SIZE)  # [E, M, K/32]
+        multiplier = torch.exp2(scale.to(torch.float32) - 127.0).repeat_interleave(BLOCK_SIZE, dim=-1)  # [E, M, K]
+        weight = derived_data.view(torch.float8_e4m3fn).to(torch.float32).transpose(1, 2) * multiplier
+        out[linear].copy_(torch.matmul(x[linear], weight.transpose(1, 2)))  # [E, T, M]
+
+
+def test_graph_captured_before_refit_replays_new_weights_of_the_fake_module():
+    device = torch.device("cuda")
+    generator = torch.Generator().manual_seed(11)
+    old = fake.random_logical(generator=generator, device=device)
+    new = fake.random_logical(generator=generator, device=device)
+    experts = fake.FakeExperts(*old, local_expert_offset=0)
+    fresh = fake.FakeExperts(*new, local_expert_offset=0)
+    index = {linear: _unswizzle_index(rows, cols // BLOCK_SIZE, device) for linear, (rows, cols) in fake.SHAPES.items()}
+    x = {linear: torch.randn(fake.EXPERTS, 16, cols, generator=generator).to(device) for linear, (_, cols) in fake.SHAPES.items()}
+
+    def outputs():
+        return {linear: torch.full((fake.EXPERTS, 16, rows), float("nan"), device=device)
+                for linear, (rows, _) in fake.SHAPES.items()}
+
+    out, fresh_out = outputs(), outputs()
+    graph = _capture(lambda: _derived_matmul(experts, x, out, index))
+    fresh_graph = _capture(lambda: _derived_matmul(fresh, x, fresh_out, index))
+    pointers = experts.data_ptrs()
+    graph.replay()
+    torch.cuda.synchronize()
+    before = {linear: tensor.clone() for linear, tensor in out.items()}
+
+    sources = {}
+    for linear, stack in zip(("fc1", "fc2"), new):
+        sources.update({f"linear_{linear}.weight{i}": stack[i] for i in range(fake.EXPERTS)})
+    refit_experts(experts, sources)  # backend "auto": the Triton quantizer on CUDA, the reference one built `fresh`
+    graph.replay()
+    fresh_graph.replay()
+    torch.cuda.synchronize()
+    assert experts.data_ptrs() == pointers
+    assert fake.same(experts.stack_bytes(), fresh.stack_bytes())
+    for linear in out:
+        assert torch.isfinite(out[linear]).all()
+        assert not torch.equal(out[linear], before[linear])
+        assert torch.equal(out[linear], fresh_out[linear])

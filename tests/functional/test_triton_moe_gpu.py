@@ -1,0 +1,132 @@
+"""The Hopper Triton MXFP8 MoE on a GPU: accuracy vs a float64 oracle, every row written, CUDA-graph replay."""
+
+import pytest
+import torch
+
+from megatron_mxfp8_moe.errors import MXFP8InputError
+from megatron_mxfp8_moe.kernels.reference import moe_reference
+from megatron_mxfp8_moe.kernels.triton_moe import triton_moe_support, triton_mxfp8_moe
+from megatron_mxfp8_moe.layouts.hopper import prepare_hopper_mxfp8_weights
+from megatron_mxfp8_moe.tensor import quantize_mxfp8
+from megatron_mxfp8_moe.testing import random_routing, relative_error, random_weights
+
+pytestmark = pytest.mark.gpu
+
+BOUND = 1e-2  # bf16 activations and bf16 intermediates against a float64 oracle
+
+
+@pytest.fixture(autouse=True)
+def _hopper_only():
+    ok, reason = triton_moe_support(torch.cuda.get_device_capability() if torch.cuda.is_available() else None)
+    if not ok:
+        pytest.skip(reason)
+
+
+def _layer(experts, hidden, inter, activation, scale=0.02):
+    gated = activation in ("swiglu", "geglu")
+    fc1 = quantize_mxfp8(random_weights((experts, (2 if gated else 1) * inter, hidden), scale=scale, device="cuda"))
+    fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=scale, device="cuda"))
+    return fc1, fc2
+
+
+def _reference(x, fc1, fc2, probs, ids, activation, offset, valid, rows):
+    ref = moe_reference(x[:rows], fc1, fc2, probs[:rows], ids[:rows], activation,
+                        local_expert_offset=offset, valid_tokens=valid)  # float64, on the GPU
+    torch.cuda.empty_cache()
+    return ref
+
+
+# (experts, topk, hidden, inter, tokens): the two Qwen3 layers at decode and prefill sizes, and odd shapes.
+CASES = [
+    (128, 8, 2048, 768, 1),
+    (128, 8, 2048, 768, 64),
+    (128, 8, 2048, 768, 1024),
+    (128, 8, 4096, 1536, 16),
+    (128, 8, 4096, 1536, 300),
+    (6, 3, 96, 64, 7),  # H = 96: not a multiple of the K tile (masked K loop)
+    (5, 2, 160, 96, 33),
+]
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+@pytest.mark.parametrize("experts,topk,hidden,inter,tokens", CASES)
+def test_matches_float64_reference(experts, topk, hidden, inter, tokens, activation):
+    fc1, fc2 = _layer(experts, hidden, inter, activation)
+    offset = 3
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts + 5, topk, device="cuda")
+    ids = ids - 2  # some ids below the local range, some above, and -1s
+    ids[::3, 0] = -1
+    valid_rows = max(1, tokens - 2)
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+    out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
+    triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=offset,
+                     valid_tokens=valid, out=out)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all(), "some output rows were not written"
+    ref = _reference(x, fc1, fc2, probs, ids, activation, offset, valid_rows, tokens)
+    assert relative_error(out, ref) <= BOUND
+    assert out[valid_rows:].abs().max().item() == 0 if valid_rows < tokens else True
+
+
+def test_fp32_out_and_row_prefix():
+    fc1, fc2 = _layer(8, 128, 64, "swiglu")
+    x = torch.randn(20, 128, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(20, 8, 2, device="cuda")
+    valid = torch.tensor([20], device="cuda", dtype=torch.int32)
+    out = torch.full((20, 128), float("nan"), device="cuda", dtype=torch.float32)
+    triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, rows=12, out=out)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out[:12]).all() and torch.isnan(out[12:]).all()
+    ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 0, 12, 12)
+    assert relative_error(out[:12], ref) <= BOUND
+
+
+def test_cuda_graph_replay_with_new_routing_and_valid_tokens():
+    experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 64
+    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
+    w1, w2 = prepare_hopper_mxfp8_weights(fc1), prepare_hopper_mxfp8_weights(fc2)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
+    out = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        triton_mxfp8_moe(x, probs, ids, w1, w2, activation="swiglu", valid_tokens=valid, out=out)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for valid_rows in (tokens, 17, 1):
+        new_probs, new_ids = random_routing(tokens, experts, topk, device="cuda")
+        probs.copy_(new_probs)
+        ids.copy_(new_ids)
+        x.copy_(torch.randn_like(x))
+        valid.fill_(valid_rows)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = out.clone()
+        out.fill_(float("nan"))
+        step()
+        torch.cuda.synchronize()
+        assert torch.isfinite(replayed).all()
+        assert torch.equal(replayed, out), "graph replay differs from eager"
+        ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 0, valid_rows, tokens)
+        assert relative_error(replayed, ref) <= BOUND
+
+
+def test_rejects_bad_shapes():
+    fc1, fc2 = _layer(4, 64, 32, "swiglu")
+    x = torch.randn(3, 64, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(3, 4, 2, device="cuda")
+    valid = torch.tensor([3], device="cuda", dtype=torch.int32)
+    with pytest.raises(MXFP8InputError, match="fc1_stack"):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid)
+    with pytest.raises(MXFP8InputError, match="x:"):
+        triton_mxfp8_moe(x.float(), probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid)

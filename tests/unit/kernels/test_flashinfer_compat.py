@@ -1,0 +1,142 @@
+"""FlashInfer support checks, enum lookup and return normalization (kernels/flashinfer_compat.py), on a CPU."""
+
+import pytest
+import torch
+
+from megatron_mxfp8_moe.activations import Activation
+from megatron_mxfp8_moe.errors import BackendUnavailableError, MXFP8InputError
+from megatron_mxfp8_moe.flashinfer_mxfp8 import (
+    require_flashinfer_cutlass_mxfp8,
+    require_flashinfer_routed_mxfp8,
+)
+from megatron_mxfp8_moe.kernels.flashinfer_compat import (
+    FlashInferCaps,
+    first_output,
+    flashinfer_activation_type,
+    flashinfer_enum,
+    flashinfer_support,
+    parse_flashinfer_version,
+    probe_flashinfer_caps,
+)
+
+KERNELS = ["routed", "cutlass"]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_supported_on_sm100_and_sm103(kernel):
+    for capability in [(10, 0), (10, 3)]:
+        ok, reason = flashinfer_support(FlashInferCaps("0.7.2.post1", capability, "NVIDIA B200"), kernel)
+        assert ok, reason
+        assert f"SM{capability[0]}{capability[1]}" in reason
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_missing_package_names_package_and_minimum(kernel):
+    ok, reason = flashinfer_support(FlashInferCaps(None, (10, 0), import_error="ModuleNotFoundError: tvm_ffi"), kernel)
+    assert not ok
+    assert "flashinfer-python" in reason and ">= 0.6.8" in reason and "tvm_ffi" in reason
+
+
+@pytest.mark.parametrize("kernel,version", [("routed", "0.6.7"), ("cutlass", "0.6.6"), ("routed", "0.6.4")])
+def test_old_version_names_found_and_minimum(kernel, version):
+    ok, reason = flashinfer_support(FlashInferCaps(version, (10, 0)), kernel)
+    assert not ok
+    assert ">= 0.6.8" in reason and version in reason
+    if kernel == "routed":
+        assert "output=" in reason
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_cpu_only_reason(kernel):
+    ok, reason = flashinfer_support(FlashInferCaps("0.7.2.post1", None), kernel)
+    assert not ok
+    assert "no CUDA device" in reason and "SM100/SM103" in reason
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_sm90_h200_reason_names_the_gpu(kernel):
+    ok, reason = flashinfer_support(FlashInferCaps("0.7.2.post1", (9, 0), "NVIDIA H200"), kernel)
+    assert not ok
+    assert "SM90 (NVIDIA H200)" in reason and "no MX" in reason and "SM100/SM103" in reason
+    ok, reason = flashinfer_support(FlashInferCaps("0.7.2.post1", (9, 0)), kernel)  # no name: generic Hopper names
+    assert not ok and "SM90 (H100/H200)" in reason
+
+
+@pytest.mark.parametrize("capability", [(12, 0), (11, 0), (10, 1), (8, 0)])
+def test_other_architectures_are_rejected(capability):
+    ok, reason = flashinfer_support(FlashInferCaps("0.7.2.post1", capability), "routed")
+    assert not ok and f"SM{capability[0]}{capability[1]}" in reason
+
+
+def test_support_accepts_any_object_with_the_plain_fields():
+    class DeviceCaps:
+        flashinfer_version = "0.6.8"
+        cuda_capability = (10, 3)
+
+    assert flashinfer_support(DeviceCaps(), "cutlass")[0]
+
+    class CapabilityNamedCaps:  # the field name kernels/caps.py DeviceCaps uses
+        flashinfer_version = "0.7.2.post1"
+        capability = (10, 0)
+
+    assert flashinfer_support(CapabilityNamedCaps(), "routed")[0]
+    CapabilityNamedCaps.capability = (9, 0)
+    assert not flashinfer_support(CapabilityNamedCaps(), "routed")[0]
+
+
+def test_bad_version_and_kernel_names():
+    ok, reason = flashinfer_support(FlashInferCaps("not-a-version", (10, 0)), "routed")
+    assert not ok and "not-a-version" in reason
+    with pytest.raises(MXFP8InputError, match="kernel"):
+        flashinfer_support(FlashInferCaps("0.7.2", (10, 0)), "triton")
+    assert parse_flashinfer_version("0.7.2.post1") > parse_flashinfer_version("0.6.8")
+
+
+@pytest.mark.parametrize("require", [require_flashinfer_routed_mxfp8, require_flashinfer_cutlass_mxfp8])
+def test_require_raises_backend_unavailable_with_the_reason(require):
+    with pytest.raises(BackendUnavailableError, match=r"SM90 \(NVIDIA H200\).*no MX"):
+        require(FlashInferCaps("0.7.2.post1", (9, 0), "NVIDIA H200"))
+    with pytest.raises(BackendUnavailableError, match="no CUDA device"):
+        require(FlashInferCaps("0.7.2.post1", None))
+    with pytest.raises(BackendUnavailableError, match=">= 0.6.8"):
+        require(FlashInferCaps("0.6.5", (10, 0)))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message; this machine has CUDA")
+@pytest.mark.parametrize("require", [require_flashinfer_routed_mxfp8, require_flashinfer_cutlass_mxfp8])
+def test_require_on_this_cpu_machine_reads_clearly(require):
+    caps = probe_flashinfer_caps()
+    assert caps.cuda_capability is None
+    with pytest.raises(BackendUnavailableError, match="flashinfer-python|no CUDA device"):
+        require()
+
+
+def test_enums_come_from_the_installed_package():
+    pytest.importorskip("flashinfer", reason="flashinfer-python is not importable; enum lookup skipped")
+    from flashinfer.fused_moe import (
+        ActivationType,
+        Fp8QuantizationType,
+        RoutingMethodType,
+        WeightLayout,
+    )
+
+    assert flashinfer_enum("Fp8QuantizationType", "MxFp8") is Fp8QuantizationType.MxFp8
+    assert flashinfer_enum("WeightLayout", "MajorK") is WeightLayout.MajorK
+    assert flashinfer_enum("RoutingMethodType", "Renormalize") is RoutingMethodType.Renormalize
+    assert flashinfer_activation_type(Activation.SWIGLU) is ActivationType.Swiglu
+    assert flashinfer_activation_type(Activation.SQUARED_RELU) is ActivationType.Relu2
+    with pytest.raises(BackendUnavailableError, match="ActivationType.NoSuchThing"):
+        flashinfer_enum("ActivationType", "NoSuchThing")
+
+
+def test_unsupported_activation_is_an_input_error():
+    with pytest.raises(MXFP8InputError, match="geglu"):
+        flashinfer_activation_type(Activation.GEGLU)
+
+
+def test_first_output_normalizes_list_and_tensor_returns():
+    tensor = torch.ones(2)
+    assert first_output(tensor) is tensor
+    assert first_output([tensor, torch.zeros(1)]) is tensor
+    with pytest.raises(BackendUnavailableError, match="empty"):
+        first_output([])

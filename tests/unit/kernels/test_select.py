@@ -1,0 +1,125 @@
+"""select_backend: a pure function of DeviceCaps values (no device probing, no env vars)."""
+
+import dataclasses
+
+import pytest
+
+from megatron_mxfp8_moe.errors import BackendUnavailableError, MXFP8InputError
+from megatron_mxfp8_moe.kernels.base import Backend, Support
+from megatron_mxfp8_moe.kernels.caps import DeviceCaps, detect_caps
+from megatron_mxfp8_moe.kernels.flashinfer_backend import FlashInferRoutedBackend
+from megatron_mxfp8_moe.kernels.reference_backend import ReferenceBackend
+from megatron_mxfp8_moe.kernels.select import BACKEND_CLASSES, BACKEND_NAMES, make_backend, select_backend
+from megatron_mxfp8_moe.kernels.triton_backend import TritonBackend
+
+CPU = DeviceCaps("cpu", None, flashinfer_version="0.7.2.post1", triton_version="3.8.0")
+H200 = DeviceCaps("cuda", (9, 0), flashinfer_version="0.7.2.post1", triton_version="3.8.0")
+B200 = DeviceCaps("cuda", (10, 0), flashinfer_version="0.7.2.post1", triton_version="3.8.0")
+GB300 = DeviceCaps("cuda", (10, 3), flashinfer_version="0.6.8", triton_version="3.8.0")
+B200_NO_FLASHINFER = dataclasses.replace(B200, flashinfer_version=None)
+A100 = DeviceCaps("cuda", (8, 0), flashinfer_version=None, triton_version="3.8.0")
+
+
+@pytest.mark.parametrize(
+    "caps, expected",
+    [
+        (CPU, Backend.REFERENCE),
+        (H200, Backend.TRITON),
+        (B200, Backend.FLASHINFER_ROUTED),
+        (GB300, Backend.FLASHINFER_ROUTED),
+    ],
+)
+def test_auto_picks_by_capability(caps, expected):
+    backend, reason = select_backend("auto", caps)
+    assert backend is expected
+    assert reason.startswith("auto")
+
+
+def test_auto_on_cpu_ignores_installed_flashinfer():
+    backend, reason = select_backend("auto", CPU, activation="squared_relu")
+    assert backend is Backend.REFERENCE
+    assert "no CUDA device" in reason
+
+
+def test_auto_falls_back_with_reasons_when_nothing_fits():
+    backend, reason = select_backend("auto", B200_NO_FLASHINFER)
+    assert backend is Backend.REFERENCE
+    assert "flashinfer-python" in reason and "SM90" in reason  # both skipped backends say why
+    backend, reason = select_backend("auto", A100)
+    assert backend is Backend.REFERENCE and "SM80" in reason
+
+
+def test_auto_skips_flashinfer_for_an_activation_it_lacks():
+    backend, reason = select_backend("auto", B200, activation="geglu")
+    assert backend is Backend.REFERENCE
+    assert "geglu" in reason
+    assert select_backend("auto", B200, activation="swiglu")[0] is Backend.FLASHINFER_ROUTED
+    assert select_backend("auto", H200, activation="geglu")[0] is Backend.TRITON
+
+
+@pytest.mark.parametrize(
+    "request_name, caps, needle",
+    [
+        ("triton", CPU, "CUDA GPU"),
+        ("triton", B200, "SM90"),
+        ("flashinfer_routed", H200, "SM100/SM103"),
+        ("flashinfer_routed", CPU, "SM100/SM103"),
+        ("flashinfer", B200_NO_FLASHINFER, "flashinfer-python"),
+        ("flashinfer_routed", dataclasses.replace(B200, flashinfer_version="0.6.3"), "0.6.3"),
+        ("triton", dataclasses.replace(H200, triton_version=None), "'triton' package"),
+    ],
+)
+def test_explicit_unavailable_raises_with_reason(request_name, caps, needle):
+    with pytest.raises(BackendUnavailableError) as error:
+        select_backend(request_name, caps)
+    assert needle in str(error.value)
+    assert request_name.split("_")[0] in str(error.value)
+
+
+def test_explicit_activation_mismatch_raises():
+    with pytest.raises(BackendUnavailableError, match="relu"):
+        select_backend("flashinfer_routed", B200, activation="relu")
+
+
+def test_explicit_runnable_backends():
+    assert select_backend("reference", B200)[0] is Backend.REFERENCE
+    assert select_backend("reference", CPU)[0] is Backend.REFERENCE
+    assert select_backend("triton", H200)[0] is Backend.TRITON
+    assert select_backend("flashinfer", B200)[0] is Backend.FLASHINFER_ROUTED  # alias
+    assert select_backend(Backend.TRITON, H200)[0] is Backend.TRITON
+
+
+@pytest.mark.parametrize("bad", ["cuda", "Triton", "", "flashinfer_cutlass"])
+def test_unknown_name_raises_input_error(bad):
+    with pytest.raises(MXFP8InputError, match="backend"):
+        select_backend(bad, CPU)
+
+
+def test_caps_must_be_devicecaps():
+    with pytest.raises(MXFP8InputError, match="DeviceCaps"):
+        select_backend("auto", {"device_type": "cpu"})
+
+
+def test_every_backend_has_a_name_and_a_class():
+    assert set(BACKEND_NAMES.values()) == set(Backend)
+    assert set(BACKEND_CLASSES) == set(Backend)
+    for backend, cls in BACKEND_CLASSES.items():
+        assert cls.backend is backend
+        assert isinstance(make_backend(backend), cls)
+
+
+def test_support_checks_are_pure_values():
+    assert ReferenceBackend.check_support(CPU) == Support(True, ReferenceBackend.check_support(CPU).reason)
+    assert not TritonBackend.check_support(CPU).ok
+    assert TritonBackend.check_support(H200).ok
+    assert FlashInferRoutedBackend.check_support(B200).ok
+    assert not FlashInferRoutedBackend.check_support(H200)  # Support is falsy when not ok
+
+
+def test_device_caps_frozen_hashable_and_detect_on_cpu():
+    assert len({CPU, dataclasses.replace(CPU)}) == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        CPU.capability = (9, 0)
+    assert H200.sm == 90 and H200.cuda_capability == (9, 0) and CPU.sm is None
+    caps = detect_caps("cpu")
+    assert caps.device_type == "cpu" and caps.capability is None and not caps.is_cuda

@@ -1,0 +1,191 @@
+"""MXFP8ExpertLayer on the CPU with the reference backend: both contracts, valid rows, bounded rows, refit.
+
+Bound: the reference backend computes in fp32 on the exactly dequantized weights, so against the float64
+oracle (kernels/reference.py on the same dequantized weights) the relative error is fp32 rounding only;
+we require <= 1e-5.
+"""
+
+import logging
+
+import pytest
+import torch
+
+from megatron_mxfp8_moe.errors import BackendUnavailableError, MXFP8InputError
+from megatron_mxfp8_moe.experts import ExpertSet
+from megatron_mxfp8_moe.kernels.base import Backend
+from megatron_mxfp8_moe.kernels.caps import DeviceCaps
+from megatron_mxfp8_moe.kernels.reference import moe_reference
+from megatron_mxfp8_moe.layer import MXFP8ExpertLayer
+from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
+
+E, H, I, TOPK = 4, 64, 32, 2
+GLOBAL, OFFSET = 8, 4  # EP=2 view: this rank holds experts 4..7
+FP32_BOUND = 1e-5
+
+
+def _layer(activation="squared_relu", **kwargs):
+    rows = 2 * I if activation == "swiglu" else I
+    experts = ExpertSet.from_bf16(random_weights((E, rows, H)), random_weights((E, H, I)), activation)
+    kwargs.setdefault("local_expert_offset", OFFSET)
+    kwargs.setdefault("num_global_experts", GLOBAL)
+    return MXFP8ExpertLayer(experts, backend="reference", **kwargs)
+
+
+def _inputs(rows):
+    x = torch.randn(rows, H, dtype=torch.bfloat16)
+    probs, ids = random_routing(rows, GLOBAL, TOPK)
+    ids[0, 0] = -1  # NVLS-style skip slot
+    return x, probs, ids
+
+
+def _oracle(layer, x, probs, ids, valid=None):
+    experts = layer.expert_set
+    return moe_reference(x, experts.fc1, experts.fc2, probs, ids, experts.activation,
+                         local_expert_offset=layer.local_expert_offset, valid_tokens=valid)
+
+
+@pytest.mark.parametrize("activation", ["squared_relu", "swiglu", "relu"])
+def test_routed_matches_oracle(activation):
+    layer = _layer(activation)
+    x, probs, ids = _inputs(11)
+    out = layer(x, None, probs, ids)
+    assert out.dtype == torch.float32 and out.shape == (11, H)
+    assert relative_error(out, _oracle(layer, x, probs, ids)) <= FP32_BOUND
+    assert layer.backend is Backend.REFERENCE and layer.is_built
+
+
+def test_rows_past_valid_tokens_are_ignored_on_device():
+    layer = _layer()
+    x, probs, ids = _inputs(10)
+    valid = torch.tensor([6], dtype=torch.int32)
+    x[6:] = float("nan")  # stale rows: must not be read into any result
+    ids[6:] = OFFSET  # stale ids that route to a local expert
+    out = layer(x, None, probs, ids, valid_tokens=valid)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[6:], torch.zeros(4, H))
+    assert relative_error(out[:6], _oracle(layer, x[:6], probs[:6], ids[:6])) <= FP32_BOUND
+    valid.fill_(3)  # same tensor, new value: read on the device at call time
+    out = layer(x, None, probs, ids, valid_tokens=valid)
+    assert torch.equal(out[3:], torch.zeros(7, H))
+    assert relative_error(out[:3], _oracle(layer, x[:3], probs[:3], ids[:3])) <= FP32_BOUND
+
+
+def test_bounded_rows_read_only_the_prefix(monkeypatch):
+    layer = _layer(token_capacity=4)
+    x, probs, ids = _inputs(9)
+    x[4:] = float("nan")
+    probs[4:] = float("nan")
+    ids[4:] = 10**6  # out of every range: a read of these would be visible
+    seen = []
+    original = type(layer._impl).run
+
+    def spy(self, state, x_, probs_, ids_, **kwargs):
+        seen.append(kwargs["rows"])
+        return original(self, state, x_, probs_, ids_, **kwargs)
+
+    monkeypatch.setattr(type(layer._impl), "run", spy)
+    out_buffer = torch.full((9, H), 7.0)
+    out = layer(x, None, probs, ids, use_bounded_rows=True, out=out_buffer)
+    assert out is out_buffer and seen == [4]
+    assert torch.equal(out[4:], torch.full((5, H), 7.0))  # rows past the prefix untouched
+    assert relative_error(out[:4], _oracle(layer, x[:4], probs[:4], ids[:4])) <= FP32_BOUND
+    fresh = layer(x, None, probs, ids, use_bounded_rows=True)
+    assert torch.equal(fresh[4:], torch.zeros(5, H)) and torch.equal(fresh[:4], out[:4])
+
+
+def test_full_rows_when_not_bounded_or_no_capacity():
+    x, probs, ids = _inputs(9)
+    for layer, bounded in ((_layer(token_capacity=4), False), (_layer(), True)):
+        out = layer(x, None, probs, ids, use_bounded_rows=bounded)
+        assert relative_error(out, _oracle(layer, x, probs, ids)) <= FP32_BOUND
+    assert _layer(token_capacity=16).row_policy(9, True).rows == 9  # capacity above the buffer: min(C, T)
+
+
+def test_row_policy_logged_once(caplog):
+    layer = _layer(token_capacity=3)
+    x, probs, ids = _inputs(5)
+    with caplog.at_level(logging.INFO, logger="megatron_mxfp8_moe.routing.rows"):
+        for _ in range(3):
+            layer(x, None, probs, ids, use_bounded_rows=True)
+            layer(x, None, probs, ids)
+    messages = [r.getMessage() for r in caplog.records if "row policy" in r.getMessage()]
+    assert len(messages) <= 2 and len(set(messages)) == len(messages)
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+def test_permuted_contract(activation):
+    layer = _layer(activation)
+    tokens_per_expert = torch.tensor([3, 0, 4, 2])
+    x = torch.randn(9, H, dtype=torch.bfloat16)
+    probs = torch.rand(9)
+    out = layer(x, tokens_per_expert, probs)
+    assert out.dtype == torch.bfloat16 and out.shape == (9, H)
+    fc1, fc2 = layer.expert_set.dequantize(torch.float64)
+    from megatron_mxfp8_moe.activations import apply_activation
+
+    expected = torch.empty(9, H, dtype=torch.float64)
+    start = 0
+    for expert, count in enumerate(tokens_per_expert.tolist()):
+        rows = x[start:start + count].double()
+        inner = apply_activation(rows @ fc1[expert].T, layer.activation)
+        expected[start:start + count] = probs[start:start + count, None].double() * (inner @ fc2[expert].T)
+        start += count
+    assert relative_error(out, expected) <= 1e-2  # bf16 output rounding (2**-8) dominates
+    with pytest.raises(MXFP8InputError, match="sums to"):
+        layer(x, torch.tensor([3, 0, 4, 1]), probs)
+
+
+def test_refit_writes_reach_the_built_stack_in_place():
+    layer = _layer("swiglu")
+    x, probs, ids = _inputs(8)
+    with torch.inference_mode():  # first forward (and build) inside inference mode, like Megatron's engine
+        layer(x, None, probs, ids)
+    state = layer.stack_state
+    pointers = (state.fc1.data_ptr(), state.fc2.data_ptr())
+    weights = layer.mxfp8_weights()
+    for name in ("linear_fc1.weight1", "linear_fc2.weight3"):  # refit outside inference mode
+        weights[name].quantize_(random_weights(tuple(weights[name].shape)))
+    assert state.repacks == 2
+    assert (state.fc1.data_ptr(), state.fc2.data_ptr()) == pointers
+    out = layer(x, None, probs, ids)
+    assert relative_error(out, _oracle(layer, x, probs, ids)) <= FP32_BOUND
+    # the built stack equals a fresh dequantization of the canonical bytes
+    fc1, fc2 = layer.expert_set.dequantize(torch.float32)
+    assert torch.equal(state.fc1, fc1) and torch.equal(state.fc2, fc2)
+
+
+def test_input_errors_name_the_argument():
+    layer = _layer()
+    x, probs, ids = _inputs(6)
+    with pytest.raises(MXFP8InputError, match="routing_map"):
+        layer(x, None, probs, ids[:, :1].contiguous().float())
+    with pytest.raises(MXFP8InputError, match="probs"):
+        layer(x, None, probs[:, :1], ids)
+    with pytest.raises(MXFP8InputError, match="x: expected"):
+        layer(x[:, :32], None, probs, ids)
+    with pytest.raises(MXFP8InputError, match="out"):
+        layer(x, None, probs, ids, out=torch.zeros(6, H + 1))
+    with pytest.raises(MXFP8InputError, match="token_capacity"):
+        _layer(token_capacity=0)
+    with pytest.raises(MXFP8InputError, match="local_expert_offset"):
+        _layer(local_expert_offset=6)
+
+
+def test_explicit_backend_unavailable_on_this_machine():
+    experts = ExpertSet.empty(E, H, I, "squared_relu")
+    with pytest.raises(BackendUnavailableError, match="CUDA GPU"):
+        MXFP8ExpertLayer(experts, backend="triton", caps=DeviceCaps("cpu", None, None, "3.8.0"))
+    layer = MXFP8ExpertLayer(experts, backend="auto")
+    assert layer.backend is Backend.REFERENCE and "no CUDA" in layer.backend_reason
+
+
+def test_to_before_build_keeps_weights_and_after_build_is_refused_for_other_devices():
+    layer = _layer()
+    before = layer.expert_set.fc1.data.view(torch.uint8).clone()
+    layer.to("cpu")
+    assert torch.equal(layer.expert_set.fc1.data.view(torch.uint8), before)
+    layer.to(torch.float16)  # dtype casts never touch the fp8 bytes
+    assert torch.equal(layer.expert_set.fc1.data.view(torch.uint8), before)
+    layer.build_()
+    with pytest.raises(MXFP8InputError, match="after its reference stack was built"):
+        layer.to("meta")
