@@ -175,6 +175,29 @@ class ExpertSet:
             removers.append(stack.register_write_hook(on_stack))
         return removers
 
+    # -- releasing the canonical bytes ---------------------------------------------------------------
+    @property
+    def is_released(self) -> bool:
+        """True once ``release_canonical_()`` dropped the canonical stacks."""
+        return self.fc1.is_released
+
+    def release_canonical_(self) -> int:
+        """Drop the canonical stacks and per-expert views' bytes once a kernel stack holds them.
+
+        Every tensor must have a write hook (the kernel stack's repack), so later ``quantize_``/``copy_`` still
+        reach the stack; reads of the canonical weights then raise ReleasedWeightError. Storage that the
+        kernel stack shares zero-copy stays alive through the stack. Returns the canonical bytes released.
+        """
+        if self.is_released:
+            return 0
+        released = sum(t.data.numel() + t.scale.numel() for t in (self.fc1, self.fc2))
+        for views in self._views.values():
+            for view in views:
+                view.release_storage_()
+        self.fc1.release_storage_()
+        self.fc2.release_storage_()
+        return released
+
     # -- loading (all writes in place) ---------------------------------------------------------------
     def load_bf16_(
         self,

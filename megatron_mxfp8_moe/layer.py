@@ -18,6 +18,7 @@ another device is allowed only before the build. Not thread-safe.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Optional, Union
 
@@ -44,6 +45,9 @@ class MXFP8ExpertLayer(torch.nn.Module):
         token_capacity: bounded-decode row capacity C (None: always process every row).
         local_expert_offset: global id of local expert 0 (``ep_rank * E``).
         num_global_experts: experts across all EP ranks (default ``E``).
+        release_canonical: drop the canonical bytes after the build so only the kernel stack stays resident
+            (writes still reach the stack through hooks; reads of the canonical weights raise). Default: True
+            for GPU backends, False for the reference backend (the CPU oracle keeps its canonical bytes).
     """
 
     def __init__(
@@ -55,6 +59,7 @@ class MXFP8ExpertLayer(torch.nn.Module):
         token_capacity: Optional[int] = None,
         local_expert_offset: int = 0,
         num_global_experts: Optional[int] = None,
+        release_canonical: Optional[bool] = None,
     ):
         super().__init__()
         if not isinstance(expert_set, ExpertSet):
@@ -77,6 +82,7 @@ class MXFP8ExpertLayer(torch.nn.Module):
         self.backend, self.backend_reason = select_backend(backend, self.caps, activation=expert_set.activation)
         self._impl = make_backend(self.backend)
         self._state: Optional[StackState] = None
+        self._release_canonical = release_canonical
         logger.info("MXFP8ExpertLayer backend %s (%s)", self.backend.value, self.backend_reason)
 
     # -- metadata ----------------------------------------------------------------------------------
@@ -118,7 +124,38 @@ class MXFP8ExpertLayer(torch.nn.Module):
                 )
             self._state = self._impl.build(self.expert_set)
             logger.info("built the %s expert stack for %r", self.backend.value, self.expert_set)
+            release = self._release_canonical
+            if release is None:
+                release = self.backend is not Backend.REFERENCE
+            if release:
+                freed = self.expert_set.release_canonical_()
+                logger.info("released %.1f MiB of canonical expert bytes; the %s stack is the only copy",
+                            freed / 2**20, self.backend.value)
         return self._state
+
+    def resident_bytes(self) -> int:
+        """Bytes of expert-weight storage this layer keeps alive (distinct storages, canonical included)."""
+        storages: dict[int, int] = {}
+
+        def visit(value) -> None:
+            if isinstance(value, torch.Tensor):
+                storage = value.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+            elif isinstance(value, MXFP8Tensor):
+                if not value.is_released:
+                    visit(value.data)
+                    visit(value.scale)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    visit(item)
+            elif dataclasses.is_dataclass(value):
+                for field in dataclasses.fields(value):
+                    visit(getattr(value, field.name))
+
+        visit([self.expert_set.fc1, self.expert_set.fc2])
+        if self._state is not None:
+            visit([self._state.fc1, self._state.fc2])
+        return sum(storages.values())
 
     def _apply(self, fn, *args, **kwargs):
         # Module.to()/cuda(): move the canonical weights too (device only; fp8 bytes never change dtype).

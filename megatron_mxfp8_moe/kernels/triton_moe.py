@@ -81,19 +81,15 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     wide tiles so each dequantized weight tile is reused by many tokens.
     """
     pairs_per_expert = rows * topk / max(experts, 1)
-    if pairs_per_expert <= 16:
-        block_t = 16
-    elif pairs_per_expert <= 48:
-        block_t = 32
-    elif pairs_per_expert <= 96:
-        block_t = 64
-    else:
-        block_t = 128
-    if block_t == 16:
+    # Each token block re-reads its expert's weights, so block_t covers the typical pairs per expert
+    # (H200 sweep, bench/NOTES_triton_moe.md): 16 up to 8 pairs, then 32, 64, 128.
+    if pairs_per_expert <= 8:
         return TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4)
-    if block_t == 32:
+    if pairs_per_expert <= 24:
         return TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3)
-    if block_t == 64:
+    if pairs_per_expert <= 96 or (gated and hidden < 4096):
+        if gated:
+            return TritonMoEConfig(64, 64, 64, 4, 3, 128, 64, 4, 3)
         return TritonMoEConfig(64, 128, 64, 8, 3, 128, 64, 8, 3)
     return TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3)
 

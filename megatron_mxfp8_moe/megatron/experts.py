@@ -113,6 +113,7 @@ class MXFP8Experts(MegatronModule):
         token_capacity: Optional[int] = None,
         caps: Optional[DeviceCaps] = None,
         initialize: bool = True,
+        release_canonical: Optional[bool] = None,
     ):
         super().__init__(config=config)
         _check_config(config)
@@ -146,6 +147,7 @@ class MXFP8Experts(MegatronModule):
             token_capacity=token_capacity,
             local_expert_offset=self.local_expert_offset,
             num_global_experts=self.num_local_experts * self.ep_size,
+            release_canonical=release_canonical,
         )
 
     @staticmethod

@@ -34,17 +34,23 @@ def _inference_shared_experts():
 
 
 def get_mxfp8_moe_layer_spec(
-    *, backend: str = "auto", token_capacity: Optional[int] = None, shared_experts=_DEFAULT, router=InferenceTopKRouter
+    *,
+    backend: str = "auto",
+    token_capacity: Optional[int] = None,
+    shared_experts=_DEFAULT,
+    router=InferenceTopKRouter,
+    **experts_kwargs,
 ):
     """An MoE layer builder (the ``mlp`` entry of a layer spec) with MXFP8 routed experts.
 
     ``shared_experts``: a shared-experts builder; by default the one of Megatron's inference-optimized spec
     (only instantiated when ``config.moe_shared_expert_intermediate_size`` is set); None for none.
+    ``experts_kwargs``: further keyword arguments of ``MXFP8Experts`` (e.g. ``release_canonical``).
     Returns ``partial(MoELayer, submodules=MoESubmodules(router=..., experts=partial(MXFP8Experts, ...)))``.
     """
     if shared_experts is _DEFAULT:
         shared_experts = _inference_shared_experts()
-    experts = partial(MXFP8Experts, backend=backend, token_capacity=token_capacity)
+    experts = partial(MXFP8Experts, backend=backend, token_capacity=token_capacity, **experts_kwargs)
     return partial(MoELayer, submodules=MoESubmodules(experts=experts, shared_experts=shared_experts, router=router))
 
 

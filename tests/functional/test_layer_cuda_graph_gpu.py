@@ -62,7 +62,9 @@ def _build_layer(pg_collection, token_capacity=None):
         activation_func=squared_relu, gated_linear_unit=False, moe_token_dispatcher_type="allgather",
         inference_moe_token_dispatcher_type="nccl",
     )
-    layer = get_mxfp8_moe_layer_spec(backend="auto", token_capacity=token_capacity, shared_experts=None)(
+    # the oracle reads the canonical weights, so keep them resident (release is tested in test_memory_gpu.py)
+    layer = get_mxfp8_moe_layer_spec(backend="auto", token_capacity=token_capacity, shared_experts=None,
+                                     release_canonical=False)(
         config=config, pg_collection=pg_collection
     ).cuda().eval()
     layer._inference_token_dispatcher._runs_metadata_sync = False  # the test owns _valid_tokens_tensor

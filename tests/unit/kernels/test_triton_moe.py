@@ -43,11 +43,11 @@ def test_support_is_a_pure_function_of_capability():
     assert triton_moe_support((9, 0), "3.6.0")[0]
 
 
-@pytest.mark.parametrize("rows,block_t", [(1, 16), (16, 16), (256, 16), (512, 32), (1024, 64), (4096, 128)])
+@pytest.mark.parametrize("rows,block_t", [(1, 16), (16, 16), (64, 16), (256, 32), (1024, 64), (4096, 128)])
 def test_config_grows_with_rows(rows, block_t):
-    cfg = choose_config(rows, 2048, 768, gated=True, topk=8, experts=128)
+    cfg = choose_config(rows, 4096, 1536, gated=True, topk=8, experts=128)
     assert cfg.block_t == block_t
-    assert cfg == choose_config(rows, 2048, 768, gated=True, topk=8, experts=128)  # deterministic
+    assert cfg == choose_config(rows, 4096, 1536, gated=True, topk=8, experts=128)  # deterministic
     for n, k in ((cfg.fc1_block_n, cfg.fc1_block_k), (cfg.fc2_block_n, cfg.fc2_block_k)):
         assert n & (n - 1) == 0 and k % 32 == 0
 
