@@ -156,7 +156,8 @@ class ExpertSet:
     def register_write_hook(self, hook: ExpertWriteHook) -> list[Callable[[], None]]:
         """Call ``hook(linear, index, data, scale)`` after every write to an expert view or a whole stack.
 
-        A whole-stack write calls the hook once per expert. Returns the removers (one per tensor hooked).
+        Hooks sit on the per-expert views; a whole-stack write runs them once per expert (the stack's
+        ``_after_write`` fans out to its views). Returns the removers (one per view hooked).
         """
         removers = []
         for linear, views in self._views.items():
@@ -166,13 +167,6 @@ class ExpertSet:
                         lambda _tensor, data, scale, _linear=linear, _index=index: hook(_linear, _index, data, scale)
                     )
                 )
-            stack = self.fc1 if linear == "fc1" else self.fc2
-
-            def on_stack(_tensor, data, scale, _linear=linear):
-                for index in range(data.shape[0]):
-                    hook(_linear, index, data[index], scale[index])
-
-            removers.append(stack.register_write_hook(on_stack))
         return removers
 
     # -- releasing the canonical bytes ---------------------------------------------------------------

@@ -17,7 +17,8 @@ Not thread-safe: concurrent writes to one tensor must be serialized by the calle
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+import weakref
+from typing import Callable, Optional, Sequence
 
 import torch
 from megatron.core.inference.quantization.mxfp8_tensor import MXFP8Tensor as MegatronMXFP8Tensor
@@ -56,6 +57,8 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         scale = scale.view(SCALE_DTYPE).reshape((data.shape[0], expected) if data.dim() == 3 else (expected,))
         self._released = False
         self._write_hooks: list[WriteHook] = []
+        self._parent: Optional[tuple["MXFP8Tensor", int]] = None  # (stack, expert index) for views from expert()
+        self._expert_views: dict[int, list] = {}  # expert index -> weakrefs of views made by expert()
         self._shape = tuple(data.shape)
         self._device = data.device
         super().__init__(data=data, scale=scale, backend=backend)
@@ -154,7 +157,15 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
             raise MXFP8InputError("expert(): this tensor is not a stack [E, M, K]")
         if not 0 <= index < self._shape[0]:
             raise MXFP8InputError(f"expert(): index {index} out of range [0, {self._shape[0]})")
-        return type(self)(self.data[index], self.scale[index], backend=self.backend)
+        view = type(self)(self.data[index], self.scale[index], backend=self.backend)
+        view._parent = (self, index)
+        self._expert_views.setdefault(index, []).append(weakref.ref(view))
+        return view
+
+    @property
+    def parent(self) -> Optional[tuple["MXFP8Tensor", int]]:
+        """``(stack, expert index)`` when this tensor is a view made by ``stack.expert(index)``, else None."""
+        return self._parent
 
     # -- reads ---------------------------------------------------------------------------------------
     def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -172,7 +183,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
 
     def release_storage_(self) -> None:
         """Drop the canonical bytes; later reads raise, later writes reach only the write hooks."""
-        if not self._write_hooks:
+        if not self._has_write_path():
             raise MXFP8InputError(
                 "release_storage_(): no write hook is registered, so later writes would be lost; "
                 "attach the kernel stack first"
@@ -181,6 +192,17 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         self._scale = None
         self._released = True
 
+    def _has_write_path(self) -> bool:
+        """Own hooks, or (for a stack) every expert has a live view with hooks."""
+        if self._write_hooks:
+            return True
+        if not self.is_stacked:
+            return False
+        return all(
+            any(ref() is not None and ref()._write_hooks for ref in self._expert_views.get(index, []))
+            for index in range(self._shape[0])
+        )
+
     def _write_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
         if not self._released:
             return self._data, self._scale
@@ -188,8 +210,19 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         return scratch._data, scratch._scale
 
     def _after_write(self, data: torch.Tensor, scale: torch.Tensor) -> None:
+        """Run hooks after a whole-tensor write. A stack write is a write of each expert: the hooks of the
+        experts' views (made by ``expert(i)``) run first, with that expert's slices, then the stack's own."""
+        if self.is_stacked:
+            self._after_expert_writes(range(self._shape[0]), range(self._shape[0]), data, scale)
         for hook in list(self._write_hooks):
             hook(self, data, scale)
+
+    def _after_expert_writes(self, indices, slots, data: torch.Tensor, scale: torch.Tensor) -> None:
+        for index, slot in zip(indices, slots):
+            for reference in self._expert_views.get(index, []):
+                view = reference()
+                if view is not None:
+                    view._after_write(data[slot], scale[slot])
 
     def validate_source(self, source: torch.Tensor, name: str = "source", *, finite: bool = True) -> None:
         """Raise MXFP8InputError unless ``source`` can be quantized into this tensor (``finite=False``
@@ -212,6 +245,59 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         data, scale = self._write_targets()
         quantize_into(source, data, scale, resolved)
         self._after_write(data, scale)
+        return self
+
+    def quantize_experts_(
+        self,
+        indices: Sequence[int],
+        sources: Sequence[torch.Tensor],
+        backend: str = "auto",
+        *,
+        finite_checked: bool = False,
+    ) -> "MXFP8Tensor":
+        """Requantize experts ``indices`` of this stack from logical ``sources`` (``[M, K]`` each) in place.
+
+        With the triton backend this is ONE kernel launch for the whole batch (the refit fast path). Every
+        source is validated before any byte is written. Hooks: the hooks of the written experts' views (made
+        by ``expert(i)``) run with that expert's slices; the stack's own hooks run too when every expert was
+        written in order ``0..E-1``.
+        """
+        if not self.is_stacked:
+            raise MXFP8InputError("quantize_experts_(): this tensor is not a stack [E, M, K]")
+        indices = [int(index) for index in indices]
+        if len(indices) != len(sources):
+            raise MXFP8InputError(f"quantize_experts_(): {len(indices)} indices but {len(sources)} sources")
+        if len(set(indices)) != len(indices) or any(not 0 <= i < self._shape[0] for i in indices):
+            raise MXFP8InputError(f"quantize_experts_(): indices must be distinct and in [0, {self._shape[0]}), got {indices}")
+        view_shape = self._shape[1:]
+        for index, source in zip(indices, sources):
+            name = f"sources[expert {index}]"
+            check_quantizable(name, source, finite=False)
+            check_shape(name, source, view_shape)
+            check_device(name, source, self._device)
+            check_contiguous(name, source)
+            if not finite_checked:
+                check_finite(name, source)
+        if not indices:
+            return self
+        resolved = resolve_quant_backend(backend, self._device)
+        if self._released:
+            scratch = MXFP8Tensor.empty((len(indices),) + view_shape, device=self._device)
+            data, scale, slots = scratch._data, scratch._scale, list(range(len(indices)))
+        else:
+            data, scale, slots = self._data, self._scale, indices
+        if resolved is QuantBackend.TRITON and len({source.dtype for source in sources}) == 1:
+            from .quant.triton import quantize_experts_into_triton
+
+            slot_tensor = torch.tensor(slots, dtype=torch.int32).to(self._device)
+            quantize_experts_into_triton(list(sources), slot_tensor, data, scale)
+        else:
+            for slot, source in zip(slots, sources):
+                quantize_into(source, data[slot], scale[slot], resolved)
+        if slots == list(range(self._shape[0])) and indices == slots:
+            self._after_write(data, scale)  # every expert, in order: views' hooks, then the stack's own
+        else:
+            self._after_expert_writes(indices, slots, data, scale)
         return self
 
     def validate_mxfp8_source(self, other, name: str = "other", *, finite: bool = True) -> None:

@@ -6,7 +6,9 @@ import triton.language as tl
 
 @triton.jit
 def mxfp8_quantize_swizzle_kernel(
-    source_ptr,  # [E, M, K] bf16/fp16/fp32, last dim contiguous
+    source_ptr,  # [E, M, K] bf16/fp16/fp32, last dim contiguous (with USE_TABLE: any tensor of the source dtype)
+    source_table_ptr,  # USE_TABLE: int64 [n] addresses of n separate contiguous [M, K] sources
+    target_table_ptr,  # USE_TABLE: int32 [n] expert slot each source is written to
     data_ptr,  # [E, M, K] float8_e4m3fn, contiguous
     scale_ptr,  # [E, scale_bytes_per_expert] uint8, swizzled 128x4
     M,
@@ -17,12 +19,23 @@ def mxfp8_quantize_swizzle_kernel(
     col_tiles,  # ceil(K / 32 / 4)
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    USE_TABLE: tl.constexpr,
 ):
-    """One program quantizes a [BLOCK_M, BLOCK_K] tile of one expert and writes its swizzled scales."""
+    """One program quantizes a [BLOCK_M, BLOCK_K] tile of one expert and writes its swizzled scales.
+
+    Without a table, program axis 2 is the expert of a stacked source. With USE_TABLE, axis 2 indexes a
+    table of separate source tensors and their target expert slots (one launch for a whole refit batch).
+    """
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
-    expert = tl.program_id(2).to(tl.int64)
     GROUPS: tl.constexpr = BLOCK_K // 32
+    if USE_TABLE:
+        entry = tl.program_id(2)
+        source_ptr = tl.load(source_table_ptr + entry).to(tl.pointer_type(source_ptr.dtype.element_ty))
+        expert = tl.load(target_table_ptr + entry).to(tl.int64)
+        source_expert_stride = 0
+    else:
+        expert = tl.program_id(2).to(tl.int64)
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)

@@ -39,6 +39,8 @@ def quantize_into_triton(source: torch.Tensor, data: torch.Tensor, scale: torch.
     grid = (triton.cdiv(rows, _BLOCK_M), triton.cdiv(cols, _BLOCK_K), experts)
     mxfp8_quantize_swizzle_kernel[grid](
         stacked,
+        stacked,
+        stacked,
         data,
         scale.view(torch.uint8),
         rows,
@@ -49,5 +51,43 @@ def quantize_into_triton(source: torch.Tensor, data: torch.Tensor, scale: torch.
         padded_cols // 4,
         BLOCK_M=_BLOCK_M,
         BLOCK_K=_BLOCK_K,
+        USE_TABLE=False,
+    )
+
+
+def quantize_experts_into_triton(
+    sources, experts: torch.Tensor, data: torch.Tensor, scale: torch.Tensor
+) -> None:
+    """Quantize ``n`` separate contiguous ``[M, K]`` sources (one dtype, on ``data``'s device) into expert slots
+    ``experts`` (int32 ``[n]`` on the device) of the stack ``data`` ``[E, M, K]`` / ``scale`` ``[E, Mp*Cp]``,
+    in ONE kernel launch. Inputs are assumed checked."""
+    ok, reason = triton_quantizer_support(data.device)
+    if not ok:
+        raise BackendUnavailableError(reason)
+    import triton
+
+    from ._triton_quant_kernel import mxfp8_quantize_swizzle_kernel
+
+    _, rows, cols = data.shape
+    padded_rows, padded_cols = padded_scale_shape(rows, cols // 32)
+    addresses = torch.tensor([source.data_ptr() for source in sources], dtype=torch.int64).to(
+        data.device, non_blocking=True
+    )
+    grid = (triton.cdiv(rows, _BLOCK_M), triton.cdiv(cols, _BLOCK_K), len(sources))
+    mxfp8_quantize_swizzle_kernel[grid](
+        sources[0],
+        addresses,
+        experts,
+        data,
+        scale.view(torch.uint8),
+        rows,
+        cols,
+        0,
+        cols,
+        padded_rows * padded_cols,
+        padded_cols // 4,
+        BLOCK_M=_BLOCK_M,
+        BLOCK_K=_BLOCK_K,
+        USE_TABLE=True,
     )
 

@@ -18,7 +18,16 @@ from typing import Any, Optional
 import torch
 
 from ..errors import RefitError
-from .validate import COPY, RefitPlan, RefitValidator, Weights, as_entries, as_pair, refit_error
+from .validate import (
+    COPY,
+    QUANTIZE,
+    RefitPlan,
+    RefitValidator,
+    Weights,
+    as_entries,
+    as_pair,
+    refit_error,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -86,29 +95,58 @@ def _grad_mode(plan: RefitPlan):
     return torch.no_grad()
 
 
-def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> None:
-    """Write every entry of a validated plan in entry order; then refresh the caches of its modules.
+def _batches(writes):
+    """Group writes: quantize writes into views of one stack form one batch (one kernel launch); others alone."""
+    batches: dict = {}
+    for write in writes:
+        parent = write.target.parent if write.kind == QUANTIZE else None
+        key = ("stack", id(parent[0])) if parent is not None else ("single", id(write))
+        batches.setdefault(key, []).append(write)
+    return list(batches.values())
 
+
+def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> None:
+    """Write every entry of a validated plan; then refresh the caches of its modules.
+
+    Quantize writes into per-expert views of one stack go through ``stack.quantize_experts_`` (one kernel
+    launch per stack with the triton quantizer); copies and lone tensors are written one by one.
     A failure here (a write hook raising, out of memory) happens after validation and cannot be undone:
     it raises RefitError naming the entry being written and how many were written before it.
     """
+    written = 0
     with _grad_mode(plan):
-        for position, write in enumerate(plan.writes):
+        for batch in _batches(plan.writes):
+            first = batch[0]
             try:
-                if write.kind == COPY:
-                    write.target.copy_(write.source, finite_checked=True)
-                else:
-                    source = write.source.detach()
-                    write.target.quantize_(source if source.is_contiguous() else source.contiguous(),
+                if first.kind == COPY:
+                    first.target.copy_(first.source, finite_checked=True)
+                elif first.target.parent is None:
+                    source = first.source.detach()
+                    first.target.quantize_(source if source.is_contiguous() else source.contiguous(),
                                            backend=plan.backend, finite_checked=True)
+                else:
+                    stack = first.target.parent[0]
+                    sources = [write.source.detach() for write in batch]
+                    stack.quantize_experts_(
+                        [write.target.parent[1] for write in batch],
+                        [source if source.is_contiguous() else source.contiguous() for source in sources],
+                        backend=plan.backend,
+                        finite_checked=True,
+                    )
             except Exception as error:
+                together = (
+                    f"; it was written together with {len(batch) - 1} more entries of the same stack "
+                    f"({', '.join(repr(write.name) for write in batch[1:4])}{', ...' if len(batch) > 4 else ''}), "
+                    "which may be partly applied" if len(batch) > 1 else ""
+                )
                 raise refit_error(
-                    write.name, f"writing failed after validation ({type(error).__name__}: {error}); "
-                    f"{position} earlier entries of this batch were already written and are not rolled back",
+                    first.name, f"writing failed after validation ({type(error).__name__}: {error}); "
+                    f"{written} earlier entries of this batch were already written and are not rolled back{together}",
                     applied_modules=tuple(applied_modules),
                 ) from error
+            written += len(batch)
             if progress is not None:
-                progress.update(1)
+                progress.update(len(batch))
     modules = list(dict.fromkeys(write.module for write in plan.writes))
     refresh_caches(modules)
 

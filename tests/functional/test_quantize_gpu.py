@@ -48,3 +48,19 @@ def test_quantize_in_place_keeps_data_ptrs_on_gpu():
     assert (tensor.data.data_ptr(), tensor.scale.data_ptr()) == pointers
     fresh = quantize_mxfp8(new, backend="reference")
     assert torch.equal(_bytes(tensor)[0], _bytes(fresh)[0]) and torch.equal(_bytes(tensor)[1], _bytes(fresh)[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_one_launch_batched_quantize_equals_per_expert_quantize(dtype):
+    stack = quantize_mxfp8(random_weights((6, 384, 512), device="cuda"))
+    pointers = (stack.data.data_ptr(), stack.scale.data_ptr())
+    before = _bytes(stack)[0].clone()
+    sources = [random_weights((384, 512), dtype=dtype, device="cuda") for _ in range(3)]
+    stack.quantize_experts_([4, 0, 2], sources, backend="triton")
+    assert (stack.data.data_ptr(), stack.scale.data_ptr()) == pointers
+    for index, source in zip([4, 0, 2], sources):
+        expected = quantize_mxfp8(source, backend="reference")
+        assert torch.equal(_bytes(stack)[0][index], _bytes(expected)[0])
+        assert torch.equal(_bytes(stack)[1][index], _bytes(expected)[1])
+    for index in (1, 3, 5):
+        assert torch.equal(_bytes(stack)[0][index], before[index])

@@ -117,3 +117,43 @@ def test_constructor_rejects_mismatched_scales():
         MXFP8Tensor(good.data, good.scale[:-4])
     with pytest.raises(MXFP8InputError, match="dtype"):
         MXFP8Tensor(good.data.view(torch.uint8), good.scale)
+
+
+def test_quantize_experts_writes_only_the_named_experts_and_runs_their_view_hooks():
+    stack = quantize_mxfp8(random_weights((5, 32, 64)))
+    views = [stack.expert(i) for i in range(5)]
+    fired = []
+    for index, view in enumerate(views):
+        view.register_write_hook(lambda tensor, data, scale, index=index: fired.append(index))
+    before = _checksum(stack)
+    sources = [random_weights((32, 64)), random_weights((32, 64))]
+    stack.quantize_experts_([3, 1], sources)
+    assert fired == [3, 1]
+    for index, source in ((3, sources[0]), (1, sources[1])):
+        assert torch.equal(stack.data[index].view(torch.uint8), quantize_mxfp8(source).data.view(torch.uint8))
+        assert torch.equal(stack.scale[index].view(torch.uint8), quantize_mxfp8(source).scale.view(torch.uint8))
+    for index in (0, 2, 4):
+        assert torch.equal(stack.data[index].view(torch.uint8), before[0][index])
+
+
+def test_quantize_experts_validates_every_source_before_writing():
+    stack = quantize_mxfp8(random_weights((3, 32, 64)))
+    before = _checksum(stack)
+    bad = random_weights((32, 64))
+    bad[4, 7] = float("inf")
+    with pytest.raises(MXFP8InputError, match=r"sources\[expert 2\].*non-finite"):
+        stack.quantize_experts_([0, 2], [random_weights((32, 64)), bad])
+    with pytest.raises(MXFP8InputError, match="distinct"):
+        stack.quantize_experts_([1, 1], [random_weights((32, 64))] * 2)
+    after = _checksum(stack)
+    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
+
+
+def test_whole_stack_write_fans_out_to_live_view_hooks():
+    stack = quantize_mxfp8(random_weights((3, 32, 64)))
+    fired = []
+    views = [stack.expert(i) for i in range(3)]
+    for index, view in enumerate(views):
+        view.register_write_hook(lambda tensor, data, scale, index=index: fired.append((index, data.data_ptr())))
+    stack.quantize_(random_weights((3, 32, 64)))
+    assert fired == [(index, stack.data[index].data_ptr()) for index in range(3)]
