@@ -34,6 +34,23 @@ def graph_median_us(fn, iters: int = 100, warmup: int = 3) -> float:
     return times[len(times) // 2]
 
 
+def eager_median_us(fn, iters: int = 30, warmup: int = 3) -> float:
+    """Median time in microseconds of eager calls of ``fn`` (CUDA events), for work a graph cannot capture."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
 def copy_bandwidth_gbps(nbytes: int = 2 * 1024**3) -> float:
     """Device-to-device copy bandwidth in GB/s counting bytes read plus bytes written."""
     source = torch.empty(nbytes, dtype=torch.uint8, device="cuda")

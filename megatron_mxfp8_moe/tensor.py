@@ -254,8 +254,12 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         backend: str = "auto",
         *,
         finite_checked: bool = False,
+        validated: bool = False,
     ) -> "MXFP8Tensor":
         """Requantize experts ``indices`` of this stack from logical ``sources`` (``[M, K]`` each) in place.
+
+        ``finite_checked`` skips the NaN/Inf scan; ``validated`` skips every per-source check (the caller,
+        e.g. ``refit_experts``, already validated the whole batch against this stack's views).
 
         With the triton backend this is ONE kernel launch for the whole batch (the refit fast path). Every
         source is validated before any byte is written. Hooks: the hooks of the written experts' views (made
@@ -270,7 +274,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         if len(set(indices)) != len(indices) or any(not 0 <= i < self._shape[0] for i in indices):
             raise MXFP8InputError(f"quantize_experts_(): indices must be distinct and in [0, {self._shape[0]}), got {indices}")
         view_shape = self._shape[1:]
-        for index, source in zip(indices, sources):
+        for index, source in zip(indices, [] if validated else sources):
             name = f"sources[expert {index}]"
             check_quantizable(name, source, finite=False)
             check_shape(name, source, view_shape)

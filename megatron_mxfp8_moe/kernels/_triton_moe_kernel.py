@@ -79,19 +79,83 @@ def _route_kernel(
         tl.store(sorted_pairs_ptr + position, offs, mask=is_local)
 
 
+# Dequant modes (keep in sync with ``_DEQUANT_CODE`` in triton_moe.py).
+DQ_CVT = tl.constexpr(0)  # cvt e4m3x2 -> f16x2 -> bf16, times 2 ** (s - 127) in bf16 (v1/v2)
+DQ_FP32 = tl.constexpr(1)  # fp32 convert and multiply (Triton interpreter: its bf16 math is wrong)
+DQ_BITS = tl.constexpr(2)  # bit trick in inline PTX (prmt/shift/and/or), two exact bf16 multiplies
+DQ_BITS_INT = tl.constexpr(3)  # the same bit trick in plain Triton integer ops, fp32 scale (interpreter check)
+DQ_NOSCALE = tl.constexpr(4)  # DIAGNOSTIC ONLY (wrong values): bit trick without any scale multiply
+
+
 @triton.jit
-def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT_FP32: tl.constexpr):
+def _fp8_bits_to_bf16(w):
+    """fp8 e4m3 -> the bf16 whose value is ``e4m3 * 2 ** -120``, by moving bits (no cvt instructions).
+
+    bf16 bits ``(b & 0x80) << 8 | (b & 0x7F) << 4``: the sign stays the sign, the 4-bit exponent lands in the
+    low 4 bits of bf16's 8-bit exponent field (bias 127 instead of 7: a factor 2 ** -120) and the 3 mantissa
+    bits on top of bf16's 7. e4m3 subnormals (exponent 0) land on bf16 subnormals with the same factor, so
+    every finite byte maps exactly; the e4m3 NaN bytes (0x7F, 0xFF) map to finite values (+-480 * 2 ** -120).
+    4 bytes per PTX instance: prmt puts byte i in the high byte of a 16-bit lane, then shift and mask.
+    """
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 r<6>;
+        prmt.b32 r0, $2, 0, 0x1404;
+        prmt.b32 r1, $2, 0, 0x3424;
+        shr.b32 r2, r0, 4;
+        shr.b32 r3, r1, 4;
+        and.b32 r2, r2, 0x07F007F0;
+        and.b32 r3, r3, 0x07F007F0;
+        and.b32 r4, r0, 0x80008000;
+        and.b32 r5, r1, 0x80008000;
+        or.b32 $0, r2, r4;
+        or.b32 $1, r3, r5;
+        }
+        """,
+        constraints="=r,=r,r",
+        args=[w.to(tl.uint8, bitcast=True)],
+        dtype=tl.bfloat16,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@triton.jit
+def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr):
     """fp8 e4m3 ``[BLOCK_N, BLOCK_K]`` and uint8 E8M0 ``[BLOCK_N, BLOCK_K // 32]`` -> exact bf16 values.
 
-    ``DEQUANT_FP32`` multiplies in fp32 (2 ** (b - 127) from float32 bits ``b << 23``) instead of bf16; both
-    are exact. The Triton interpreter needs it (its bf16 arithmetic is wrong in 3.8).
+    DQ_CVT: e4m3 -> bf16 by cvt, times 2 ** (s - 127) as a bf16 built from bits. DQ_FP32: the same in fp32.
+    DQ_BITS / DQ_BITS_INT: ``_fp8_bits_to_bf16`` (value * 2 ** -120), times 2 ** (min(s, 134) - 7) and then
+    2 ** (max(s, 134) - 134): both factors are normal bf16 for every byte s, so the product equals
+    e4m3 * 2 ** (s - 127) rounded once exactly like DQ_CVT (the second factor is 1 unless s > 134, scale > 2^7).
     """
-    if DEQUANT_FP32:
+    if DEQUANT == DQ_FP32:
         bits32 = tl.where(s == 0, 0x00400000, s.to(tl.int32) << 23)
         scale32 = bits32.to(tl.float32, bitcast=True)
         values32 = tl.reshape(w.to(tl.float32), [BLOCK_N, BLOCK_K // 32, 32])
         values32 = values32 * tl.reshape(scale32, [BLOCK_N, BLOCK_K // 32, 1])
         result = tl.reshape(values32, [BLOCK_N, BLOCK_K]).to(tl.bfloat16)
+    elif DEQUANT == DQ_BITS_INT:
+        b = w.to(tl.uint8, bitcast=True).to(tl.int32)
+        bits16 = (((b & 0x80) << 8) | ((b & 0x7F) << 4)).to(tl.int16)
+        v32 = bits16.to(tl.bfloat16, bitcast=True).to(tl.float32)  # exact: e4m3 * 2 ** -120
+        si = s.to(tl.int32)
+        lo32 = ((tl.minimum(si, 134) + 120) << 23).to(tl.float32, bitcast=True)  # 2 ** (min(s, 134) - 7)
+        hi32 = ((tl.maximum(si, 134) - 7) << 23).to(tl.float32, bitcast=True)  # 2 ** (max(s, 134) - 134)
+        values32 = tl.reshape(v32, [BLOCK_N, BLOCK_K // 32, 32]) * tl.reshape(lo32, [BLOCK_N, BLOCK_K // 32, 1])
+        values32 = values32 * tl.reshape(hi32, [BLOCK_N, BLOCK_K // 32, 1])
+        result = tl.reshape(values32, [BLOCK_N, BLOCK_K]).to(tl.bfloat16)
+    elif DEQUANT == DQ_BITS:
+        v = _fp8_bits_to_bf16(w)
+        si = s.to(tl.int16)
+        lo = ((tl.minimum(si, 134) + 120) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        hi = ((tl.maximum(si, 134) - 7) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        values = tl.reshape(v, [BLOCK_N, BLOCK_K // 32, 32]) * tl.reshape(lo, [BLOCK_N, BLOCK_K // 32, 1])
+        values = values * tl.reshape(hi, [BLOCK_N, BLOCK_K // 32, 1])
+        result = tl.reshape(values, [BLOCK_N, BLOCK_K])
+    elif DEQUANT == DQ_NOSCALE:
+        result = _fp8_bits_to_bf16(w)
     else:
         # 2 ** (b - 127) as bf16 bits is b << 7 for b >= 1; byte 0 is the bf16 subnormal 2 ** -127 (0x0040).
         bits = s.to(tl.int16) << 7
@@ -155,7 +219,7 @@ def _fc1_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
-    DEQUANT_FP32: tl.constexpr,
+    DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,  # fp32 operands (ieee): for the Triton interpreter, whose bf16 math is wrong
 ):
     """FC1 + activation for one ``[BLOCK_N, BLOCK_T]`` tile of ``inter^T``; tokens gathered by pair index."""
@@ -191,7 +255,7 @@ def _fc1_kernel(
                 x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
                 wg = tl.load(wg_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
                 sg = tl.load(sg_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
-            acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT_FP32), x, acc_g, FP32_DOT)
+            acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT), x, acc_g, FP32_DOT)
             if GATED:
                 if EVEN_K:
                     wu = tl.load(wu_ptrs)
@@ -199,7 +263,7 @@ def _fc1_kernel(
                 else:
                     wu = tl.load(wu_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
                     su = tl.load(su_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
-                acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT_FP32), x, acc_u, FP32_DOT)
+                acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT), x, acc_u, FP32_DOT)
                 wu_ptrs += BLOCK_K
                 su_ptrs += BLOCK_K // 32
             x_ptrs += BLOCK_K
@@ -230,16 +294,23 @@ def _fc2_kernel(
     stride_se,
     stride_sn,
     stride_slot,
+    stride_split,  # slot elements between two split-K partial buffers (SPLIT_K > 1)
     BLOCK_N: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
-    DEQUANT_FP32: tl.constexpr,
+    DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,  # fp32 operands (ieee): for the Triton interpreter, whose bf16 math is wrong
+    SPLIT_K: tl.constexpr,  # 1: bf16 slot rows; > 1: fp32 partial rows per K split, summed in the combine
 ):
-    """FC2 for one ``[BLOCK_N, BLOCK_T]`` tile of ``out^T``; writes each pair's unweighted row."""
+    """FC2 for one ``[BLOCK_N, BLOCK_T]`` tile of ``out^T``; writes each pair's unweighted row.
+
+    Split-K (program axis 2): split ``s`` takes K steps ``[s * steps, (s + 1) * steps)`` and writes its fp32
+    partial into ``slot + s * stride_split``; the combine adds the partials in split order (deterministic).
+    """
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
+    pid_s = tl.program_id(2)
     if pid_b < tl.load(num_blocks_ptr):
         expert = tl.load(block_expert_ptr + pid_b).to(tl.int64)
         positions = pid_b * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -253,7 +324,16 @@ def _fc2_kernel(
         w_ptrs = w_ptr + expert * stride_we + rows_n[:, None] * stride_wn + offs_k[None, :]
         s_ptrs = s_ptr + expert * stride_se + rows_n[:, None] * stride_sn + offs_ks[None, :]
         acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_steps = tl.cdiv(K, BLOCK_K)
+        k_first = 0
+        if SPLIT_K > 1:
+            per_split = tl.cdiv(k_steps, SPLIT_K)
+            k_first = pid_s * per_split
+            k_steps = tl.minimum(k_steps, k_first + per_split)
+            a_ptrs += k_first * BLOCK_K
+            w_ptrs += k_first * BLOCK_K
+            s_ptrs += k_first * (BLOCK_K // 32)
+        for k in range(k_first, k_steps):
             if EVEN_K:
                 a = tl.load(a_ptrs, mask=token_mask[None, :], other=0.0)
                 w = tl.load(w_ptrs)
@@ -263,13 +343,13 @@ def _fc2_kernel(
                 a = tl.load(a_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
                 w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
                 s = tl.load(s_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
-            acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT_FP32), a, acc, FP32_DOT)
+            acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT), a, acc, FP32_DOT)
             a_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
             s_ptrs += BLOCK_K // 32
         safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)
-        out_ptrs = slot_ptr + safe_pairs[None, :] * stride_slot + offs_n[:, None]
-        tl.store(out_ptrs, acc.to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N))
+        out_ptrs = slot_ptr + pid_s.to(tl.int64) * stride_split + safe_pairs[None, :] * stride_slot + offs_n[:, None]
+        tl.store(out_ptrs, acc.to(slot_ptr.dtype.element_ty), mask=token_mask[None, :] & (offs_n[:, None] < N))
 
 
 @triton.jit
@@ -281,12 +361,14 @@ def _combine_kernel(
     out_ptr,  # [>= rows, H] bf16 or fp32
     H,
     stride_slot,
+    stride_split,
     stride_probs,
     stride_out,
     local_expert_offset,
     TOPK: tl.constexpr,
     E: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    SPLITS: tl.constexpr,  # split-K partial buffers to add (in order) per pair row
 ):
     """``out[t] = sum_k probs[t, k] * slot[t * topk + k]`` over local k in fixed order (fp32); 0 past valid."""
     t = tl.program_id(0)
@@ -299,6 +381,9 @@ def _combine_kernel(
         local = tl.load(routing_map_ptr + t64 * TOPK + k).to(tl.int32) - local_expert_offset
         use = row_valid & (local >= 0) & (local < E)
         p = tl.load(probs_ptr + t64 * stride_probs + k)
-        v = tl.load(slot_ptr + (t64 * TOPK + k) * stride_slot + offs_h, mask=h_mask & use, other=0.0)
-        acc += v.to(tl.float32) * tl.where(use, p, 0.0)
+        row_ptrs = slot_ptr + (t64 * TOPK + k) * stride_slot + offs_h
+        v = tl.load(row_ptrs, mask=h_mask & use, other=0.0).to(tl.float32)
+        for split in tl.static_range(1, SPLITS):
+            v += tl.load(row_ptrs + split * stride_split, mask=h_mask & use, other=0.0).to(tl.float32)
+        acc += v * tl.where(use, p, 0.0)
     tl.store(out_ptr + t64 * stride_out + offs_h, acc.to(out_ptr.dtype.element_ty), mask=h_mask)

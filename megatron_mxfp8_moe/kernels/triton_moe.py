@@ -39,6 +39,8 @@ _ACTIVATION_CODE = {  # keep in sync with ACT_* in _triton_moe_kernel.py
     Activation.SILU: 4,
 }
 
+_DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "noscale": 4}  # keep in sync with DQ_* (kernel)
+
 WeightStack = Union[MXFP8Tensor, HopperMXFP8Weight]
 
 
@@ -55,8 +57,17 @@ class TritonMoEConfig:
     fc2_block_k: int
     fc2_warps: int
     fc2_stages: int
-    dequant_fp32: bool = False  # scale multiply in fp32 instead of bf16 (both exact)
+    dequant_fp32: bool = False  # scale multiply in fp32 instead of bf16 (both exact); overrides ``dequant``
     fp32_dot: bool = False  # fp32 MMA operands: only for the Triton interpreter (CPU tests), slow on a GPU
+    # "cvt" (v1/v2: cvt chains), "bits" (v3: bit-moving fp8 -> bf16 in inline PTX, GPU only), "bits_int" (the
+    # same bit trick in plain Triton integer ops with an fp32 scale: runs under the interpreter), "noscale"
+    # (DIAGNOSTIC, wrong values: the bit trick without the scale multiply, to time the dequant share).
+    dequant: str = "cvt"
+    fc2_split_k: int = 1  # > 1: FC2 splits K (= I) over programs, fp32 partials summed in the combine
+
+    @property
+    def dequant_code(self) -> int:
+        return _DEQUANT_CODE["fp32" if self.dequant_fp32 else self.dequant]
 
 
 def triton_moe_support(capability, triton_version: Optional[str] = None) -> tuple[bool, str]:
@@ -83,8 +94,10 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     pairs_per_expert = rows * topk / max(experts, 1)
     # Each token block re-reads its expert's weights, so block_t covers the typical pairs per expert
     # (H200 sweep, bench/NOTES_triton_moe.md): 16 up to 8 pairs, then 32, 64, 128.
-    if pairs_per_expert <= 8:
+    if pairs_per_expert < 0.25:  # a handful of tokens: the most weight tiles in flight
         return TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4)
+    if pairs_per_expert <= 8:
+        return TritonMoEConfig(16, 64, 128, 4, 4, 128, 128, 8, 3)
     if pairs_per_expert <= 24:
         return TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3)
     if pairs_per_expert <= 96 or (gated and hidden < 4096):
@@ -284,26 +297,31 @@ def triton_mxfp8_moe(
         fc1.data.stride(0), fc1.data.stride(1), fc1.scale.stride(0), fc1.scale.stride(1), inter.stride(0),
         TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
         BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
-        EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT_FP32=cfg.dequant_fp32, FP32_DOT=cfg.fp32_dot,
+        EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
         num_warps=cfg.fc1_warps, num_stages=cfg.fc1_stages,
     )
 
-    slots = torch.empty(rows * topk, hidden, dtype=torch.bfloat16, device=device)
-    fc2_grid = (triton.cdiv(hidden, cfg.fc2_block_n), max_blocks)
+    split_k = max(1, min(cfg.fc2_split_k, triton.cdiv(inner, cfg.fc2_block_k)))
+    if split_k > 1:  # fp32 partial rows per split, added in split order by the combine
+        slots = torch.empty(split_k, rows * topk, hidden, dtype=torch.float32, device=device)
+    else:
+        slots = torch.empty(1, rows * topk, hidden, dtype=torch.bfloat16, device=device)
+    fc2_grid = (triton.cdiv(hidden, cfg.fc2_block_n), max_blocks, split_k)
     kernels._fc2_kernel[fc2_grid](
         inter, fc2.data, fc2.scale, slots, sorted_pairs, block_expert, num_blocks,
         hidden, inner, inter.stride(0),
-        fc2.data.stride(0), fc2.data.stride(1), fc2.scale.stride(0), fc2.scale.stride(1), slots.stride(0),
+        fc2.data.stride(0), fc2.data.stride(1), fc2.scale.stride(0), fc2.scale.stride(1),
+        slots.stride(1), slots.stride(0),
         BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
-        EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT_FP32=cfg.dequant_fp32, FP32_DOT=cfg.fp32_dot,
+        EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot, SPLIT_K=split_k,
         num_warps=cfg.fc2_warps, num_stages=cfg.fc2_stages,
     )
 
     block_h = min(2048, _pow2_at_least(hidden))
     kernels._combine_kernel[(rows, triton.cdiv(hidden, block_h))](
         slots, probs, routing_map, valid_tokens, out,
-        hidden, slots.stride(0), probs.stride(0), out.stride(0), local_expert_offset,
-        TOPK=topk, E=experts, BLOCK_H=block_h, num_warps=4,
+        hidden, slots.stride(1), slots.stride(0), probs.stride(0), out.stride(0), local_expert_offset,
+        TOPK=topk, E=experts, BLOCK_H=block_h, SPLITS=split_k, num_warps=4,
     )
     return out
 

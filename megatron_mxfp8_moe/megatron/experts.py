@@ -26,7 +26,7 @@ from megatron.core.transformer.moe.token_dispatcher_inference import (
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.utils import get_pg_rank, get_pg_size
 
-from ..activations import Activation
+from ..activations import Activation, parse_activation
 from ..errors import BackendUnavailableError, MXFP8InputError
 from ..experts import ExpertSet
 from ..kernels.base import Backend
@@ -95,6 +95,10 @@ class MXFP8Experts(MegatronModule):
         initialize: quantize freshly initialized weights (``config.init_method`` for fc1,
             ``config.output_layer_init_method`` for fc2) when ``config.perform_initialization``; False leaves zeros
             for a checkpoint load to fill.
+        release_canonical: drop the canonical bytes once the kernel stack is built (default: GPU backends).
+        activation: the expert activation (``"swiglu"``, ``"squared_relu"``, ...) overriding the config's; this is
+            how gated SwiGLU experts run behind 0.19.2's inference-optimized dispatcher (graph-capturable,
+            bounded rows), whose config validation rejects gated linear units. Router and dispatcher never read it.
 
     Weights: ``mxfp8_weights()`` -> ``{"linear_fc1.weight{i}": MXFP8Tensor, ...}``; writes to them (refit) reach
     the backend stack through write hooks. ``load_state_dict`` accepts BF16 or MXFP8 values under Megatron's
@@ -114,6 +118,7 @@ class MXFP8Experts(MegatronModule):
         caps: Optional[DeviceCaps] = None,
         initialize: bool = True,
         release_canonical: Optional[bool] = None,
+        activation=None,
     ):
         super().__init__(config=config)
         _check_config(config)
@@ -130,7 +135,9 @@ class MXFP8Experts(MegatronModule):
         self.num_local_experts = int(num_local_experts)
         self.local_expert_offset = self.ep_rank * self.num_local_experts
         self.name = name
-        activation = activation_from_config(config)
+        # An explicit activation lets gated experts (SwiGLU) sit behind 0.19.2's inference-optimized dispatcher,
+        # whose config validation rejects gated linear units; the router and dispatcher never read it.
+        activation = activation_from_config(config) if activation is None else parse_activation(activation)
         hidden = config.moe_latent_size if getattr(config, "moe_latent_size", None) else config.hidden_size
         ffn = config.moe_ffn_hidden_size if config.moe_ffn_hidden_size is not None else config.ffn_hidden_size
         if token_capacity is None:

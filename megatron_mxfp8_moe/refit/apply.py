@@ -132,6 +132,7 @@ def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> No
                         [source if source.is_contiguous() else source.contiguous() for source in sources],
                         backend=plan.backend,
                         finite_checked=True,
+                        validated=True,
                     )
             except Exception as error:
                 together = (

@@ -350,18 +350,19 @@ class RefitValidator:
 def _check_finite(writes: list[PlannedWrite]) -> None:
     """Raise naming the first entry (in entry order) whose logical source holds NaN or Inf.
 
-    One ``isfinite().all()`` per source, queued without a sync; then one host sync per device.
-    (MXFP8 sources were checked by ``validate_mxfp8_source``.)
+    Per device, one multi-tensor max-abs reduction over all sources (``torch._foreach_norm`` with
+    ``ord=inf``: NaN and Inf propagate into the norm), then one host sync. MXFP8 sources were checked by
+    ``validate_mxfp8_source``.
     """
     by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
     for position, write in enumerate(writes):
         if write.kind == QUANTIZE and write.source.numel():
-            flag = torch.isfinite(write.source.detach()).all()
-            by_device.setdefault(write.source.device, []).append((position, flag))
+            by_device.setdefault(write.source.device, []).append((position, write.source.detach()))
     bad_positions = []
-    for flags in by_device.values():
-        ok = torch.stack([flag for _, flag in flags]).cpu()
-        bad_positions += [position for (position, _), good in zip(flags, ok.tolist()) if not good]
+    for entries in by_device.values():
+        norms = torch._foreach_norm([source for _, source in entries], float("inf"))
+        ok = torch.isfinite(torch.stack([norm.float() for norm in norms])).cpu()
+        bad_positions += [position for (position, _), good in zip(entries, ok.tolist()) if not good]
     if bad_positions:
         write = writes[min(bad_positions)]
         values = write.source.detach()

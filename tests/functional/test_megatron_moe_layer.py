@@ -215,6 +215,26 @@ def test_spec_builds_initialized_layer_and_refit_reaches_it(cpu_megatron):
     assert relative_error(before, after) > 0.1  # the new weights are in use
 
 
+def test_gated_swiglu_through_the_inference_dispatcher_with_an_activation_override(cpu_megatron):
+    """0.19.2's inference_optimized config rejects gated units; MXFP8Experts(activation="swiglu") runs them
+    behind the inference dispatcher anyway (the router and dispatcher never read the activation)."""
+    config = _config(False)  # inference_optimized, squared_relu placeholder for the config validation
+    spec = get_mxfp8_moe_layer_spec(backend="reference", shared_experts=None, activation="swiglu")
+    layer = spec(config=config, pg_collection=cpu_megatron).eval()
+    experts = layer.experts
+    assert experts.expert_set.activation.value == "swiglu" and experts.expert_set.fc1.shape[1] == 2 * I
+    recorder = _Recorder(experts)
+    x = torch.randn(6, 1, H, dtype=torch.bfloat16)
+    with torch.no_grad(), InferenceMode.active():
+        out, _ = layer(x)
+    (args, kwargs, (expert_out, _)), = recorder.calls
+    assert args[1] is None and kwargs["routing_map"].shape == (6, TOPK)  # the inference contract
+    expert_oracle = _oracle(args[0], kwargs["routing_map"], args[2], experts, "swiglu")
+    assert relative_error(expert_out, expert_oracle) <= EXPERT_BOUND
+    probs, ids = _route(x, layer.router.weight)
+    assert relative_error(out.view(-1, H), _oracle(x.view(-1, H), ids, probs, experts, "swiglu")) <= LAYER_BOUND
+
+
 def test_training_with_autograd_is_refused(cpu_megatron):
     experts = MXFP8Experts(EXPERTS, _config(False), pg_collection=cpu_megatron, backend="reference")
     x = torch.randn(3, H, dtype=torch.bfloat16, requires_grad=True)

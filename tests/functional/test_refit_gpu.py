@@ -54,10 +54,10 @@ def _pointers(value, seen=None) -> list[int]:
         return [p for item in value for p in _pointers(item, seen)]
     if isinstance(value, dict):
         return [p for item in value.values() for p in _pointers(item, seen)]
-    if dataclasses.is_dataclass(value):
-        return [p for field in dataclasses.fields(value) for p in _pointers(getattr(value, field.name, None), seen)]
     if getattr(value, "is_released", False):  # a released canonical weight holds no storage
         return []
+    if dataclasses.is_dataclass(value):
+        return [p for field in dataclasses.fields(value) for p in _pointers(getattr(value, field.name, None), seen)]
     out = []
     for attribute in ("data", "scale"):
         inner = getattr(value, attribute, None)
