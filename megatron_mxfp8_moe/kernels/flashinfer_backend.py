@@ -59,10 +59,7 @@ class FlashInferRoutedBackend(MoEBackend):
     @torch.no_grad()
     def build(self, expert_set: "ExpertSet") -> StackState:
         """Routed stacks for fc1 (``gated`` per the activation) and fc2, plus one writeback hook per expert."""
-        from ..layouts.routed import (
-            attach_routed_mxfp8_writeback,
-            prepare_routed_mxfp8_weights,
-        )
+        from ..layouts.routed import attach_routed_mxfp8_writeback, prepare_routed_mxfp8_weights
         from .flashinfer_compat import require_flashinfer_routed_mxfp8
 
         require_flashinfer_routed_mxfp8()
@@ -75,15 +72,7 @@ class FlashInferRoutedBackend(MoEBackend):
         for index in range(expert_set.num_experts):
             state.hook_removers.append(attach_routed_mxfp8_writeback(expert_set.fc1_expert(index), state.fc1, index))
             state.hook_removers.append(attach_routed_mxfp8_writeback(expert_set.fc2_expert(index), state.fc2, index))
-        for stack, routed, is_gated in ((expert_set.fc1, state.fc1, gated), (expert_set.fc2, state.fc2, False)):
-            # A write to a whole stack refreshes the whole routed stack in place.
-            state.hook_removers.append(
-                stack.register_write_hook(
-                    lambda tensor, _data, _scale, _routed=routed, _gated=is_gated: prepare_routed_mxfp8_weights(
-                        tensor, out=_routed, gated=_gated
-                    )
-                )
-            )
+        # A whole-stack write fans out to these per-expert hooks (MXFP8Tensor._after_write), so it needs none.
         return state
 
     def run(

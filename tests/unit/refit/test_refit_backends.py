@@ -1,0 +1,64 @@
+"""Refit through every backend whose stack builds on a CPU: the bytes equal a freshly built layer's.
+
+The FlashInfer routed stack is pure tensor layout work, so it is built here on the CPU (its requirement check,
+which needs an SM100 GPU to launch the kernel, is bypassed for the build only); the Hopper Triton layout and
+the reference backend's fp32 stack likewise. Canonical weights are released after the build for the GPU
+backends, as on a GPU, so the refit reaches the stacks through the write hooks alone.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from megatron_mxfp8_moe import DeviceCaps, ExpertSet, MXFP8ExpertLayer, refit_experts
+from megatron_mxfp8_moe.testing import random_weights
+
+E, H, I = 4, 256, 128
+BLACKWELL = DeviceCaps("cpu", (10, 0), "0.7.2.post1", "3.6.0")  # build-only: the layouts are device-independent
+
+
+def _stack_tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if dataclasses.is_dataclass(value):
+        return [t for field in dataclasses.fields(value) for t in _stack_tensors(getattr(value, field.name))]
+    return []
+
+
+def _layer(backend, fc1, fc2, monkeypatch):
+    if backend == "flashinfer_routed":
+        monkeypatch.setattr("megatron_mxfp8_moe.kernels.flashinfer_compat.require_flashinfer_routed_mxfp8", lambda: None)
+        layer = MXFP8ExpertLayer(ExpertSet.from_bf16(fc1, fc2, "swiglu"), backend=backend, caps=BLACKWELL)
+    elif backend == "triton":
+        hopper = DeviceCaps("cuda", (9, 0), None, "3.6.0")  # build-only, as above
+        layer = MXFP8ExpertLayer(ExpertSet.from_bf16(fc1, fc2, "swiglu"), backend=backend, caps=hopper)
+    else:
+        layer = MXFP8ExpertLayer(ExpertSet.from_bf16(fc1, fc2, "swiglu"), backend=backend)
+    layer.build_()
+    return layer
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton", "flashinfer_routed"])
+@pytest.mark.parametrize("partial", [False, True], ids=["all-experts", "two-experts"])
+def test_refit_equals_a_fresh_layer_byte_for_byte(backend, partial, monkeypatch):
+    fc1, fc2 = random_weights((E, 2 * I, H)), random_weights((E, H, I))
+    layer = _layer(backend, fc1, fc2, monkeypatch)
+    assert layer.expert_set.is_released == (backend != "reference")
+    pointers = [t.data_ptr() for t in _stack_tensors(layer.stack_state.fc1) + _stack_tensors(layer.stack_state.fc2)]
+    new_fc1, new_fc2 = fc1.clone(), fc2.clone()
+    experts = (1, 3) if partial else range(E)
+    for index in experts:
+        new_fc1[index], new_fc2[index] = random_weights((2 * I, H)), random_weights((H, I))
+    weights = {f"linear_fc1.weight{i}": new_fc1[i].contiguous() for i in experts}
+    weights.update({f"linear_fc2.weight{i}": new_fc2[i].contiguous() for i in experts})
+    report = refit_experts(layer, weights)
+    assert report.tensors_updated == 2 * len(experts)
+    fresh = _layer(backend, new_fc1, new_fc2, monkeypatch)
+    for mine, theirs in ((layer.stack_state.fc1, fresh.stack_state.fc1), (layer.stack_state.fc2, fresh.stack_state.fc2)):
+        mine_tensors, their_tensors = _stack_tensors(mine), _stack_tensors(theirs)
+        assert mine_tensors and len(mine_tensors) == len(their_tensors)
+        for a, b in zip(mine_tensors, their_tensors):
+            assert torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+    after = [t.data_ptr() for t in _stack_tensors(layer.stack_state.fc1) + _stack_tensors(layer.stack_state.fc2)]
+    assert after == pointers
