@@ -51,12 +51,12 @@ def eager_median_us(fn, iters: int = 30, warmup: int = 3) -> float:
     return times[len(times) // 2]
 
 
-def copy_bandwidth_gbps(nbytes: int = 2 * 1024**3) -> float:
-    """Device-to-device copy bandwidth in GB/s counting bytes read plus bytes written."""
-    source = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+def copy_bandwidth_gbps(nbytes: int = 4 * 1024**3) -> float:
+    """Device-to-device copy bandwidth in GB/s counting bytes read plus bytes written (a bf16 copy)."""
+    source = torch.randn(nbytes // 2, dtype=torch.bfloat16, device="cuda")
     target = torch.empty_like(source)
     microseconds = graph_median_us(lambda: target.copy_(source), iters=30)
-    del source, target
+    del target, source
     torch.cuda.empty_cache()
     return 2 * nbytes / (microseconds * 1e-6) / 1e9
 

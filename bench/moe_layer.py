@@ -43,21 +43,38 @@ CANDIDATES = {
     "s16b": TritonMoEConfig(16, 64, 128, 8, 3, 128, 128, 8, 4),
     "s16c": TritonMoEConfig(16, 64, 64, 4, 4, 64, 128, 4, 3),
     "s16d": TritonMoEConfig(16, 32, 128, 8, 3, 64, 256, 4, 3),
+    "s16e": TritonMoEConfig(16, 32, 256, 4, 3, 64, 256, 4, 3),
+    "s16f": TritonMoEConfig(16, 32, 128, 4, 5, 32, 128, 4, 5),
+    "s16g": TritonMoEConfig(16, 64, 128, 4, 4, 128, 128, 8, 3),
     "m32a": TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3),
     "m32b": TritonMoEConfig(32, 64, 64, 4, 4, 64, 128, 4, 4),
     "l64a": TritonMoEConfig(64, 128, 64, 8, 3, 128, 64, 8, 3),
     "l64b": TritonMoEConfig(64, 64, 64, 4, 3, 128, 64, 4, 3),
     "l128a": TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3),
     "l128b": TritonMoEConfig(128, 128, 64, 8, 3, 128, 64, 8, 4),
+    # v3 (run 4): bit-trick dequant ("_b"), FC2 split-K ("k2"), more FC1 programs at T=1 ("s16h").
+    "s16a_b": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4, dequant="bits"),
+    "s16a_bk2": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4, dequant="bits", fc2_split_k=2),
+    "s16h_b": TritonMoEConfig(16, 16, 128, 4, 4, 64, 128, 4, 4, dequant="bits", fc2_split_k=2),
+    "s16g_b": TritonMoEConfig(16, 64, 128, 4, 4, 128, 128, 8, 3, dequant="bits"),
+    "s16g_bk2": TritonMoEConfig(16, 64, 128, 4, 4, 128, 128, 8, 3, dequant="bits", fc2_split_k=2),
+    "s16i_b": TritonMoEConfig(16, 64, 128, 4, 5, 128, 128, 8, 4, dequant="bits"),
+    "m32a_b": TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3, dequant="bits"),
+    "m32c_b": TritonMoEConfig(32, 64, 128, 4, 4, 128, 128, 8, 4, dequant="bits"),
+    # DIAGNOSTIC (wrong values, never a default): the bit trick without the scale multiply.
+    "diag_s16g_noscale": TritonMoEConfig(16, 64, 128, 4, 4, 128, 128, 8, 3, dequant="noscale"),
 }
 
 
 def candidates_for(tokens):
+    if tokens <= 1:
+        return ["s16a", "s16a_b", "s16a_bk2", "s16h_b", "s16g_b"]
     if tokens <= 64:
-        return ["s16a", "s16b", "s16c", "s16d"]
+        diag = ["diag_s16g_noscale"] if tokens == 16 else []
+        return ["s16g", "s16g_b", "s16g_bk2", "s16a_b", "s16i_b"] + diag
     if tokens <= 256:
-        return ["s16a", "s16b", "m32a", "m32b"]
-    return ["m32a", "l64a", "l64b", "l128a", "l128b"]
+        return ["m32a", "m32a_b", "m32c_b"]
+    return ["l64a", "l64b", "l128a"]
 
 
 def bench_graph(fn, iters=100):
@@ -185,7 +202,7 @@ def main():
                         sweep[name] = None
                         print(f"  {name}: {type(error).__name__}: {str(error)[:200]}", flush=True)
                 row["swiglu_sweep_us"] = sweep
-                good = {k: v for k, v in sweep.items() if v is not None}
+                good = {k: v for k, v in sweep.items() if v is not None and not k.startswith("diag_")}
                 if good:
                     best = min(good, key=good.get)
                     row["swiglu_best_config"] = best

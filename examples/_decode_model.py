@@ -24,9 +24,11 @@ import contextlib
 import dataclasses
 import os
 import socket
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
+
+from megatron_mxfp8_moe.format.swizzle import swizzled_scale_numel
 import torch.nn.functional as F
 
 # Shapes of the two presets. qwen3-30b-a3b: Qwen3-30B-A3B's MoE geometry (hidden 2048, 128 experts, top-8,
@@ -80,7 +82,7 @@ def setup_megatron(device: torch.device):
     from megatron.core.transformer.moe.token_dispatcher_inference import NCCLAllGatherDispatcher
 
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(device.index if device.index is not None else torch.cuda.current_device())
     else:
         apply_cpu_shim()
     if not dist.is_initialized():
@@ -392,30 +394,6 @@ def delta_alignment(new: torch.Tensor, old: torch.Tensor, ref_new: torch.Tensor,
     return float(F.cosine_similarity(delta, ref_delta, dim=-1).median())
 
 
-def _tensors(obj, depth: int = 0) -> Iterator[torch.Tensor]:
-    """Every tensor reachable from a backend stack object (tensors, MXFP8 tensors, containers, dataclasses)."""
-    if depth > 4 or obj is None:
-        return
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif hasattr(obj, "data") and hasattr(obj, "scale") and not isinstance(obj, torch.nn.Module):
-        yield from _tensors(obj.data, depth + 1)
-        yield from _tensors(obj.scale, depth + 1)
-    elif isinstance(obj, dict):
-        for value in obj.values():
-            yield from _tensors(value, depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        for value in obj:
-            yield from _tensors(value, depth + 1)
-    elif dataclasses.is_dataclass(obj):
-        for field in dataclasses.fields(obj):
-            yield from _tensors(getattr(obj, field.name), depth + 1)
-
-
-def _storage_key(tensor: torch.Tensor) -> tuple:
-    return (tensor.device, tensor.untyped_storage().data_ptr())
-
-
 @dataclasses.dataclass(frozen=True)
 class ExpertMemory:
     weights: int  # logical expert weights (elements)
@@ -429,25 +407,21 @@ class ExpertMemory:
 
 
 def expert_memory(model: MoEDecoder) -> ExpertMemory:
-    """Bytes of the MXFP8 canonical stacks and of the kernel stacks' own storage vs BF16 (2 bytes a weight)."""
-    weights = canonical = extra = 0
+    """Resident expert-weight bytes (canonical + kernel stacks, each storage once) vs BF16 (2 bytes a weight).
+
+    ``canonical_bytes``: what one MXFP8 copy needs (fp8 data + swizzled E8M0 scales, from the shapes);
+    ``stack_extra_bytes``: what the layer keeps resident beyond that (``MXFP8ExpertLayer.resident_bytes()``; GPU
+    backends release the canonical bytes once their stack holds them).
+    """
+    weights = canonical = resident = 0
     for layer in model.moe_layers():
-        experts = layer.experts
-        canonical_keys = set()
-        for stack in (experts.expert_set.fc1, experts.expert_set.fc2):
-            weights += stack.data.numel()
-            for tensor in (stack.data, stack.scale):
-                canonical_keys.add(_storage_key(tensor))
-                canonical += tensor.untyped_storage().nbytes()
-        state = experts.layer.stack_state
-        seen = set(canonical_keys)
-        if state is not None:
-            for tensor in _tensors([state.fc1, state.fc2]):
-                key = _storage_key(tensor)
-                if key not in seen:
-                    seen.add(key)
-                    extra += tensor.untyped_storage().nbytes()
-    return ExpertMemory(weights, 2 * weights, canonical, extra)
+        expert_layer = layer.experts.layer
+        for stack in (expert_layer.expert_set.fc1, expert_layer.expert_set.fc2):
+            experts, rows, cols = stack.shape
+            weights += experts * rows * cols
+            canonical += experts * (rows * cols + swizzled_scale_numel(rows, cols // 32))
+        resident += expert_layer.resident_bytes()
+    return ExpertMemory(weights, 2 * weights, canonical, resident - canonical)
 
 
 @torch.no_grad()

@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     configure_logging()
     if args.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     elif args.device == "cuda":
         if not torch.cuda.is_available():
             print("error: --device cuda but no CUDA device is visible", file=sys.stderr)

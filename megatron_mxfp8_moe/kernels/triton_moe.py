@@ -92,6 +92,9 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     wide tiles so each dequantized weight tile is reused by many tokens.
     """
     pairs_per_expert = rows * topk / max(experts, 1)
+    # All defaults use dequant="cvt", fc2_split_k=1 (v2). The v3 options (dequant="bits", fc2_split_k > 1) stay
+    # opt-in: run 4 (bench/results/run4) measured them slower at 4-64 tokens and their GPU tests did not complete
+    # in that run (bench/NOTES_triton_moe.md, v3).
     # Each token block re-reads its expert's weights, so block_t covers the typical pairs per expert
     # (H200 sweep, bench/NOTES_triton_moe.md): 16 up to 8 pairs, then 32, 64, 128.
     if pairs_per_expert < 0.25:  # a handful of tokens: the most weight tiles in flight

@@ -130,3 +130,114 @@ def test_rejects_bad_shapes():
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid)
     with pytest.raises(MXFP8InputError, match="x:"):
         triton_mxfp8_moe(x.float(), probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid)
+
+
+# v3 variants: the bit-trick dequant ("bits") must give bit-identical outputs to the cvt path (both dequantize
+# exactly and round the same products); FC2 split-K adds fp32 partials (deterministic, checked vs the oracle).
+_V3 = {
+    "bits": dict(dequant="bits"),
+    "bits_sk2": dict(dequant="bits", fc2_split_k=2),
+    "bits_sk3": dict(dequant="bits", fc2_split_k=3),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(_V3))
+@pytest.mark.parametrize("experts,topk,hidden,inter,tokens", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[6]])
+def test_v3_variants(experts, topk, hidden, inter, tokens, variant):
+    import dataclasses
+
+    from megatron_mxfp8_moe.kernels.triton_moe import choose_config
+
+    activation = "swiglu"
+    fc1, fc2 = _layer(experts, hidden, inter, activation)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts + 5, topk, device="cuda")
+    ids = ids - 2
+    ids[::3, 0] = -1
+    valid_rows = max(1, tokens - 2)
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+    base = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
+    base = dataclasses.replace(base, dequant="cvt", fc2_split_k=1)
+    outs = {}
+    for name, cfg in (("cvt", base), (variant, dataclasses.replace(base, **_V3[variant]))):
+        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=3,
+                         valid_tokens=valid, out=out, config=cfg)
+        torch.cuda.synchronize()
+        assert torch.isfinite(out).all(), f"{name}: some output rows were not written"
+        outs[name] = out
+    ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
+    assert relative_error(outs[variant], ref) <= BOUND
+    assert outs[variant][valid_rows:].abs().max().item() == 0 if valid_rows < tokens else True
+    if _V3[variant].get("fc2_split_k", 1) == 1:
+        assert torch.equal(outs[variant], outs["cvt"]), "bit-trick dequant differs from the cvt path"
+
+
+def test_v3_bits_exact_with_scales_above_2_pow_7():
+    """E8M0 bytes > 134 take the second bf16 factor: outputs stay bit-identical to the cvt path."""
+    import dataclasses
+
+    from megatron_mxfp8_moe.kernels.triton_moe import choose_config
+
+    experts, topk, hidden, inter, tokens = 8, 2, 256, 128, 24
+    fc1 = quantize_mxfp8(random_weights((experts, inter, hidden), scale=2e5, device="cuda"))
+    fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.02, device="cuda"))
+    assert int(prepare_hopper_mxfp8_weights(fc1).scale.max()) > 134, "the case must reach the second factor"
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
+    base = dataclasses.replace(choose_config(tokens, hidden, inter, gated=False, topk=topk, experts=experts),
+                               dequant="cvt", fc2_split_k=1)
+    outs = []
+    for cfg in (base, dataclasses.replace(base, dequant="bits")):
+        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="relu", valid_tokens=valid, out=out, config=cfg)
+        torch.cuda.synchronize()
+        outs.append(out)
+    assert torch.isfinite(outs[0]).all() and outs[0].abs().max() > 0
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("variant", ["bits", "bits_sk2"])
+def test_v3_cuda_graph_replay(variant):
+    import dataclasses
+
+    from megatron_mxfp8_moe.kernels.triton_moe import choose_config
+
+    experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 16
+    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
+    w1, w2 = prepare_hopper_mxfp8_weights(fc1), prepare_hopper_mxfp8_weights(fc2)
+    cfg = dataclasses.replace(choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts), **_V3[variant])
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
+    out = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        triton_mxfp8_moe(x, probs, ids, w1, w2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for valid_rows in (tokens, 5, 1):
+        new_probs, new_ids = random_routing(tokens, experts, topk, device="cuda")
+        probs.copy_(new_probs)
+        ids.copy_(new_ids)
+        x.copy_(torch.randn_like(x))
+        valid.fill_(valid_rows)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = out.clone()
+        out.fill_(float("nan"))
+        step()
+        torch.cuda.synchronize()
+        assert torch.isfinite(replayed).all()
+        assert torch.equal(replayed, out), "graph replay differs from eager"
+        ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 0, valid_rows, tokens)
+        assert relative_error(replayed, ref) <= BOUND

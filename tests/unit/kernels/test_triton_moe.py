@@ -133,7 +133,7 @@ def test_input_errors_name_the_argument():
 
 _INTERPRETER_SCRIPT = textwrap.dedent(
     """
-    import json, os
+    import dataclasses, json, os
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
     from megatron_mxfp8_moe.kernels import _triton_moe_kernel as kernels
@@ -180,6 +180,21 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             tail_zero=bool((out[rows - 1:rows] == 0).all()),
             untouched=bool(torch.isnan(out[rows:]).all()),
         )
+        # v3: the bit-trick dequant in plain integer ops (bits_int) must equal the fp32 path exactly, and
+        # FC2 split-K (fp32 partials, summed in order by the combine) must match the oracle.
+        for name, extra in (("bits_int", dict(dequant="bits_int")), ("splitk", dict(fc2_split_k=2)),
+                            ("bits_int_splitk3", dict(dequant="bits_int", fc2_split_k=3))):
+            cfg_v = dataclasses.replace(cfg, dequant_fp32=False, **extra) if "bits" in name else dataclasses.replace(cfg, **extra)
+            out_v = torch.full((rows + 2, hidden), float("nan"))
+            triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=0,
+                             valid_tokens=torch.tensor([rows - 1], dtype=torch.int32), rows=rows, out=out_v,
+                             config=cfg_v)
+            result[activation + "_" + name] = dict(
+                err=relative_error(out_v[:rows], ref),
+                tail_zero=bool((out_v[rows - 1:rows] == 0).all()),
+                untouched=bool(torch.isnan(out_v[rows:]).all()),
+                equal=bool(torch.equal(out_v[:rows], out[:rows])),
+            )
     print(json.dumps(result))
     """
 )
@@ -195,6 +210,36 @@ def test_kernels_under_triton_interpreter():
     assert result["blocks"][0] == result["blocks"][1]
     assert result["block_expert_equal"] and result["pairs_equal"]
     for activation in ("swiglu", "squared_relu", "geglu"):
-        check = result[activation]
-        assert check["err"] <= 1e-2, (activation, check)
-        assert check["tail_zero"] and check["untouched"], (activation, check)
+        for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3"):
+            check = result[activation + suffix]
+            assert check["err"] <= 1e-2, (activation + suffix, check)
+            assert check["tail_zero"] and check["untouched"], (activation + suffix, check)
+        assert result[activation + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
+
+
+def _bits_trick_reference(b: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """Torch twin of DQ_BITS (``_fp8_bits_to_bf16`` then two bf16 factors), on int tensors of bytes."""
+    bits = ((b & 0x80) << 8) | ((b & 0x7F) << 4)
+    v = bits.to(torch.int16).view(torch.bfloat16)
+    lo = ((torch.clamp(s, max=134) + 120) << 7).to(torch.int16).view(torch.bfloat16)
+    hi = ((torch.clamp(s, min=134) - 7) << 7).to(torch.int16).view(torch.bfloat16)
+    return (v * lo) * hi  # bf16 multiplies, rounded once each (the second is exact or overflows like cvt's)
+
+
+def test_bit_trick_dequant_is_exact_for_every_byte_and_scale():
+    """Every finite e4m3 byte x every E8M0 byte 0..254: the bit trick equals e4m3 * 2 ** (s - 127) rounded
+    to bf16 (what the cvt path computes); the e4m3 NaN bytes are the documented exception."""
+    b = torch.arange(256, dtype=torch.int32).repeat_interleave(255)
+    s = torch.arange(255, dtype=torch.int32).repeat(256)
+    got = _bits_trick_reference(b, s).double()
+    e4m3 = b.to(torch.uint8).view(torch.float8_e4m3fn).double()
+    want = (e4m3 * torch.exp2(s.double() - 127)).to(torch.bfloat16).double()
+    finite = torch.isfinite(e4m3)
+    assert int((~finite).sum()) == 2 * 255
+    same = (got == want) | (torch.isinf(got) & torch.isinf(want) & (got.sign() == want.sign()))
+    assert bool(same[finite].all()), (b[finite & ~same][:5], s[finite & ~same][:5])
+    # and the e4m3 -> bf16 * 2 ** -120 step alone is exact for every finite byte
+    v = (((b[::255] & 0x80) << 8) | ((b[::255] & 0x7F) << 4)).to(torch.int16).view(torch.bfloat16).double()
+    ref = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).double() * 2.0**-120
+    ok = torch.isfinite(ref)
+    assert torch.equal(v[ok], ref[ok])
