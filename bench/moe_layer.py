@@ -17,7 +17,6 @@ Needs megatron-core 0.19.2 and a Hopper GPU.
 import argparse
 import dataclasses
 import json
-import math
 import os
 import sys
 import time

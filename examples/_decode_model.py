@@ -27,9 +27,9 @@ import socket
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 from megatron_mxfp8_moe.format.swizzle import swizzled_scale_numel
-import torch.nn.functional as F
 
 # Shapes of the two presets. qwen3-30b-a3b: Qwen3-30B-A3B's MoE geometry (hidden 2048, 128 experts, top-8,
 # expert intermediate 768, vocab 151936, SwiGLU) with 4 layers instead of 48 and a toy token mixer.

@@ -66,9 +66,8 @@ warnings.filterwarnings("ignore", message=r".*(Transformer Engine|absl\.logging|
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch  # noqa: E402
-
 import _decode_model as dm  # noqa: E402
+import torch  # noqa: E402
 
 REFIT_NOISE = 0.05  # simulated training update: W += REFIT_NOISE * std(W) * randn
 

@@ -37,7 +37,12 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron_mxfp8_moe.errors import BackendUnavailableError
 from megatron_mxfp8_moe.kernels.reference import moe_reference
 from megatron_mxfp8_moe.kernels.reference_backend import ReferenceBackend
-from megatron_mxfp8_moe.megatron import MXFP8Experts, bounded_decode_rows, get_mxfp8_moe_layer_spec, swap_experts_to_mxfp8_
+from megatron_mxfp8_moe.megatron import (
+    MXFP8Experts,
+    bounded_decode_rows,
+    get_mxfp8_moe_layer_spec,
+    swap_experts_to_mxfp8_,
+)
 from megatron_mxfp8_moe.testing import relative_error
 
 H, I, EXPERTS, TOPK = 64, 32, 4, 2
@@ -205,7 +210,7 @@ def test_spec_builds_initialized_layer_and_refit_reaches_it(cpu_megatron):
         targets = [m for m in layer.modules() if hasattr(m, "mxfp8_weights")]
         assert targets == [layer.experts, layer.experts.layer]
         weights = targets[0].mxfp8_weights()
-        for name, tensor in weights.items():
+        for tensor in weights.values():
             tensor.quantize_(torch.randn(tuple(tensor.shape)) * 0.05)
         after, _ = layer(x)
     assert layer.experts.layer.stack_state.repacks == len(weights)

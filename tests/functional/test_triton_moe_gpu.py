@@ -8,7 +8,7 @@ from megatron_mxfp8_moe.kernels.reference import moe_reference
 from megatron_mxfp8_moe.kernels.triton_moe import triton_moe_support, triton_mxfp8_moe
 from megatron_mxfp8_moe.layouts.hopper import prepare_hopper_mxfp8_weights
 from megatron_mxfp8_moe.tensor import quantize_mxfp8
-from megatron_mxfp8_moe.testing import random_routing, relative_error, random_weights
+from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
 
 pytestmark = pytest.mark.gpu
 

@@ -14,7 +14,6 @@ import torch
 
 from megatron_mxfp8_moe.errors import MXFP8InputError
 from megatron_mxfp8_moe.kernels.triton_moe import (
-    TritonMoEConfig,
     choose_config,
     route_reference,
     routing_capacity,
