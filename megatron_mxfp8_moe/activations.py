@@ -32,10 +32,13 @@ def parse_activation(value) -> Activation:
     return _BY_NAME[value]
 
 
-def apply_activation(fc1_out: torch.Tensor, activation: Activation) -> torch.Tensor:
-    """``[..., N1]`` fc1 output -> ``[..., I]`` (``N1 = 2 * I`` for gated activations, ``[gate; up]``)."""
+def apply_activation(fc1_out: torch.Tensor, activation: Activation, *, up_first: bool = False) -> torch.Tensor:
+    """``[..., N1]`` fc1 output -> ``[..., I]`` (``N1 = 2 * I`` for gated activations: Megatron's ``[gate; up]``,
+    or FlashInfer's ``[up; gate]`` with ``up_first=True``)."""
     if activation.gated:
         gate, up = fc1_out.chunk(2, dim=-1)
+        if up_first:
+            gate, up = up, gate
         act = F.silu(gate) if activation is Activation.SWIGLU else F.gelu(gate, approximate="tanh")
         return act * up
     if activation is Activation.SQUARED_RELU:

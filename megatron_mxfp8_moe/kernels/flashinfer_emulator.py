@@ -15,7 +15,7 @@ from typing import Optional, Union
 import torch
 import torch.nn.functional as F
 
-from ..activations import Activation, parse_activation
+from ..activations import Activation, apply_activation, parse_activation
 from ..format.constants import BLOCK_SIZE
 from ..format.scales import dequant_multiplier_from_bytes
 from ..layouts.cutlass import (
@@ -51,15 +51,8 @@ def _flashinfer_weights(stack: Prepared) -> torch.Tensor:
 
 
 def _flashinfer_activation(fc1_out: torch.Tensor, activation: Activation) -> torch.Tensor:
-    if activation.gated:
-        up, gate = fc1_out.chunk(2, dim=-1)  # FlashInfer: first half linear (up), second half gated
-        act = F.silu(gate) if activation is Activation.SWIGLU else F.gelu(gate, approximate="tanh")
-        return act * up
-    if activation is Activation.SQUARED_RELU:
-        return F.relu(fc1_out).square()
-    if activation is Activation.RELU:
-        return F.relu(fc1_out)
-    return F.silu(fc1_out)
+    """FlashInfer's fc1 output is ``[up; gate]``: first half linear (up), second half gated."""
+    return apply_activation(fc1_out, activation, up_first=True)
 
 
 def emulate_flashinfer_mxfp8_moe(
