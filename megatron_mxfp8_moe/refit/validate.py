@@ -350,18 +350,21 @@ class RefitValidator:
 def _check_finite(writes: list[PlannedWrite]) -> None:
     """Raise naming the first entry (in entry order) whose logical source holds NaN or Inf.
 
-    Per device, one multi-tensor max-abs reduction over all sources (``torch._foreach_norm`` with
+    Per (device, dtype), one multi-tensor max-abs reduction over all sources (``torch._foreach_norm`` with
     ``ord=inf``: NaN and Inf propagate into the norm), then one host sync. MXFP8 sources were checked by
     ``validate_mxfp8_source``.
     """
-    by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+    groups: dict[tuple[torch.device, torch.dtype], list[tuple[int, torch.Tensor]]] = {}
     for position, write in enumerate(writes):
         if write.kind == QUANTIZE and write.source.numel():
-            by_device.setdefault(write.source.device, []).append((position, write.source.detach()))
-    bad_positions = []
-    for entries in by_device.values():
+            source = write.source.detach()
+            groups.setdefault((source.device, source.dtype), []).append((position, source))
+    flags = []  # per (device, dtype) group: (entries, bool [n] on the device); one host sync per group
+    for entries in groups.values():
         norms = torch._foreach_norm([source for _, source in entries], float("inf"))
-        ok = torch.isfinite(torch.stack([norm.float() for norm in norms])).cpu()
+        flags.append((entries, torch.isfinite(torch.stack(norms))))
+    bad_positions = []
+    for entries, ok in flags:
         bad_positions += [position for (position, _), good in zip(entries, ok.tolist()) if not good]
     if bad_positions:
         write = writes[min(bad_positions)]

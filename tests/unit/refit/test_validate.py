@@ -158,6 +158,22 @@ def test_validation_runs_over_the_whole_batch_before_finiteness():
         validate_refit(model, batch)
 
 
+def test_finiteness_across_source_dtypes_names_the_first_bad_entry():
+    """Sources of several dtypes are scanned per (device, dtype) group; the error still names the first bad entry."""
+    model = fake.FakeModel()
+    batch = {
+        f"{E0}.linear_fc1.weight0": _fc1(dtype=torch.float32),
+        f"{E0}.linear_fc1.weight1": _with_nan(_fc1(dtype=torch.float16), float("-inf")),
+        f"{E1}.linear_fc1.weight0": _with_nan(_fc1(dtype=torch.float32), float("nan")),
+        f"{E1}.linear_fc1.weight1": _fc1(),
+    }
+    with pytest.raises(RefitError, match=r"^refit entry 'decoder.layers.0.mlp.experts.linear_fc1.weight1'.*1 Inf"):
+        validate_refit(model, batch)
+    del batch[f"{E0}.linear_fc1.weight1"]
+    with pytest.raises(RefitError, match=r"^refit entry 'decoder.layers.1.mlp.experts.linear_fc1.weight0'.*1 NaN"):
+        validate_refit(model, batch)
+
+
 def test_strict_false_skips_non_expert_and_unknown_names_but_not_bad_indices():
     model = fake.FakeModel()
     batch = {"decoder.layers.0.self_attention.linear_qkv.weight": torch.randn(3, 3),
