@@ -80,7 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--preset", choices=sorted(dm.PRESETS), default=None,
                         help="model preset (default: tiny on a CPU, qwen3-30b-a3b on a GPU)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "reference", "triton", "flashinfer_routed"],
+    parser.add_argument("--backend", default="auto", choices=["auto", "reference", "triton", "flashinfer_routed", "flashinfer_cutlass"],
                         help="MXFP8 expert backend")
     parser.add_argument("--batch-size", type=int, default=None, help="prompts decoded together (default: preset's)")
     parser.add_argument("--prompt-len", type=int, default=None, help="prompt tokens per request (default: preset's)")

@@ -53,6 +53,7 @@ class Backend(enum.Enum):
     REFERENCE = "reference"  # pure torch, any device; the oracle's math, dense over local experts
     TRITON = "triton"  # Hopper (and other CUDA) Triton MXFP8 grouped kernel
     FLASHINFER_ROUTED = "flashinfer_routed"  # FlashInfer TRT-LLM routed MXFP8 MoE, SM100/SM103
+    FLASHINFER_CUTLASS = "flashinfer_cutlass"  # FlashInfer CUTLASS MXFP8xMXFP8 MoE, SM100/SM103 (explicit only)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,9 @@
-"""FlashInfer routed backend adapter: trtllm-gen MXFP8 MoE on SM100/SM103 (``kernels/flashinfer_routed.py``).
+"""FlashInfer backend adapters on SM100/SM103: routed trtllm-gen MXFP8 MoE and CUTLASS MXFP8 MoE.
 
-canonical experts -> build: ``layouts/routed.py`` Major-K shuffled stacks (repacked, never re-quantized) +
-per-expert writeback hooks -> run: mask rows >= valid_tokens to -1, pack, quantize x, kernel -> out
+routed:  canonical experts -> build: ``layouts/routed.py`` Major-K shuffled stacks (repacked, never
+         re-quantized) + per-expert writeback hooks -> run: rows >= valid_tokens get id -1, pack, quantize x, kernel
+cutlass: canonical experts -> build: ``layouts/cutlass.py`` zero-copy views (fc2, non-gated fc1) or the
+         ``[up; gate]`` copy (gated fc1) + per-expert writeback hooks -> run: ``kernels/flashinfer_cutlass.py``
 
 flashinfer is imported inside ``build``/``run`` only (through the package's launcher modules), so this
 module imports on any machine. Graph-safe per the launcher's contract (no host sync).
@@ -115,4 +117,75 @@ class FlashInferRoutedBackend(MoEBackend):
         return write_result(result[:rows], total, out)
 
 
-__all__ = ["FlashInferRoutedBackend"]
+class FlashInferCutlassBackend(FlashInferRoutedBackend):
+    """FlashInfer CUTLASS MXFP8xMXFP8 MoE. Same activations and row policy as the routed adapter; its weights
+    are views of the canonical stacks where the layouts agree. Not thread-safe (hooks rewrite the stacks)."""
+
+    backend = Backend.FLASHINFER_CUTLASS
+    graph_safe = True
+
+    @classmethod
+    def check_support(cls, caps: DeviceCaps) -> Support:
+        from .flashinfer_compat import flashinfer_support  # pure; imports no flashinfer
+
+        ok, reason = flashinfer_support(caps, "cutlass")
+        return Support(bool(ok), reason)
+
+    @torch.inference_mode(False)
+    @torch.no_grad()
+    def build(self, expert_set: "ExpertSet") -> StackState:
+        """CUTLASS stacks (fc1 ``gated`` per the activation) plus one writeback hook per expert and linear."""
+        from ..layouts.cutlass import attach_cutlass_mxfp8_writeback, prepare_cutlass_mxfp8_weights
+        from .flashinfer_compat import require_flashinfer_cutlass_mxfp8
+
+        require_flashinfer_cutlass_mxfp8()
+        state = StackState(
+            backend=self.backend,
+            fc1=prepare_cutlass_mxfp8_weights(expert_set.fc1, gated=expert_set.activation.gated),
+            fc2=prepare_cutlass_mxfp8_weights(expert_set.fc2, gated=False),
+        )
+        for index in range(expert_set.num_experts):
+            state.hook_removers.append(attach_cutlass_mxfp8_writeback(expert_set.fc1_expert(index), state.fc1, index))
+            state.hook_removers.append(attach_cutlass_mxfp8_writeback(expert_set.fc2_expert(index), state.fc2, index))
+        return state
+
+    def run(
+        self,
+        state: StackState,
+        x: torch.Tensor,
+        probs: torch.Tensor,
+        routing_map: torch.Tensor,
+        *,
+        activation: Activation,
+        local_expert_offset: int,
+        num_global_experts: int,
+        valid_tokens: ValidTokens = None,
+        rows: Optional[int] = None,
+        out: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        from .flashinfer_cutlass import flashinfer_cutlass_mxfp8_moe
+
+        rows = check_routed_inputs(x, probs, routing_map, hidden_size=state.fc1.logical_cols, rows=rows, out=out)
+        total = x.shape[0]
+        bounded = rows < total
+        direct = out is not None and out.dtype == torch.bfloat16
+        result = flashinfer_cutlass_mxfp8_moe(
+            x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16),
+            probs if probs.dtype == torch.float32 else probs.to(torch.float32),
+            routing_map,
+            state.fc1,
+            state.fc2,
+            num_experts=num_global_experts,
+            local_expert_offset=local_expert_offset,
+            activation=activation,
+            out=out if direct else None,
+            token_capacity=rows if bounded else None,
+            use_bounded_rows=bounded,
+            valid_tokens=valid_tokens,
+        )
+        if direct:
+            return out
+        return write_result(result[:rows], total, out)
+
+
+__all__ = ["FlashInferCutlassBackend", "FlashInferRoutedBackend"]

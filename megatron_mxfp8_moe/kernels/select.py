@@ -20,7 +20,7 @@ from ..activations import Activation, parse_activation
 from ..errors import BackendUnavailableError, MXFP8InputError
 from .base import Backend, MoEBackend
 from .caps import DeviceCaps
-from .flashinfer_backend import FlashInferRoutedBackend
+from .flashinfer_backend import FlashInferCutlassBackend, FlashInferRoutedBackend
 from .reference_backend import ReferenceBackend
 from .triton_backend import TritonBackend
 
@@ -31,13 +31,15 @@ BACKEND_NAMES: dict[str, Backend] = {
     "reference": Backend.REFERENCE,
     "triton": Backend.TRITON,
     "flashinfer_routed": Backend.FLASHINFER_ROUTED,
-    "flashinfer": Backend.FLASHINFER_ROUTED,  # alias: the only FlashInfer MoE backend served here
+    "flashinfer": Backend.FLASHINFER_ROUTED,  # alias: the routed kernel is FlashInfer's default MXFP8 MoE here
+    "flashinfer_cutlass": Backend.FLASHINFER_CUTLASS,  # explicit only: "auto" prefers the routed kernel
 }
 
 BACKEND_CLASSES: dict[Backend, type[MoEBackend]] = {
     Backend.REFERENCE: ReferenceBackend,
     Backend.TRITON: TritonBackend,
     Backend.FLASHINFER_ROUTED: FlashInferRoutedBackend,
+    Backend.FLASHINFER_CUTLASS: FlashInferCutlassBackend,
 }
 
 # Blackwell datacenter parts with FlashInfer MXFP8 MoE kernels (see kernels/flashinfer_compat.MXFP8_MOE_ARCHS).

@@ -89,10 +89,18 @@ def test_explicit_runnable_backends():
     assert select_backend(Backend.TRITON, H200)[0] is Backend.TRITON
 
 
-@pytest.mark.parametrize("bad", ["cuda", "Triton", "", "flashinfer_cutlass"])
+@pytest.mark.parametrize("bad", ["cuda", "Triton", "", "cutlass"])
 def test_unknown_name_raises_input_error(bad):
     with pytest.raises(MXFP8InputError, match="backend"):
         select_backend(bad, CPU)
+
+
+def test_cutlass_is_explicit_only_and_names_its_requirement():
+    assert select_backend("auto", B200)[0] is Backend.FLASHINFER_ROUTED  # auto prefers the routed kernel
+    assert select_backend("flashinfer_cutlass", B200)[0] is Backend.FLASHINFER_CUTLASS
+    for caps, needs in ((H200, "SM100/SM103"), (CPU, "flashinfer-python|SM100")):
+        with pytest.raises(BackendUnavailableError, match=needs):
+            select_backend("flashinfer_cutlass", caps)
 
 
 def test_caps_must_be_devicecaps():

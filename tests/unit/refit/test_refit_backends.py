@@ -1,6 +1,6 @@
 """Refit through every backend whose stack builds on a CPU: the bytes equal a freshly built layer's.
 
-The FlashInfer routed stack is pure tensor layout work, so it is built here on the CPU (its requirement check,
+The FlashInfer routed and CUTLASS stacks are pure tensor layout work, so it is built here on the CPU (its requirement check,
 which needs an SM100 GPU to launch the kernel, is bypassed for the build only); the Hopper Triton layout and
 the reference backend's fp32 stack likewise. Canonical weights are released after the build for the GPU
 backends, as on a GPU, so the refit reaches the stacks through the write hooks alone.
@@ -27,8 +27,9 @@ def _stack_tensors(value) -> list[torch.Tensor]:
 
 
 def _layer(backend, fc1, fc2, monkeypatch):
-    if backend == "flashinfer_routed":
-        monkeypatch.setattr("megatron_mxfp8_moe.kernels.flashinfer_compat.require_flashinfer_routed_mxfp8", lambda: None)
+    if backend.startswith("flashinfer"):
+        kernel = backend.split("_")[1]  # routed | cutlass
+        monkeypatch.setattr(f"megatron_mxfp8_moe.kernels.flashinfer_compat.require_flashinfer_{kernel}_mxfp8", lambda: None)
         layer = MXFP8ExpertLayer(ExpertSet.from_bf16(fc1, fc2, "swiglu"), backend=backend, caps=BLACKWELL)
     elif backend == "triton":
         hopper = DeviceCaps("cuda", (9, 0), None, "3.6.0")  # build-only, as above
@@ -39,7 +40,7 @@ def _layer(backend, fc1, fc2, monkeypatch):
     return layer
 
 
-@pytest.mark.parametrize("backend", ["reference", "triton", "flashinfer_routed"])
+@pytest.mark.parametrize("backend", ["reference", "triton", "flashinfer_routed", "flashinfer_cutlass"])
 @pytest.mark.parametrize("partial", [False, True], ids=["all-experts", "two-experts"])
 def test_refit_equals_a_fresh_layer_byte_for_byte(backend, partial, monkeypatch):
     fc1, fc2 = random_weights((E, 2 * I, H)), random_weights((E, H, I))
