@@ -30,162 +30,139 @@ from .caps import DeviceCaps
 if TYPE_CHECKING:
     from ..experts import ExpertSet
 
-# Activations the routed MXFP8 kernel implements (keep in sync with flashinfer_compat._ACTIVATION_NAMES).
-_ROUTED_ACTIVATIONS = (Activation.SQUARED_RELU, Activation.SWIGLU)
+# Activations the FlashInfer MXFP8 kernels implement (keep in sync with flashinfer_compat._ACTIVATION_NAMES).
+_FLASHINFER_ACTIVATIONS = (Activation.SQUARED_RELU, Activation.SWIGLU)
 
 
-class FlashInferRoutedBackend(MoEBackend):
-    """FlashInfer routed MXFP8 MoE. Not thread-safe (refit hooks rewrite the routed stacks in place)."""
+class _FlashInferBackend(MoEBackend):
+    """What the routed and CUTLASS adapters share: support checks, the build with per-expert writeback hooks,
+    and the run around the launcher. Subclasses name the kernel and its layout, writeback and launcher."""
 
-    backend = Backend.FLASHINFER_ROUTED
+    kernel: str  # "routed" | "cutlass" (flashinfer_compat's kernel key)
     graph_safe = True
 
     @classmethod
     def check_support(cls, caps: DeviceCaps) -> Support:
         from .flashinfer_compat import flashinfer_support  # pure; imports no flashinfer
 
-        ok, reason = flashinfer_support(caps, "routed")
+        ok, reason = flashinfer_support(caps, cls.kernel)
         return Support(bool(ok), reason)
 
     @classmethod
     def supports_activation(cls, activation: Activation) -> Support:
-        if activation in _ROUTED_ACTIVATIONS:
-            return Support(True, f"{activation.value} supported by the FlashInfer routed MXFP8 MoE")
+        if activation in _FLASHINFER_ACTIVATIONS:
+            return Support(True, f"{activation.value} supported by the FlashInfer {cls.kernel} MXFP8 MoE")
         return Support(
             False,
-            f"the FlashInfer routed MXFP8 MoE supports {[a.value for a in _ROUTED_ACTIVATIONS]}, "
+            f"the FlashInfer {cls.kernel} MXFP8 MoE supports {[a.value for a in _FLASHINFER_ACTIVATIONS]}, "
             f"not {activation.value!r}",
         )
 
+    @staticmethod
+    def _layout():
+        """(require, prepare(stack, gated=), attach_writeback(weight, stack, expert)) of this kernel."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _launch(x, probs, routing_map, fc1, fc2, **kwargs) -> torch.Tensor:
+        """The launcher: bf16 ``[rows, H]`` (``out[:rows]`` when ``out`` is given)."""
+        raise NotImplementedError
+
     @torch.inference_mode(False)
     @torch.no_grad()
     def build(self, expert_set: "ExpertSet") -> StackState:
-        """Routed stacks for fc1 (``gated`` per the activation) and fc2, plus one writeback hook per expert."""
+        """Stacks for fc1 (``gated`` per the activation) and fc2, plus one writeback hook per expert and linear.
+
+        A whole-stack write fans out to these per-expert hooks (MXFP8Tensor._after_write), so it needs none.
+        """
+        require, prepare, attach = self._layout()
+        require()
+        state = StackState(
+            backend=self.backend,
+            fc1=prepare(expert_set.fc1, gated=expert_set.activation.gated),
+            fc2=prepare(expert_set.fc2, gated=False),
+        )
+        for index in range(expert_set.num_experts):
+            state.hook_removers.append(attach(expert_set.fc1_expert(index), state.fc1, index))
+            state.hook_removers.append(attach(expert_set.fc2_expert(index), state.fc2, index))
+        return state
+
+    def run(
+        self,
+        state: StackState,
+        x: torch.Tensor,
+        probs: torch.Tensor,
+        routing_map: torch.Tensor,
+        *,
+        activation: Activation,
+        local_expert_offset: int,
+        num_global_experts: int,
+        valid_tokens: ValidTokens = None,
+        rows: Optional[int] = None,
+        out: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        rows = check_routed_inputs(x, probs, routing_map, hidden_size=state.fc1.logical_cols, rows=rows, out=out)
+        total = x.shape[0]
+        bounded = rows < total
+        direct = out is not None and out.dtype == torch.bfloat16
+        result = self._launch(
+            x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16),
+            probs if probs.dtype == torch.float32 else probs.to(torch.float32),
+            routing_map,
+            state.fc1,
+            state.fc2,
+            num_experts=num_global_experts,
+            local_expert_offset=local_expert_offset,
+            activation=activation,
+            out=out if direct else None,
+            token_capacity=rows if bounded else None,
+            use_bounded_rows=bounded,
+            valid_tokens=valid_tokens,
+        )
+        if direct:
+            return out
+        return write_result(result[:rows], total, out)
+
+
+class FlashInferRoutedBackend(_FlashInferBackend):
+    """FlashInfer routed (trtllm-gen) MXFP8 MoE. Not thread-safe (refit hooks rewrite the routed stacks in place)."""
+
+    backend = Backend.FLASHINFER_ROUTED
+    kernel = "routed"
+
+    @staticmethod
+    def _layout():
         from ..layouts.routed import attach_routed_mxfp8_writeback, prepare_routed_mxfp8_weights
         from .flashinfer_compat import require_flashinfer_routed_mxfp8
 
-        require_flashinfer_routed_mxfp8()
-        gated = expert_set.activation.gated
-        state = StackState(
-            backend=self.backend,
-            fc1=prepare_routed_mxfp8_weights(expert_set.fc1, gated=gated),
-            fc2=prepare_routed_mxfp8_weights(expert_set.fc2, gated=False),
-        )
-        for index in range(expert_set.num_experts):
-            state.hook_removers.append(attach_routed_mxfp8_writeback(expert_set.fc1_expert(index), state.fc1, index))
-            state.hook_removers.append(attach_routed_mxfp8_writeback(expert_set.fc2_expert(index), state.fc2, index))
-        # A whole-stack write fans out to these per-expert hooks (MXFP8Tensor._after_write), so it needs none.
-        return state
+        return require_flashinfer_routed_mxfp8, prepare_routed_mxfp8_weights, attach_routed_mxfp8_writeback
 
-    def run(
-        self,
-        state: StackState,
-        x: torch.Tensor,
-        probs: torch.Tensor,
-        routing_map: torch.Tensor,
-        *,
-        activation: Activation,
-        local_expert_offset: int,
-        num_global_experts: int,
-        valid_tokens: ValidTokens = None,
-        rows: Optional[int] = None,
-        out: Optional[torch.Tensor] = None,
-    ) -> torch.Tensor:
+    @staticmethod
+    def _launch(x, probs, routing_map, fc1, fc2, **kwargs) -> torch.Tensor:
         from .flashinfer_routed import flashinfer_routed_mxfp8_moe
 
-        rows = check_routed_inputs(x, probs, routing_map, hidden_size=state.fc1.logical_cols, rows=rows, out=out)
-        total = x.shape[0]
-        bounded = rows < total
-        direct = out is not None and out.dtype == torch.bfloat16
-        result = flashinfer_routed_mxfp8_moe(
-            x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16),
-            probs if probs.dtype == torch.float32 else probs.to(torch.float32),
-            routing_map,
-            state.fc1,
-            state.fc2,
-            num_experts=num_global_experts,
-            top_k=routing_map.shape[1],
-            local_expert_offset=local_expert_offset,
-            activation=activation,
-            out=out if direct else None,
-            token_capacity=rows if bounded else None,
-            use_bounded_rows=bounded,
-            valid_tokens=valid_tokens,
-        )
-        if direct:
-            return out
-        return write_result(result[:rows], total, out)
+        return flashinfer_routed_mxfp8_moe(x, probs, routing_map, fc1, fc2, top_k=routing_map.shape[1], **kwargs)
 
 
-class FlashInferCutlassBackend(FlashInferRoutedBackend):
-    """FlashInfer CUTLASS MXFP8xMXFP8 MoE. Same activations and row policy as the routed adapter; its weights
-    are views of the canonical stacks where the layouts agree. Not thread-safe (hooks rewrite the stacks)."""
+class FlashInferCutlassBackend(_FlashInferBackend):
+    """FlashInfer CUTLASS MXFP8xMXFP8 MoE; its weights are views of the canonical stacks where the layouts agree.
+    Not thread-safe (refit hooks rewrite the gated fc1 copy in place)."""
 
     backend = Backend.FLASHINFER_CUTLASS
-    graph_safe = True
+    kernel = "cutlass"
 
-    @classmethod
-    def check_support(cls, caps: DeviceCaps) -> Support:
-        from .flashinfer_compat import flashinfer_support  # pure; imports no flashinfer
-
-        ok, reason = flashinfer_support(caps, "cutlass")
-        return Support(bool(ok), reason)
-
-    @torch.inference_mode(False)
-    @torch.no_grad()
-    def build(self, expert_set: "ExpertSet") -> StackState:
-        """CUTLASS stacks (fc1 ``gated`` per the activation) plus one writeback hook per expert and linear."""
+    @staticmethod
+    def _layout():
         from ..layouts.cutlass import attach_cutlass_mxfp8_writeback, prepare_cutlass_mxfp8_weights
         from .flashinfer_compat import require_flashinfer_cutlass_mxfp8
 
-        require_flashinfer_cutlass_mxfp8()
-        state = StackState(
-            backend=self.backend,
-            fc1=prepare_cutlass_mxfp8_weights(expert_set.fc1, gated=expert_set.activation.gated),
-            fc2=prepare_cutlass_mxfp8_weights(expert_set.fc2, gated=False),
-        )
-        for index in range(expert_set.num_experts):
-            state.hook_removers.append(attach_cutlass_mxfp8_writeback(expert_set.fc1_expert(index), state.fc1, index))
-            state.hook_removers.append(attach_cutlass_mxfp8_writeback(expert_set.fc2_expert(index), state.fc2, index))
-        return state
+        return require_flashinfer_cutlass_mxfp8, prepare_cutlass_mxfp8_weights, attach_cutlass_mxfp8_writeback
 
-    def run(
-        self,
-        state: StackState,
-        x: torch.Tensor,
-        probs: torch.Tensor,
-        routing_map: torch.Tensor,
-        *,
-        activation: Activation,
-        local_expert_offset: int,
-        num_global_experts: int,
-        valid_tokens: ValidTokens = None,
-        rows: Optional[int] = None,
-        out: Optional[torch.Tensor] = None,
-    ) -> torch.Tensor:
+    @staticmethod
+    def _launch(x, probs, routing_map, fc1, fc2, **kwargs) -> torch.Tensor:
         from .flashinfer_cutlass import flashinfer_cutlass_mxfp8_moe
 
-        rows = check_routed_inputs(x, probs, routing_map, hidden_size=state.fc1.logical_cols, rows=rows, out=out)
-        total = x.shape[0]
-        bounded = rows < total
-        direct = out is not None and out.dtype == torch.bfloat16
-        result = flashinfer_cutlass_mxfp8_moe(
-            x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16),
-            probs if probs.dtype == torch.float32 else probs.to(torch.float32),
-            routing_map,
-            state.fc1,
-            state.fc2,
-            num_experts=num_global_experts,
-            local_expert_offset=local_expert_offset,
-            activation=activation,
-            out=out if direct else None,
-            token_capacity=rows if bounded else None,
-            use_bounded_rows=bounded,
-            valid_tokens=valid_tokens,
-        )
-        if direct:
-            return out
-        return write_result(result[:rows], total, out)
+        return flashinfer_cutlass_mxfp8_moe(x, probs, routing_map, fc1, fc2, **kwargs)
 
 
 __all__ = ["FlashInferCutlassBackend", "FlashInferRoutedBackend"]
