@@ -82,18 +82,9 @@ def test_fp32_out_and_row_prefix():
     assert relative_error(out[:12], ref) <= BOUND
 
 
-def test_cuda_graph_replay_with_new_routing_and_valid_tokens():
-    experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 64
-    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
-    w1, w2 = prepare_hopper_mxfp8_weights(fc1), prepare_hopper_mxfp8_weights(fc2)
-    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
-    probs, ids = random_routing(tokens, experts, topk, device="cuda")
-    valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
-    out = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
-
-    def step():
-        triton_mxfp8_moe(x, probs, ids, w1, w2, activation="swiglu", valid_tokens=valid, out=out)
-
+def _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, valid_counts):
+    """Capture ``step`` once; replay it with new tokens, routing and valid-token counts: equal to eager, every
+    valid row written (outputs poisoned with NaN first), within BOUND of the float64 reference."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -102,7 +93,7 @@ def test_cuda_graph_replay_with_new_routing_and_valid_tokens():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    for valid_rows in (tokens, 17, 1):
+    for valid_rows in valid_counts:
         new_probs, new_ids = random_routing(tokens, experts, topk, device="cuda")
         probs.copy_(new_probs)
         ids.copy_(new_ids)
@@ -119,6 +110,21 @@ def test_cuda_graph_replay_with_new_routing_and_valid_tokens():
         assert torch.equal(replayed, out), "graph replay differs from eager"
         ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 0, valid_rows, tokens)
         assert relative_error(replayed, ref) <= BOUND
+
+
+def test_cuda_graph_replay_with_new_routing_and_valid_tokens():
+    experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 64
+    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
+    w1, w2 = prepare_hopper_mxfp8_weights(fc1), prepare_hopper_mxfp8_weights(fc2)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
+    out = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        triton_mxfp8_moe(x, probs, ids, w1, w2, activation="swiglu", valid_tokens=valid, out=out)
+
+    _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, (tokens, 17, 1))
 
 
 def test_rejects_bad_shapes():
@@ -216,28 +222,4 @@ def test_v3_cuda_graph_replay(variant):
     def step():
         triton_mxfp8_moe(x, probs, ids, w1, w2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    for valid_rows in (tokens, 5, 1):
-        new_probs, new_ids = random_routing(tokens, experts, topk, device="cuda")
-        probs.copy_(new_probs)
-        ids.copy_(new_ids)
-        x.copy_(torch.randn_like(x))
-        valid.fill_(valid_rows)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        replayed = out.clone()
-        out.fill_(float("nan"))
-        step()
-        torch.cuda.synchronize()
-        assert torch.isfinite(replayed).all()
-        assert torch.equal(replayed, out), "graph replay differs from eager"
-        ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 0, valid_rows, tokens)
-        assert relative_error(replayed, ref) <= BOUND
+    _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, (tokens, 5, 1))
