@@ -85,6 +85,18 @@ class StackState:
     hook_removers: list = dataclasses.field(default_factory=list)  # HookRemover per registered hook
     repacks: int = 0  # number of per-expert repacks run by write hooks since build (diagnostics)
 
+    def attach_repack_hooks_(self, expert_set: "ExpertSet", repack_expert) -> None:
+        """Keep ``fc1``/``fc2`` fresh: after every write of expert ``i`` of a linear, call
+        ``repack_expert(stack, i, data, scale)`` on this state's stack of that linear (outside inference mode, so
+        the stacks stay mutable) and count it in ``repacks``."""
+
+        def repack(linear: str, index: int, data: torch.Tensor, scale: torch.Tensor) -> None:
+            with torch.inference_mode(False), torch.no_grad():
+                repack_expert(self.fc1 if linear == "fc1" else self.fc2, index, data, scale)
+                self.repacks += 1
+
+        self.hook_removers.extend(expert_set.register_write_hook(repack))
+
     def close(self) -> None:
         """Remove every write hook this state registered (the prepared tensors stay valid)."""
         for remove in self.hook_removers:

@@ -49,13 +49,10 @@ class ReferenceBackend(MoEBackend):
         fc1, fc2 = expert_set.dequantize(torch.float32)
         state = StackState(backend=self.backend, fc1=fc1.contiguous(), fc2=fc2.contiguous())
 
-        def repack(linear: str, index: int, data: torch.Tensor, scale: torch.Tensor) -> None:
-            with torch.inference_mode(False), torch.no_grad():
-                target = state.fc1 if linear == "fc1" else state.fc2
-                target[index].copy_(MXFP8Tensor(data, scale).dequantize(torch.float32))
-                state.repacks += 1
-
-        state.hook_removers.extend(expert_set.register_write_hook(repack))
+        state.attach_repack_hooks_(
+            expert_set,
+            lambda stack, index, data, scale: stack[index].copy_(MXFP8Tensor(data, scale).dequantize(torch.float32)),
+        )
         return state
 
     def run(

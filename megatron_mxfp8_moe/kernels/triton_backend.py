@@ -52,12 +52,7 @@ class TritonBackend(MoEBackend):
             fc2=prepare_hopper_mxfp8_weights(expert_set.fc2),
         )
 
-        def repack(linear: str, index: int, data: torch.Tensor, scale: torch.Tensor) -> None:
-            with torch.inference_mode(False), torch.no_grad():
-                repack_hopper_expert_(state.fc1 if linear == "fc1" else state.fc2, index, data, scale)
-                state.repacks += 1
-
-        state.hook_removers.extend(expert_set.register_write_hook(repack))
+        state.attach_repack_hooks_(expert_set, repack_hopper_expert_)
         return state
 
     def run(
