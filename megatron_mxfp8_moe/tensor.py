@@ -37,6 +37,16 @@ WriteHook = Callable[["MXFP8Tensor", torch.Tensor, torch.Tensor], None]
 _CANONICAL_BACKEND = "triton"  # Megatron-Core's name for the 128x4-swizzled scales of its Triton quantizer
 
 
+def _check_source(name: str, source: torch.Tensor, shape, device: torch.device, *, finite: bool) -> None:
+    """A logical source for quantization into storage of ``shape`` on ``device``; cheap checks before the scan."""
+    check_quantizable(name, source, finite=False)
+    check_shape(name, source, shape)
+    check_device(name, source, device)
+    check_contiguous(name, source)
+    if finite:
+        check_finite(name, source)
+
+
 class MXFP8Tensor(MegatronMXFP8Tensor):
     """Canonical MXFP8 weight (see module docstring). Construct with ``quantize_mxfp8`` or ``empty``."""
 
@@ -227,12 +237,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
     def validate_source(self, source: torch.Tensor, name: str = "source", *, finite: bool = True) -> None:
         """Raise MXFP8InputError unless ``source`` can be quantized into this tensor (``finite=False``
         skips the NaN/Inf scan, for callers that already scanned a whole batch)."""
-        check_quantizable(name, source, finite=False)
-        check_shape(name, source, self._shape)
-        check_device(name, source, self._device)
-        check_contiguous(name, source)
-        if finite:
-            check_finite(name, source)
+        _check_source(name, source, self._shape, self._device, finite=finite)
 
     def quantize_(self, source: torch.Tensor, backend: str = "auto", *, finite_checked: bool = False) -> "MXFP8Tensor":
         """Requantize logical ``source`` (bf16/fp16/fp32, this tensor's shape and device) in place.
@@ -275,13 +280,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
             raise MXFP8InputError(f"quantize_experts_(): indices must be distinct and in [0, {self._shape[0]}), got {indices}")
         view_shape = self._shape[1:]
         for index, source in zip(indices, [] if validated else sources):
-            name = f"sources[expert {index}]"
-            check_quantizable(name, source, finite=False)
-            check_shape(name, source, view_shape)
-            check_device(name, source, self._device)
-            check_contiguous(name, source)
-            if not finite_checked:
-                check_finite(name, source)
+            _check_source(f"sources[expert {index}]", source, view_shape, self._device, finite=not finite_checked)
         if not indices:
             return self
         resolved = resolve_quant_backend(backend, self._device)
