@@ -48,6 +48,7 @@ class MXFP8ExpertLayer(torch.nn.Module):
         release_canonical: drop the canonical bytes after the build so only the kernel stack stays resident
             (writes still reach the stack through hooks; reads of the canonical weights raise). Default: True
             for GPU backends, False for the reference backend (the CPU oracle keeps its canonical bytes).
+            Ignored for a backend whose stack is the canonical storage itself (``StackState.shares_canonical``).
     """
 
     def __init__(
@@ -127,7 +128,11 @@ class MXFP8ExpertLayer(torch.nn.Module):
             release = self._release_canonical
             if release is None:
                 release = self.backend is not Backend.REFERENCE
-            if release:
+            if self._state.shares_canonical:
+                if release:
+                    logger.info("the %s stack is the canonical storage itself: nothing to release",
+                                self.backend.value)
+            elif release:
                 freed = self.expert_set.release_canonical_()
                 logger.info("released %.1f MiB of canonical expert bytes; the %s stack is the only copy",
                             freed / 2**20, self.backend.value)

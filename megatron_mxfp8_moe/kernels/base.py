@@ -84,6 +84,9 @@ class StackState:
     fc2: Any  # backend layout of the fc2 stack (e.g. fp32 [E, H, I], ...)
     hook_removers: list = dataclasses.field(default_factory=list)  # HookRemover per registered hook
     repacks: int = 0  # number of per-expert repacks run by write hooks since build (diagnostics)
+    # True when fc1/fc2 ARE the canonical stacks (zero copy, no hooks): the canonical bytes are the kernel's
+    # only copy, so they are never released and a refit writes straight into what the kernel reads.
+    shares_canonical: bool = False
 
     def attach_repack_hooks_(self, expert_set: "ExpertSet", repack_expert) -> None:
         """Keep ``fc1``/``fc2`` fresh: after every write of expert ``i`` of a linear, call
