@@ -146,11 +146,15 @@ class ExpertSet:
 
         The same objects on every call. Writes into them land in the stacks and reach every write hook.
         """
-        return {
-            local_weight_name(linear, index): view
-            for linear in ("fc1", "fc2")
-            for index, view in enumerate(self._views[linear])
-        }
+        names = self.__dict__.get("_weight_names")
+        if names is None:  # built once: the views live as long as the set
+            names = {
+                local_weight_name(linear, index): view
+                for linear in ("fc1", "fc2")
+                for index, view in enumerate(self._views[linear])
+            }
+            self._weight_names = names
+        return dict(names)
 
     # -- write hooks -------------------------------------------------------------------------------
     def register_write_hook(self, hook: ExpertWriteHook) -> list[Callable[[], None]]:

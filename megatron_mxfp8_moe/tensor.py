@@ -202,6 +202,14 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         self._scale = None
         self._released = True
 
+    def has_write_hooks(self) -> bool:
+        """True when a write would run a hook: this tensor's own, or (for a stack) one of a live view's."""
+        if self._write_hooks:
+            return True
+        return any(
+            ref() is not None and ref()._write_hooks for refs in self._expert_views.values() for ref in refs
+        )
+
     def _has_write_path(self) -> bool:
         """Own hooks, or (for a stack) every expert has a live view with hooks."""
         if self._write_hooks:
@@ -260,11 +268,15 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         *,
         finite_checked: bool = False,
         validated: bool = False,
+        abort_flag: Optional[torch.Tensor] = None,
     ) -> "MXFP8Tensor":
         """Requantize experts ``indices`` of this stack from logical ``sources`` (``[M, K]`` each) in place.
 
         ``finite_checked`` skips the NaN/Inf scan; ``validated`` skips every per-source check (the caller,
         e.g. ``refit_experts``, already validated the whole batch against this stack's views).
+        ``abort_flag``: device int32 ``[1]`` (triton backend, a stack with storage and no write hooks only):
+        the kernel writes nothing while it holds a nonzero value, so a caller can scan the sources on the
+        device (``quant.triton.scan_nonfinite_triton``) and write in the same stream without a host sync.
 
         With the triton backend this is ONE kernel launch for the whole batch (the refit fast path). Every
         source is validated before any byte is written. Hooks: the hooks of the written experts' views (made
@@ -284,6 +296,14 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         if not indices:
             return self
         resolved = resolve_quant_backend(backend, self._device)
+        if abort_flag is not None and (
+            resolved is not QuantBackend.TRITON or self._released or self.has_write_hooks()
+            or len({source.dtype for source in sources}) != 1
+        ):
+            raise MXFP8InputError(
+                "quantize_experts_(): abort_flag needs the triton quantizer, one source dtype, and a stack that "
+                "holds its storage and has no write hooks (hooks would repack bytes that were never written)"
+            )
         if self._released:
             scratch = MXFP8Tensor.empty((len(indices),) + view_shape, device=self._device)
             data, scale, slots = scratch._data, scratch._scale, list(range(len(indices)))
@@ -292,11 +312,12 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         if resolved is QuantBackend.TRITON and len({source.dtype for source in sources}) == 1:
             from .quant.triton import quantize_experts_into_triton
 
-            slot_tensor = torch.tensor(slots, dtype=torch.int32).to(self._device)
-            quantize_experts_into_triton(list(sources), slot_tensor, data, scale)
+            quantize_experts_into_triton(list(sources), slots, data, scale, abort=abort_flag)
         else:
             for slot, source in zip(slots, sources):
                 quantize_into(source, data[slot], scale[slot], resolved)
+        if abort_flag is not None:
+            return self  # no hooks to run (checked above)
         if slots == list(range(self._shape[0])) and indices == slots:
             self._after_write(data, scale)  # every expert, in order: views' hooks, then the stack's own
         else:

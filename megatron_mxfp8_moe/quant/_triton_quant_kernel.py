@@ -17,14 +17,18 @@ def mxfp8_quantize_swizzle_kernel(
     source_row_stride,
     scale_bytes_per_expert,
     col_tiles,  # ceil(K / 32 / 4)
+    abort_ptr,  # CHECK_ABORT: int32 [1]; nonzero = write nothing (a scan found a bad source)
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
     USE_TABLE: tl.constexpr,
+    CHECK_ABORT: tl.constexpr,
 ):
     """One program quantizes a [BLOCK_M, BLOCK_K] tile of one expert and writes its swizzled scales.
 
     Without a table, program axis 2 is the expert of a stacked source. With USE_TABLE, axis 2 indexes a
     table of separate source tensors and their target expert slots (one launch for a whole refit batch).
+    With CHECK_ABORT every store is masked off while ``abort_ptr[0] != 0``: a refit validates on the device
+    (``nonfinite_scan_kernel``) and writes in the same stream without a host sync in between.
     """
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -40,6 +44,8 @@ def mxfp8_quantize_swizzle_kernel(
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     row_mask = rows < M
+    if CHECK_ABORT:
+        row_mask = row_mask & (tl.load(abort_ptr) == 0)
     mask = row_mask[:, None] & (cols < K)[None, :]
 
     source = tl.load(
@@ -70,3 +76,23 @@ def mxfp8_quantize_swizzle_kernel(
         (dequant_bits >> 23).to(tl.uint8),
         mask=scale_mask,
     )
+
+
+@triton.jit
+def nonfinite_scan_kernel(
+    source_ptr,  # any tensor of the sources' dtype (bf16/fp16/fp32): gives the element type
+    source_table_ptr,  # int64 [n] addresses of n contiguous sources of NUMEL elements each
+    flags_ptr,  # int32 [1 + entries]: [0] = any source bad, [1 + first_entry + i] = source i bad
+    NUMEL,
+    first_entry,
+    BLOCK: tl.constexpr,
+):
+    """Program (b, i) checks elements [b * BLOCK, (b + 1) * BLOCK) of source i for NaN/Inf; it only ever stores
+    1 (flags start at 0), so the flags are the same whatever the program order."""
+    entry = tl.program_id(1)
+    source = tl.load(source_table_ptr + entry).to(tl.pointer_type(source_ptr.dtype.element_ty))
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    values = tl.load(source + offsets, mask=offsets < NUMEL, other=0.0).to(tl.float32)
+    bad = tl.max(((values * 0.0) != 0.0).to(tl.int32), axis=0) != 0  # x * 0 is NaN exactly for NaN and +-Inf
+    tl.store(flags_ptr, 1, mask=bad)
+    tl.store(flags_ptr + 1 + first_entry + entry, 1, mask=bad)

@@ -26,6 +26,7 @@ from .validate import (
     Weights,
     as_entries,
     as_pair,
+    nonfinite_error,
     refit_error,
 )
 
@@ -95,14 +96,36 @@ def _grad_mode(plan: RefitPlan):
     return torch.no_grad()
 
 
+def _contiguous(write) -> torch.Tensor:
+    source = write.source  # no detach(): writes run under no_grad / inference_mode (and it costs ~1 us)
+    return source if source.is_contiguous() else source.contiguous()
+
+
 def _batches(writes):
-    """Group writes: quantize writes into views of one stack form one batch (one kernel launch); others alone."""
+    """Group writes: quantize writes of one source dtype into views of one stack form one batch (one kernel
+    launch); others alone."""
     batches: dict = {}
     for write in writes:
         parent = write.target.parent if write.kind == QUANTIZE else None
-        key = ("stack", id(parent[0])) if parent is not None else ("single", id(write))
+        key = ("stack", id(parent[0]), write.source.dtype) if parent is not None else ("single", id(write))
         batches.setdefault(key, []).append(write)
     return list(batches.values())
+
+
+def _scan_on_device(plan: RefitPlan, sources: list) -> tuple[torch.Tensor, list[int]]:
+    """Launch the NaN/Inf scan of every source (one launch per dtype and size); returns ``(flags, order)``:
+    int32 ``[1 + n]`` flags on the device (``flags[0]``: any bad) and the entry position of ``flags[1 + k]``."""
+    from ..quant.triton import scan_nonfinite_triton
+
+    groups: dict = {}
+    for position, source in enumerate(sources):
+        groups.setdefault((source.dtype, source.numel()), []).append(position)
+    flags = torch.zeros(1 + len(sources), dtype=torch.int32, device=plan.writes[0].target.device)
+    order: list[int] = []
+    for positions in groups.values():
+        scan_nonfinite_triton([sources[position] for position in positions], flags, first_entry=len(order))
+        order += positions
+    return flags, order
 
 
 def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> None:
@@ -110,10 +133,17 @@ def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> No
 
     Quantize writes into per-expert views of one stack go through ``stack.quantize_experts_`` (one kernel
     launch per stack with the triton quantizer); copies and lone tensors are written one by one.
-    A failure here (a write hook raising, out of memory) happens after validation and cannot be undone:
-    it raises RefitError naming the entry being written and how many were written before it.
+    A plan marked ``finite_on_device`` is scanned for NaN/Inf on the device first and written with kernels
+    that store nothing once the scan found a bad source; ONE host sync at the end reads the flags and raises
+    for the first bad entry (nothing written). A failure after validation (a write hook raising, out of
+    memory) cannot be undone: it raises RefitError naming the entry being written and how many were written
+    before it.
     """
     written = 0
+    sources = {id(write): _contiguous(write) for write in plan.writes if write.kind == QUANTIZE}
+    flags = order = None
+    if plan.finite_on_device and plan.writes:
+        flags, order = _scan_on_device(plan, [sources[id(write)] for write in plan.writes])
     with _grad_mode(plan):
         for batch in _batches(plan.writes):
             first = batch[0]
@@ -121,18 +151,15 @@ def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> No
                 if first.kind == COPY:
                     first.target.copy_(first.source, finite_checked=True)
                 elif first.target.parent is None:
-                    source = first.source.detach()
-                    first.target.quantize_(source if source.is_contiguous() else source.contiguous(),
-                                           backend=plan.backend, finite_checked=True)
+                    first.target.quantize_(sources[id(first)], backend=plan.backend, finite_checked=True)
                 else:
-                    stack = first.target.parent[0]
-                    sources = [write.source.detach() for write in batch]
-                    stack.quantize_experts_(
+                    first.target.parent[0].quantize_experts_(
                         [write.target.parent[1] for write in batch],
-                        [source if source.is_contiguous() else source.contiguous() for source in sources],
+                        [sources[id(write)] for write in batch],
                         backend=plan.backend,
                         finite_checked=True,
                         validated=True,
+                        abort_flag=None if flags is None else flags[:1],
                     )
             except Exception as error:
                 together = (
@@ -148,6 +175,13 @@ def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> No
             written += len(batch)
             if progress is not None:
                 progress.update(len(batch))
+    if flags is not None:
+        bad = flags.tolist()  # the one host sync of this plan
+        if bad[0]:
+            first_bad = min(order[k] for k, flag in enumerate(bad[1:]) if flag)
+            error = nonfinite_error(plan.writes[first_bad])
+            error.applied_modules = tuple(applied_modules)
+            raise error
     modules = list(dict.fromkeys(write.module for write in plan.writes))
     refresh_caches(modules)
 
@@ -263,7 +297,7 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
     totals = _Totals()
     streamed = not isinstance(weights, Mapping)
     if not streamed:
-        plan = validator.plan(as_entries(weights))
+        plan = validator.plan(as_entries(weights), finite_on_device=True)
         bar = _progress_bar(len(plan.writes), progress)
         try:
             _apply_plan(plan, bar, ())
@@ -303,7 +337,7 @@ def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, prog
         nonlocal group, group_path
         if not group:
             return
-        plan = validator.plan(group)
+        plan = validator.plan(group, finite_on_device=True)
         group, group_path = [], None
         _apply_plan(plan, bar, applied)
         totals.add(plan)

@@ -32,7 +32,8 @@ NaN scale byte, duplicate target).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional, Union
 
 import torch
@@ -43,11 +44,13 @@ from ..format.checks import check_device, check_shape
 from ..format.constants import BLOCK_SIZE, SOURCE_DTYPES
 from ..format.swizzle import swizzled_scale_numel
 from ..names import ExpertWeightName, join_name, parse_expert_weight_name
-from ..quant.backends import resolve_quant_backend
+from ..quant.backends import QuantBackend, resolve_quant_backend
 from ..tensor import MXFP8Tensor
 
 Source = Union[torch.Tensor, MegatronMXFP8Tensor]
 Weights = Union[Mapping[str, Source], Iterable[tuple[str, Source]]]
+
+_SOURCE_DTYPE_SET = frozenset(SOURCE_DTYPES)
 
 QUANTIZE = "quantize"  # logical source -> target.quantize_(source)
 COPY = "copy"  # MXFP8 source -> target.copy_(source)
@@ -77,14 +80,53 @@ class ExpertsModule:
     num_local_experts: int
     local_expert_offset: int
     weights: Mapping[str, MXFP8Tensor]
+    table: Mapping[str, "_Target"] = dataclasses.field(default_factory=dict)  # local name -> resolved target
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class _Target:
+    """One canonical weight with what validation needs of it, computed once per experts module."""
+
+    parsed: ExpertWeightName
+    target: MXFP8Tensor
+    shape: torch.Size
+    device: torch.device
+    key: Any  # identity of the written bytes (duplicate detection)
+    canonical_bytes: int
+
+
+# experts module -> (its mxfp8_weights() dict, local name -> _Target); rebuilt when the dict's objects change.
+_TABLES: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[dict, dict]]" = weakref.WeakKeyDictionary()
+
+
+def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -> dict:
+    cached = _TABLES.get(module)
+    if cached is not None:
+        old, table = cached
+        if len(old) == len(weights) and all(old.get(name) is value for name, value in weights.items()):
+            return table
+    table = {}
+    for name, target in weights.items():
+        parsed = parse_expert_weight_name(name)
+        if parsed is None or parsed.module_path:
+            continue  # not a local expert-weight name: such an entry resolves to "no such weight"
+        parent = target.parent
+        key = ("view", id(parent[0]), parent[1]) if parent is not None else _target_key(target)
+        table[name] = _Target(parsed, target, torch.Size(target.shape), target.device, key,
+                              canonical_nbytes(target.shape))
+    try:
+        _TABLES[module] = (dict(weights), table)
+    except TypeError:  # a module that cannot be weakly referenced: no cache
+        pass
+    return table
+
+
+@dataclasses.dataclass(eq=False, slots=True)
 class PlannedWrite:
-    """One validated write.
+    """One validated write (five fields, so that a 256-entry plan is cheap to build; the rest are derived).
 
     name: the entry's name as given.
-    module_path: path of the target experts module in ``named_modules()``.
+    experts: the target experts module; ``module_path`` / ``module`` are its path and module.
     linear: ``"fc1"`` / ``"fc2"``; local_index: local expert index; global_index = offset + local_index.
     target: the canonical ``MXFP8Tensor`` ``[M, K]`` that is written.
     source: the logical tensor ``[M, K]`` (kind ``"quantize"``) or MXFP8 tensor (kind ``"copy"``).
@@ -92,20 +134,44 @@ class PlannedWrite:
     """
 
     name: str
-    module_path: str
-    module: torch.nn.Module
-    linear: str
-    local_index: int
-    global_index: int
-    target: MXFP8Tensor
+    experts: ExpertsModule
+    resolved: "_Target"
     source: Source
     kind: str
-    canonical_bytes: int
+
+    @property
+    def module_path(self) -> str:
+        return self.experts.path
+
+    @property
+    def module(self) -> torch.nn.Module:
+        return self.experts.module
+
+    @property
+    def linear(self) -> str:
+        return self.resolved.parsed.linear
+
+    @property
+    def local_index(self) -> int:
+        return self.resolved.parsed.local_index
+
+    @property
+    def global_index(self) -> int:
+        return self.experts.local_expert_offset + self.resolved.parsed.local_index
+
+    @property
+    def target(self) -> MXFP8Tensor:
+        return self.resolved.target
+
+    @property
+    def canonical_bytes(self) -> int:
+        return self.resolved.canonical_bytes
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RefitPlan:
-    """A validated batch: every write in ``writes`` passed every check; nothing has been written yet.
+    """A validated batch: every write in ``writes`` passed every check (NaN/Inf too, unless
+    ``finite_on_device``); nothing has been written yet.
 
     writes: in entry order. skipped: names skipped under ``strict=False`` (not expert weights of this
     model). backend: the quantizer backend name for ``quantize_``.
@@ -114,6 +180,7 @@ class RefitPlan:
     writes: tuple[PlannedWrite, ...]
     skipped: tuple[str, ...]
     backend: str
+    finite_on_device: bool = False  # True: NaN/Inf not checked yet; apply.py checks on the device as it writes
 
     @property
     def canonical_bytes(self) -> int:
@@ -174,7 +241,7 @@ class RefitValidator:
         self._prefix = prefix.rstrip(".") if prefix else None
         self._explicit_prefix = self._prefix is not None
         self._claimed: dict[Any, str] = {}  # target key -> entry name that claimed it
-        self._checked_backends: set[str] = set()
+        self._checked_backends: set[torch.device] = set()
 
     # -- modules -------------------------------------------------------------------------------------
     def _experts_module(self, path: str, name: str) -> ExpertsModule:
@@ -197,7 +264,7 @@ class RefitValidator:
                     name, f"{label}: mxfp8_weights()[{key!r}] must be a megatron_mxfp8_moe.MXFP8Tensor, "
                     f"got {type(value).__name__}"
                 )
-        info = ExpertsModule(path, module, num_local, offset, dict(weights))
+        info = ExpertsModule(path, module, num_local, offset, weights, _lookup_table(module, weights))
         self._experts[path] = info
         return info
 
@@ -227,8 +294,8 @@ class RefitValidator:
         return None
 
     # -- entries -------------------------------------------------------------------------------------
-    def resolve(self, name: Any) -> Optional[tuple[ExpertsModule, ExpertWeightName, MXFP8Tensor]]:
-        """Find the target of ``name``: (module, parsed name, canonical tensor), or None to skip (strict=False).
+    def resolve(self, name: Any) -> Optional[tuple[ExpertsModule, _Target]]:
+        """Find the target of ``name``: (experts module, target), or None to skip it (strict=False).
 
         Raises RefitError for a non-str name, a non-expert or unknown name under ``strict``, an index out of
         range, or a module that does not expose the named weight.
@@ -263,13 +330,21 @@ class RefitValidator:
                 f"of experts module {path!r} (global experts {info.local_expert_offset}.."
                 f"{info.local_expert_offset + info.num_local_experts - 1}); names use LOCAL indices"
             )
-        target = info.weights.get(parsed.local_name)
-        if target is None:
+        hit = info.table.get(parsed.local_name)
+        if hit is None:
             raise refit_error(name, f"experts module {path!r} exposes no canonical weight {parsed.local_name!r}")
-        return info, parsed, target
+        return info, hit
 
     def check_source(self, name: str, target: MXFP8Tensor, source: Any) -> str:
         """Check ``source`` against ``target`` except for finiteness of logical tensors; returns the write kind."""
+        if (
+            isinstance(source, torch.Tensor)
+            and source.dtype in _SOURCE_DTYPE_SET
+            and source.shape == target.shape
+            and source.device == target.device
+            and source.layout == torch.strided
+        ):
+            return QUANTIZE  # the common case, without building error context
         try:
             if isinstance(source, MegatronMXFP8Tensor):
                 target.validate_mxfp8_source(source, name="source")
@@ -292,59 +367,106 @@ class RefitValidator:
         return QUANTIZE
 
     def _check_backend(self, name: str, device: torch.device) -> None:
-        key = str(device)
-        if key in self._checked_backends:
+        if device in self._checked_backends:
             return
         try:
             resolve_quant_backend(self.backend, device)
         except (ValueError, MXFP8Error) as error:
             raise refit_error(name, f"quantizer backend {self.backend!r} cannot run on {device}: {error}") from error
-        self._checked_backends.add(key)
+        self._checked_backends.add(device)
 
-    def plan(self, entries: Iterable[tuple[Any, Any]]) -> RefitPlan:
+    def plan(self, entries: Iterable[tuple[Any, Any]], *, finite_on_device: bool = False) -> RefitPlan:
         """Validate ``entries`` (name, source) as ONE batch and return its plan; writes nothing.
 
-        Every entry is resolved and checked before the finiteness reductions run (one host sync per
-        device for all logical sources). Names that are skipped under ``strict=False`` go to
-        ``plan.skipped``. Raises RefitError naming the first offending entry.
+        Every entry is resolved and checked first; then the NaN/Inf check of the logical sources runs: on the
+        host (one multi-tensor reduction and one host sync per device and dtype), or, with
+        ``finite_on_device`` and a plan that allows it (``_device_check_possible``), not here: the plan is
+        marked ``finite_on_device`` and ``apply.py`` scans on the device and writes with abort-predicated
+        kernels. Names that are skipped under ``strict=False`` go to ``plan.skipped``. Raises RefitError
+        naming the first offending entry.
         """
         writes: list[PlannedWrite] = []
         skipped: list[str] = []
         claimed_here: dict[Any, str] = {}
+        claimed = self._claimed
+        known = self._experts  # path -> ExpertsModule, filled by the first (slow) resolve of each module
+        strip = self._prefix + "." if self._explicit_prefix else None
         for name, source in entries:
-            resolved = self.resolve(name)
-            if resolved is None:
-                skipped.append(name)
-                continue
-            info, parsed, target = resolved
-            key = _target_key(target)
-            previous = claimed_here.get(key, self._claimed.get(key))
+            # Fast path: a well-formed name of a known weight (string split + table lookups). Anything else,
+            # and every error message, goes through resolve().
+            hit = info = None
+            if type(name) is str:
+                relative = name[len(strip):] if strip is not None and name.startswith(strip) else name
+                head, sep, _ = relative.rpartition(".linear_fc")
+                info = known.get(head) if sep else known.get("")
+                if info is None and sep and head == self._prefix and self._root_is_experts:
+                    info = known.get("")
+                if info is not None:
+                    hit = info.table.get(relative[len(head) + 1:] if sep else relative)
+                    if hit is not None and hit.parsed.local_index >= info.num_local_experts:
+                        hit = None
+            if hit is None:
+                resolved = self.resolve(name)
+                if resolved is None:
+                    skipped.append(name)
+                    continue
+                info, hit = resolved
+            previous = claimed_here.get(hit.key) or claimed.get(hit.key)
             if previous is not None:
                 raise refit_error(
                     name, f"duplicate: entry {previous!r} already writes this weight "
-                    f"({join_name(info.path, parsed.local_name)!r})"
+                    f"({join_name(info.path, hit.parsed.local_name)!r})"
                 )
-            kind = self.check_source(name, target, source)
-            if kind == QUANTIZE:
-                self._check_backend(name, target.device)
-            claimed_here[key] = name
-            writes.append(
-                PlannedWrite(
-                    name=name,
-                    module_path=info.path,
-                    module=info.module,
-                    linear=parsed.linear,
-                    local_index=parsed.local_index,
-                    global_index=info.local_expert_offset + parsed.local_index,
-                    target=target,
-                    source=source,
-                    kind=kind,
-                    canonical_bytes=canonical_nbytes(target.shape),
-                )
-            )
-        _check_finite(writes)
-        self._claimed.update(claimed_here)
-        return RefitPlan(writes=tuple(writes), skipped=tuple(skipped), backend=self.backend)
+            if (
+                isinstance(source, torch.Tensor)
+                and source.dtype in _SOURCE_DTYPE_SET
+                and source.shape == hit.shape
+                and source.device == hit.device
+                and source.layout == torch.strided
+            ):
+                kind = QUANTIZE
+            else:
+                kind = self.check_source(name, hit.target, source)
+            if kind == QUANTIZE and hit.device not in self._checked_backends:
+                self._check_backend(name, hit.device)
+            claimed_here[hit.key] = name
+            writes.append(PlannedWrite(name, info, hit, source, kind))
+        on_device = finite_on_device and _device_check_possible(writes, self.backend)
+        if not on_device:
+            _check_finite(writes)
+        claimed.update(claimed_here)
+        return RefitPlan(writes=tuple(writes), skipped=tuple(skipped), backend=self.backend,
+                         finite_on_device=on_device)
+
+
+def _device_check_possible(writes: Sequence[PlannedWrite], backend: str) -> bool:
+    """Whether a plan can be checked for NaN/Inf on the device while being written: only quantize writes,
+    into expert views of stacks on one device that hold their storage and have no write hooks (a hook would
+    repack bytes that an aborted kernel never wrote), with the triton quantizer."""
+    stacks = {}
+    for write in writes:
+        parent = write.target.parent
+        if write.kind != QUANTIZE or parent is None:
+            return False
+        stacks[id(parent[0])] = parent[0]
+    if len({stack.device for stack in stacks.values()}) > 1:
+        return False
+    for stack in stacks.values():
+        if stack.is_released or stack.has_write_hooks():
+            return False
+        try:
+            if resolve_quant_backend(backend, stack.device) is not QuantBackend.TRITON:
+                return False
+        except (ValueError, MXFP8Error):
+            return False
+    return bool(stacks)
+
+
+def nonfinite_error(write: PlannedWrite) -> RefitError:
+    """The RefitError for an entry whose logical source holds NaN or Inf (counts them: one more host sync)."""
+    values = write.source.detach()
+    nans, infs = int(torch.isnan(values).sum()), int(torch.isinf(values).sum())
+    return refit_error(write.name, f"source holds {nans} NaN and {infs} Inf value(s); nothing was written")
 
 
 def _check_finite(writes: list[PlannedWrite]) -> None:
@@ -357,7 +479,7 @@ def _check_finite(writes: list[PlannedWrite]) -> None:
     groups: dict[tuple[torch.device, torch.dtype], list[tuple[int, torch.Tensor]]] = {}
     for position, write in enumerate(writes):
         if write.kind == QUANTIZE and write.source.numel():
-            source = write.source.detach()
+            source = write.source
             groups.setdefault((source.device, source.dtype), []).append((position, source))
     flags = []  # per (device, dtype) group: (entries, bool [n] on the device); one host sync per group
     for entries in groups.values():
@@ -367,10 +489,7 @@ def _check_finite(writes: list[PlannedWrite]) -> None:
     for entries, ok in flags:
         bad_positions += [position for (position, _), good in zip(entries, ok.tolist()) if not good]
     if bad_positions:
-        write = writes[min(bad_positions)]
-        values = write.source.detach()
-        nans, infs = int(torch.isnan(values).sum()), int(torch.isinf(values).sum())
-        raise refit_error(write.name, f"source holds {nans} NaN and {infs} Inf value(s); nothing was written")
+        raise nonfinite_error(writes[min(bad_positions)])
 
 
 def as_entries(weights: Any) -> Iterable[tuple[Any, Any]]:

@@ -185,3 +185,48 @@ def test_graph_captured_before_refit_replays_new_weights_of_the_fake_module():
         assert torch.isfinite(out[linear]).all()
         assert not torch.equal(out[linear], before[linear])
         assert torch.equal(out[linear], fresh_out[linear])
+
+
+# -- the fast path: NaN/Inf checked on the device, writes predicated on it --------------------------------
+
+def test_device_checked_refit_equals_fresh_quantization_and_rejects_nan_without_writing(monkeypatch):
+    """Hook-free stacks (like the Triton backend's): the refit scans on the device (spied), its bytes equal a
+    fresh reference quantization, and a NaN or Inf source anywhere leaves every byte as it was."""
+    import megatron_mxfp8_moe.quant.triton as triton_quant
+    from megatron_mxfp8_moe import RefitError, quantize_mxfp8
+
+    scans = []
+    original = triton_quant.scan_nonfinite_triton
+    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton", lambda *a, **k: (scans.append(len(a[0])), original(*a, **k))[1])
+    device = torch.device("cuda")
+    generator = torch.Generator(device=device).manual_seed(5)
+    experts, rows, cols = 8, 384, 512
+    stacks = [quantize_mxfp8(torch.randn(experts, rows, cols, device=device, generator=generator)),
+              quantize_mxfp8(torch.randn(experts, cols, rows, device=device, generator=generator))]
+    module = fake.BareStacks(*stacks)
+    pointers = [t.data_ptr() for stack in stacks for t in (stack.data, stack.scale)]
+    weights = {f"linear_fc1.weight{i}": torch.randn(rows, cols, device=device, generator=generator, dtype=torch.bfloat16)
+               for i in range(experts)}
+    weights.update({f"linear_fc2.weight{i}": torch.randn(cols, rows, device=device, generator=generator) * 3
+                    for i in range(0, experts, 2)})  # fp32 sources, half the experts: a partial refit
+
+    for poisoned, value in (("linear_fc2.weight6", float("nan")), ("linear_fc1.weight0", float("-inf"))):
+        bad = dict(weights)
+        bad[poisoned] = weights[poisoned].clone()
+        bad[poisoned][rows // 2, 17] = value
+        before = module.stack_bytes()
+        with pytest.raises(RefitError, match=poisoned + ".*nothing was written"):
+            refit_experts(module, bad)
+        assert all(torch.equal(a, b) for a, b in zip(before, module.stack_bytes()))
+    scans.clear()
+    before = module.stack_bytes()
+    report = refit_experts(module, weights)
+    assert sorted(scans) == [4, 8] and report.tensors_updated == 12  # one scan per (dtype, size) group
+    for name, source in weights.items():
+        mine = module.mxfp8_weights()[name]
+        reference = quantize_mxfp8(source, backend="reference")
+        assert torch.equal(mine.data.view(torch.uint8), reference.data.view(torch.uint8)), name
+        assert torch.equal(mine.scale.view(torch.uint8), reference.scale.view(torch.uint8)), name
+    after = module.stack_bytes()  # [fc1 data, fc1 scale, fc2 data, fc2 scale]
+    assert torch.equal(after[2][1], before[2][1]) and torch.equal(after[3][1], before[3][1])  # fc2 expert 1: not given
+    assert [t.data_ptr() for stack in stacks for t in (stack.data, stack.scale)] == pointers

@@ -149,3 +149,23 @@ def new_sources(layers=(0, 1), experts=range(EXPERTS), linears=("fc1", "fc2"), *
 
 def same(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool:
     return len(first) == len(second) and all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+class BareStacks(torch.nn.Module):
+    """The refit contract over one fc1 and one fc2 stack with per-expert views and NO write hooks (the stacks
+    are what a kernel reads, like the Triton backend's): eligible for the on-device NaN/Inf check."""
+
+    def __init__(self, fc1: MXFP8Tensor, fc2: MXFP8Tensor, local_expert_offset: int = 0):
+        super().__init__()
+        self.num_local_experts = fc1.shape[0]
+        self.local_expert_offset = local_expert_offset
+        self.fc1, self.fc2 = fc1, fc2
+        self._views = {f"linear_{name}.weight{i}": stack.expert(i)
+                       for name, stack in (("fc1", fc1), ("fc2", fc2)) for i in range(fc1.shape[0])}
+
+    def mxfp8_weights(self) -> dict[str, MXFP8Tensor]:
+        return dict(self._views)
+
+    def stack_bytes(self) -> list[torch.Tensor]:
+        return [t.view(torch.uint8).clone() for stack in (self.fc1, self.fc2) for t in (stack.data, stack.scale)]
+

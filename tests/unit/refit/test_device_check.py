@@ -1,0 +1,168 @@
+"""The refit fast path: NaN/Inf checked on the device, writes predicated on the result, one host sync.
+
+``scan_nonfinite_triton`` and the abort-predicated quantize kernel run here under the Triton interpreter
+(``TRITON_INTERPRET=1`` must be set before Triton is imported, so those checks run in a subprocess that executes
+this file). The interpreter's fp8 casts do not round like a GPU's, so there only scale bytes are compared
+with the reference quantizer and data bytes are compared as "unchanged"; ``tests/functional/test_refit_gpu.py``
+checks every byte on a GPU.
+"""
+
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from megatron_mxfp8_moe import MXFP8Tensor, RefitError, quantize_mxfp8, refit_experts, validate_refit
+
+
+def _load_fake():
+    spec = importlib.util.spec_from_file_location("refit_fake_experts", pathlib.Path(__file__).with_name("_fake_experts.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fake = _load_fake()
+E, M, K = 3, 64, 96  # K/32 = 3 scale columns: the swizzle's column padding is exercised
+
+
+def _bytes(stack: MXFP8Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return stack.data.view(torch.uint8).clone(), stack.scale.view(torch.uint8).clone()
+
+
+def _module(generator):
+    fc1 = torch.randn(E, M, K, generator=generator, dtype=torch.bfloat16)
+    fc2 = torch.randn(E, K, M, generator=generator, dtype=torch.bfloat16)
+    return fake.BareStacks(quantize_mxfp8(fc1, backend="reference"), quantize_mxfp8(fc2, backend="reference"))
+
+
+def test_device_check_is_not_used_on_the_cpu_reference_path():
+    module = _module(torch.Generator().manual_seed(0))
+    weights = {"linear_fc1.weight0": torch.randn(M, K, dtype=torch.bfloat16)}
+    plan = validate_refit(module, weights)
+    assert not plan.finite_on_device  # the public validator checks on the host, always
+    bad = {"linear_fc1.weight1": torch.full((M, K), float("nan"), dtype=torch.bfloat16)}
+    before = _bytes(module.fc1)
+    with pytest.raises(RefitError, match="linear_fc1.weight1"):
+        refit_experts(module, bad)
+    assert all(torch.equal(a, b) for a, b in zip(before, _bytes(module.fc1)))
+
+
+def test_device_check_only_where_an_aborted_write_cannot_leak(monkeypatch):
+    """Eligible: quantize writes into hook-free stacks with storage, triton quantizer. A write hook, an MXFP8
+    copy entry or another quantizer sends the plan to the host check (a hook would repack unwritten bytes)."""
+    from megatron_mxfp8_moe.quant.backends import QuantBackend
+    from megatron_mxfp8_moe.refit import validate
+
+    monkeypatch.setattr(validate, "resolve_quant_backend", lambda backend, device: QuantBackend.TRITON)
+    generator = torch.Generator().manual_seed(3)
+    module = _module(generator)
+    logical = {"linear_fc1.weight0": torch.randn(M, K, dtype=torch.bfloat16),
+               "linear_fc2.weight2": torch.randn(K, M, dtype=torch.bfloat16)}
+
+    def plan(weights):
+        return validate.RefitValidator(module).plan(validate.as_entries(weights), finite_on_device=True)
+
+    assert plan(logical).finite_on_device
+    assert not validate.RefitValidator(module).plan(validate.as_entries(logical)).finite_on_device  # not asked
+    copy = dict(logical, **{"linear_fc1.weight1": quantize_mxfp8(torch.randn(M, K), backend="reference")})
+    assert not plan(copy).finite_on_device
+    remove = module.mxfp8_weights()["linear_fc2.weight1"].register_write_hook(lambda *args: None)
+    assert not plan(logical).finite_on_device  # a hook anywhere on the written stack
+    remove()
+    assert plan(logical).finite_on_device
+    monkeypatch.setattr(validate, "resolve_quant_backend", lambda backend, device: QuantBackend.REFERENCE)
+    assert not plan(logical).finite_on_device
+
+
+# -- run under the Triton interpreter (subprocess) -------------------------------------------------------
+
+def _interpreted_scan_flags_exactly_the_bad_sources():
+    from megatron_mxfp8_moe.quant.triton import scan_nonfinite_triton
+
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        sources = [torch.randn(M, K, dtype=dtype) for _ in range(5)]
+        sources[1][M - 1, K - 1] = float("nan")  # the last element: the tail of the last scan block
+        sources[3][0, 0] = float("-inf")
+        sources[4][7, 3] = float("inf")
+        flags = torch.zeros(1 + 2 + 5, dtype=torch.int32)
+        scan_nonfinite_triton(sources, flags, first_entry=2)
+        assert flags.tolist() == [1, 0, 0, 0, 1, 0, 1, 1], (dtype, flags.tolist())
+        clean = torch.zeros(1 + 2, dtype=torch.int32)
+        scan_nonfinite_triton([torch.randn(M, K, dtype=dtype) * 1e4 for _ in range(2)], clean)
+        assert clean.tolist() == [0, 0, 0], (dtype, clean.tolist())
+
+
+def _interpreted_abort_flag_predicates_every_store():
+    generator = torch.Generator().manual_seed(1)
+    stack = quantize_mxfp8(torch.randn(E, M, K, generator=generator, dtype=torch.bfloat16), backend="reference")
+    sources = [torch.randn(M, K, generator=generator, dtype=torch.bfloat16) for _ in range(2)]
+    before = _bytes(stack)
+    stack.quantize_experts_([2, 0], sources, backend="triton", abort_flag=torch.ones(1, dtype=torch.int32))
+    assert all(torch.equal(a, b) for a, b in zip(before, _bytes(stack))), "an aborted kernel wrote bytes"
+    stack.quantize_experts_([2, 0], sources, backend="triton", abort_flag=torch.zeros(1, dtype=torch.int32))
+    for slot, source in zip((2, 0), sources):
+        reference = quantize_mxfp8(source, backend="reference")
+        assert torch.equal(stack.scale[slot].view(torch.uint8), reference.scale.view(torch.uint8))
+    assert torch.equal(stack.data[1].view(torch.uint8), before[0][1]), "an expert outside the batch changed"
+    assert not torch.equal(stack.data[2].view(torch.uint8), before[0][2])
+
+
+def _interpreted_refit_checks_on_the_device_and_changes_nothing_on_nan():
+    generator = torch.Generator().manual_seed(2)
+    module = _module(generator)
+    weights = {f"linear_fc1.weight{i}": torch.randn(M, K, generator=generator, dtype=torch.bfloat16) for i in range(E)}
+    weights.update({f"linear_fc2.weight{i}": torch.randn(K, M, generator=generator, dtype=torch.float32)
+                    for i in range(E)})
+    from megatron_mxfp8_moe.refit.validate import RefitValidator, as_entries
+
+    # "auto" is the reference quantizer on a CPU; "triton" runs here because the interpreter accepts CPU tensors
+
+    plan = RefitValidator(module, backend="triton").plan(as_entries(weights), finite_on_device=True)
+    assert plan.finite_on_device and len(plan.writes) == 2 * E
+
+    for poisoned in ("linear_fc2.weight1", "linear_fc1.weight2"):
+        bad = dict(weights)
+        bad[poisoned] = weights[poisoned].clone()
+        bad[poisoned][5, 9] = float("inf")
+        before = _bytes(module.fc1) + _bytes(module.fc2)
+        try:
+            refit_experts(module, bad, backend="triton")
+        except RefitError as error:
+            assert poisoned in str(error) and "nothing was written" in str(error), str(error)
+        else:
+            raise AssertionError("a refit with an Inf source did not raise")
+        after = _bytes(module.fc1) + _bytes(module.fc2)
+        assert all(torch.equal(a, b) for a, b in zip(before, after)), f"{poisoned}: bytes changed"
+
+    report = refit_experts(module, weights, backend="triton")
+    assert report.tensors_updated == 2 * E
+    for name, source in weights.items():
+        target = module.mxfp8_weights()[name]
+        reference = quantize_mxfp8(source, backend="reference")
+        assert torch.equal(target.scale.view(torch.uint8), reference.scale.view(torch.uint8)), name
+
+
+def test_device_check_kernels_under_the_triton_interpreter():
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    result = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for name in ("scan", "abort", "refit"):
+        assert f"ok {name}" in result.stdout, result.stdout
+
+
+if __name__ == "__main__":
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_device_check_kernels_under_the_triton_interpreter"
+    _interpreted_scan_flags_exactly_the_bad_sources()
+    print("ok scan")
+    _interpreted_abort_flag_predicates_every_store()
+    print("ok abort")
+    _interpreted_refit_checks_on_the_device_and_changes_nothing_on_nan()
+    print("ok refit")
