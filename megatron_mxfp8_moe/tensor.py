@@ -69,6 +69,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         self._write_hooks: list[WriteHook] = []
         self._parent: Optional[tuple["MXFP8Tensor", int]] = None  # (stack, expert index) for views from expert()
         self._expert_views: dict[int, list] = {}  # expert index -> weakrefs of views made by expert()
+        self._view_hooks_registered = 0  # hooks ever registered on those views (0: none can have hooks)
         self._shape = tuple(data.shape)
         self._device = data.device
         super().__init__(data=data, scale=scale, backend=backend)
@@ -189,6 +190,8 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
     def register_write_hook(self, hook: WriteHook) -> Callable[[], None]:
         """Run ``hook(tensor, data, scale)`` after every write; returns a function that removes it."""
         self._write_hooks.append(hook)
+        if self._parent is not None:
+            self._parent[0]._view_hooks_registered += 1  # lets has_write_hooks() skip its scan while 0
         return lambda: self._write_hooks.remove(hook) if hook in self._write_hooks else None
 
     def release_storage_(self) -> None:
@@ -206,6 +209,8 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         """True when a write would run a hook: this tensor's own, or (for a stack) one of a live view's."""
         if self._write_hooks:
             return True
+        if not self._view_hooks_registered:  # no view ever had a hook: nothing to scan
+            return False
         return any(
             ref() is not None and ref()._write_hooks for refs in self._expert_views.values() for ref in refs
         )

@@ -22,6 +22,7 @@ def mxfp8_quantize_swizzle_kernel(
     BLOCK_K: tl.constexpr,
     USE_TABLE: tl.constexpr,
     CHECK_ABORT: tl.constexpr,
+    ALIGNED: tl.constexpr = False,  # USE_TABLE: every table address is 16-byte aligned (vector loads)
 ):
     """One program quantizes a [BLOCK_M, BLOCK_K] tile of one expert and writes its swizzled scales.
 
@@ -36,6 +37,8 @@ def mxfp8_quantize_swizzle_kernel(
     if USE_TABLE:
         entry = tl.program_id(2)
         source_ptr = tl.load(source_table_ptr + entry).to(tl.pointer_type(source_ptr.dtype.element_ty))
+        if ALIGNED:  # a pointer loaded from memory carries no alignment facts: say it, or loads stay scalar
+            source_ptr = tl.multiple_of(source_ptr, 16)
         expert = tl.load(target_table_ptr + entry).to(tl.int64)
         source_expert_stride = 0
     else:
@@ -86,11 +89,14 @@ def nonfinite_scan_kernel(
     NUMEL,
     first_entry,
     BLOCK: tl.constexpr,
+    ALIGNED: tl.constexpr = False,  # every table address is 16-byte aligned (vector loads)
 ):
     """Program (b, i) checks elements [b * BLOCK, (b + 1) * BLOCK) of source i for NaN/Inf; it only ever stores
     1 (flags start at 0), so the flags are the same whatever the program order."""
     entry = tl.program_id(1)
     source = tl.load(source_table_ptr + entry).to(tl.pointer_type(source_ptr.dtype.element_ty))
+    if ALIGNED:
+        source = tl.multiple_of(source, 16)
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     values = tl.load(source + offsets, mask=offsets < NUMEL, other=0.0).to(tl.float32)
     bad = tl.max(((values * 0.0) != 0.0).to(tl.int32), axis=0) != 0  # x * 0 is NaN exactly for NaN and +-Inf

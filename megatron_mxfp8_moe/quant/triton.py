@@ -65,12 +65,17 @@ def quantize_into_triton(source: torch.Tensor, data: torch.Tensor, scale: torch.
         stacked.stride(1),
         padded_rows * padded_cols,
         padded_cols // 4,
-        scale,
+        data,  # abort_ptr: unused without CHECK_ABORT
         BLOCK_M=_BLOCK_M,
         BLOCK_K=_BLOCK_K,
         USE_TABLE=False,
         CHECK_ABORT=False,
     )
+
+
+def _aligned(pointers: Sequence[int], row_bytes: int) -> bool:
+    """Every address, and every row start ``row_bytes`` apart, is 16-byte aligned (the kernels may vectorize)."""
+    return row_bytes % 16 == 0 and all(pointer % 16 == 0 for pointer in pointers)
 
 
 def device_table(values: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -102,7 +107,8 @@ def quantize_experts_into_triton(
 
     _, rows, cols = data.shape
     padded_rows, padded_cols = padded_scale_shape(rows, cols // 32)
-    addresses = device_table([source.data_ptr() for source in sources], torch.int64, data.device)
+    pointers = [source.data_ptr() for source in sources]
+    addresses = device_table(pointers, torch.int64, data.device)
     experts = device_table(list(experts), torch.int32, data.device)
     grid = (triton.cdiv(rows, _BLOCK_M), triton.cdiv(cols, _BLOCK_K), len(sources))
     mxfp8_quantize_swizzle_kernel[grid](
@@ -122,6 +128,7 @@ def quantize_experts_into_triton(
         BLOCK_K=_BLOCK_K,
         USE_TABLE=True,
         CHECK_ABORT=abort is not None,
+        ALIGNED=_aligned(pointers, cols * sources[0].element_size()),
     )
 
 
@@ -142,7 +149,9 @@ def scan_nonfinite_triton(sources, flags: torch.Tensor, first_entry: int = 0) ->
     from ._triton_quant_kernel import nonfinite_scan_kernel
 
     numel = sources[0].numel()
-    addresses = device_table([source.data_ptr() for source in sources], torch.int64, flags.device)
+    pointers = [source.data_ptr() for source in sources]
+    addresses = device_table(pointers, torch.int64, flags.device)
     grid = (triton.cdiv(numel, _SCAN_BLOCK), len(sources))
-    nonfinite_scan_kernel[grid](sources[0], addresses, flags, numel, first_entry, BLOCK=_SCAN_BLOCK, num_warps=8)
+    nonfinite_scan_kernel[grid](sources[0], addresses, flags, numel, first_entry, BLOCK=_SCAN_BLOCK,
+                                ALIGNED=_aligned(pointers, 16), num_warps=8)
 

@@ -70,11 +70,18 @@ class _Totals:
 
     def add(self, plan: RefitPlan) -> None:
         self.skipped += plan.skipped
-        for write in plan.writes:
-            self.tensors += 1
-            self.bytes += write.canonical_bytes
-            self.experts.setdefault(write.module_path, set()).add(write.global_index)
-            self.devices.add(write.target.device)
+        self.tensors += len(plan.writes)
+        for batch in plan.batches:
+            first = batch.writes[0]
+            self.bytes += first.canonical_bytes * len(batch.writes)  # one stack: one shape
+            offset = first.experts.local_expert_offset
+            ids = self.experts.setdefault(first.module_path, set())
+            if batch.stack is not None:
+                ids.update(offset + index for index in batch.indices)
+                self.devices.add(batch.stack.device)
+            else:
+                ids.add(first.global_index)
+                self.devices.add(first.target.device)
 
     def report(self, seconds: float) -> RefitReport:
         return RefitReport(
@@ -90,100 +97,79 @@ class _Totals:
 
 def _grad_mode(plan: RefitPlan):
     """inference_mode when a target was allocated as an inference tensor (in-place writes need it), else no_grad."""
-    for write in plan.writes:
-        if not write.target.is_released and write.target.data.is_inference():
+    for batch in plan.batches:
+        target = batch.stack if batch.stack is not None else batch.writes[0].target
+        if not target.is_released and target.data.is_inference():
             return torch.inference_mode()
     return torch.no_grad()
 
 
-def _contiguous(write) -> torch.Tensor:
-    source = write.source  # no detach(): writes run under no_grad / inference_mode (and it costs ~1 us)
-    return source if source.is_contiguous() else source.contiguous()
+def _scan_on_device(plan: RefitPlan) -> torch.Tensor:
+    """Launch the NaN/Inf scan of every source, one launch per batch (one stack, one dtype, one size).
 
-
-def _batches(writes):
-    """Group writes: quantize writes of one source dtype into views of one stack form one batch (one kernel
-    launch); others alone."""
-    batches: dict = {}
-    for write in writes:
-        parent = write.target.parent if write.kind == QUANTIZE else None
-        key = ("stack", id(parent[0]), write.source.dtype) if parent is not None else ("single", id(write))
-        batches.setdefault(key, []).append(write)
-    return list(batches.values())
-
-
-def _scan_on_device(plan: RefitPlan, sources: list) -> tuple[torch.Tensor, list[int]]:
-    """Launch the NaN/Inf scan of every source (one launch per dtype and size); returns ``(flags, order)``:
-    int32 ``[1 + n]`` flags on the device (``flags[0]``: any bad) and the entry position of ``flags[1 + k]``."""
+    Returns int32 ``[1 + n]`` flags on the device: ``flags[0]`` = any source bad, ``flags[1 + k]`` = source
+    ``k`` in batch order (the batches' writes concatenated) is bad."""
     from ..quant.triton import scan_nonfinite_triton
 
-    groups: dict = {}
-    for position, source in enumerate(sources):
-        groups.setdefault((source.dtype, source.numel()), []).append(position)
-    flags = torch.zeros(1 + len(sources), dtype=torch.int32, device=plan.writes[0].target.device)
-    order: list[int] = []
-    for positions in groups.values():
-        scan_nonfinite_triton([sources[position] for position in positions], flags, first_entry=len(order))
-        order += positions
-    return flags, order
+    flags = torch.zeros(1 + len(plan.writes), dtype=torch.int32, device=plan.batches[0].stack.device)
+    first = 0
+    for batch in plan.batches:
+        scan_nonfinite_triton(batch.sources, flags, first_entry=first)
+        first += len(batch.sources)
+    return flags
 
 
 def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> None:
     """Write every entry of a validated plan; then refresh the caches of its modules.
 
     Quantize writes into per-expert views of one stack go through ``stack.quantize_experts_`` (one kernel
-    launch per stack with the triton quantizer); copies and lone tensors are written one by one.
-    A plan marked ``finite_on_device`` is scanned for NaN/Inf on the device first and written with kernels
-    that store nothing once the scan found a bad source; ONE host sync at the end reads the flags and raises
-    for the first bad entry (nothing written). A failure after validation (a write hook raising, out of
+    launch per stack and source dtype with the triton quantizer); copies and lone tensors are written one by
+    one. A plan marked ``finite_on_device`` is scanned for NaN/Inf on the device first and written with
+    kernels that store nothing once the scan found a bad source; ONE host sync at the end reads the flags and
+    raises for the first bad entry (nothing written). A failure after validation (a write hook raising, out of
     memory) cannot be undone: it raises RefitError naming the entry being written and how many were written
     before it.
     """
     written = 0
-    sources = {id(write): _contiguous(write) for write in plan.writes if write.kind == QUANTIZE}
-    flags = order = None
-    if plan.finite_on_device and plan.writes:
-        flags, order = _scan_on_device(plan, [sources[id(write)] for write in plan.writes])
+    flags = _scan_on_device(plan) if plan.finite_on_device and plan.batches else None
     with _grad_mode(plan):
-        for batch in _batches(plan.writes):
-            first = batch[0]
+        for batch in plan.batches:
+            first = batch.writes[0]
             try:
                 if first.kind == COPY:
                     first.target.copy_(first.source, finite_checked=True)
-                elif first.target.parent is None:
-                    first.target.quantize_(sources[id(first)], backend=plan.backend, finite_checked=True)
+                elif batch.stack is None:
+                    source = first.source if first.source.is_contiguous() else first.source.contiguous()
+                    first.target.quantize_(source, backend=plan.backend, finite_checked=True)
                 else:
-                    first.target.parent[0].quantize_experts_(
-                        [write.target.parent[1] for write in batch],
-                        [sources[id(write)] for write in batch],
-                        backend=plan.backend,
-                        finite_checked=True,
-                        validated=True,
+                    batch.stack.quantize_experts_(
+                        batch.indices, batch.sources, backend=plan.backend, finite_checked=True, validated=True,
                         abort_flag=None if flags is None else flags[:1],
                     )
             except Exception as error:
                 together = (
-                    f"; it was written together with {len(batch) - 1} more entries of the same stack "
-                    f"({', '.join(repr(write.name) for write in batch[1:4])}{', ...' if len(batch) > 4 else ''}), "
-                    "which may be partly applied" if len(batch) > 1 else ""
+                    f"; it was written together with {len(batch.writes) - 1} more entries of the same stack "
+                    f"({', '.join(repr(write.name) for write in batch.writes[1:4])}"
+                    f"{', ...' if len(batch.writes) > 4 else ''}), which may be partly applied"
+                    if len(batch.writes) > 1 else ""
                 )
                 raise refit_error(
                     first.name, f"writing failed after validation ({type(error).__name__}: {error}); "
                     f"{written} earlier entries of this batch were already written and are not rolled back{together}",
                     applied_modules=tuple(applied_modules),
                 ) from error
-            written += len(batch)
+            written += len(batch.writes)
             if progress is not None:
-                progress.update(len(batch))
+                progress.update(len(batch.writes))
     if flags is not None:
         bad = flags.tolist()  # the one host sync of this plan
         if bad[0]:
-            first_bad = min(order[k] for k, flag in enumerate(bad[1:]) if flag)
-            error = nonfinite_error(plan.writes[first_bad])
+            in_batch_order = [write for batch in plan.batches for write in batch.writes]
+            first_bad = min((k for k, flag in enumerate(bad[1:]) if flag), key=lambda k: plan.writes.index(in_batch_order[k]))
+            error = nonfinite_error(in_batch_order[first_bad])
             error.applied_modules = tuple(applied_modules)
             raise error
-    modules = list(dict.fromkeys(write.module for write in plan.writes))
-    refresh_caches(modules)
+    refresh_caches(list(dict.fromkeys(batch.writes[0].module for batch in plan.batches)))
 
 
 def refresh_caches(modules: Sequence[torch.nn.Module]) -> None:

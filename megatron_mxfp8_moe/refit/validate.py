@@ -93,6 +93,8 @@ class _Target:
     device: torch.device
     key: Any  # identity of the written bytes (duplicate detection)
     canonical_bytes: int
+    stack: Optional[MXFP8Tensor]  # the stack ``target`` is an expert view of (``target.parent``), or None
+    index: int  # the view's expert index in ``stack`` (-1 without a stack)
 
 
 # experts module -> (its mxfp8_weights() dict, local name -> _Target); rebuilt when the dict's objects change.
@@ -111,9 +113,11 @@ def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -
         if parsed is None or parsed.module_path:
             continue  # not a local expert-weight name: such an entry resolves to "no such weight"
         parent = target.parent
-        key = ("view", id(parent[0]), parent[1]) if parent is not None else _target_key(target)
+        # an int key hashes fastest; (stack identity, expert index) names the written bytes of a view
+        key = (id(parent[0]) << 20) | parent[1] if parent is not None else _target_key(target)
         table[name] = _Target(parsed, target, torch.Size(target.shape), target.device, key,
-                              canonical_nbytes(target.shape))
+                              canonical_nbytes(target.shape), parent[0] if parent is not None else None,
+                              parent[1] if parent is not None else -1)
     try:
         _TABLES[module] = (dict(weights), table)
     except TypeError:  # a module that cannot be weakly referenced: no cache
@@ -168,19 +172,31 @@ class PlannedWrite:
         return self.resolved.canonical_bytes
 
 
+@dataclasses.dataclass(eq=False)
+class WriteBatch:
+    """Writes that run as one kernel launch: quantize writes of one source dtype into expert views of one
+    stack (``stack`` set, ``indices`` / ``sources`` aligned with ``writes``), or a single other write."""
+
+    writes: list[PlannedWrite]
+    stack: Optional[MXFP8Tensor] = None
+    indices: list[int] = dataclasses.field(default_factory=list)
+    sources: list[torch.Tensor] = dataclasses.field(default_factory=list)  # contiguous logical sources
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class RefitPlan:
     """A validated batch: every write in ``writes`` passed every check (NaN/Inf too, unless
     ``finite_on_device``); nothing has been written yet.
 
     writes: in entry order. skipped: names skipped under ``strict=False`` (not expert weights of this
-    model). backend: the quantizer backend name for ``quantize_``.
+    model). backend: the quantizer backend name for ``quantize_``. batches: every write exactly once.
     """
 
     writes: tuple[PlannedWrite, ...]
     skipped: tuple[str, ...]
     backend: str
     finite_on_device: bool = False  # True: NaN/Inf not checked yet; apply.py checks on the device as it writes
+    batches: tuple[WriteBatch, ...] = ()  # the writes grouped for launching, in first-write order
 
     @property
     def canonical_bytes(self) -> int:
@@ -389,6 +405,7 @@ class RefitValidator:
         skipped: list[str] = []
         claimed_here: dict[Any, str] = {}
         claimed = self._claimed
+        batches: dict[Any, WriteBatch] = {}
         known = self._experts  # path -> ExpertsModule, filled by the first (slow) resolve of each module
         strip = self._prefix + "." if self._explicit_prefix else None
         for name, source in entries:
@@ -411,7 +428,8 @@ class RefitValidator:
                     skipped.append(name)
                     continue
                 info, hit = resolved
-            previous = claimed_here.get(hit.key) or claimed.get(hit.key)
+            key = hit.key
+            previous = claimed_here.get(key) or claimed.get(key)
             if previous is not None:
                 raise refit_error(
                     name, f"duplicate: entry {previous!r} already writes this weight "
@@ -429,26 +447,35 @@ class RefitValidator:
                 kind = self.check_source(name, hit.target, source)
             if kind == QUANTIZE and hit.device not in self._checked_backends:
                 self._check_backend(name, hit.device)
-            claimed_here[hit.key] = name
-            writes.append(PlannedWrite(name, info, hit, source, kind))
-        on_device = finite_on_device and _device_check_possible(writes, self.backend)
+            claimed_here[key] = name
+            write = PlannedWrite(name, info, hit, source, kind)
+            writes.append(write)
+            if kind == QUANTIZE and hit.stack is not None:
+                batch_key = (id(hit.stack), source.dtype)
+                batch = batches.get(batch_key)
+                if batch is None:
+                    batch = batches[batch_key] = WriteBatch([], hit.stack)
+                batch.writes.append(write)
+                batch.indices.append(hit.index)
+                batch.sources.append(source if source.is_contiguous() else source.contiguous())
+            else:
+                batches[id(write)] = WriteBatch([write])
+        batches = tuple(batches.values())
+        on_device = finite_on_device and _device_check_possible(batches, self.backend)
         if not on_device:
             _check_finite(writes)
         claimed.update(claimed_here)
         return RefitPlan(writes=tuple(writes), skipped=tuple(skipped), backend=self.backend,
-                         finite_on_device=on_device)
+                         finite_on_device=on_device, batches=batches)
 
 
-def _device_check_possible(writes: Sequence[PlannedWrite], backend: str) -> bool:
+def _device_check_possible(batches: Sequence[WriteBatch], backend: str) -> bool:
     """Whether a plan can be checked for NaN/Inf on the device while being written: only quantize writes,
     into expert views of stacks on one device that hold their storage and have no write hooks (a hook would
     repack bytes that an aborted kernel never wrote), with the triton quantizer."""
-    stacks = {}
-    for write in writes:
-        parent = write.target.parent
-        if write.kind != QUANTIZE or parent is None:
-            return False
-        stacks[id(parent[0])] = parent[0]
+    if any(batch.stack is None for batch in batches):
+        return False
+    stacks = {id(batch.stack): batch.stack for batch in batches}
     if len({stack.device for stack in stacks.values()}) > 1:
         return False
     for stack in stacks.values():
@@ -531,6 +558,7 @@ __all__ = [
     "PlannedWrite",
     "RefitPlan",
     "RefitValidator",
+    "WriteBatch",
     "canonical_nbytes",
     "validate_refit",
 ]
