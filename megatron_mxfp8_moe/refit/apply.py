@@ -20,7 +20,6 @@ import torch
 from ..errors import RefitError
 from .validate import (
     COPY,
-    QUANTIZE,
     RefitPlan,
     RefitValidator,
     Weights,
