@@ -256,6 +256,7 @@ class RefitValidator:
             raise TypeError(f"prefix: expected a str or None, got {type(prefix).__name__}")
         self._prefix = prefix.rstrip(".") if prefix else None
         self._explicit_prefix = self._prefix is not None
+        self._strip = self._prefix + "." if self._explicit_prefix else None  # stripped from names by _lookup
         self._claimed: dict[Any, str] = {}  # target key -> entry name that claimed it
         self._checked_backends: set[torch.device] = set()
 
@@ -310,12 +311,34 @@ class RefitValidator:
         return None
 
     # -- entries -------------------------------------------------------------------------------------
+    def _lookup(self, name: Any) -> Optional[tuple[ExpertsModule, _Target]]:
+        """Fast path: a well-formed name of a known weight (string split + table lookups), else None; anything
+        else, and every error message, goes through ``resolve``. Modules become known on their first resolve."""
+        if type(name) is not str:
+            return None
+        strip = self._strip
+        relative = name[len(strip):] if strip is not None and name.startswith(strip) else name
+        head, sep, _ = relative.rpartition(".linear_fc")
+        known = self._experts
+        info = known.get(head) if sep else known.get("")
+        if info is None and sep and head == self._prefix and self._root_is_experts:
+            info = known.get("")
+        if info is None:
+            return None
+        hit = info.table.get(relative[len(head) + 1:] if sep else relative)
+        if hit is None or hit.parsed.local_index >= info.num_local_experts:
+            return None
+        return info, hit
+
     def resolve(self, name: Any) -> Optional[tuple[ExpertsModule, _Target]]:
         """Find the target of ``name``: (experts module, target), or None to skip it (strict=False).
 
         Raises RefitError for a non-str name, a non-expert or unknown name under ``strict``, an index out of
         range, or a module that does not expose the named weight.
         """
+        found = self._lookup(name)
+        if found is not None:
+            return found
         if not isinstance(name, str):
             raise refit_error(name, f"a name must be a str, got {type(name).__name__}")
         relative = name
@@ -406,28 +429,15 @@ class RefitValidator:
         claimed_here: dict[Any, str] = {}
         claimed = self._claimed
         batches: dict[Any, WriteBatch] = {}
-        known = self._experts  # path -> ExpertsModule, filled by the first (slow) resolve of each module
-        strip = self._prefix + "." if self._explicit_prefix else None
+        lookup = self._lookup
         for name, source in entries:
-            # Fast path: a well-formed name of a known weight (string split + table lookups). Anything else,
-            # and every error message, goes through resolve().
-            hit = info = None
-            if type(name) is str:
-                relative = name[len(strip):] if strip is not None and name.startswith(strip) else name
-                head, sep, _ = relative.rpartition(".linear_fc")
-                info = known.get(head) if sep else known.get("")
-                if info is None and sep and head == self._prefix and self._root_is_experts:
-                    info = known.get("")
-                if info is not None:
-                    hit = info.table.get(relative[len(head) + 1:] if sep else relative)
-                    if hit is not None and hit.parsed.local_index >= info.num_local_experts:
-                        hit = None
-            if hit is None:
-                resolved = self.resolve(name)
-                if resolved is None:
+            found = lookup(name)
+            if found is None:
+                found = self.resolve(name)
+                if found is None:
                     skipped.append(name)
                     continue
-                info, hit = resolved
+            info, hit = found
             key = hit.key
             previous = claimed_here.get(key) or claimed.get(key)
             if previous is not None:
