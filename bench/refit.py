@@ -9,10 +9,12 @@ new weights are bf16 tensors on the device. Per weight element a refit moves 2 b
 where the copy bandwidth is a device-to-device ``copy_`` of the same N bf16 elements (read 2N + write 2N bytes).
 Timing: CUDA events around each call (perf_counter on the CPU), median over ``--reps`` after ``--warmup``.
 
-Targets: the real ``megatron_mxfp8_moe.layer.MXFP8ExpertLayer`` (its backend stack built, so its write hooks
-repack the derived stack on every write) when importable, and always the bare canonical stacks (a module
+Targets: the real ``megatron_mxfp8_moe.layer.MXFP8ExpertLayer`` with its backend stack built (the Triton stack is
+the canonical storage itself; other backends' write hooks repack theirs) when importable, and always the bare
+canonical stacks (a module
 exposing ``mxfp8_weights()`` over one ExpertSet-like stack pair, no hooks). Rows: refit from a mapping, from a
-stream, and a ``quantize_`` loop without validation (the floor refit's checks add to).
+stream, a mapping of two stacked ``[E, M, K]`` tensors (``linear_fc1.weight`` without an index), and a
+``quantize_`` loop without validation; on CUDA also the GPU passes alone (the floor of the fast path).
 
 Usage: ``python bench/refit.py --out DIR`` (default ``$OUT`` or ``./bench_out``); writes ``refit.md`` and
 ``refit.json``. ``--experts 4 --device cpu`` gives a quick smoke run.
@@ -128,6 +130,7 @@ def main(argv=None) -> int:
     fc2.mul_(0.02)
     sources = {f"linear_fc1.weight{i}": fc1[i] for i in range(args.experts)}
     sources.update({f"linear_fc2.weight{i}": fc2[i] for i in range(args.experts)})
+    stacked = {"linear_fc1.weight": fc1, "linear_fc2.weight": fc2}  # all local experts per entry
     elements = fc1.numel() + fc2.numel()
     refit_bytes = elements * (2 + 1 + 1 / 32)
 
@@ -154,15 +157,18 @@ def main(argv=None) -> int:
                     weights[name].quantize_(source)
 
         variants = [
-            ("refit_experts(mapping)", lambda: refit_experts(module, sources, progress=False)),
-            ("refit_experts(stream)", lambda: refit_experts(module, iter(sources.items()), progress=False)),
+            ("refit_experts(mapping of 256 per-expert tensors)", lambda: refit_experts(module, sources, progress=False)),
+            ("refit_experts(stream of 256 per-expert tensors)",
+             lambda: refit_experts(module, iter(sources.items()), progress=False)),
+            ("refit_experts(mapping of 2 stacked [E, M, K] tensors)",
+             lambda: refit_experts(module, stacked, progress=False)),
             ("quantize_ loop, no validation", quantize_loop),
         ]
         for variant, function in variants:
             samples = time_ms(function, device, args.reps, args.warmup)
             rows.append(_row(target_name, variant, samples, refit_bytes, copy_gbps))
-        host = _host_validation_ms(module, sources, args.reps)
-        rows[-3]["host_validation_ms"] = host
+        rows[-4]["host_validation_ms"] = _host_validation_ms(module, sources, args.reps)
+        rows[-2]["host_validation_ms"] = _host_validation_ms(module, stacked, args.reps)
 
     if device.type == "cuda":  # the GPU work of the fast path alone, on the bare stacks: its floor
         stacks = targets[0][1]

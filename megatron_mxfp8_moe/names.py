@@ -10,7 +10,8 @@ for example ``decoder.layers.0.mlp.experts.linear_fc1.weight3``. ``<module path>
 ``model.named_modules()`` gives the experts module; it is empty when names are relative to that module
 (``linear_fc1.weight3``). The index is the local expert index: global expert id =
 ``local_expert_offset + i``. Indices are plain decimals without leading zeros (``weight03`` is not an
-expert weight name).
+expert weight name). ``refit_experts`` also takes ``<module path>.linear_fc1.weight`` (no index) for a stacked
+``[E, M, K]`` tensor of all local experts (``parse_expert_stack_name``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Optional
 LINEARS = ("fc1", "fc2")  # Megatron's names of the two expert projections
 
 _EXPERT_WEIGHT = re.compile(r"^(?:(?P<module>.+)\.)?linear_(?P<linear>fc1|fc2)\.weight(?P<index>0|[1-9][0-9]*)$")
+_EXPERT_STACK = re.compile(r"^(?:(?P<module>.+)\.)?linear_(?P<linear>fc1|fc2)\.weight$")
 
 
 @dataclass(frozen=True)
@@ -80,4 +82,21 @@ def parse_expert_weight_name(name: str) -> Optional[ExpertWeightName]:
     )
 
 
-__all__ = ["LINEARS", "ExpertWeightName", "join_name", "local_weight_name", "parse_expert_weight_name"]
+def parse_expert_stack_name(name: str) -> Optional[tuple[str, str]]:
+    """Parse ``[<module path>.]linear_fc{1,2}.weight`` (no index: ALL local experts of that linear, one stacked
+    ``[E, M, K]`` tensor; this package's refit extension, not a Megatron parameter name) into
+    ``(module_path, linear)``; None otherwise."""
+    if not isinstance(name, str):
+        raise TypeError(f"a parameter name must be a str, got {type(name).__name__}")
+    match = _EXPERT_STACK.match(name)
+    return None if match is None else (match.group("module") or "", match.group("linear"))
+
+
+__all__ = [
+    "LINEARS",
+    "ExpertWeightName",
+    "join_name",
+    "local_weight_name",
+    "parse_expert_stack_name",
+    "parse_expert_weight_name",
+]

@@ -252,18 +252,41 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         skips the NaN/Inf scan, for callers that already scanned a whole batch)."""
         _check_source(name, source, self._shape, self._device, finite=finite)
 
-    def quantize_(self, source: torch.Tensor, backend: str = "auto", *, finite_checked: bool = False) -> "MXFP8Tensor":
+    def quantize_(
+        self,
+        source: torch.Tensor,
+        backend: str = "auto",
+        *,
+        finite_checked: bool = False,
+        abort_flag: Optional[torch.Tensor] = None,
+    ) -> "MXFP8Tensor":
         """Requantize logical ``source`` (bf16/fp16/fp32, this tensor's shape and device) in place.
 
         Storage addresses stay the same. Bad input raises before any byte is written. ``finite_checked=True``
         skips the NaN/Inf scan (one host sync) when the caller has already scanned the source.
+        ``abort_flag``: as in ``quantize_experts_`` (device int32 ``[1]``; nonzero when the kernel runs = no write).
         """
         self.validate_source(source, finite=not finite_checked)
         resolved = resolve_quant_backend(backend, self._device)
+        if abort_flag is not None:
+            self._check_abort_flag(resolved, [source])
+            from .quant.triton import quantize_into_triton
+
+            quantize_into_triton(source, self._data, self._scale, abort=abort_flag)
+            return self  # no hooks to run (checked)
         data, scale = self._write_targets()
         quantize_into(source, data, scale, resolved)
         self._after_write(data, scale)
         return self
+
+    def _check_abort_flag(self, resolved: QuantBackend, sources) -> None:
+        if resolved is not QuantBackend.TRITON or self._released or self.has_write_hooks() or (
+            len({source.dtype for source in sources}) != 1
+        ):
+            raise MXFP8InputError(
+                "abort_flag needs the triton quantizer, one source dtype, and a tensor that holds its storage and "
+                "has no write hooks (hooks would repack bytes that were never written)"
+            )
 
     def quantize_experts_(
         self,
@@ -301,14 +324,8 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         if not indices:
             return self
         resolved = resolve_quant_backend(backend, self._device)
-        if abort_flag is not None and (
-            resolved is not QuantBackend.TRITON or self._released or self.has_write_hooks()
-            or len({source.dtype for source in sources}) != 1
-        ):
-            raise MXFP8InputError(
-                "quantize_experts_(): abort_flag needs the triton quantizer, one source dtype, and a stack that "
-                "holds its storage and has no write hooks (hooks would repack bytes that were never written)"
-            )
+        if abort_flag is not None:
+            self._check_abort_flag(resolved, sources)
         if self._released:
             scratch = MXFP8Tensor.empty((len(indices),) + view_shape, device=self._device)
             data, scale, slots = scratch._data, scratch._scale, list(range(len(indices)))

@@ -36,9 +36,13 @@ def triton_quantizer_support(device: torch.device) -> tuple[bool, str]:
     return True, "ok"
 
 
-def quantize_into_triton(source: torch.Tensor, data: torch.Tensor, scale: torch.Tensor) -> None:
+def quantize_into_triton(
+    source: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, *, abort: Optional[torch.Tensor] = None
+) -> None:
     """Quantize ``source`` ``[M, K]``/``[E, M, K]`` into ``data`` (e4m3, same shape, contiguous) and
-    ``scale`` (swizzled ``[Mp*Cp]``/``[E, Mp*Cp]``, contiguous). Inputs are assumed checked."""
+    ``scale`` (swizzled ``[Mp*Cp]``/``[E, Mp*Cp]``, contiguous), in one launch without a host sync.
+    ``abort``: optional device int32 ``[1]``; nonzero when the kernel runs = nothing written. Inputs are
+    assumed checked."""
     ok, reason = triton_quantizer_support(data.device)
     if not ok:
         raise BackendUnavailableError(reason)
@@ -65,11 +69,11 @@ def quantize_into_triton(source: torch.Tensor, data: torch.Tensor, scale: torch.
         stacked.stride(1),
         padded_rows * padded_cols,
         padded_cols // 4,
-        data,  # abort_ptr: unused without CHECK_ABORT
+        abort if abort is not None else data,  # abort_ptr: unused without CHECK_ABORT
         BLOCK_M=_BLOCK_M,
         BLOCK_K=_BLOCK_K,
         USE_TABLE=False,
-        CHECK_ABORT=False,
+        CHECK_ABORT=abort is not None,
     )
 
 

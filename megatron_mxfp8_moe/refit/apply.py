@@ -69,9 +69,9 @@ class _Totals:
 
     def add(self, plan: RefitPlan) -> None:
         self.skipped += plan.skipped
-        self.tensors += len(plan.writes)
         for batch in plan.batches:
             first = batch.writes[0]
+            self.tensors += len(batch.indices) if batch.whole else len(batch.writes)
             self.bytes += first.canonical_bytes * len(batch.writes)  # one stack: one shape
             offset = first.experts.local_expert_offset
             ids = self.experts.setdefault(first.module_path, set())
@@ -137,6 +137,9 @@ def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> No
             try:
                 if first.kind == COPY:
                     first.target.copy_(first.source, finite_checked=True)
+                elif batch.whole:
+                    batch.stack.quantize_(batch.sources[0], backend=plan.backend, finite_checked=True,
+                                          abort_flag=None if flags is None else flags[:1])
                 elif batch.stack is None:
                     source = first.source if first.source.is_contiguous() else first.source.contiguous()
                     first.target.quantize_(source, backend=plan.backend, finite_checked=True)

@@ -43,7 +43,7 @@ from ..errors import MXFP8Error, MXFP8InputError, RefitError
 from ..format.checks import check_device, check_shape
 from ..format.constants import BLOCK_SIZE, SOURCE_DTYPES
 from ..format.swizzle import swizzled_scale_numel
-from ..names import ExpertWeightName, join_name, parse_expert_weight_name
+from ..names import ExpertWeightName, join_name, parse_expert_stack_name, parse_expert_weight_name
 from ..quant.backends import QuantBackend, resolve_quant_backend
 from ..tensor import MXFP8Tensor
 
@@ -94,7 +94,9 @@ class _Target:
     key: Any  # identity of the written bytes (duplicate detection)
     canonical_bytes: int
     stack: Optional[MXFP8Tensor]  # the stack ``target`` is an expert view of (``target.parent``), or None
-    index: int  # the view's expert index in ``stack`` (-1 without a stack)
+    index: int  # the view's expert index in ``stack`` (-1 without a stack or for a whole stack)
+    whole: bool = False  # ``target`` is a whole stack [E, M, K] (a ``linear_fc1.weight`` entry)
+    keys: tuple = ()  # whole: the keys of its E experts (duplicates with per-expert entries are caught)
 
 
 # experts module -> (its mxfp8_weights() dict, local name -> _Target); rebuilt when the dict's objects change.
@@ -118,6 +120,18 @@ def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -
         table[name] = _Target(parsed, target, torch.Size(target.shape), target.device, key,
                               canonical_nbytes(target.shape), parent[0] if parent is not None else None,
                               parent[1] if parent is not None else -1)
+    for linear in ("fc1", "fc2"):  # "linear_fc1.weight": the whole stack, when the views are exactly one stack
+        views = [hit for hit in table.values() if hit.parsed.linear == linear]
+        stack = views[0].stack if views else None
+        if stack is None or stack.is_released or any(hit.stack is not stack for hit in views):
+            continue
+        if sorted(hit.index for hit in views) != list(range(stack.shape[0])):
+            continue
+        by_index = sorted(views, key=lambda hit: hit.index)
+        table[f"linear_{linear}.weight"] = _Target(
+            ExpertWeightName("", linear, 0), stack, torch.Size(stack.shape), stack.device, None,
+            sum(hit.canonical_bytes for hit in views), stack, -1, True, tuple(hit.key for hit in by_index),
+        )
     try:
         _TABLES[module] = (dict(weights), table)
     except TypeError:  # a module that cannot be weakly referenced: no cache
@@ -131,7 +145,8 @@ class PlannedWrite:
 
     name: the entry's name as given.
     experts: the target experts module; ``module_path`` / ``module`` are its path and module.
-    linear: ``"fc1"`` / ``"fc2"``; local_index: local expert index; global_index = offset + local_index.
+    linear: ``"fc1"`` / ``"fc2"``; local_index: local expert index; global_index = offset + local_index
+      (both -1 for a whole-stack entry ``linear_fc1.weight``, whose ``target`` is the stack ``[E, M, K]``).
     target: the canonical ``MXFP8Tensor`` ``[M, K]`` that is written.
     source: the logical tensor ``[M, K]`` (kind ``"quantize"``) or MXFP8 tensor (kind ``"copy"``).
     canonical_bytes: bytes of the target's canonical storage, ``M*K + Mp*Cp``.
@@ -157,11 +172,11 @@ class PlannedWrite:
 
     @property
     def local_index(self) -> int:
-        return self.resolved.parsed.local_index
+        return -1 if self.resolved.whole else self.resolved.parsed.local_index
 
     @property
     def global_index(self) -> int:
-        return self.experts.local_expert_offset + self.resolved.parsed.local_index
+        return -1 if self.resolved.whole else self.experts.local_expert_offset + self.resolved.parsed.local_index
 
     @property
     def target(self) -> MXFP8Tensor:
@@ -175,12 +190,14 @@ class PlannedWrite:
 @dataclasses.dataclass(eq=False)
 class WriteBatch:
     """Writes that run as one kernel launch: quantize writes of one source dtype into expert views of one
-    stack (``stack`` set, ``indices`` / ``sources`` aligned with ``writes``), or a single other write."""
+    stack (``stack`` set, ``indices`` / ``sources`` aligned with ``writes``), one write of a whole stack
+    (``whole``), or a single other write."""
 
     writes: list[PlannedWrite]
     stack: Optional[MXFP8Tensor] = None
     indices: list[int] = dataclasses.field(default_factory=list)
     sources: list[torch.Tensor] = dataclasses.field(default_factory=list)  # contiguous logical sources
+    whole: bool = False  # one write of a whole stack: ``sources`` is ``[stacked [E, M, K] source]``
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -345,6 +362,9 @@ class RefitValidator:
         if self._explicit_prefix and name.startswith(self._prefix + "."):
             relative = name[len(self._prefix) + 1:]
         parsed = parse_expert_weight_name(relative)
+        stacked = parse_expert_stack_name(relative) if parsed is None else None
+        if stacked is not None:
+            parsed = ExpertWeightName(stacked[0], stacked[1], 0)
         if parsed is None:
             if self.strict:
                 raise refit_error(
@@ -369,9 +389,12 @@ class RefitValidator:
                 f"of experts module {path!r} (global experts {info.local_expert_offset}.."
                 f"{info.local_expert_offset + info.num_local_experts - 1}); names use LOCAL indices"
             )
-        hit = info.table.get(parsed.local_name)
+        local = f"linear_{parsed.linear}.weight" if stacked is not None else parsed.local_name
+        hit = info.table.get(local)
         if hit is None:
-            raise refit_error(name, f"experts module {path!r} exposes no canonical weight {parsed.local_name!r}")
+            why = (" as one stack (its expert weights are not the views 0..E-1 of one stored stack)"
+                   if stacked is not None else "")
+            raise refit_error(name, f"experts module {path!r} exposes no canonical weight {local!r}{why}")
         return info, hit
 
     def check_source(self, name: str, target: MXFP8Tensor, source: Any) -> str:
@@ -438,13 +461,13 @@ class RefitValidator:
                     skipped.append(name)
                     continue
             info, hit = found
-            key = hit.key
-            previous = claimed_here.get(key) or claimed.get(key)
-            if previous is not None:
-                raise refit_error(
-                    name, f"duplicate: entry {previous!r} already writes this weight "
-                    f"({join_name(info.path, hit.parsed.local_name)!r})"
-                )
+            for key in hit.keys if hit.whole else (hit.key,):
+                previous = claimed_here.get(key) or claimed.get(key)
+                if previous is not None:
+                    raise refit_error(
+                        name, f"duplicate: entry {previous!r} already writes "
+                        f"{'an expert of ' if hit.whole else ''}this weight ({join_name(info.path, hit.parsed.local_name)!r})"
+                    )
             if (
                 isinstance(source, torch.Tensor)
                 and source.dtype in _SOURCE_DTYPE_SET
@@ -457,10 +480,16 @@ class RefitValidator:
                 kind = self.check_source(name, hit.target, source)
             if kind == QUANTIZE and hit.device not in self._checked_backends:
                 self._check_backend(name, hit.device)
-            claimed_here[key] = name
+            if hit.whole:
+                claimed_here.update(dict.fromkeys(hit.keys, name))
+            else:
+                claimed_here[hit.key] = name
             write = PlannedWrite(name, info, hit, source, kind)
             writes.append(write)
-            if kind == QUANTIZE and hit.stack is not None:
+            if hit.whole:
+                source = source if kind != QUANTIZE or source.is_contiguous() else source.contiguous()
+                batches[id(write)] = WriteBatch([write], hit.stack, list(range(hit.shape[0])), [source], whole=True)
+            elif kind == QUANTIZE and hit.stack is not None:
                 batch_key = (id(hit.stack), source.dtype)
                 batch = batches.get(batch_key)
                 if batch is None:
@@ -483,7 +512,7 @@ def _device_check_possible(batches: Sequence[WriteBatch], backend: str) -> bool:
     """Whether a plan can be checked for NaN/Inf on the device while being written: only quantize writes,
     into expert views of stacks on one device that hold their storage and have no write hooks (a hook would
     repack bytes that an aborted kernel never wrote), with the triton quantizer."""
-    if any(batch.stack is None for batch in batches):
+    if any(batch.stack is None or batch.writes[0].kind != QUANTIZE for batch in batches):
         return False
     stacks = {id(batch.stack): batch.stack for batch in batches}
     if len({stack.device for stack in stacks.values()}) > 1:

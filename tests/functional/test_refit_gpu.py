@@ -231,3 +231,32 @@ def test_device_checked_refit_equals_fresh_quantization_and_rejects_nan_without_
     after = module.stack_bytes()  # [fc1 data, fc1 scale, fc2 data, fc2 scale]
     assert torch.equal(after[2][1], before[2][1]) and torch.equal(after[3][1], before[3][1])  # fc2 expert 1: not given
     assert [t.data_ptr() for stack in stacks for t in (stack.data, stack.scale)] == pointers
+
+
+def test_device_checked_refit_of_whole_stacks():
+    """``linear_fc1.weight`` = all experts [E, M, K] in one entry: one scan and one quantize launch per stack;
+    the bytes equal a fresh reference quantization, and a NaN anywhere leaves every byte as it was."""
+    from megatron_mxfp8_moe import RefitError, quantize_mxfp8
+
+    device = torch.device("cuda")
+    generator = torch.Generator(device=device).manual_seed(6)
+    experts, rows, cols = 8, 384, 512
+    module = fake.BareStacks(quantize_mxfp8(torch.randn(experts, rows, cols, device=device, generator=generator)),
+                             quantize_mxfp8(torch.randn(experts, cols, rows, device=device, generator=generator)))
+    weights = {"linear_fc1.weight": torch.randn(experts, rows, cols, device=device, generator=generator,
+                                                dtype=torch.bfloat16),
+               "linear_fc2.weight": torch.randn(experts, cols, rows, device=device, generator=generator,
+                                                dtype=torch.bfloat16)}
+    bad = dict(weights, **{"linear_fc2.weight": weights["linear_fc2.weight"].clone()})
+    bad["linear_fc2.weight"][experts - 1, cols - 1, rows - 1] = float("inf")
+    before = module.stack_bytes()
+    with pytest.raises(RefitError, match="'linear_fc2.weight'.*nothing was written"):
+        refit_experts(module, bad)
+    assert all(torch.equal(a, b) for a, b in zip(before, module.stack_bytes()))
+    report = refit_experts(module, weights)
+    assert report.tensors_updated == 2 * experts and report.experts_updated == experts
+    for stack, name in ((module.fc1, "linear_fc1.weight"), (module.fc2, "linear_fc2.weight")):
+        reference = quantize_mxfp8(weights[name], backend="reference")
+        assert torch.equal(stack.data.view(torch.uint8), reference.data.view(torch.uint8)), name
+        assert torch.equal(stack.scale.view(torch.uint8), reference.scale.view(torch.uint8)), name
+

@@ -139,6 +139,21 @@ def _interpreted_refit_checks_on_the_device_and_changes_nothing_on_nan():
         after = _bytes(module.fc1) + _bytes(module.fc2)
         assert all(torch.equal(a, b) for a, b in zip(before, after)), f"{poisoned}: bytes changed"
 
+    stacked = {"linear_fc1.weight": torch.randn(E, M, K, generator=generator, dtype=torch.bfloat16)}
+    stacked["linear_fc1.weight"][E - 1, M - 1, K - 1] = float("nan")
+    before = _bytes(module.fc1) + _bytes(module.fc2)
+    try:
+        refit_experts(module, stacked, backend="triton")
+    except RefitError as error:
+        assert "'linear_fc1.weight'" in str(error) and "nothing was written" in str(error), str(error)
+    else:
+        raise AssertionError("a stacked refit with a NaN source did not raise")
+    assert all(torch.equal(a, b) for a, b in zip(before, _bytes(module.fc1) + _bytes(module.fc2)))
+    stacked["linear_fc1.weight"][E - 1, M - 1, K - 1] = 1.0
+    refit_experts(module, stacked, backend="triton")
+    reference = quantize_mxfp8(stacked["linear_fc1.weight"], backend="reference")
+    assert torch.equal(module.fc1.scale.view(torch.uint8), reference.scale.view(torch.uint8))
+
     report = refit_experts(module, weights, backend="triton")
     assert report.tensors_updated == 2 * E
     for name, source in weights.items():

@@ -1,0 +1,82 @@
+"""Whole-stack refit entries: ``<experts path>.linear_fc1.weight`` (no index) = all local experts ``[E, M, K]``."""
+
+import importlib.util
+import pathlib
+
+import pytest
+import torch
+
+from megatron_mxfp8_moe import RefitError, quantize_mxfp8
+from megatron_mxfp8_moe.names import parse_expert_stack_name
+from megatron_mxfp8_moe.refit import refit_experts
+
+
+def _load_fake():
+    spec = importlib.util.spec_from_file_location("refit_fake_experts", pathlib.Path(__file__).with_name("_fake_experts.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fake = _load_fake()
+E0 = fake.experts_path(0)
+
+
+def test_stack_names_parse():
+    assert parse_expert_stack_name("decoder.layers.0.mlp.experts.linear_fc1.weight") == ("decoder.layers.0.mlp.experts", "fc1")
+    assert parse_expert_stack_name("linear_fc2.weight") == ("", "fc2")
+    assert parse_expert_stack_name("linear_fc2.weight0") is None
+    assert parse_expert_stack_name("linear_fc3.weight") is None
+
+
+def test_a_stacked_entry_equals_its_per_expert_entries():
+    generator = torch.Generator().manual_seed(4)
+    new_fc1, new_fc2 = fake.random_logical(generator=generator)
+    stacked, per_expert = fake.FakeModel(seed=1), fake.FakeModel(seed=1)
+    report = refit_experts(stacked, {f"{E0}.linear_fc1.weight": new_fc1, f"{E0}.linear_fc2.weight": new_fc2})
+    sources = {f"{E0}.linear_fc1.weight{i}": new_fc1[i] for i in range(fake.EXPERTS)}
+    sources.update({f"{E0}.linear_fc2.weight{i}": new_fc2[i] for i in range(fake.EXPERTS)})
+    expected = refit_experts(per_expert, sources)
+    assert all(torch.equal(a, b) for a, b in zip(stacked.snapshot(), per_expert.snapshot()))  # derived copies too
+    assert report.tensors_updated == expected.tensors_updated == 2 * fake.EXPERTS
+    assert report.experts == expected.experts and report.bytes_written == expected.bytes_written
+    assert report.experts_updated == fake.EXPERTS
+    fresh = quantize_mxfp8(new_fc1, backend="reference")  # and the canonical stack equals a fresh quantization
+    assert torch.equal(stacked.experts(0).stacks["fc1"].data.view(torch.uint8), fresh.data.view(torch.uint8))
+    assert torch.equal(stacked.experts(0).stacks["fc1"].scale.view(torch.uint8), fresh.scale.view(torch.uint8))
+
+
+@pytest.mark.parametrize("case", ["shape", "nan", "duplicate", "relative"])
+def test_bad_stacked_entries_change_nothing(case):
+    model = fake.FakeModel(seed=2)
+    new_fc1, new_fc2 = fake.random_logical(generator=torch.Generator().manual_seed(5))
+    weights = {f"{E0}.linear_fc1.weight": new_fc1, f"{E0}.linear_fc2.weight": new_fc2}
+    match = "linear_fc2.weight"
+    if case == "shape":
+        weights[f"{E0}.linear_fc2.weight"] = new_fc2[1:]
+        match = r"linear_fc2\.weight'.*shape"
+    elif case == "nan":
+        weights[f"{E0}.linear_fc2.weight"] = new_fc2.clone()
+        weights[f"{E0}.linear_fc2.weight"][2, 3, 4] = float("nan")
+        match = r"linear_fc2\.weight'.*NaN"
+    elif case == "duplicate":
+        weights[f"{E0}.linear_fc2.weight3"] = new_fc2[3]
+        match = r"linear_fc2\.weight3'.*duplicate"
+    else:  # a stacked name on a module path that is not an experts module
+        weights["decoder.layers.0.mlp.linear_fc2.weight"] = new_fc2
+        match = "unknown name"
+    before = model.snapshot()
+    with pytest.raises(RefitError, match=match):
+        refit_experts(model, weights)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.snapshot()))
+
+
+def test_views_of_different_stacks_have_no_stacked_name():
+    """A module whose per-expert weights are separate tensors (not views 0..E-1 of one stack) has no stacked name."""
+    fc1, fc2 = fake.random_logical(generator=torch.Generator().manual_seed(6))
+    module = torch.nn.Module()
+    module.num_local_experts, module.local_expert_offset = fake.EXPERTS, 0
+    weights = {f"linear_fc1.weight{i}": quantize_mxfp8(fc1[i], backend="reference") for i in range(fake.EXPERTS)}
+    module.mxfp8_weights = lambda: dict(weights)
+    with pytest.raises(RefitError, match="no canonical weight 'linear_fc1.weight' as one stack"):
+        refit_experts(module, {"linear_fc1.weight": fc1})
