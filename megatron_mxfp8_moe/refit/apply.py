@@ -249,7 +249,10 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
             full path in the enclosing model). Sources for a target ``[M, K]`` (fc1 ``[I or 2*I, H]``, fc2
             ``[H, I]``): a logical ``bfloat16``/``float16``/``float32`` tensor ``[M, K]`` on the target's
             device (quantized), or an MXFP8Tensor (ours or Megatron-Core's) of that shape (bytes copied).
-            Any subset of experts may be given (partial refit); nothing else changes.
+            Any subset of experts may be given (partial refit); nothing else changes. Also accepted:
+            ``<module path>.linear_fc1.weight`` / ``linear_fc2.weight`` WITHOUT an index for a stacked
+            ``[E, M, K]`` source of all local experts of that linear (one entry instead of E; this package's
+            extension for trainers that hold stacked expert weights).
         strict: True rejects names that are not expert weights of this model; False skips them (reported in
             ``RefitReport.skipped``). Out-of-range indices, bad sources and duplicates are always errors.
         backend: quantizer backend for logical sources (``"auto"``, ``"reference"``, ``"triton"``,
@@ -271,6 +274,10 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
           being buffered and all later ones are untouched. ``error.applied_modules`` lists the modules
           already written. Non-expert names skipped under ``strict=False`` do not break a group. Peak extra
           memory: the sources of one experts module.
+        - NaN/Inf: where every write goes into hook-free stacks with the triton quantizer (the Triton
+          backend's stacks are the canonical storage), the sources are scanned on the device and the writes are
+          predicated on that scan, with ONE host sync at the end; a bad source raises the same RefitError and
+          nothing is written. Otherwise the scan runs on the host side before any write.
         - Either way, a failure AFTER validation (a write hook raising, out of memory) cannot be rolled back;
           it raises RefitError saying how many entries were already written.
         - Data and scale storage addresses never change; write hooks repack derived stacks in place, also for
