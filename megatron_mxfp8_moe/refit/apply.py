@@ -9,6 +9,7 @@ Storage addresses never change, so CUDA graphs captured before a refit replay th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import sys
 import time
@@ -202,6 +203,7 @@ def refresh_caches(modules: Sequence[torch.nn.Module]) -> None:
                 hook()
 
 
+@functools.lru_cache(maxsize=None)  # a failed import is retried (and costs ~0.5 ms) on every call otherwise
 def _upstream_refresh_module_caches():
     try:
         from megatron.core.resharding.execution import refresh_module_caches
@@ -210,6 +212,7 @@ def _upstream_refresh_module_caches():
     return refresh_module_caches
 
 
+@functools.lru_cache(maxsize=None)
 def _megatron_module_type() -> tuple[type, ...]:
     try:
         from megatron.core.transformer.module import MegatronModule

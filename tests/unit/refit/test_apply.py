@@ -107,13 +107,18 @@ def test_hooks_fire_once_per_written_weight_and_refresh_runs_on_touched_modules_
 def test_upstream_refresh_module_caches_is_used_when_megatron_has_it(monkeypatch):
     import megatron.core.resharding.execution as execution
 
+    from megatron_mxfp8_moe.refit import apply
+
     calls = []
     monkeypatch.setattr(execution, "refresh_module_caches", lambda modules: calls.append(list(modules)), raising=False)
+    apply._upstream_refresh_module_caches.cache_clear()  # the lookup is cached per process
     model = fake.FakeModel()
     refit_experts(model, fake.new_sources(layers=(0, 1), experts=(1,), linears=("fc1",)))
     assert len(calls) == 1 and calls[0][0] is model.experts(0) and calls[0][1] is model.experts(1)
     # our modules are not MegatronModules, so their own refresh_cache() still runs, once each
     assert [experts.refresh_calls for experts in model.all_experts()] == [1, 1]
+    monkeypatch.undo()
+    apply._upstream_refresh_module_caches.cache_clear()
 
 
 @pytest.mark.parametrize("as_stream", [False, True])
