@@ -104,21 +104,6 @@ def _grad_mode(plan: RefitPlan):
     return torch.no_grad()
 
 
-def _scan_on_device(plan: RefitPlan) -> torch.Tensor:
-    """Launch the NaN/Inf scan of every source, one launch per batch (one stack, one dtype, one size).
-
-    Returns int32 ``[1 + n]`` flags on the device: ``flags[0]`` = any source bad, ``flags[1 + k]`` = source
-    ``k`` in batch order (the batches' writes concatenated) is bad."""
-    from ..quant.triton import scan_nonfinite_triton
-
-    flags = torch.zeros(1 + len(plan.writes), dtype=torch.int32, device=plan.batches[0].stack.device)
-    first = 0
-    for batch in plan.batches:
-        scan_nonfinite_triton(batch.sources, flags, first_entry=first)
-        first += len(batch.sources)
-    return flags
-
-
 def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> None:
     """Write every entry of a validated plan; then refresh the caches of its modules.
 
@@ -131,7 +116,8 @@ def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> No
     before it.
     """
     written = 0
-    flags = _scan_on_device(plan) if plan.finite_on_device and plan.batches else None
+    scan = plan.device_scan if plan.finite_on_device else None  # launched during validation (device_check.py)
+    flags = None if scan is None else scan.flags
     with _grad_mode(plan):
         for batch in plan.batches:
             first = batch.writes[0]
@@ -164,12 +150,10 @@ def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> No
             written += len(batch.writes)
             if progress is not None:
                 progress.update(len(batch.writes))
-    if flags is not None:
-        bad = flags.tolist()  # the one host sync of this plan
-        if bad[0]:
-            in_batch_order = [write for batch in plan.batches for write in batch.writes]
-            first_bad = min((k for k, flag in enumerate(bad[1:]) if flag), key=lambda k: plan.writes.index(in_batch_order[k]))
-            error = nonfinite_error(in_batch_order[first_bad])
+    if scan is not None:
+        bad = scan.first_bad(plan.writes)  # the one host sync of this plan
+        if bad is not None:
+            error = nonfinite_error(bad)
             error.applied_modules = tuple(applied_modules)
             raise error
     refresh_caches(list(dict.fromkeys(batch.writes[0].module for batch in plan.batches)))

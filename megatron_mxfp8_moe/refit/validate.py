@@ -46,6 +46,7 @@ from ..format.swizzle import swizzled_scale_numel
 from ..names import ExpertWeightName, join_name, parse_expert_stack_name, parse_expert_weight_name
 from ..quant.backends import QuantBackend, resolve_quant_backend
 from ..tensor import MXFP8Tensor
+from .device_check import DeviceScan
 
 Source = Union[torch.Tensor, MegatronMXFP8Tensor]
 Weights = Union[Mapping[str, Source], Iterable[tuple[str, Source]]]
@@ -214,6 +215,7 @@ class RefitPlan:
     backend: str
     finite_on_device: bool = False  # True: NaN/Inf not checked yet; apply.py checks on the device as it writes
     batches: tuple[WriteBatch, ...] = ()  # the writes grouped for launching, in first-write order
+    device_scan: Optional[DeviceScan] = None  # finite_on_device: the launched scans and their flags
 
     @property
     def canonical_bytes(self) -> int:
@@ -453,6 +455,10 @@ class RefitValidator:
         claimed = self._claimed
         batches: dict[Any, WriteBatch] = {}
         lookup = self._lookup
+        # Scan ahead: NaN/Inf scans launched chunk by chunk while the host validates the rest (harmless if
+        # the plan later fails or turns out not to allow the device check).
+        scan: Optional[DeviceScan] = None
+        scan_capacity = len(entries) if finite_on_device and hasattr(entries, "__len__") else 0
         for name, source in entries:
             found = lookup(name)
             if found is None:
@@ -486,26 +492,52 @@ class RefitValidator:
                 claimed_here[hit.key] = name
             write = PlannedWrite(name, info, hit, source, kind)
             writes.append(write)
-            if hit.whole:
-                source = source if kind != QUANTIZE or source.is_contiguous() else source.contiguous()
-                batches[id(write)] = WriteBatch([write], hit.stack, list(range(hit.shape[0])), [source], whole=True)
-            elif kind == QUANTIZE and hit.stack is not None:
-                batch_key = (id(hit.stack), source.dtype)
-                batch = batches.get(batch_key)
-                if batch is None:
-                    batch = batches[batch_key] = WriteBatch([], hit.stack)
+            if kind == QUANTIZE and hit.stack is not None:
+                if hit.whole:
+                    batch_key = id(write)
+                    batch = batches[batch_key] = WriteBatch([], hit.stack, list(range(hit.shape[0])), whole=True)
+                else:
+                    batch_key = (id(hit.stack), source.dtype)
+                    batch = batches.get(batch_key)
+                    if batch is None:
+                        batch = batches[batch_key] = WriteBatch([], hit.stack)
+                    batch.indices.append(hit.index)
+                source = source if source.is_contiguous() else source.contiguous()
                 batch.writes.append(write)
-                batch.indices.append(hit.index)
-                batch.sources.append(source if source.is_contiguous() else source.contiguous())
+                batch.sources.append(source)
+                if scan_capacity:
+                    if scan is None and self._scan_ahead_possible(hit.stack):
+                        scan = DeviceScan(scan_capacity, hit.device)
+                    if scan is not None:
+                        scan.add(batch_key, write, source)
             else:
-                batches[id(write)] = WriteBatch([write])
+                batches[id(write)] = (WriteBatch([write], hit.stack, list(range(hit.shape[0])), whole=True)
+                                      if hit.whole else WriteBatch([write]))
+                scan_capacity = 0  # a copy (or a lone tensor) rules the device check out
         batches = tuple(batches.values())
         on_device = finite_on_device and _device_check_possible(batches, self.backend)
+        if on_device:
+            if scan is None or not scan.valid:  # entries without a length, or a source the scan could not take
+                scan = DeviceScan(len(writes), batches[0].stack.device)
+                for batch in batches:
+                    for write, source in zip(batch.writes, batch.sources):
+                        scan.add(id(batch), write, source)
+            on_device = scan.finish() is not None
         if not on_device:
+            scan = None
             _check_finite(writes)
         claimed.update(claimed_here)
         return RefitPlan(writes=tuple(writes), skipped=tuple(skipped), backend=self.backend,
-                         finite_on_device=on_device, batches=batches)
+                         finite_on_device=on_device, batches=batches, device_scan=scan)
+
+    def _scan_ahead_possible(self, stack: MXFP8Tensor) -> bool:
+        """Cheap precheck before the first scan-ahead launch (``_device_check_possible`` decides at the end)."""
+        if stack.is_released or stack.has_write_hooks():
+            return False
+        try:
+            return resolve_quant_backend(self.backend, stack.device) is QuantBackend.TRITON
+        except (ValueError, MXFP8Error):
+            return False
 
 
 def _device_check_possible(batches: Sequence[WriteBatch], backend: str) -> bool:

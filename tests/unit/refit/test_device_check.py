@@ -55,10 +55,14 @@ def test_device_check_is_not_used_on_the_cpu_reference_path():
 def test_device_check_only_where_an_aborted_write_cannot_leak(monkeypatch):
     """Eligible: quantize writes into hook-free stacks with storage, triton quantizer. A write hook, an MXFP8
     copy entry or another quantizer sends the plan to the host check (a hook would repack unwritten bytes)."""
+    import megatron_mxfp8_moe.quant.triton as triton_quant
     from megatron_mxfp8_moe.quant.backends import QuantBackend
     from megatron_mxfp8_moe.refit import validate
 
     monkeypatch.setattr(validate, "resolve_quant_backend", lambda backend, device: QuantBackend.TRITON)
+    scanned = []  # the scans a plan launches while validating (recorded here; no kernel runs on this CPU)
+    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton", lambda sources, flags, first_entry=0:
+                        scanned.append((len(sources), first_entry)))
     generator = torch.Generator().manual_seed(3)
     module = _module(generator)
     logical = {"linear_fc1.weight0": torch.randn(M, K, dtype=torch.bfloat16),
@@ -67,8 +71,12 @@ def test_device_check_only_where_an_aborted_write_cannot_leak(monkeypatch):
     def plan(weights):
         return validate.RefitValidator(module).plan(validate.as_entries(weights), finite_on_device=True)
 
-    assert plan(logical).finite_on_device
+    planned = plan(logical)
+    assert planned.finite_on_device and scanned == [(1, 0), (1, 1)]  # one scan per stack, flags in order
+    assert planned.device_scan.order == [planned.writes[0], planned.writes[1]]
+    scanned.clear()
     assert not validate.RefitValidator(module).plan(validate.as_entries(logical)).finite_on_device  # not asked
+    assert scanned == []
     copy = dict(logical, **{"linear_fc1.weight1": quantize_mxfp8(torch.randn(M, K), backend="reference")})
     assert not plan(copy).finite_on_device
     remove = module.mxfp8_weights()["linear_fc2.weight1"].register_write_hook(lambda *args: None)
@@ -181,3 +189,36 @@ if __name__ == "__main__":
     print("ok abort")
     _interpreted_refit_checks_on_the_device_and_changes_nothing_on_nan()
     print("ok refit")
+
+
+def test_scan_ahead_launches_chunks_and_maps_flags_back_to_entries(monkeypatch):
+    """DeviceScan: a launch per CHUNK sources of one key while entries arrive, the rest at finish(); flag k+1 is
+    order[k]; first_bad() returns the bad write that comes first in entry order, whatever the launch order."""
+    import megatron_mxfp8_moe.quant.triton as triton_quant
+    from megatron_mxfp8_moe.refit.device_check import CHUNK, DeviceScan
+
+    launches = []
+    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
+                        lambda sources, flags, first_entry=0: launches.append((len(sources), first_entry)))
+    entries = [f"w{i}" for i in range(2 * CHUNK + 20)]
+    scan = DeviceScan(len(entries), torch.device("cpu"))
+    source = torch.zeros(2)
+    for position, write in enumerate(entries):
+        scan.add("fc1" if position % 2 else "fc2", write, source)  # two stacks, interleaved
+        if position == 2 * CHUNK - 2:
+            assert launches == [(CHUNK, 0)]  # fc2 (even entries) filled its first chunk, launched at once
+        if position == 2 * CHUNK - 1:
+            assert launches == [(CHUNK, 0), (CHUNK, CHUNK)]  # then fc1
+    assert scan.finish() is scan.flags and scan.valid
+    assert sum(count for count, _ in launches) == len(entries) and [first for _, first in launches] == [0, 64, 128, 138]
+    assert sorted(scan.order) == sorted(entries)
+    late, early = entries[-1], entries[3]  # mark two writes bad: the one earlier in entry order must win
+    for write in (late, early):
+        scan.flags[0] = 1
+        scan.flags[1 + scan.order.index(write)] = 1
+    assert scan.first_bad(entries) == early
+    assert DeviceScan(2, torch.device("cpu")).first_bad(entries) is None  # no flag: nothing bad
+
+    other = DeviceScan(4, torch.device("cpu"))
+    other.add("k", "a", torch.zeros(2, device="meta"))  # a source on another device: the host check takes over
+    assert not other.valid and other.finish() is None
