@@ -6,6 +6,9 @@ Swap A/B: every GEMM computes ``out^T [BLOCK_N, BLOCK_T] = W [BLOCK_N, K] @ X^T 
 dequantized in registers (``e4m3 -> bf16``, times the exact ``2 ** (byte - 127)`` as a bf16 built from bits),
 is the left MMA operand; the tokens of one expert are the narrow right side.
 Shape legend: T rows, H hidden, I intermediate, E local experts, N1 fc1 rows (2I gated, ``[gate; up]``).
+Weights are the canonical stacks read in place: fp8 ``[E, M, K]`` and the cuBLAS 128x4-swizzled E8M0 bytes
+``[E, Mp * Cp]``; a scale tile is addressed with the swizzle formula (``_scale_row_offsets`` + ``_scale_col_offsets``).
+v4 small-T path (``direct``): ``_fc1_direct_kernel`` + ``_fc2_combine_kernel``, no route and no combine launch.
 """
 
 import triton
@@ -85,6 +88,7 @@ DQ_FP32 = tl.constexpr(1)  # fp32 convert and multiply (Triton interpreter: its 
 DQ_BITS = tl.constexpr(2)  # bit trick in inline PTX (prmt/shift/and/or), two exact bf16 multiplies
 DQ_BITS_INT = tl.constexpr(3)  # the same bit trick in plain Triton integer ops, fp32 scale (interpreter check)
 DQ_NOSCALE = tl.constexpr(4)  # DIAGNOSTIC ONLY (wrong values): bit trick without any scale multiply
+DQ_SX = tl.constexpr(5)  # v4: sign-extending prmt + shift + and (3 int ops per 2 weights), two exact bf16 multiplies
 
 
 @triton.jit
@@ -122,11 +126,39 @@ def _fp8_bits_to_bf16(w):
 
 
 @triton.jit
+def _fp8_sx_to_bf16(w):
+    """fp8 e4m3 -> the bf16 ``e4m3 * 2 ** -120`` (as ``_fp8_bits_to_bf16``), 2 bytes per PTX instance.
+
+    ``prmt`` with selector 0x9180 sign-extends byte 0 and byte 1 into the two 16-bit lanes (lane = int16(b)),
+    a 4-bit left shift moves ``eeeemmm`` to bf16 bits 4..10 (and the sign copies to 11..15, one of them into
+    the other lane's low nibble), and the mask 0x87F087F0 keeps the sign at bit 15 and bits 4..10 only:
+    bf16 bits ``(b & 0x80) << 8 | (b & 0x7F) << 4``. Two bytes per instance match the wgmma register
+    fragment (pairs of K-neighbours per thread), so no repacking PRMTs are needed around the asm.
+    """
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 t;
+        cvt.u32.u16 t, $1;
+        prmt.b32 t, t, 0, 0x9180;
+        shl.b32 t, t, 4;
+        and.b32 $0, t, 0x87F087F0;
+        }
+        """,
+        constraints="=r,h",
+        args=[w.to(tl.uint8, bitcast=True)],
+        dtype=tl.bfloat16,
+        is_pure=True,
+        pack=2,
+    )
+
+
+@triton.jit
 def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr):
     """fp8 e4m3 ``[BLOCK_N, BLOCK_K]`` and uint8 E8M0 ``[BLOCK_N, BLOCK_K // 32]`` -> exact bf16 values.
 
     DQ_CVT: e4m3 -> bf16 by cvt, times 2 ** (s - 127) as a bf16 built from bits. DQ_FP32: the same in fp32.
-    DQ_BITS / DQ_BITS_INT: ``_fp8_bits_to_bf16`` (value * 2 ** -120), times 2 ** (min(s, 134) - 7) and then
+    DQ_BITS / DQ_SX / DQ_BITS_INT: ``_fp8_bits_to_bf16`` / ``_fp8_sx_to_bf16`` (value * 2 ** -120), times 2 ** (min(s, 134) - 7) and then
     2 ** (max(s, 134) - 134): both factors are normal bf16 for every byte s, so the product equals
     e4m3 * 2 ** (s - 127) rounded once exactly like DQ_CVT (the second factor is 1 unless s > 134, scale > 2^7).
     """
@@ -146,8 +178,11 @@ def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: t
         values32 = tl.reshape(v32, [BLOCK_N, BLOCK_K // 32, 32]) * tl.reshape(lo32, [BLOCK_N, BLOCK_K // 32, 1])
         values32 = values32 * tl.reshape(hi32, [BLOCK_N, BLOCK_K // 32, 1])
         result = tl.reshape(values32, [BLOCK_N, BLOCK_K]).to(tl.bfloat16)
-    elif DEQUANT == DQ_BITS:
-        v = _fp8_bits_to_bf16(w)
+    elif DEQUANT == DQ_BITS or DEQUANT == DQ_SX:
+        if DEQUANT == DQ_SX:
+            v = _fp8_sx_to_bf16(w)
+        else:
+            v = _fp8_bits_to_bf16(w)
         si = s.to(tl.int16)
         lo = ((tl.minimum(si, 134) + 120) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
         hi = ((tl.maximum(si, 134) - 7) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
@@ -165,6 +200,25 @@ def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: t
         values = values * tl.reshape(scale, [BLOCK_N, BLOCK_K // 32, 1])
         result = tl.reshape(values, [BLOCK_N, BLOCK_K])
     return result
+
+
+@triton.jit
+def _scale_row_offsets(rows):
+    """Byte offset of scale column 0 of each weight row inside one expert's 128x4-swizzled scales.
+
+    cuBLAS 128x4 layout (``format/swizzle.py``): logical scale ``(m, c)`` of an expert lives at
+    ``((m // 128) * (Cp // 4) + c // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + c % 4``; this is the
+    part that depends on ``m`` only, without the ``(m // 128) * (Cp // 4) * 512`` tile-row term (added by the
+    caller, which knows ``Cp // 4``).
+    """
+    return (rows % 32) * 16 + ((rows % 128) // 32) * 4
+
+
+@triton.jit
+def _scale_col_offsets(k, SCALE_COLS: tl.constexpr):
+    """Byte offsets (within a row's tile run) of the ``SCALE_COLS`` scale columns of K step ``k``."""
+    cols = k * SCALE_COLS + tl.arange(0, SCALE_COLS)
+    return (cols // 4) * 512 + cols % 4
 
 
 @triton.jit
@@ -196,10 +250,72 @@ def _activate(g, u, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
+def _fc1_tile(
+    x_ptrs,  # [BLOCK_K, BLOCK_T] pointers to the first K step of the gathered token columns
+    token_mask,  # [BLOCK_T] columns that hold a token
+    w_base,  # this expert's fp8 rows
+    s_base,  # this expert's swizzled scale bytes
+    offs_n,  # [BLOCK_N] output columns of this tile
+    N_OUT,
+    K,
+    stride_wn,
+    scale_tiles,
+    GATED: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    DEQUANT: tl.constexpr,
+    FP32_DOT: tl.constexpr,
+):
+    """``act(W_gate x) [* W_up x]`` for one ``[BLOCK_N, BLOCK_T]`` tile (fp32), the K loop software-pipelined."""
+    rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_ks = tl.arange(0, BLOCK_K // 32)
+    wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_k[None, :]
+    sg_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+    acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    if GATED:
+        wu_ptrs = wg_ptrs + N_OUT * stride_wn
+        rows_u = rows_n + N_OUT
+        su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
+        acc_u = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        s_cols = _scale_col_offsets(k, BLOCK_K // 32)
+        if EVEN_K:
+            x = tl.load(x_ptrs, mask=token_mask[None, :], other=0.0)
+            wg = tl.load(wg_ptrs)
+            sg = tl.load(sg_rows[:, None] + s_cols[None, :])
+        else:
+            k_left = K - k * BLOCK_K
+            x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
+            wg = tl.load(wg_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            sg = tl.load(sg_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+        acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT), x, acc_g, FP32_DOT)
+        if GATED:
+            if EVEN_K:
+                wu = tl.load(wu_ptrs)
+                su = tl.load(su_rows[:, None] + s_cols[None, :])
+            else:
+                wu = tl.load(wu_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+                su = tl.load(su_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+            acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT), x, acc_u, FP32_DOT)
+            wu_ptrs += BLOCK_K
+        x_ptrs += BLOCK_K
+        wg_ptrs += BLOCK_K
+    if GATED:
+        h = _activate(acc_g, acc_u, ACTIVATION)
+    else:
+        h = _activate(acc_g, acc_g, ACTIVATION)
+    return h
+
+
+@triton.jit
 def _fc1_kernel(
     x_ptr,  # [T, H] bf16 (row stride stride_x, unit column stride)
     w_ptr,  # [E, N1, H] fp8 e4m3, H contiguous
-    s_ptr,  # [E, N1, H // 32] uint8 logical E8M0
+    s_ptr,  # [E, Mp * Cp] uint8: the canonical 128x4-swizzled E8M0 bytes of each expert
     inter_ptr,  # [max_sorted, I] bf16 out, row = padded position
     sorted_pairs_ptr,  # [max_sorted] int32
     block_expert_ptr,  # [max_blocks] int32
@@ -209,8 +325,8 @@ def _fc1_kernel(
     stride_x,
     stride_we,
     stride_wn,
-    stride_se,
-    stride_sn,
+    stride_se,  # Mp * Cp: swizzled scale bytes per expert
+    scale_tiles,  # Cp // 4: 128x4 scale tiles per 128-row tile row
     stride_inter,
     TOPK: tl.constexpr,
     GATED: tl.constexpr,
@@ -232,56 +348,139 @@ def _fc1_kernel(
         token_mask = pairs >= 0
         tokens = tl.where(token_mask, pairs // TOPK, 0).to(tl.int64)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
-        offs_k = tl.arange(0, BLOCK_K)
-        offs_ks = tl.arange(0, BLOCK_K // 32)
-        x_ptrs = x_ptr + tokens[None, :] * stride_x + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
-        w_base = w_ptr + expert * stride_we
-        s_base = s_ptr + expert * stride_se
-        wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_k[None, :]
-        sg_ptrs = s_base + rows_n[:, None] * stride_sn + offs_ks[None, :]
-        acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-        if GATED:
-            wu_ptrs = wg_ptrs + N_OUT * stride_wn
-            su_ptrs = sg_ptrs + N_OUT * stride_sn
-            acc_u = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
-            if EVEN_K:
-                x = tl.load(x_ptrs, mask=token_mask[None, :], other=0.0)
-                wg = tl.load(wg_ptrs)
-                sg = tl.load(sg_ptrs)
-            else:
-                k_left = K - k * BLOCK_K
-                x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
-                wg = tl.load(wg_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-                sg = tl.load(sg_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
-            acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT), x, acc_g, FP32_DOT)
-            if GATED:
-                if EVEN_K:
-                    wu = tl.load(wu_ptrs)
-                    su = tl.load(su_ptrs)
-                else:
-                    wu = tl.load(wu_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-                    su = tl.load(su_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
-                acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT), x, acc_u, FP32_DOT)
-                wu_ptrs += BLOCK_K
-                su_ptrs += BLOCK_K // 32
-            x_ptrs += BLOCK_K
-            wg_ptrs += BLOCK_K
-            sg_ptrs += BLOCK_K // 32
-        if GATED:
-            h = _activate(acc_g, acc_u, ACTIVATION)
-        else:
-            h = _activate(acc_g, acc_g, ACTIVATION)
+        x_ptrs = x_ptr + tokens[None, :] * stride_x + tl.arange(0, BLOCK_K)[:, None]  # [BLOCK_K, BLOCK_T]
+        h = _fc1_tile(x_ptrs, token_mask, w_ptr + expert * stride_we, s_ptr + expert * stride_se, offs_n, N_OUT, K,
+                      stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         out_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + offs_n[:, None]
         tl.store(out_ptrs, h.to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N_OUT))
+
+
+@triton.jit
+def _fc1_direct_kernel(
+    x_ptr,  # [T, H] bf16
+    w_ptr,  # [E, N1, H] fp8 e4m3
+    s_ptr,  # [E, Mp * Cp] uint8 swizzled E8M0
+    inter_ptr,  # [rows * topk, I] bf16 out: row = pair index t * topk + k, already times probs[t, k]
+    routing_map_ptr,  # [rows * topk] int32/int64 global expert ids, contiguous
+    probs_ptr,  # [T, topk] fp32
+    valid_tokens_ptr,  # [1] int32
+    rows,
+    N_OUT,
+    K,
+    stride_x,
+    stride_we,
+    stride_wn,
+    stride_se,
+    scale_tiles,
+    stride_inter,
+    stride_probs,
+    local_expert_offset,
+    TOPK: tl.constexpr,
+    E: tl.constexpr,
+    GATED: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    DEQUANT: tl.constexpr,
+    FP32_DOT: tl.constexpr,
+):
+    """v4 small-T path, no route kernel: program ``(n tile, pair)`` reads its expert straight from the routing
+    map and writes ``probs[t, k] * act(fc1[e] x[t])`` (one MMA column used) into the pair's inter row.
+    Pairs of invalid rows or of non-local experts write nothing (the FC2 side skips them the same way)."""
+    pid_n = tl.program_id(0)
+    pair = tl.program_id(1)
+    t = pair // TOPK
+    valid = tl.minimum(tl.load(valid_tokens_ptr), rows)
+    expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
+    if (t < valid) & (expert >= 0) & (expert < E):
+        cols = tl.arange(0, BLOCK_T)
+        token_mask = cols == 0
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        x_ptrs = x_ptr + t.to(tl.int64) * stride_x + tl.arange(0, BLOCK_K)[:, None] + cols[None, :] * 0
+        e64 = expert.to(tl.int64)
+        h = _fc1_tile(x_ptrs, token_mask, w_ptr + e64 * stride_we, s_ptr + e64 * stride_se, offs_n, N_OUT, K,
+                      stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
+        p = tl.load(probs_ptr + t.to(tl.int64) * stride_probs + pair % TOPK)
+        out_ptrs = inter_ptr + pair.to(tl.int64) * stride_inter + offs_n[:, None] + cols[None, :] * 0
+        tl.store(out_ptrs, (h * p).to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N_OUT))
+
+
+@triton.jit
+def _fc2_combine_kernel(
+    inter_ptr,  # [rows * topk, I] bf16, probability-weighted rows from _fc1_direct_kernel
+    w_ptr,  # [E, H, I] fp8 e4m3
+    s_ptr,  # [E, Mp * Cp] uint8 swizzled E8M0
+    out_ptr,  # [>= rows, H] bf16 or fp32
+    routing_map_ptr,  # [rows * topk] int32/int64, contiguous
+    valid_tokens_ptr,  # [1] int32
+    rows,
+    N,  # H
+    K,  # I
+    stride_inter,
+    stride_we,
+    stride_wn,
+    stride_se,
+    scale_tiles,
+    stride_out,
+    local_expert_offset,
+    TOPK: tl.constexpr,
+    E: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    DEQUANT: tl.constexpr,
+    FP32_DOT: tl.constexpr,
+):
+    """v4 small-T path: FC2 and the combine in one launch. Program ``(n tile, token t)`` runs ONE pipelined loop
+    over ``topk x K steps`` (expert k in fixed order, then K), accumulating ``fc2[e_k] @ (p_k h_k)`` in fp32, and
+    writes ``out[t]`` directly: deterministic, no slot buffer, no combine launch. Non-local / -1 experts and
+    rows past ``valid_tokens`` load nothing (masked) and contribute exact zeros."""
+    pid_n = tl.program_id(0)
+    t = tl.program_id(1)
+    valid = t < tl.minimum(tl.load(valid_tokens_ptr), rows)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows_n = (offs_n % N).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_ks = tl.arange(0, BLOCK_K // 32)
+    cols = tl.arange(0, BLOCK_T)
+    col0 = cols == 0
+    w_rows = w_ptr + rows_n[:, None] * stride_wn + offs_k[None, :]
+    s_rows = s_ptr + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+    a_cols = inter_ptr + offs_k[:, None] + cols[None, :] * 0
+    acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    for j in range(0, TOPK * k_steps):
+        slot = j // k_steps
+        ks = j - slot * k_steps
+        pair = t.to(tl.int64) * TOPK + slot
+        expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
+        use = valid & (expert >= 0) & (expert < E)
+        e64 = tl.where(use, expert, 0).to(tl.int64)
+        w_ptrs = w_rows + e64 * stride_we + ks * BLOCK_K
+        s_ptrs = s_rows[:, None] + e64 * stride_se + _scale_col_offsets(ks, BLOCK_K // 32)[None, :]
+        a_ptrs = a_cols + pair * stride_inter + ks * BLOCK_K
+        if EVEN_K:
+            w = tl.load(w_ptrs, mask=use, other=0.0)
+            s = tl.load(s_ptrs, mask=use, other=0)
+            a = tl.load(a_ptrs, mask=use & col0[None, :], other=0.0)
+        else:
+            k_left = K - ks * BLOCK_K
+            w = tl.load(w_ptrs, mask=use & (offs_k[None, :] < k_left), other=0.0)
+            s = tl.load(s_ptrs, mask=use & (offs_ks[None, :] * 32 < k_left), other=0)
+            a = tl.load(a_ptrs, mask=use & col0[None, :] & (offs_k[:, None] < k_left), other=0.0)
+        acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT), a, acc, FP32_DOT)
+    out_ptrs = out_ptr + t.to(tl.int64) * stride_out + offs_n[:, None] + cols[None, :] * 0
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=col0[None, :] & (offs_n[:, None] < N))
 
 
 @triton.jit
 def _fc2_kernel(
     inter_ptr,  # [max_sorted, I] bf16, row = padded position
     w_ptr,  # [E, H, I] fp8 e4m3, I contiguous
-    s_ptr,  # [E, H, I // 32] uint8 logical E8M0
+    s_ptr,  # [E, Mp * Cp] uint8: the canonical 128x4-swizzled E8M0 bytes of each expert
     slot_ptr,  # [rows * topk, H] bf16 out: one row per (token, k) pair
     sorted_pairs_ptr,
     block_expert_ptr,
@@ -291,8 +490,8 @@ def _fc2_kernel(
     stride_inter,
     stride_we,
     stride_wn,
-    stride_se,
-    stride_sn,
+    stride_se,  # Mp * Cp
+    scale_tiles,  # Cp // 4
     stride_slot,
     stride_split,  # slot elements between two split-K partial buffers (SPLIT_K > 1)
     BLOCK_N: tl.constexpr,
@@ -322,7 +521,7 @@ def _fc2_kernel(
         offs_ks = tl.arange(0, BLOCK_K // 32)
         a_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
         w_ptrs = w_ptr + expert * stride_we + rows_n[:, None] * stride_wn + offs_k[None, :]
-        s_ptrs = s_ptr + expert * stride_se + rows_n[:, None] * stride_sn + offs_ks[None, :]
+        s_rows = s_ptr + expert * stride_se + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
         acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
         k_steps = tl.cdiv(K, BLOCK_K)
         k_first = 0
@@ -332,8 +531,8 @@ def _fc2_kernel(
             k_steps = tl.minimum(k_steps, k_first + per_split)
             a_ptrs += k_first * BLOCK_K
             w_ptrs += k_first * BLOCK_K
-            s_ptrs += k_first * (BLOCK_K // 32)
         for k in range(k_first, k_steps):
+            s_ptrs = s_rows[:, None] + _scale_col_offsets(k, BLOCK_K // 32)[None, :]
             if EVEN_K:
                 a = tl.load(a_ptrs, mask=token_mask[None, :], other=0.0)
                 w = tl.load(w_ptrs)
@@ -346,7 +545,6 @@ def _fc2_kernel(
             acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT), a, acc, FP32_DOT)
             a_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
-            s_ptrs += BLOCK_K // 32
         safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)
         out_ptrs = slot_ptr + pid_s.to(tl.int64) * stride_split + safe_pairs[None, :] * stride_slot + offs_n[:, None]
         tl.store(out_ptrs, acc.to(slot_ptr.dtype.element_ty), mask=token_mask[None, :] & (offs_n[:, None] < N))

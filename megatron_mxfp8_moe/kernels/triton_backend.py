@@ -1,10 +1,13 @@
 """Triton backend adapter: the Hopper weight-only MXFP8 kernel (``kernels/triton_moe.py``); graph-safe.
 
-canonical experts -> build: ``layouts/hopper.py`` layout (fp8 bytes shared zero-copy with the canonical
-stack, scales unswizzled) + write hooks (``repack_hopper_expert_``) -> run: ``triton_mxfp8_moe`` -> out
+canonical experts -> build: nothing to prepare (the kernel reads the canonical ``MXFP8Tensor`` stacks in place:
+fp8 bytes and 128x4-swizzled scales; ``StackState.shares_canonical``, no write hooks) -> run: ``triton_mxfp8_moe``
 
-``triton`` and the kernel module are imported inside ``check_support``/``build``/``run`` only, so this
-module imports on any machine.
+A refit (``quantize_experts_`` / ``copy_`` on the canonical stacks) writes straight into the bytes the kernel
+reads, at the same addresses, so captured CUDA graphs replay with the new weights.
+
+``triton`` and the kernel module are imported inside ``check_support``/``run`` only, so this module imports on
+any machine.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class TritonBackend(MoEBackend):
-    """Hopper Triton MXFP8 MoE. Not thread-safe (refit hooks rewrite the scale stack in place)."""
+    """Hopper Triton MXFP8 MoE on the canonical stacks. Not thread-safe: a refit must not overlap a forward."""
 
     backend = Backend.TRITON
     graph_safe = True
@@ -40,20 +43,9 @@ class TritonBackend(MoEBackend):
         ok, reason = triton_moe_support(caps.capability, caps.triton_version)
         return Support(bool(ok), reason)
 
-    @torch.inference_mode(False)
-    @torch.no_grad()
     def build(self, expert_set: "ExpertSet") -> StackState:
-        """Hopper layouts of both stacks (data zero-copy, scales ``[E, M, K // 32]`` uint8) + write hooks."""
-        from ..layouts.hopper import prepare_hopper_mxfp8_weights, repack_hopper_expert_
-
-        state = StackState(
-            backend=self.backend,
-            fc1=prepare_hopper_mxfp8_weights(expert_set.fc1),
-            fc2=prepare_hopper_mxfp8_weights(expert_set.fc2),
-        )
-
-        state.attach_repack_hooks_(expert_set, repack_hopper_expert_)
-        return state
+        """The canonical stacks themselves (zero copy, no hooks): the kernel reads their bytes in place."""
+        return StackState(backend=self.backend, fc1=expert_set.fc1, fc2=expert_set.fc2, shares_canonical=True)
 
     def run(
         self,

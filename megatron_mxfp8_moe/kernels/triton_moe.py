@@ -3,7 +3,9 @@
 x [T, H] bf16 --route (on device)--> FC1 (gather rows, dequant fp8 weights in registers, activation)
   --> inter [padded positions, I] bf16 --> FC2 --> per-(token, k) rows --> combine (probs, fixed order) --> out
 
-Weights: fp8 e4m3 with E8M0 scales (``layouts/hopper.py``), bf16 activations, fp32 accumulation. No host
+Weights: the canonical ``MXFP8Tensor`` stacks themselves (fp8 e4m3 ``[E, M, K]`` and the cuBLAS 128x4-swizzled
+E8M0 bytes ``[E, Mp * Cp]``, read in place: no repacked copy, no write hook, so a refit writes straight into what
+the kernel reads), bf16 activations, fp32 accumulation. No host
 synchronization and no data-dependent shapes: the call captures in a CUDA graph and replays correctly with
 new routing and a new ``valid_tokens``. The token count ``rows`` picks the tile configuration on the host,
 which is fixed per graph. The result is deterministic: every output element is one MMA column plus a top-k
@@ -14,15 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import weakref
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 
 from ..activations import Activation, parse_activation
 from ..errors import BackendUnavailableError, MXFP8InputError
 from ..format.constants import BLOCK_SIZE, DATA_DTYPE
-from ..layouts.hopper import LAYOUT_TAG, HopperMXFP8Weight, prepare_hopper_mxfp8_weights
+from ..format.swizzle import padded_scale_shape
 from ..tensor import MXFP8Tensor
 
 logger = logging.getLogger(__name__)
@@ -39,9 +40,7 @@ _ACTIVATION_CODE = {  # keep in sync with ACT_* in _triton_moe_kernel.py
     Activation.SILU: 4,
 }
 
-_DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "noscale": 4}  # keep in sync with DQ_* (kernel)
-
-WeightStack = Union[MXFP8Tensor, HopperMXFP8Weight]
+_DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "noscale": 4, "sx": 5}  # keep in sync with DQ_* (kernel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +63,11 @@ class TritonMoEConfig:
     # (DIAGNOSTIC, wrong values: the bit trick without the scale multiply, to time the dequant share).
     dequant: str = "cvt"
     fc2_split_k: int = 1  # > 1: FC2 splits K (= I) over programs, fp32 partials summed in the combine
+    # v4 small-T path (meant for a handful of tokens): no route kernel (FC1 program per (n tile, (token, k) pair),
+    # expert read from the routing map) and FC2 fused with the combine (program per (n tile, token), one pipelined
+    # loop over its top-k experts in fixed order, out written directly). Two launches instead of four. Each pair
+    # streams its expert's weights on its own, so it only pays off while pairs rarely share an expert.
+    direct: bool = False
 
     @property
     def dequant_code(self) -> int:
@@ -92,16 +96,21 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     wide tiles so each dequantized weight tile is reused by many tokens.
     """
     pairs_per_expert = rows * topk / max(experts, 1)
-    # All defaults use dequant="cvt", fc2_split_k=1 (v2). The v3 options (dequant="bits", fc2_split_k > 1) stay
-    # opt-in: run 4 (bench/results/run4) measured them slower at 4-64 tokens and their GPU tests did not complete
-    # in that run (bench/NOTES_triton_moe.md, v3).
-    # Each token block re-reads its expert's weights, so block_t covers the typical pairs per expert
-    # (H200 sweep, bench/NOTES_triton_moe.md): 16 up to 8 pairs, then 32, 64, 128.
+    # v4 defaults (run 5, bench/results/run5; bench/NOTES_triton_moe.md "v4"): faster than the v2/v3 tiles in the
+    # same run and GPU-tested there. Gated (SwiGLU) at a handful of tokens: the direct path (no route kernel, FC2
+    # fused with the combine) with the "sx" dequant. Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then
+    # pipelined with the weights) with "sx". Gated at 16-24 pairs per expert: BLOCK_K 256, 2 stages, "sx".
+    # Squared ReLU keeps the v2 tiles where "sx"/direct were not faster for it (1 token, 256 tokens).
+    # Each token block re-reads its expert's weights, so block_t covers the typical pairs per expert.
+    if pairs_per_expert <= 0.25 and gated:
+        return TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True)
     if pairs_per_expert < 0.25:  # a handful of tokens: the most weight tiles in flight
         return TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4)
     if pairs_per_expert <= 8:
-        return TritonMoEConfig(16, 64, 128, 4, 4, 128, 128, 8, 3)
+        return TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx")
     if pairs_per_expert <= 24:
+        if gated:
+            return TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 2, dequant="sx")
         return TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3)
     if pairs_per_expert <= 96 or (gated and hidden < 4096):
         if gated:
@@ -154,26 +163,30 @@ def route_reference(
 
 # -- weights ---------------------------------------------------------------------------------------
 
-# id(canonical stack) -> its Hopper layout; entries leave with the stack (MXFP8Tensor is not hashable).
-_PREPARED: dict[int, HopperMXFP8Weight] = {}
+
+def _check_stack(name: str, weight) -> None:
+    """A canonical ``MXFP8Tensor`` stack ``[E, M, K]`` with its storage (K contiguous, scales ``[E, Mp * Cp]``)."""
+    if not isinstance(weight, MXFP8Tensor):
+        raise MXFP8InputError(f"{name}: expected a canonical MXFP8Tensor stack [E, M, K], got {type(weight).__name__}")
+    if not weight.is_stacked:
+        raise MXFP8InputError(f"{name}: expected a stack [E, M, K], got shape {tuple(weight.shape)}")
+    if weight.is_released:
+        raise MXFP8InputError(f"{name}: the canonical storage was released; the Triton kernel reads it in place")
+    experts, rows, cols = weight.shape
+    padded_rows, padded_cols = padded_scale_shape(rows, cols // BLOCK_SIZE)
+    scale = weight.scale_bytes()
+    if tuple(scale.shape) != (experts, padded_rows * padded_cols) or scale.stride(1) != 1:
+        raise MXFP8InputError(
+            f"{name}: expected swizzled scales [E={experts}, {padded_rows * padded_cols}] with unit stride, "
+            f"got {tuple(scale.shape)} strides {scale.stride()}"
+        )
 
 
-def _as_hopper(name: str, weight: WeightStack) -> HopperMXFP8Weight:
-    """The Hopper layout of ``weight``; a canonical stack is prepared once and kept fresh by a write hook."""
-    if isinstance(weight, HopperMXFP8Weight):
-        if weight.layout != LAYOUT_TAG:
-            raise MXFP8InputError(f"{name}: layout {weight.layout!r} is not {LAYOUT_TAG!r}")
-        return weight
-    if isinstance(weight, MXFP8Tensor):
-        prepared = _PREPARED.get(id(weight))
-        if prepared is None:
-            prepared = prepare_hopper_mxfp8_weights(weight)
-            _PREPARED[id(weight)] = prepared
-            weakref.finalize(weight, _PREPARED.pop, id(weight), None)
-            weight.register_write_hook(lambda tensor, data, scale: prepare_hopper_mxfp8_weights(tensor, prepared))
-            logger.info("prepared the Hopper MXFP8 layout of %s %s", name, tuple(weight.shape))
-        return prepared
-    raise MXFP8InputError(f"{name}: expected an MXFP8Tensor stack or HopperMXFP8Weight, got {type(weight).__name__}")
+def _scale_args(weight: MXFP8Tensor) -> tuple[torch.Tensor, int, int]:
+    """(uint8 swizzled scales ``[E, Mp * Cp]``, bytes per expert, ``Cp // 4``) for the kernels."""
+    scale = weight.scale_bytes()
+    _, padded_cols = padded_scale_shape(weight.shape[1], weight.shape[2] // BLOCK_SIZE)
+    return scale, scale.stride(0), padded_cols // 4
 
 
 def _check_inputs(x, probs, routing_map, fc1, fc2, activation, rows, valid_tokens, out):
@@ -196,6 +209,8 @@ def _check_inputs(x, probs, routing_map, fc1, fc2, activation, rows, valid_token
     for name, tensor in (("probs", probs), ("routing_map", routing_map), ("valid_tokens", valid_tokens)):
         if tensor.device != x.device:
             raise MXFP8InputError(f"{name}: on {tensor.device}, x is on {x.device}")
+    _check_stack("fc1_stack", fc1)
+    _check_stack("fc2_stack", fc2)
     experts, n1, h1 = fc1.data.shape
     experts2, h2, inner = fc2.data.shape
     if fc1.data.dtype != DATA_DTYPE or fc2.data.dtype != DATA_DTYPE:
@@ -215,8 +230,8 @@ def _check_inputs(x, probs, routing_map, fc1, fc2, activation, rows, valid_token
     for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
         if weight.data.device != x.device or weight.scale.device != x.device:
             raise MXFP8InputError(f"{name}: on {weight.data.device}, x is on {x.device}")
-        if weight.data.stride(2) != 1 or weight.scale.stride(2) != 1:
-            raise MXFP8InputError(f"{name}: K must be contiguous in data and scale")
+        if weight.data.stride(2) != 1:
+            raise MXFP8InputError(f"{name}: K must be contiguous in data")
     if not 0 <= rows <= tokens:
         raise MXFP8InputError(f"rows: {rows} must be in [0, T={tokens}]")
     if out is not None:
@@ -231,8 +246,8 @@ def triton_mxfp8_moe(
     x: torch.Tensor,
     probs: torch.Tensor,
     routing_map: torch.Tensor,
-    fc1_stack: WeightStack,
-    fc2_stack: WeightStack,
+    fc1_stack: MXFP8Tensor,
+    fc2_stack: MXFP8Tensor,
     *,
     activation="swiglu",
     local_expert_offset: int = 0,
@@ -248,9 +263,9 @@ def triton_mxfp8_moe(
         probs: fp32 ``[T, topk]``.
         routing_map: int32/int64 ``[T, topk]`` GLOBAL expert ids; ids outside
             ``[local_expert_offset, local_expert_offset + E)`` (and -1) contribute nothing.
-        fc1_stack: ``[E, N1, H]`` (``N1 = 2I``, ``[gate; up]``, for gated activations) as a canonical
-            ``MXFP8Tensor`` stack (prepared once, kept fresh by a write hook) or a ``HopperMXFP8Weight``.
-        fc2_stack: ``[E, H, I]``, same types.
+        fc1_stack: ``[E, N1, H]`` (``N1 = 2I``, ``[gate; up]``, for gated activations): a canonical
+            ``MXFP8Tensor`` stack, read in place (fp8 bytes and 128x4-swizzled scales; nothing is prepared).
+        fc2_stack: ``[E, H, I]``, the same.
         activation: ``Activation`` or its name: swiglu, geglu (gated), squared_relu, relu, silu.
         valid_tokens: device int32 ``[1]``; rows ``>= valid_tokens`` give zeros.
         rows: processed prefix (default ``T``); ``out[:rows]`` is written, nothing else.
@@ -264,8 +279,7 @@ def triton_mxfp8_moe(
     from . import _triton_moe_kernel as kernels
 
     activation = parse_activation(activation)
-    fc1 = _as_hopper("fc1_stack", fc1_stack)
-    fc2 = _as_hopper("fc2_stack", fc2_stack)
+    fc1, fc2 = fc1_stack, fc2_stack
     rows = x.shape[0] if rows is None else int(rows)
     experts, hidden, inner = _check_inputs(x, probs, routing_map, fc1, fc2, activation, rows, valid_tokens, out)
     topk = routing_map.shape[1]
@@ -276,6 +290,30 @@ def triton_mxfp8_moe(
     cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk, experts=experts)
     routing_map = routing_map.contiguous()
     device = x.device
+    n_out = inner if activation.gated else fc1.data.shape[1]
+    s1, s1_stride, s1_tiles = _scale_args(fc1)
+    s2, s2_stride, s2_tiles = _scale_args(fc2)
+    if cfg.direct and rows * topk < 65536:  # grid axis 1 holds the pairs
+        inter = torch.empty(rows * topk, n_out, dtype=torch.bfloat16, device=device)
+        kernels._fc1_direct_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), rows * topk)](
+            x, fc1.data, s1, inter, routing_map, probs, valid_tokens,
+            rows, n_out, hidden, x.stride(0),
+            fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, inter.stride(0), probs.stride(0),
+            local_expert_offset,
+            TOPK=topk, E=experts, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
+            BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
+            EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
+            num_warps=cfg.fc1_warps, num_stages=cfg.fc1_stages,
+        )
+        kernels._fc2_combine_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), rows)](
+            inter, fc2.data, s2, out, routing_map, valid_tokens,
+            rows, hidden, inner, inter.stride(0),
+            fc2.data.stride(0), fc2.data.stride(1), s2_stride, s2_tiles, out.stride(0), local_expert_offset,
+            TOPK=topk, E=experts, BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
+            EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
+            num_warps=cfg.fc2_warps, num_stages=cfg.fc2_stages,
+        )
+        return out
     max_sorted, max_blocks = routing_capacity(rows, topk, experts, cfg.block_t)
 
     sorted_pairs = torch.empty(max_sorted, dtype=torch.int32, device=device)
@@ -291,13 +329,12 @@ def triton_mxfp8_moe(
         num_warps=8 if chunk >= 1024 else 4,
     )
 
-    n_out = inner if activation.gated else fc1.data.shape[1]
     inter = torch.empty(max_sorted, n_out, dtype=torch.bfloat16, device=device)
     fc1_grid = (triton.cdiv(n_out, cfg.fc1_block_n), max_blocks)
     kernels._fc1_kernel[fc1_grid](
-        x, fc1.data, fc1.scale, inter, sorted_pairs, block_expert, num_blocks,
+        x, fc1.data, s1, inter, sorted_pairs, block_expert, num_blocks,
         n_out, hidden, x.stride(0),
-        fc1.data.stride(0), fc1.data.stride(1), fc1.scale.stride(0), fc1.scale.stride(1), inter.stride(0),
+        fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, inter.stride(0),
         TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
         BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
         EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
@@ -311,9 +348,9 @@ def triton_mxfp8_moe(
         slots = torch.empty(1, rows * topk, hidden, dtype=torch.bfloat16, device=device)
     fc2_grid = (triton.cdiv(hidden, cfg.fc2_block_n), max_blocks, split_k)
     kernels._fc2_kernel[fc2_grid](
-        inter, fc2.data, fc2.scale, slots, sorted_pairs, block_expert, num_blocks,
+        inter, fc2.data, s2, slots, sorted_pairs, block_expert, num_blocks,
         hidden, inner, inter.stride(0),
-        fc2.data.stride(0), fc2.data.stride(1), fc2.scale.stride(0), fc2.scale.stride(1),
+        fc2.data.stride(0), fc2.data.stride(1), s2_stride, s2_tiles,
         slots.stride(1), slots.stride(0),
         BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
         EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot, SPLIT_K=split_k,

@@ -1,12 +1,19 @@
-"""The Hopper Triton MXFP8 MoE on a GPU: accuracy vs a float64 oracle, every row written, CUDA-graph replay."""
+"""The Hopper Triton MXFP8 MoE on a GPU: accuracy vs a float64 oracle, every row written, CUDA-graph replay.
+
+The kernels read the canonical MXFP8Tensor stacks in place (fp8 bytes and 128x4-swizzled scales): no prepared
+layout, no hook. v4 tests first (they gate default changes): the sign-extending dequant ("sx", bit-identical to
+the cvt path), BLOCK_K 256 tiles (scales pipelined with the weights) and the small-T direct path (no route
+kernel, FC2 fused with the combine), each against the float64 oracle and under CUDA-graph replay.
+"""
+
+import dataclasses
 
 import pytest
 import torch
 
 from megatron_mxfp8_moe.errors import MXFP8InputError
 from megatron_mxfp8_moe.kernels.reference import moe_reference
-from megatron_mxfp8_moe.kernels.triton_moe import triton_moe_support, triton_mxfp8_moe
-from megatron_mxfp8_moe.layouts.hopper import prepare_hopper_mxfp8_weights
+from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, choose_config, triton_moe_support, triton_mxfp8_moe
 from megatron_mxfp8_moe.tensor import quantize_mxfp8
 from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
 
@@ -34,6 +41,95 @@ def _reference(x, fc1, fc2, probs, ids, activation, offset, valid, rows):
                         local_expert_offset=offset, valid_tokens=valid)  # float64, on the GPU
     torch.cuda.empty_cache()
     return ref
+
+
+# v4 variants (bench/moe_layer.py CANDIDATES holds the same tiles): "sx" dequant on the default tiles must equal the
+# cvt path bit for bit; BLOCK_K 256 tiles (with cvt and sx) and the direct small-T path (no route kernel, FC2 fused
+# with the combine, probability applied before FC2: different rounding, so oracle-checked only).
+V4 = {
+    "sx": None,  # the default tiles with dequant="sx"
+    "k256": TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3),
+    "k256_sx": TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx"),
+    "m32k_sx": TritonMoEConfig(32, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx"),
+    "d1": TritonMoEConfig(16, 32, 256, 2, 4, 32, 256, 2, 5, direct=True),
+    "d1_sx": TritonMoEConfig(16, 32, 256, 2, 4, 32, 256, 2, 5, dequant="sx", direct=True),
+    "d3_sx": TritonMoEConfig(16, 16, 256, 1, 4, 16, 256, 1, 5, dequant="sx", direct=True),
+    # the tiles choose_config picks since v4 (gated): T <= 4 direct, 16-24 pairs per expert BLOCK_K 256 / 2 stages
+    "d4_sx": TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True),
+    "m32j_sx": TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 2, dequant="sx"),
+}
+_DECODE1, _DECODE4, _BIG16, _ODD7, _ODD33 = (128, 8, 2048, 768, 1), (128, 8, 2048, 768, 4), (32, 8, 4096, 1536, 16), \
+    (6, 3, 96, 64, 7), (5, 2, 160, 96, 33)
+V4_CASES = [(v, c) for v in ("sx", "k256", "k256_sx", "m32k_sx", "m32j_sx") for c in (_DECODE4, _BIG16, _ODD33)] + \
+    [(v, c) for v in ("d1", "d1_sx", "d3_sx", "d4_sx") for c in (_DECODE1, _DECODE4, _ODD7)] + \
+    [("d4_sx", (128, 8, 4096, 1536, 1)), ("m32j_sx", (128, 8, 2048, 768, 256))]
+
+
+def _moe_inputs(experts, topk, hidden, inter, tokens, activation="swiglu"):
+    fc1, fc2 = _layer(experts, hidden, inter, activation)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts + 5, topk, device="cuda")
+    ids = ids - 2  # ids below and above the local range (offset 3), and -1s
+    ids[::3, 0] = -1
+    valid_rows = max(1, tokens - 2)
+    return fc1, fc2, x, probs, ids, valid_rows
+
+
+@pytest.mark.parametrize("variant,case", V4_CASES, ids=[f"{v}-{c[2]}x{c[3]}-T{c[4]}" for v, c in V4_CASES])
+def test_v4_variants(variant, case):
+    experts, topk, hidden, inter, tokens = case
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens)
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+    base = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
+    cvt = dataclasses.replace(base, dequant="cvt", direct=False)
+    cfg = dataclasses.replace(cvt, dequant="sx") if V4[variant] is None else V4[variant]
+    outs = {}
+    for name, c in (("cvt", cvt), (variant, cfg)):
+        out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", local_expert_offset=3,
+                         valid_tokens=valid, out=out, rows=tokens, config=c)
+        torch.cuda.synchronize()
+        assert torch.isfinite(out[:tokens]).all(), f"{name}: some output rows were not written"
+        assert torch.isnan(out[tokens:]).all(), f"{name}: wrote past rows"
+        outs[name] = out[:tokens]
+    ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 3, valid_rows, tokens)
+    assert relative_error(outs[variant], ref) <= BOUND
+    assert outs[variant][valid_rows:].abs().max().item() == 0 if valid_rows < tokens else True
+    if V4[variant] is None:
+        assert torch.equal(outs[variant], outs["cvt"]), "sx dequant differs from the cvt path"
+
+
+@pytest.mark.parametrize("variant", ["d1_sx", "d4_sx", "k256_sx"])
+def test_v4_cuda_graph_replay(variant):
+    experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 4
+    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
+    cfg = V4[variant]
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
+    out = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
+
+    _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, (tokens, 2, 1))
+
+
+def test_v4_refit_reaches_the_kernel_without_hooks():
+    """A refit of the canonical stacks (quantize_experts_ / copy_) changes what the kernel reads, no hook."""
+    experts, topk, hidden, inter, tokens = 16, 4, 256, 128, 8
+    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
+    before = triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid).clone()
+    fc1.quantize_experts_(list(range(experts)), list(random_weights((experts, 2 * inter, hidden), scale=0.02,
+                                                                     device="cuda").unbind(0)))
+    fc2.copy_(quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.02, device="cuda")))
+    after = triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid)
+    torch.cuda.synchronize()
+    assert not torch.equal(before, after)
+    assert relative_error(after, _reference(x, fc1, fc2, probs, ids, "swiglu", 0, tokens, tokens)) <= BOUND
 
 
 # (experts, topk, hidden, inter, tokens): the two Qwen3 layers at decode and prefill sizes, and odd shapes.
@@ -115,14 +211,13 @@ def _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk
 def test_cuda_graph_replay_with_new_routing_and_valid_tokens():
     experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 64
     fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
-    w1, w2 = prepare_hopper_mxfp8_weights(fc1), prepare_hopper_mxfp8_weights(fc2)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
     valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
     out = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
 
     def step():
-        triton_mxfp8_moe(x, probs, ids, w1, w2, activation="swiglu", valid_tokens=valid, out=out)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out)
 
     _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, (tokens, 17, 1))
 
@@ -150,10 +245,6 @@ _V3 = {
 @pytest.mark.parametrize("variant", sorted(_V3))
 @pytest.mark.parametrize("experts,topk,hidden,inter,tokens", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[6]])
 def test_v3_variants(experts, topk, hidden, inter, tokens, variant):
-    import dataclasses
-
-    from megatron_mxfp8_moe.kernels.triton_moe import choose_config
-
     activation = "swiglu"
     fc1, fc2 = _layer(experts, hidden, inter, activation)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
@@ -181,38 +272,29 @@ def test_v3_variants(experts, topk, hidden, inter, tokens, variant):
 
 def test_v3_bits_exact_with_scales_above_2_pow_7():
     """E8M0 bytes > 134 take the second bf16 factor: outputs stay bit-identical to the cvt path."""
-    import dataclasses
-
-    from megatron_mxfp8_moe.kernels.triton_moe import choose_config
-
     experts, topk, hidden, inter, tokens = 8, 2, 256, 128, 24
     fc1 = quantize_mxfp8(random_weights((experts, inter, hidden), scale=2e5, device="cuda"))
     fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.02, device="cuda"))
-    assert int(prepare_hopper_mxfp8_weights(fc1).scale.max()) > 134, "the case must reach the second factor"
+    assert int(fc1.scale_bytes().max()) > 134, "the case must reach the second factor"
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
     valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
     base = dataclasses.replace(choose_config(tokens, hidden, inter, gated=False, topk=topk, experts=experts),
                                dequant="cvt", fc2_split_k=1)
     outs = []
-    for cfg in (base, dataclasses.replace(base, dequant="bits")):
+    for cfg in (base, dataclasses.replace(base, dequant="bits"), dataclasses.replace(base, dequant="sx")):
         out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="relu", valid_tokens=valid, out=out, config=cfg)
         torch.cuda.synchronize()
         outs.append(out)
     assert torch.isfinite(outs[0]).all() and outs[0].abs().max() > 0
-    assert torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
 
 
 @pytest.mark.parametrize("variant", ["bits", "bits_sk2"])
 def test_v3_cuda_graph_replay(variant):
-    import dataclasses
-
-    from megatron_mxfp8_moe.kernels.triton_moe import choose_config
-
     experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 16
     fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
-    w1, w2 = prepare_hopper_mxfp8_weights(fc1), prepare_hopper_mxfp8_weights(fc2)
     cfg = dataclasses.replace(choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts), **_V3[variant])
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
@@ -220,6 +302,6 @@ def test_v3_cuda_graph_replay(variant):
     out = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
 
     def step():
-        triton_mxfp8_moe(x, probs, ids, w1, w2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
 
     _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, (tokens, 5, 1))

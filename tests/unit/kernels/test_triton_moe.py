@@ -1,8 +1,7 @@
-"""CPU tests of the Hopper Triton MoE: support check, tile choice, routing tables, layout round trip, and the
-kernels themselves under the Triton interpreter (in a subprocess, since TRITON_INTERPRET must be set before
-triton is imported)."""
+"""CPU tests of the Hopper Triton MoE: support check, tile choice, routing tables, the swizzled scale offsets, and
+the kernels themselves under the Triton interpreter (in a subprocess, since TRITON_INTERPRET must be set before
+triton is imported), reading the canonical stacks in place."""
 
-import functools
 import json
 import os
 import subprocess
@@ -19,11 +18,6 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     routing_capacity,
     triton_moe_support,
     triton_mxfp8_moe,
-)
-from megatron_mxfp8_moe.layouts.hopper import (
-    prepare_hopper_mxfp8_weights,
-    repack_hopper_expert_,
-    unpack_hopper_mxfp8_weights,
 )
 from megatron_mxfp8_moe.tensor import quantize_mxfp8
 from megatron_mxfp8_moe.testing import random_weights
@@ -78,36 +72,34 @@ def test_route_reference_masks_nonlocal_and_invalid_rows():
     ]
 
 
-def test_hopper_layout_round_trip_and_refresh_in_place():
-    stack = quantize_mxfp8(random_weights((3, 136, 96)), backend="reference")
-    prepared = prepare_hopper_mxfp8_weights(stack)
-    assert prepared.data.data_ptr() == stack.data.data_ptr()  # zero-copy fp8 bytes
-    assert prepared.scale.shape == (3, 136, 3) and prepared.scale.dtype == torch.uint8
-    assert torch.equal(prepared.scale, stack.logical_scales())
-    back = unpack_hopper_mxfp8_weights(prepared)
-    assert torch.equal(back.data.view(torch.uint8), stack.data.view(torch.uint8))
-    assert torch.equal(back.scale_bytes(), stack.scale_bytes())
-    pointers = (prepared.data.data_ptr(), prepared.scale.data_ptr())
-    stack.quantize_(random_weights((3, 136, 96)), backend="reference")
-    prepare_hopper_mxfp8_weights(stack, prepared)
-    assert (prepared.data.data_ptr(), prepared.scale.data_ptr()) == pointers
-    assert torch.equal(prepared.scale, stack.logical_scales())
-    with pytest.raises(MXFP8InputError, match="shape changed"):
-        prepare_hopper_mxfp8_weights(quantize_mxfp8(random_weights((3, 128, 96)), backend="reference"), prepared)
+def test_kernel_scale_offsets_match_the_swizzle_formula():
+    """The kernel splits the 128x4 offset into a row part and a per-K-step column part; their sum is
+    ``format.swizzle.swizzle_offset`` for every (row, column), odd shapes and every BLOCK_K included."""
+    from megatron_mxfp8_moe.format.swizzle import padded_scale_shape, swizzle_offset
+
+    for rows, scale_cols in ((136, 3), (200, 5), (256, 12), (64, 1)):
+        _, padded_cols = padded_scale_shape(rows, scale_cols)
+        m = torch.arange(rows).view(-1, 1)
+        for cols_per_step in (1, 2, 4, 8):
+            for k in range(-(-scale_cols // cols_per_step)):
+                c = k * cols_per_step + torch.arange(cols_per_step).view(1, -1)
+                row_part = (m // 128) * (padded_cols // 4 * 512) + (m % 32) * 16 + ((m % 128) // 32) * 4
+                col_part = (c // 4) * 512 + c % 4
+                got = (row_part + col_part)[:, (c[0] < scale_cols)]
+                want = swizzle_offset(m, c, scale_cols)[:, (c[0] < scale_cols)]
+                assert torch.equal(got, want)
 
 
-def test_copied_layout_and_per_expert_write_hook():
-    stack = quantize_mxfp8(random_weights((2, 64, 64)), backend="reference")
-    prepared = prepare_hopper_mxfp8_weights(stack, share_data=False)
-    assert prepared.data.data_ptr() != stack.data.data_ptr()
-    expert = stack.expert(1)
-    hook = functools.partial(repack_hopper_expert_, prepared, 1)
-    expert.register_write_hook(lambda tensor, data, scale: hook(data, scale))
-    expert.quantize_(random_weights((64, 64)), backend="reference")
-    assert torch.equal(prepared.data.view(torch.uint8), stack.data.view(torch.uint8))
-    assert torch.equal(prepared.scale, stack.logical_scales())
-    with pytest.raises(MXFP8InputError, match="expert"):
-        repack_hopper_expert_(prepared, 2, expert.data, expert.scale)
+def test_non_canonical_or_released_stacks_are_rejected():
+    fc1 = quantize_mxfp8(random_weights((4, 64, 64)), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((4, 64, 32)), backend="reference")
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    probs, ids = torch.rand(3, 2), torch.randint(0, 4, (3, 2))
+    valid = torch.tensor([3], dtype=torch.int32)
+    with pytest.raises(MXFP8InputError, match="fc1_stack: expected a canonical MXFP8Tensor"):
+        triton_mxfp8_moe(x, probs, ids, fc1.dequantize(), fc2, activation="relu", valid_tokens=valid)
+    with pytest.raises(MXFP8InputError, match="fc2_stack: expected a stack"):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2.expert(0), activation="relu", valid_tokens=valid)
 
 
 def test_input_errors_name_the_argument():
@@ -160,60 +152,98 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     result["pairs_equal"] = all(
         sorted(sorted_pairs[b * 4:(b + 1) * 4].tolist()) == sorted(ref_pairs[b * 4:(b + 1) * 4].tolist())
         for b in range(ref_count)) and bool((sorted_pairs[used:] == -1).all())
-    # whole layer, both activations, an odd K (masked tail) and non-local / invalid rows
+
+    def run(x, probs, ids, fc1, fc2, activation, rows, valid, cfg):
+        out = torch.full((x.shape[0], fc2.shape[1]), float("nan"))
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=1,
+                         valid_tokens=torch.tensor([valid], dtype=torch.int32), rows=rows, out=out, config=cfg)
+        return out
+
+    def check(name, out, ref, rows, valid, base=None):
+        result[name] = dict(
+            err=relative_error(out[:rows], ref),
+            tail_zero=bool((out[valid:rows] == 0).all()),
+            untouched=bool(torch.isnan(out[rows:]).all()),
+            equal=None if base is None else bool(torch.equal(out[:rows], base[:rows])),
+        )
+
+    # Whole layer on the canonical stacks (128x4-swizzled scales read in place): three activations, an odd K
+    # (masked tail), M and K/32 that are not multiples of 128 / 4 (several 128-row scale tiles, a partial
+    # 4-column tile), non-local / -1 ids and rows past valid_tokens. Every variant against the float64 oracle.
     cfg = TritonMoEConfig(16, 16, 64, 4, 1, 16, 64, 4, 1, True, True)
-    for activation, hidden in (("swiglu", 96), ("squared_relu", 64), ("geglu", 64)):
-        experts, inter, topk, rows = 4, 32, 2, 6
+    variants = {
+        "bits_int": dict(dequant_fp32=False, dequant="bits_int"),
+        "splitk": dict(fc2_split_k=2),
+        "bits_int_splitk3": dict(dequant_fp32=False, dequant="bits_int", fc2_split_k=3),
+        "direct": dict(direct=True),
+        "direct_k32": dict(direct=True, fc1_block_k=32, fc2_block_k=32),
+    }
+    for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32), ("geglu", 160, 96),
+                                      ("swiglu", 160, 96)):
+        experts, topk, rows = 4, 2, 6
         n1 = 2 * inter if activation != "squared_relu" else inter
         fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=0.1), backend="reference")
         fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.1), backend="reference")
         x = torch.randn(rows + 2, hidden).to(torch.bfloat16)
         probs, ids = random_routing(rows + 2, experts + 2, topk)
-        ids = ids - 1
-        out = torch.full((rows + 2, hidden), float("nan"))
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=0,
-                         valid_tokens=torch.tensor([rows - 1], dtype=torch.int32), rows=rows, out=out, config=cfg)
-        ref = moe_reference(x[:rows], fc1, fc2, probs[:rows], ids[:rows], activation, valid_tokens=rows - 1)
-        result[activation] = dict(
-            err=relative_error(out[:rows], ref),
-            tail_zero=bool((out[rows - 1:rows] == 0).all()),
-            untouched=bool(torch.isnan(out[rows:]).all()),
-        )
-        # v3: the bit-trick dequant in plain integer ops (bits_int) must equal the fp32 path exactly, and
-        # FC2 split-K (fp32 partials, summed in order by the combine) must match the oracle.
-        for name, extra in (("bits_int", dict(dequant="bits_int")), ("splitk", dict(fc2_split_k=2)),
-                            ("bits_int_splitk3", dict(dequant="bits_int", fc2_split_k=3))):
-            cfg_v = dataclasses.replace(cfg, dequant_fp32=False, **extra) if "bits" in name else dataclasses.replace(cfg, **extra)
-            out_v = torch.full((rows + 2, hidden), float("nan"))
-            triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=0,
-                             valid_tokens=torch.tensor([rows - 1], dtype=torch.int32), rows=rows, out=out_v,
-                             config=cfg_v)
-            result[activation + "_" + name] = dict(
-                err=relative_error(out_v[:rows], ref),
-                tail_zero=bool((out_v[rows - 1:rows] == 0).all()),
-                untouched=bool(torch.isnan(out_v[rows:]).all()),
-                equal=bool(torch.equal(out_v[:rows], out[:rows])),
-            )
+        ids = ids - 1  # -1 and the id past the local range are skipped (offset 1: local ids 1..4)
+        valid = rows - 1
+        ref = moe_reference(x[:rows], fc1, fc2, probs[:rows], ids[:rows], activation, local_expert_offset=1,
+                            valid_tokens=valid)
+        key = f"{activation}_{hidden}_{inter}"
+        base = run(x, probs, ids, fc1, fc2, activation, rows, valid, cfg)
+        check(key, base, ref, rows, valid)
+        for name, extra in variants.items():
+            out = run(x, probs, ids, fc1, fc2, activation, rows, valid, dataclasses.replace(cfg, **extra))
+            check(key + "_" + name, out, ref, rows, valid, base if name == "bits_int" else None)
+
+    # Refit without hooks: quantize_experts_ / copy_ on the canonical stacks change what the kernel reads.
+    activation, hidden, inter, experts, topk, rows = "swiglu", 160, 96, 4, 2, 5
+    fc1 = quantize_mxfp8(random_weights((experts, 2 * inter, hidden), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.1), backend="reference")
+    x = torch.randn(rows, hidden).to(torch.bfloat16)
+    probs, ids = random_routing(rows, experts, topk)
+    ids = ids + 1
+    pointers = (fc1.data.data_ptr(), fc1.scale.data_ptr(), fc2.data.data_ptr(), fc2.scale.data_ptr())
+    for path in ("routed", "direct"):
+        c = dataclasses.replace(cfg, direct=path == "direct")
+        before = run(x, probs, ids, fc1, fc2, activation, rows, rows, c)
+        new1 = random_weights((2, 2 * inter, hidden), scale=0.1)
+        fc1.quantize_experts_([0, 2], [new1[0], new1[1]], backend="reference")
+        fc2.copy_(quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.1), backend="reference"))
+        after = run(x, probs, ids, fc1, fc2, activation, rows, rows, c)
+        ref = moe_reference(x, fc1, fc2, probs, ids, activation, local_expert_offset=1)
+        result["refit_" + path] = dict(
+            changed=bool((after != before).any()), err=relative_error(after[:rows], ref),
+            hooks=len(fc1._write_hooks) + len(fc2._write_hooks),
+            same_storage=pointers == (fc1.data.data_ptr(), fc1.scale.data_ptr(), fc2.data.data_ptr(),
+                                      fc2.scale.data_ptr()))
     print(json.dumps(result))
     """
 )
+
+_LAYER_KEYS = ("swiglu_96_32", "squared_relu_64_32", "geglu_160_96", "swiglu_160_96")
 
 
 def test_kernels_under_triton_interpreter():
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-W", "ignore", "-c", _INTERPRETER_SCRIPT], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["blocks"][0] == result["blocks"][1]
     assert result["block_expert_equal"] and result["pairs_equal"]
-    for activation in ("swiglu", "squared_relu", "geglu"):
-        for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3"):
-            check = result[activation + suffix]
-            assert check["err"] <= 1e-2, (activation + suffix, check)
-            assert check["tail_zero"] and check["untouched"], (activation + suffix, check)
-        assert result[activation + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
+    for key in _LAYER_KEYS:
+        for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3", "_direct", "_direct_k32"):
+            check = result[key + suffix]
+            assert check["err"] <= 1e-2, (key + suffix, check)
+            assert check["tail_zero"] and check["untouched"], (key + suffix, check)
+        assert result[key + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
+    for path in ("routed", "direct"):
+        refit = result["refit_" + path]
+        assert refit["changed"] and refit["err"] <= 1e-2, refit
+        assert refit["hooks"] == 0 and refit["same_storage"], refit
 
 
 def _bits_trick_reference(b: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -242,3 +272,17 @@ def test_bit_trick_dequant_is_exact_for_every_byte_and_scale():
     ref = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).double() * 2.0**-120
     ok = torch.isfinite(ref)
     assert torch.equal(v[ok], ref[ok])
+
+
+def test_sign_extend_dequant_equals_the_bit_trick_for_every_byte_pair():
+    """Torch twin of ``_fp8_sx_to_bf16`` (v4 "sx"): prmt 0x9180 sign-extends bytes 0 and 1 of the 16-bit input
+    into two int16 lanes, the 32-bit word is shifted left by 4 and masked with 0x87F087F0. Both lanes must equal
+    ``(b & 0x80) << 8 | (b & 0x7F) << 4`` (the DQ_BITS bf16 bits) for all 65536 byte pairs."""
+    pair = torch.arange(65536, dtype=torch.int64)
+    b0, b1 = pair & 0xFF, pair >> 8
+    sext = lambda b: torch.where(b >= 128, b | 0xFF00, b)  # noqa: E731 - int16 sign extension as 16 bits
+    word = sext(b0) | (sext(b1) << 16)  # prmt.b32 t, t, 0, 0x9180
+    word = ((word << 4) & 0xFFFFFFFF) & 0x87F087F0  # shl.b32 then and.b32
+    want = lambda b: ((b & 0x80) << 8) | ((b & 0x7F) << 4)  # noqa: E731
+    assert torch.equal(word & 0xFFFF, want(b0))
+    assert torch.equal(word >> 16, want(b1))
