@@ -2,7 +2,7 @@
 MXFP8Experts on the auto backend, captured in a CUDA graph and replayed with new tokens; replay equals eager and
 both equal a float64 reference over all ranks' experts. Squared ReLU and SwiGLU (``activation=`` override).
 
-Needs two CUDA GPUs (marker ``multigpu``); written for 2 x H200 and not yet run there (see docs/PERFORMANCE.md).
+Needs two CUDA GPUs (marker ``multigpu``); run on 2 x H200 (tools/gpu_final_x2.sh).
 """
 
 import json
@@ -87,12 +87,16 @@ def _case(pgc, activation: str) -> dict:
 def _worker(rank: int, port: int, result_dir: str) -> None:
     from megatron.core import parallel_state
     from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.transformer.moe.token_dispatcher_inference import NCCLAllGatherDispatcher
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=2)
     try:
         parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=2)
+        # What DynamicInferenceContext does at model init: the device int32 [1] valid-token count that the
+        # NCCL dispatcher fill_s every step and the experts read (a stable address, outside any capture).
+        NCCLAllGatherDispatcher.allocate_buffers()
         pgc = ProcessGroupCollection.use_mpu_process_groups()
         results = {activation: _case(pgc, activation) for activation in ("squared_relu", "swiglu")}
         with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as handle:
