@@ -1,6 +1,20 @@
-"""Input generators and error metrics shared by tests/ and bench/ (no pytest import here)."""
+"""Input generators, error metrics and a file loader shared by tests/ and bench/ (no pytest import here)."""
+
+import importlib.util
+import pathlib
+import sys
 
 import torch
+
+
+def load_file_module(path, name: str):
+    """Import the Python file ``path`` as module ``name`` (registered in ``sys.modules``, which dataclasses
+    need) and return it: helpers beside a test, which pytest's importlib mode cannot import by name."""
+    spec = importlib.util.spec_from_file_location(name, pathlib.Path(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:

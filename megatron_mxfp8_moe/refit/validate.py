@@ -400,15 +400,8 @@ class RefitValidator:
         return info, hit
 
     def check_source(self, name: str, target: MXFP8Tensor, source: Any) -> str:
-        """Check ``source`` against ``target`` except for finiteness of logical tensors; returns the write kind."""
-        if (
-            isinstance(source, torch.Tensor)
-            and source.dtype in _SOURCE_DTYPE_SET
-            and source.shape == target.shape
-            and source.device == target.device
-            and source.layout == torch.strided
-        ):
-            return QUANTIZE  # the common case, without building error context
+        """Check ``source`` against ``target`` except for finiteness of logical tensors; returns the write kind.
+        (``plan`` checks the common case inline and calls this for everything else.)"""
         try:
             if isinstance(source, MegatronMXFP8Tensor):
                 target.validate_mxfp8_source(source, name="source")
@@ -532,12 +525,7 @@ class RefitValidator:
 
     def _scan_ahead_possible(self, stack: MXFP8Tensor) -> bool:
         """Cheap precheck before the first scan-ahead launch (``_device_check_possible`` decides at the end)."""
-        if stack.is_released or stack.has_write_hooks():
-            return False
-        try:
-            return resolve_quant_backend(self.backend, stack.device) is QuantBackend.TRITON
-        except (ValueError, MXFP8Error):
-            return False
+        return not stack.is_released and not stack.has_write_hooks() and _quantizes_with_triton(self.backend, stack)
 
 
 def _device_check_possible(batches: Sequence[WriteBatch], backend: str) -> bool:
@@ -549,15 +537,18 @@ def _device_check_possible(batches: Sequence[WriteBatch], backend: str) -> bool:
     stacks = {id(batch.stack): batch.stack for batch in batches}
     if len({stack.device for stack in stacks.values()}) > 1:
         return False
-    for stack in stacks.values():
-        if stack.is_released or stack.has_write_hooks():
-            return False
-        try:
-            if resolve_quant_backend(backend, stack.device) is not QuantBackend.TRITON:
-                return False
-        except (ValueError, MXFP8Error):
-            return False
-    return bool(stacks)
+    return bool(stacks) and all(
+        not stack.is_released and not stack.has_write_hooks() and _quantizes_with_triton(backend, stack)
+        for stack in stacks.values()
+    )
+
+
+def _quantizes_with_triton(backend: str, stack: MXFP8Tensor) -> bool:
+    """Whether quantizer ``backend`` resolves to the triton quantizer on ``stack``'s device."""
+    try:
+        return resolve_quant_backend(backend, stack.device) is QuantBackend.TRITON
+    except (ValueError, MXFP8Error):
+        return False
 
 
 def nonfinite_error(write: PlannedWrite) -> RefitError:

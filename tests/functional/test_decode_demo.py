@@ -9,7 +9,6 @@ Thresholds (tiny preset, seed 0, reference backend; measured values in parenthes
 - canonical MXFP8 expert bytes / BF16 bytes in [0.5, 0.56]: (1 + 1/32) / 2 = 0.516 plus scale padding.
 """
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -18,22 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from megatron_mxfp8_moe.testing import load_file_module
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "decode.py"
 FLOAT = r"([0-9]+(?:\.[0-9]+)?)"
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def helpers():
-    return _load("examples_decode_model", ROOT / "examples" / "_decode_model.py")
+    return load_file_module(ROOT / "examples" / "_decode_model.py", "examples_decode_model")
 
 
 @pytest.fixture(scope="module")

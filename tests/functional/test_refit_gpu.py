@@ -2,7 +2,6 @@
 weights, bit-exactly like a freshly built layer, and no storage address moves. Needs a CUDA GPU."""
 
 import dataclasses
-import importlib.util
 import pathlib
 
 import pytest
@@ -11,20 +10,13 @@ import torch
 from megatron_mxfp8_moe.format.constants import BLOCK_SIZE
 from megatron_mxfp8_moe.format.swizzle import swizzle_offset
 from megatron_mxfp8_moe.refit import refit_experts
-from megatron_mxfp8_moe.testing import random_weights
+from megatron_mxfp8_moe.testing import load_file_module, random_weights
 
 pytestmark = pytest.mark.gpu
 
 
-def _load_fake():
-    path = pathlib.Path(__file__).parents[1] / "unit" / "refit" / "_fake_experts.py"
-    spec = importlib.util.spec_from_file_location("refit_fake_experts", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fake = _load_fake()
+fake = load_file_module(pathlib.Path(__file__).parents[1] / "unit" / "refit" / "_fake_experts.py",
+                        "refit_fake_experts")
 
 
 def _capture(function):

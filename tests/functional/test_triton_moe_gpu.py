@@ -99,11 +99,12 @@ def test_v4_variants(variant, case):
         assert torch.equal(outs[variant], outs["cvt"]), "sx dequant differs from the cvt path"
 
 
-@pytest.mark.parametrize("variant", ["d1_sx", "d4_sx", "k256_sx"])
-def test_v4_cuda_graph_replay(variant):
-    experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 4
+def _graph_replay_of(config_for, tokens: int, valid_counts) -> None:
+    """A qwen3-30b-a3b-shaped SwiGLU call with tiles ``config_for(tokens, hidden, inter, topk, experts)``,
+    captured once and replayed with new routing and ``valid_counts`` (``_check_graph_replay``)."""
+    experts, topk, hidden, inter = 128, 8, 2048, 768
     fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
-    cfg = V4[variant]
+    cfg = config_for(tokens, hidden, inter, topk, experts)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
     valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
@@ -112,7 +113,12 @@ def test_v4_cuda_graph_replay(variant):
     def step():
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
 
-    _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, (tokens, 2, 1))
+    _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, valid_counts)
+
+
+@pytest.mark.parametrize("variant", ["d1_sx", "d4_sx", "k256_sx"])
+def test_v4_cuda_graph_replay(variant):
+    _graph_replay_of(lambda *shape: V4[variant], 4, (4, 2, 1))
 
 
 def test_v4_refit_reaches_the_kernel_without_hooks():
@@ -293,15 +299,8 @@ def test_v3_bits_exact_with_scales_above_2_pow_7():
 
 @pytest.mark.parametrize("variant", ["bits", "bits_sk2"])
 def test_v3_cuda_graph_replay(variant):
-    experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 16
-    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
-    cfg = dataclasses.replace(choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts), **_V3[variant])
-    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
-    probs, ids = random_routing(tokens, experts, topk, device="cuda")
-    valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
-    out = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    def config_for(tokens, hidden, inter, topk, experts):
+        base = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
+        return dataclasses.replace(base, **_V3[variant])
 
-    def step():
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
-
-    _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, (tokens, 5, 1))
+    _graph_replay_of(config_for, 16, (16, 5, 1))

@@ -1,6 +1,5 @@
 """refit/apply.py: refit_experts writes in place, atomically, fires hooks and refreshes, and reports right."""
 
-import importlib.util
 import logging
 import pathlib
 
@@ -10,16 +9,9 @@ from megatron.core.inference.quantization.mxfp8_tensor import MXFP8Tensor as Meg
 
 from megatron_mxfp8_moe import RefitError, ReleasedWeightError, quantize_mxfp8
 from megatron_mxfp8_moe.refit import RefitReport, refit_experts
+from megatron_mxfp8_moe.testing import load_file_module
 
-
-def _load_fake():
-    spec = importlib.util.spec_from_file_location("refit_fake_experts", pathlib.Path(__file__).with_name("_fake_experts.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fake = _load_fake()
+fake = load_file_module(pathlib.Path(__file__).with_name("_fake_experts.py"), "refit_fake_experts")
 E0 = fake.experts_path(0)
 E1 = fake.experts_path(1)
 FC1_BYTES = 192 * 64 + 256 * 4  # fc1 [192, 64]: fp8 data + 128x4-padded scales (256 rows x 4 columns)

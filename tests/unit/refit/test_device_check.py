@@ -7,7 +7,6 @@ with the reference quantizer and data bytes are compared as "unchanged"; ``tests
 checks every byte on a GPU.
 """
 
-import importlib.util
 import os
 import pathlib
 import subprocess
@@ -17,16 +16,9 @@ import pytest
 import torch
 
 from megatron_mxfp8_moe import MXFP8Tensor, RefitError, quantize_mxfp8, refit_experts, validate_refit
+from megatron_mxfp8_moe.testing import load_file_module
 
-
-def _load_fake():
-    spec = importlib.util.spec_from_file_location("refit_fake_experts", pathlib.Path(__file__).with_name("_fake_experts.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fake = _load_fake()
+fake = load_file_module(pathlib.Path(__file__).with_name("_fake_experts.py"), "refit_fake_experts")
 E, M, K = 3, 64, 96  # K/32 = 3 scale columns: the swizzle's column padding is exercised
 
 

@@ -1,6 +1,5 @@
 """Whole-stack refit entries: ``<experts path>.linear_fc1.weight`` (no index) = all local experts ``[E, M, K]``."""
 
-import importlib.util
 import pathlib
 
 import pytest
@@ -9,16 +8,9 @@ import torch
 from megatron_mxfp8_moe import RefitError, quantize_mxfp8
 from megatron_mxfp8_moe.names import parse_expert_stack_name
 from megatron_mxfp8_moe.refit import refit_experts
+from megatron_mxfp8_moe.testing import load_file_module
 
-
-def _load_fake():
-    spec = importlib.util.spec_from_file_location("refit_fake_experts", pathlib.Path(__file__).with_name("_fake_experts.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fake = _load_fake()
+fake = load_file_module(pathlib.Path(__file__).with_name("_fake_experts.py"), "refit_fake_experts")
 E0 = fake.experts_path(0)
 
 

@@ -1,6 +1,5 @@
 """refit/validate.py: the whole batch is checked first, the bad entry is named, and nothing is written."""
 
-import importlib.util
 import pathlib
 import re
 
@@ -11,16 +10,9 @@ from megatron.core.inference.quantization.mxfp8_tensor import MXFP8Tensor as Meg
 from megatron_mxfp8_moe import MXFP8Tensor, RefitError, quantize_mxfp8
 from megatron_mxfp8_moe.refit import refit_experts, validate_refit
 from megatron_mxfp8_moe.refit.validate import COPY, QUANTIZE, canonical_nbytes
+from megatron_mxfp8_moe.testing import load_file_module
 
-
-def _load_fake():
-    spec = importlib.util.spec_from_file_location("refit_fake_experts", pathlib.Path(__file__).with_name("_fake_experts.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fake = _load_fake()
+fake = load_file_module(pathlib.Path(__file__).with_name("_fake_experts.py"), "refit_fake_experts")
 E0 = fake.experts_path(0)
 E1 = fake.experts_path(1)
 
