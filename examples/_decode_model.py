@@ -410,8 +410,9 @@ def expert_memory(model: MoEDecoder) -> ExpertMemory:
     """Resident expert-weight bytes (canonical + kernel stacks, each storage once) vs BF16 (2 bytes a weight).
 
     ``canonical_bytes``: what one MXFP8 copy needs (fp8 data + swizzled E8M0 scales, from the shapes);
-    ``stack_extra_bytes``: what the layer keeps resident beyond that (``MXFP8ExpertLayer.resident_bytes()``; GPU
-    backends release the canonical bytes once their stack holds them).
+    ``stack_extra_bytes``: what the layer keeps resident beyond that (``MXFP8ExpertLayer.resident_bytes()``; the
+    Triton stack is the canonical storage, repacking backends release the canonical bytes once their stack holds
+    them).
     """
     weights = canonical = resident = 0
     for layer in model.moe_layers():

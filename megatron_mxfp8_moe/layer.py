@@ -1,7 +1,9 @@
 """MXFP8ExpertLayer: a Megatron-free module running E local MXFP8 experts through one backend.
 
-canonical experts (ExpertSet) -> lazy build: backend stack + write hooks -> row policy -> backend.run -> out
-refit: mxfp8_weights()[name].quantize_/copy_ -> write hooks repack the backend stack in place
+canonical experts (ExpertSet) -> lazy build: backend stack (+ write hooks where it is a repacked copy; the
+Triton stack is the canonical storage) -> row policy -> backend.run -> out
+refit: mxfp8_weights()[name].quantize_/copy_ -> the canonical bytes (what the Triton kernel reads) -> write hooks
+repack a repacked backend stack in place
 
 Two call contracts (T rows, H hidden, E local experts, topk):
 

@@ -95,13 +95,14 @@ class MXFP8Experts(MegatronModule):
         initialize: quantize freshly initialized weights (``config.init_method`` for fc1,
             ``config.output_layer_init_method`` for fc2) when ``config.perform_initialization``; False leaves zeros
             for a checkpoint load to fill.
-        release_canonical: drop the canonical bytes once the kernel stack is built (default: GPU backends).
+        release_canonical: drop the canonical bytes once a repacked kernel stack is built (default: GPU backends;
+            ignored for the Triton backend, whose stack is the canonical storage).
         activation: the expert activation (``"swiglu"``, ``"squared_relu"``, ...) overriding the config's; this is
             how gated SwiGLU experts run behind 0.19.2's inference-optimized dispatcher (graph-capturable,
             bounded rows), whose config validation rejects gated linear units. Router and dispatcher never read it.
 
     Weights: ``mxfp8_weights()`` -> ``{"linear_fc1.weight{i}": MXFP8Tensor, ...}``; writes to them (refit) reach
-    the backend stack through write hooks. ``load_state_dict`` accepts BF16 or MXFP8 values under Megatron's
+    the backend stack directly (Triton) or through write hooks (repacked stacks). ``load_state_dict`` accepts BF16 or MXFP8 values under Megatron's
     expert names (``linear_fc1.weight{i}`` or ``local_experts.{i}.linear_fc1.weight``), quantizing BF16.
     """
 
