@@ -30,19 +30,28 @@ class DeviceScan:
         self.flags = torch.zeros(1 + capacity, dtype=torch.int32, device=device)
         self.order: list[Any] = []  # writes, in flag order
         self._pending: dict[Any, tuple[list, list]] = {}  # batch key -> (writes, sources) not yet scanned
+        self._capacity = capacity
+        self._count = 0  # sources queued or scanned
         self.valid = True  # False once a source did not fit (other device, over capacity): use the host check
 
     def add(self, key: Any, write: Any, source: torch.Tensor) -> None:
-        """Queue ``source`` (contiguous, on ``device``) of ``write``; sources sharing ``key`` share dtype and size."""
+        """Queue ``source`` (contiguous, on ``device``) of ``write``; sources sharing ``key`` share dtype, size
+        and device (one stack), so the device is checked once per key and chunk."""
         if not self.valid:
             return
-        if source.device != self.device or len(self.order) + self._queued() >= self.flags.numel() - 1:
+        pending = self._pending.get(key)
+        if pending is None:
+            if source.device != self.device:
+                self.valid = False
+                return
+            pending = self._pending[key] = ([], [])
+        if self._count >= self._capacity:
             self.valid = False
             return
-        writes, sources = self._pending.setdefault(key, ([], []))
-        writes.append(write)
-        sources.append(source)
-        if len(sources) >= CHUNK:
+        self._count += 1
+        pending[0].append(write)
+        pending[1].append(source)
+        if len(pending[1]) >= CHUNK:
             self._launch(key)
 
     def finish(self) -> Optional[torch.Tensor]:
@@ -58,9 +67,6 @@ class DeviceScan:
             return None
         bad = {id(self.order[k]) for k, flag in enumerate(flags[1:len(self.order) + 1]) if flag}
         return next(write for write in writes if id(write) in bad)
-
-    def _queued(self) -> int:
-        return sum(len(sources) for _, sources in self._pending.values())
 
     def _launch(self, key: Any) -> None:
         from ..quant.triton import scan_nonfinite_triton

@@ -452,6 +452,7 @@ class RefitValidator:
         # the plan later fails or turns out not to allow the device check).
         scan: Optional[DeviceScan] = None
         scan_capacity = len(entries) if finite_on_device and hasattr(entries, "__len__") else 0
+        last_stack = last_dtype = last_key = last_batch = None  # the batch of the previous entry
         for name, source in entries:
             found = lookup(name)
             if found is None:
@@ -460,13 +461,14 @@ class RefitValidator:
                     skipped.append(name)
                     continue
             info, hit = found
-            for key in hit.keys if hit.whole else (hit.key,):
-                previous = claimed_here.get(key) or claimed.get(key)
-                if previous is not None:
-                    raise refit_error(
-                        name, f"duplicate: entry {previous!r} already writes "
-                        f"{'an expert of ' if hit.whole else ''}this weight ({join_name(info.path, hit.parsed.local_name)!r})"
-                    )
+            if hit.whole or hit.key in claimed_here or (claimed and hit.key in claimed):
+                for key in hit.keys if hit.whole else (hit.key,):
+                    previous = claimed_here.get(key) or claimed.get(key)
+                    if previous is not None:
+                        raise refit_error(
+                            name, f"duplicate: entry {previous!r} already writes {'an expert of ' if hit.whole else ''}"
+                            f"this weight ({join_name(info.path, hit.parsed.local_name)!r})"
+                        )
             if (
                 isinstance(source, torch.Tensor)
                 and source.dtype in _SOURCE_DTYPE_SET
@@ -490,10 +492,13 @@ class RefitValidator:
                     batch_key = id(write)
                     batch = batches[batch_key] = WriteBatch([], hit.stack, list(range(hit.shape[0])), whole=True)
                 else:
-                    batch_key = (id(hit.stack), source.dtype)
-                    batch = batches.get(batch_key)
-                    if batch is None:
-                        batch = batches[batch_key] = WriteBatch([], hit.stack)
+                    if hit.stack is not last_stack or source.dtype is not last_dtype:  # entries come in runs
+                        last_stack, last_dtype = hit.stack, source.dtype
+                        last_key = (id(hit.stack), source.dtype)
+                        last_batch = batches.get(last_key)
+                        if last_batch is None:
+                            last_batch = batches[last_key] = WriteBatch([], hit.stack)
+                    batch_key, batch = last_key, last_batch
                     batch.indices.append(hit.index)
                 source = source if source.is_contiguous() else source.contiguous()
                 batch.writes.append(write)
