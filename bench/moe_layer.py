@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.common import graph_median_us  # noqa: E402
 from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, choose_config, triton_mxfp8_moe  # noqa: E402
 from megatron_mxfp8_moe.tensor import quantize_mxfp8  # noqa: E402
 
@@ -111,38 +112,11 @@ def candidates_for(tokens):
     return ["l64b", "l128a"]
 
 
-def bench_graph(fn, iters=100):
-    """Median time (us) of one replay of a CUDA graph of ``fn``."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    for _ in range(5):
-        graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
-
-
 def read_bandwidth(device):
     """HBM read bandwidth (bytes/s): a 4 GiB fp32 sum, median of graph replays."""
     x = torch.rand(1024**3, device=device)
     out = torch.empty((), device=device)
-    t = bench_graph(lambda: torch.sum(x, 0, out=out), iters=20)
+    t = graph_median_us(lambda: torch.sum(x, 0, out=out), iters=20, warmup=2)
     del x
     return 4 * 1024**3 / (t * 1e-6)
 
@@ -290,13 +264,13 @@ def main():
             t0 = time.time()
             default_sw = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
             default_sq = choose_config(tokens, hidden, 2 * inter, gated=False, topk=topk, experts=experts)
-            row["swiglu_default_us"] = bench_graph(ours("swiglu", default_sw, hw["fc1_sw"], hw["fc2_sw"])) / ROTATE
-            row["sqrelu_default_us"] = bench_graph(ours("squared_relu", default_sq, hw["fc1_sq"], hw["fc2_sq"])) / ROTATE
+            row["swiglu_default_us"] = graph_median_us(ours("swiglu", default_sw, hw["fc1_sw"], hw["fc2_sw"])) / ROTATE
+            row["sqrelu_default_us"] = graph_median_us(ours("squared_relu", default_sq, hw["fc1_sq"], hw["fc2_sq"])) / ROTATE
             row["swiglu_default_config"], row["sqrelu_default_config"] = repr(default_sw), repr(default_sq)
             v3_sw = choose_config_v3(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
             v3_sq = choose_config_v3(tokens, hidden, 2 * inter, gated=False, topk=topk, experts=experts)
-            row["swiglu_v3_default_us"] = bench_graph(ours("swiglu", v3_sw, hw["fc1_sw"], hw["fc2_sw"])) / ROTATE
-            row["sqrelu_v3_default_us"] = bench_graph(ours("squared_relu", v3_sq, hw["fc1_sq"], hw["fc2_sq"])) / ROTATE
+            row["swiglu_v3_default_us"] = graph_median_us(ours("swiglu", v3_sw, hw["fc1_sw"], hw["fc2_sw"])) / ROTATE
+            row["sqrelu_v3_default_us"] = graph_median_us(ours("squared_relu", v3_sq, hw["fc1_sq"], hw["fc2_sq"])) / ROTATE
             # agreement with vllm on identical (dequantized) weights
             ours("squared_relu", default_sq, hw["fc1_sq"], hw["fc2_sq"])()
             mine = outs[0].float().clone()
@@ -308,7 +282,7 @@ def main():
                 for name in candidates_for(tokens):
                     cfg = CANDIDATES[name]
                     try:
-                        sweep[name] = bench_graph(ours("swiglu", cfg, hw["fc1_sw"], hw["fc2_sw"])) / ROTATE
+                        sweep[name] = graph_median_us(ours("swiglu", cfg, hw["fc1_sw"], hw["fc2_sw"])) / ROTATE
                     except Exception as error:  # noqa: BLE001 - a candidate may not compile; record why
                         sweep[name] = None
                         print(f"  {name}: {type(error).__name__}: {str(error)[:200]}", flush=True)
@@ -320,9 +294,9 @@ def main():
                     row["swiglu_best_us"] = good[best]
                     cfg = CANDIDATES[best]
                     sq_cfg = dataclasses.replace(cfg)
-                    row["sqrelu_best_us"] = bench_graph(ours("squared_relu", sq_cfg, hw["fc1_sq"], hw["fc2_sq"])) / ROTATE
-            row["vllm_bf16_us"] = bench_graph(megatron(vllm_fused_moe)) / ROTATE
-            row["mcore_bf16_us"] = bench_graph(megatron(mcore_fused_moe)) / ROTATE
+                    row["sqrelu_best_us"] = graph_median_us(ours("squared_relu", sq_cfg, hw["fc1_sq"], hw["fc2_sq"])) / ROTATE
+            row["vllm_bf16_us"] = graph_median_us(megatron(vllm_fused_moe)) / ROTATE
+            row["mcore_bf16_us"] = graph_median_us(megatron(mcore_fused_moe)) / ROTATE
             row["seconds"] = time.time() - t0
             print(json.dumps(row), flush=True)
             rows_out.append(row)
