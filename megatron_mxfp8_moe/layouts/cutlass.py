@@ -30,6 +30,7 @@ from ..format.constants import BLOCK_SIZE, DATA_DTYPE
 from ..format.swizzle import padded_scale_shape, swizzle_scales, unswizzle_scales
 from ..tensor import MXFP8Tensor
 from .gate_up import round_up, swap_gate_up_rows
+from .writeback import attach_expert_writeback, check_canonical
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,9 +88,7 @@ def prepare_cutlass_mxfp8_weights(
     copy (see the module docstring). ``out``: a previous result of the same shape; bytes are refreshed in its
     storage (``data_ptr()`` kept; a no-op for views of this same stack). A changed shape raises MXFP8InputError.
     """
-    if not isinstance(weight, MXFP8Tensor) or not weight.is_stacked:
-        got = tuple(weight.shape) if isinstance(weight, MXFP8Tensor) else type(weight).__name__
-        raise MXFP8InputError(f"weight: expected a canonical MXFP8Tensor stack [E, M, K], got {got}")
+    check_canonical(weight, "weight", stacked=True)
     experts, rows, cols = weight.shape
     if gated:
         _check_gated_rows(rows)
@@ -178,16 +177,4 @@ def attach_cutlass_mxfp8_writeback(
     Needed for the gated fc1 copy; for zero-copy views it only matters after ``release_storage_()``
     (writes then land in temporaries). Returns a function that detaches the hook.
     """
-    if not isinstance(weight, MXFP8Tensor) or weight.is_stacked:
-        raise MXFP8InputError("weight: expected one canonical expert MXFP8Tensor [M, K]")
-    if tuple(weight.shape) != (cutlass.logical_rows, cutlass.logical_cols):
-        raise MXFP8InputError(
-            f"weight: shape must be ({cutlass.logical_rows}, {cutlass.logical_cols}), got {tuple(weight.shape)}"
-        )
-    if not 0 <= expert < cutlass.num_experts:
-        raise MXFP8InputError(f"expert: must be in [0, {cutlass.num_experts}), got {expert}")
-
-    def _refresh(_tensor: MXFP8Tensor, data: torch.Tensor, scale: torch.Tensor) -> None:
-        refresh_cutlass_mxfp8_expert_(cutlass, expert, data, scale)
-
-    return weight.register_write_hook(_refresh)
+    return attach_expert_writeback(weight, cutlass, expert, refresh_cutlass_mxfp8_expert_, "CUTLASS")

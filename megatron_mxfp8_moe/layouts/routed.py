@@ -32,6 +32,7 @@ from ..format.constants import BLOCK_SIZE, DATA_DTYPE
 from ..format.swizzle import swizzle_scales, unswizzle_scales
 from ..tensor import MXFP8Tensor
 from .gate_up import from_flashinfer_rows, padded_fc_rows, round_up, to_flashinfer_rows
+from .writeback import attach_expert_writeback, check_canonical
 
 EPILOGUE_TILE_M = 128  # MXFP8 uses 128 (64 is DeepSeekFp8's); "depends on the kernel internals" upstream
 
@@ -92,14 +93,6 @@ class FlashInferRoutedMXFP8Weight:
         return self.data.shape[0]
 
 
-def _check_canonical(weight, name: str, *, stacked: bool) -> None:
-    if not isinstance(weight, MXFP8Tensor):
-        raise MXFP8InputError(f"{name}: expected a megatron_mxfp8_moe MXFP8Tensor, got {type(weight).__name__}")
-    if weight.is_stacked != stacked:
-        want = "a stack [E, M, K]" if stacked else "one expert [M, K]"
-        raise MXFP8InputError(f"{name}: expected {want}, got shape {tuple(weight.shape)}")
-
-
 def _pack_routed(data: torch.Tensor, logical_scales: torch.Tensor, *, gated: bool, padded_rows: int,
                  padded_cols: int) -> tuple[torch.Tensor, torch.Tensor]:
     """data fp8 ``[E, M, K]`` + uint8 ``[E, M, K/32]`` -> (uint8 ``[E, Pr, Pc]``, uint8 ``[E, Pr, Pc/32]``)."""
@@ -127,7 +120,7 @@ def prepare_routed_mxfp8_weights(
     A different expert count, shape, ``gated`` or device raises MXFP8InputError before any byte is written.
     Returns data fp8 ``[E, Pr, Pc]`` and scale uint8 ``[E, Pr, Pc / 32]`` (see the module docstring).
     """
-    _check_canonical(weight, "weight", stacked=True)
+    check_canonical(weight, "weight", stacked=True)
     experts, rows, cols = weight.shape
     padded_rows = padded_fc_rows(rows, gated=gated)
     padded_cols = round_up(cols)
@@ -215,16 +208,4 @@ def attach_routed_mxfp8_writeback(
     place (same ``data_ptr()``s, same bytes as a fresh prepare). Works after ``weight.release_storage_()`` too
     (the hook gets the temporaries). Returns a function that detaches the hook.
     """
-    _check_canonical(weight, "weight", stacked=False)
-    if tuple(weight.shape) != (routed.logical_rows, routed.logical_cols):
-        raise MXFP8InputError(
-            f"weight: shape must be ({routed.logical_rows}, {routed.logical_cols}) to match the routed stack, "
-            f"got {tuple(weight.shape)}"
-        )
-    if not 0 <= expert < routed.num_experts:
-        raise MXFP8InputError(f"expert: must be in [0, {routed.num_experts}), got {expert}")
-
-    def _repack(_tensor: MXFP8Tensor, data: torch.Tensor, scale: torch.Tensor) -> None:
-        repack_routed_mxfp8_expert_(routed, expert, data, scale)
-
-    return weight.register_write_hook(_repack)
+    return attach_expert_writeback(weight, routed, expert, repack_routed_mxfp8_expert_, "routed")
