@@ -312,15 +312,16 @@ def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, prog
     bar = _progress_bar(total, progress)
     applied: list[str] = []  # module paths written completely, in order
     group: list[tuple[Any, Any]] = []
+    group_found: list = []  # validator.resolve() of each group entry, handed to plan() (resolved once)
     group_path: Optional[str] = None
     pending_skips: list[str] = []
 
     def flush() -> None:
-        nonlocal group, group_path
+        nonlocal group, group_found, group_path
         if not group:
             return
-        plan = validator.plan(group, finite_on_device=True)
-        group, group_path = [], None
+        plan = validator.plan(group, finite_on_device=True, resolved=group_found)
+        group, group_found, group_path = [], [], None
         _apply_plan(plan, bar, applied)
         totals.add(plan)
         applied.extend(plan.module_paths)
@@ -344,6 +345,7 @@ def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, prog
                     )
                 group_path = path
             group.append((name, source))
+            group_found.append(resolved)
         flush()
     except RefitError as error:
         if not getattr(error, "applied_modules", None):

@@ -432,15 +432,17 @@ class RefitValidator:
             raise refit_error(name, f"quantizer backend {self.backend!r} cannot run on {device}: {error}") from error
         self._checked_backends.add(device)
 
-    def plan(self, entries: Iterable[tuple[Any, Any]], *, finite_on_device: bool = False) -> RefitPlan:
+    def plan(self, entries: Iterable[tuple[Any, Any]], *, finite_on_device: bool = False,
+             resolved: Optional[Sequence] = None) -> RefitPlan:
         """Validate ``entries`` (name, source) as ONE batch and return its plan; writes nothing.
 
         Every entry is resolved and checked first; then the NaN/Inf check of the logical sources runs: on the
         host (one multi-tensor reduction and one host sync per device and dtype), or, with
-        ``finite_on_device`` and a plan that allows it (``_device_check_possible``), not here: the plan is
-        marked ``finite_on_device`` and ``apply.py`` scans on the device and writes with abort-predicated
-        kernels. Names that are skipped under ``strict=False`` go to ``plan.skipped``. Raises RefitError
-        naming the first offending entry.
+        ``finite_on_device`` and a plan that allows it (``_device_check_possible``), on the device: scans are
+        launched chunk by chunk while the entries are validated (``device_check.py``), the plan is marked
+        ``finite_on_device``, and ``apply.py`` writes with kernels predicated on the scans' flag. Names that are skipped under ``strict=False`` go to ``plan.skipped``. Raises RefitError
+        naming the first offending entry. ``resolved``: ``resolve(name)`` of every entry, when the caller has
+        it already (a stream groups its entries by module that way); not None for any of them.
         """
         writes: list[PlannedWrite] = []
         skipped: list[str] = []
@@ -453,8 +455,9 @@ class RefitValidator:
         scan: Optional[DeviceScan] = None
         scan_capacity = len(entries) if finite_on_device and hasattr(entries, "__len__") else 0
         last_stack = last_dtype = last_key = last_batch = None  # the batch of the previous entry
+        found_ahead = iter(resolved) if resolved is not None else None
         for name, source in entries:
-            found = lookup(name)
+            found = lookup(name) if found_ahead is None else next(found_ahead)
             if found is None:
                 found = self.resolve(name)
                 if found is None:
