@@ -14,7 +14,9 @@ the canonical storage itself; other backends' write hooks repack theirs) when im
 canonical stacks (a module
 exposing ``mxfp8_weights()`` over one ExpertSet-like stack pair, no hooks). Rows: refit from a mapping, from a
 stream, a mapping of two stacked ``[E, M, K]`` tensors (``linear_fc1.weight`` without an index), and a
-``quantize_`` loop without validation; on CUDA also the GPU passes alone (the floor of the fast path).
+``quantize_`` loop without validation; on CUDA also the GPU passes alone for stacked and per-expert sources
+(NaN/Inf scan only, predicated quantize only, both = the floor of the fast path) and, with ``--knobs``, a sweep of their tuning
+knobs.
 
 Usage: ``python bench/refit.py --out DIR`` (default ``$OUT`` or ``./bench_out``); writes ``refit.md`` and
 ``refit.json``. ``--experts 4 --device cpu`` gives a quick smoke run.
@@ -34,6 +36,7 @@ import time
 import torch
 
 from megatron_mxfp8_moe import MXFP8Tensor
+from megatron_mxfp8_moe.quant import triton as qt
 from megatron_mxfp8_moe.refit import refit_experts
 
 HIDDEN = 2048  # H
@@ -111,6 +114,74 @@ def _host_validation_ms(module, sources, reps: int) -> float:
     return statistics.median(samples)
 
 
+# Bytes per weight a GPU pass moves itself: the scan reads 2, the quantizer reads 2 and writes 1 + 1/32.
+PASS_BYTES = {"scan": 2.0, "quantize": 2 + 1 + 1 / 32, "floor": 2 + 2 + 1 + 1 / 32}
+
+
+def gpu_passes(stacks: "CanonicalStacks", fc1, fc2, device, args, refit_bytes: float, copy_gbps: float):
+    """Rows timing the GPU passes without any validation, for stacked and per-expert (table) sources: the NaN/Inf
+    scan alone, the abort-predicated quantize alone, and both (the floor); plus a sweep of the kernels' tuning
+    knobs (rows of the second table)."""
+    from megatron_mxfp8_moe.quant import triton as quant
+
+    experts = fc1.shape[0]
+    flags = torch.zeros(1 + 2 * experts, dtype=torch.int32, device=device)
+    per_expert = (list(fc1.unbind(0)), list(fc2.unbind(0)))
+    slots = list(range(experts))
+    elements = fc1.numel() + fc2.numel()
+
+    def scan(stacked: bool, **knob):
+        flags.zero_()
+        if stacked:
+            quant.scan_nonfinite_triton([fc1], flags, **knob)
+            quant.scan_nonfinite_triton([fc2], flags, first_entry=1, **knob)
+        else:
+            quant.scan_nonfinite_triton(per_expert[0], flags, **knob)
+            quant.scan_nonfinite_triton(per_expert[1], flags, first_entry=experts, **knob)
+
+    def write(stacked: bool, **knob):
+        for stack, source, sources in ((stacks.fc1, fc1, per_expert[0]), (stacks.fc2, fc2, per_expert[1])):
+            if stacked:
+                quant.quantize_into_triton(source, stack.data, stack.scale, abort=flags[:1], **knob)
+            else:
+                quant.quantize_experts_into_triton(sources, slots, stack.data, stack.scale, abort=flags[:1], **knob)
+
+    def row(variant: str, kind: str, function) -> dict:
+        samples = time_ms(function, device, args.reps, args.warmup)
+        result = _row("", variant, samples, refit_bytes, copy_gbps)
+        result["pass_GBps"] = elements * PASS_BYTES[kind] / (result["median_ms"] * 1e-3) / 1e9
+        result["pass_fraction_of_copy"] = result["pass_GBps"] / copy_gbps
+        return result
+
+    rows = []
+    for stacked, label in ((True, "2 stacked [E, M, K] sources"), (False, f"{2 * experts} per-expert sources (tables)")):
+        rows += [
+            row(f"GPU floor, {label}: scan + 2 predicated quantize launches, no Python", "floor",
+                lambda stacked=stacked: (scan(stacked), write(stacked))),
+            row(f"GPU, {label}: 2 predicated quantize launches only", "quantize", lambda stacked=stacked: write(stacked)),
+            row(f"GPU, {label}: NaN/Inf scan only (2 launches)", "scan", lambda stacked=stacked: scan(stacked)),
+        ]
+    sweep = []
+    if not args.knobs:
+        return rows, sweep
+    for stacked in (True, False):
+        for block in (1024, 2048, 4096):
+            for iterations in (4, 8, 32):
+                for warps in (4, 8):
+                    knob = {"block": block, "iterations": iterations, "num_warps": warps}
+                    sweep.append(dict(row(f"scan, {'stacked' if stacked else 'tables'}", "scan",
+                                          lambda stacked=stacked, knob=knob: scan(stacked, **knob)), knobs=knob))
+    for warps in (4, 8):
+        knob = {"num_warps": warps}
+        sweep.append(dict(row("quantize, stacked", "quantize", lambda knob=knob: write(True, **knob)), knobs=knob))
+    for row_tiles in (1, 2, 4):
+        for warps in (4, 8):
+            knob = {"row_tiles": row_tiles, "num_warps": warps}
+            sweep.append(dict(row("quantize, tables", "quantize", lambda knob=knob: write(False, **knob)), knobs=knob))
+    return rows, sweep
+
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"), help="output folder (default $OUT)")
@@ -118,6 +189,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--knobs", action="store_true", help="also sweep the GPU passes' tuning knobs (CUDA)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     out_dir = pathlib.Path(args.out)
@@ -157,8 +229,8 @@ def main(argv=None) -> int:
                     weights[name].quantize_(source)
 
         variants = [
-            ("refit_experts(mapping of 256 per-expert tensors)", lambda: refit_experts(module, sources, progress=False)),
-            ("refit_experts(stream of 256 per-expert tensors)",
+            (f"refit_experts(mapping of {len(sources)} per-expert tensors)", lambda: refit_experts(module, sources, progress=False)),
+            (f"refit_experts(stream of {len(sources)} per-expert tensors)",
              lambda: refit_experts(module, iter(sources.items()), progress=False)),
             ("refit_experts(mapping of 2 stacked [E, M, K] tensors)",
              lambda: refit_experts(module, stacked, progress=False)),
@@ -170,32 +242,10 @@ def main(argv=None) -> int:
         rows[-4]["host_validation_ms"] = _host_validation_ms(module, sources, args.reps)
         rows[-2]["host_validation_ms"] = _host_validation_ms(module, stacked, args.reps)
 
-    if device.type == "cuda":  # the GPU work of the fast path alone, on the bare stacks: its floor
-        stacks = targets[0][1]
-        flags = torch.zeros(1 + len(sources), dtype=torch.int32, device=device)
-        fc1_sources, fc2_sources = list(fc1.unbind(0)), list(fc2.unbind(0))
-        slots = list(range(args.experts))
-
-        def scan():
-            from megatron_mxfp8_moe.quant.triton import scan_nonfinite_triton
-
-            flags.zero_()
-            scan_nonfinite_triton(fc1_sources, flags)
-            scan_nonfinite_triton(fc2_sources, flags, first_entry=len(fc1_sources))
-
-        def write():
-            from megatron_mxfp8_moe.quant.triton import quantize_experts_into_triton
-
-            for stack, stack_sources in ((stacks.fc1, fc1_sources), (stacks.fc2, fc2_sources)):
-                quantize_experts_into_triton(stack_sources, slots, stack.data, stack.scale, abort=flags[:1])
-
-        for variant, function in (
-            ("GPU floor: scan + 2 predicated quantize launches, no Python", lambda: (scan(), write())),
-            ("GPU: 2 quantize launches only (no NaN/Inf check)", write),
-            ("GPU: NaN/Inf scan only", scan),
-        ):
-            samples = time_ms(function, device, args.reps, args.warmup)
-            rows.append(_row(targets[0][0], variant, samples, refit_bytes, copy_gbps))
+    knobs = []
+    if device.type == "cuda":  # the GPU passes of the fast path alone, on the bare stacks: its floor
+        gpu_rows, knobs = gpu_passes(targets[0][1], fc1, fc2, device, args, refit_bytes, copy_gbps)
+        rows += [dict(row, target=targets[0][0]) for row in gpu_rows]
 
     result = {
         "layer": {"experts": args.experts, "fc1": [2 * INTERMEDIATE, HIDDEN], "fc2": [HIDDEN, INTERMEDIATE],
@@ -204,7 +254,7 @@ def main(argv=None) -> int:
         "copy": {"median_ms": copy_ms, "GBps": copy_gbps, "bytes_per_call": 4 * elements},
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "reps": args.reps, "warmup": args.warmup, "real_layer": layer_note,
-        "rows": rows,
+        "rows": rows, "knobs": knobs,
     }
     (out_dir / "refit.json").write_text(json.dumps(result, indent=2))
     lines = [
@@ -217,19 +267,38 @@ def main(argv=None) -> int:
         "",
         "The refit reads its source twice: the NaN/Inf scan (2 B per weight) runs before any byte is written "
         "(atomic), then the quantizer reads again and writes (3.03 B per weight). With both passes at the copy "
-        "rate the fraction would be 3.03 / 5.03 = 0.60; the GPU-floor rows below time the passes alone.",
+        "rate the fraction would be 3.03 / 5.03 = 0.60; the GPU rows below time the passes alone. \"pass GB/s\" "
+        "counts the bytes a pass moves itself (scan 2 B, quantize 3.03 B, floor 5.03 B per weight).",
         "",
-        "| target | variant | median ms | min ms | refit GB/s | fraction of copy bandwidth | host plan ms |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| target | variant | median ms | min ms | refit GB/s | fraction of copy bandwidth | host plan ms | pass GB/s "
+        "| pass / copy |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def cell(row, key, digits):
+        return f"{row[key]:.{digits}f}" if key in row else ""
+
     lines += [
         f"| {row['target']} | {row['variant']} | {row['median_ms']:.3f} | {row['min_ms']:.3f} | "
-        f"{row['refit_GBps']:.1f} | {row['fraction_of_copy']:.3f} | "
-        f"{row['host_validation_ms']:.3f} |" if "host_validation_ms" in row else
-        f"| {row['target']} | {row['variant']} | {row['median_ms']:.3f} | {row['min_ms']:.3f} | "
-        f"{row['refit_GBps']:.1f} | {row['fraction_of_copy']:.3f} | |"
+        f"{row['refit_GBps']:.1f} | {row['fraction_of_copy']:.3f} | {cell(row, 'host_validation_ms', 3)} | "
+        f"{cell(row, 'pass_GBps', 1)} | {cell(row, 'pass_fraction_of_copy', 3)} |"
         for row in rows
     ]
+    if knobs:
+        lines += [
+            "",
+            f"Tuning knobs of the GPU passes (`quant/triton.py`; defaults of this run: scan block {qt._SCAN_BLOCK} words, "
+            f"{qt._SCAN_ITERATIONS} iterations, {qt._SCAN_WARPS} warps; quantize stacked {qt._STACK_WARPS} warps, tables "
+            f"{qt._TABLE_ROW_TILES} row tiles and {qt._TABLE_WARPS} warps):",
+            "",
+            "| pass | knobs | median ms | pass GB/s | pass / copy |",
+            "|---|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {row['variant']} | {' '.join(f'{key}={value}' for key, value in row['knobs'].items())} | "
+            f"{row['median_ms']:.3f} | {row['pass_GBps']:.1f} | {row['pass_fraction_of_copy']:.3f} |"
+            for row in knobs
+        ]
     (out_dir / "refit.md").write_text("\n".join(lines) + "\n")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

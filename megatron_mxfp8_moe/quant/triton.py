@@ -18,7 +18,29 @@ from ..format.swizzle import padded_scale_shape
 
 _BLOCK_M = 32
 _BLOCK_K = 128
-_SCAN_BLOCK = 8192  # elements per program of the NaN/Inf scan
+_STACK_WARPS = 4  # warps per program of the stacked-source quantize (measured at the copy rate, PERFORMANCE.md 1)
+# The table quantize: 32-row tiles per program (one address load for all of them) and warps per program. Run 7
+# (H200, bench/refit.py knob sweep): 1 x 4 warps 0.569 ms, 4 x 8 warps 0.582 ms for fc1 + fc2 of one layer; all
+# six settings within 3%, so the simplest one.
+_TABLE_ROW_TILES = 1
+_TABLE_WARPS = 4
+# NaN/Inf scan (``nonfinite_scan_kernel``): words per program and iteration, full blocks per program, warps.
+# Run 7 sweep: every setting of block 1024-2048 / 4-8 iterations within 2% (stacked 0.30-0.31 ms, 93-95% of copy).
+_SCAN_BLOCK = 2048
+_SCAN_ITERATIONS = 8
+_SCAN_WARPS = 4
+# source dtype -> (word dtype, EXPONENT, EXPONENT_ONE, CARRY as a signed int32) of the scan's 32-bit words
+_SCAN_WORDS = {
+    torch.bfloat16: (torch.int32, 0x7F807F80, 0x00800080, 0x80008000 - (1 << 32)),
+    torch.float16: (torch.int32, 0x7C007C00, 0x04000400, 0x80008000 - (1 << 32)),
+    torch.float32: (torch.int32, 0x7F800000, 0x00800000, 0x80000000 - (1 << 32)),
+}
+# ... and of 16-bit words (sources not 4-byte aligned); the kernel widens them to int32 (sign-extended)
+_SCAN_HALF_WORDS = {
+    torch.bfloat16: (torch.int16, 0x7F80, 0x0080, 0x8000),
+    torch.float16: (torch.int16, 0x7C00, 0x0400, 0x8000),
+    torch.float32: (torch.int32, 0x7F800000, 0x00800000, 0x80000000 - (1 << 32)),
+}
 
 
 def _interpreting() -> bool:
@@ -37,12 +59,13 @@ def triton_quantizer_support(device: torch.device) -> tuple[bool, str]:
 
 
 def quantize_into_triton(
-    source: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, *, abort: Optional[torch.Tensor] = None
+    source: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, *, abort: Optional[torch.Tensor] = None,
+    num_warps: int = _STACK_WARPS,
 ) -> None:
     """Quantize ``source`` ``[M, K]``/``[E, M, K]`` into ``data`` (e4m3, same shape, contiguous) and
     ``scale`` (swizzled ``[Mp*Cp]``/``[E, Mp*Cp]``, contiguous), in one launch without a host sync.
     ``abort``: optional device int32 ``[1]``; nonzero when the kernel runs = nothing written. Inputs are
-    assumed checked."""
+    assumed checked. ``num_warps``: a tuning knob."""
     ok, reason = triton_quantizer_support(data.device)
     if not ok:
         raise BackendUnavailableError(reason)
@@ -74,6 +97,7 @@ def quantize_into_triton(
         BLOCK_K=_BLOCK_K,
         USE_TABLE=False,
         CHECK_ABORT=abort is not None,
+        num_warps=num_warps,
     )
 
 
@@ -97,11 +121,14 @@ def quantize_experts_into_triton(
     scale: torch.Tensor,
     *,
     abort: Optional[torch.Tensor] = None,
+    row_tiles: int = _TABLE_ROW_TILES,
+    num_warps: int = _TABLE_WARPS,
 ) -> None:
     """Quantize ``n`` separate contiguous ``[M, K]`` sources (one dtype, on ``data``'s device) into expert slots
     ``experts`` (``n`` ints) of the stack ``data`` ``[E, M, K]`` / ``scale`` ``[E, Mp*Cp]``, in ONE kernel
     launch and without a host sync. ``abort``: optional device int32 ``[1]``; while it holds a nonzero value
-    when the kernel runs, nothing is written. Inputs are assumed checked."""
+    when the kernel runs, nothing is written. ``row_tiles`` (32-row tiles per program) and ``num_warps`` are
+    tuning knobs. Inputs are assumed checked."""
     ok, reason = triton_quantizer_support(data.device)
     if not ok:
         raise BackendUnavailableError(reason)
@@ -114,7 +141,7 @@ def quantize_experts_into_triton(
     pointers = [source.data_ptr() for source in sources]
     addresses = device_table(pointers, torch.int64, data.device)
     experts = device_table(list(experts), torch.int32, data.device)
-    grid = (triton.cdiv(rows, _BLOCK_M), triton.cdiv(cols, _BLOCK_K), len(sources))
+    grid = (triton.cdiv(rows, _BLOCK_M * row_tiles), triton.cdiv(cols, _BLOCK_K), len(sources))
     mxfp8_quantize_swizzle_kernel[grid](
         sources[0],
         addresses,
@@ -133,29 +160,55 @@ def quantize_experts_into_triton(
         USE_TABLE=True,
         CHECK_ABORT=abort is not None,
         ALIGNED=_aligned(pointers, cols * sources[0].element_size()),
+        ROW_TILES=row_tiles,
+        num_warps=num_warps,
     )
 
 
-def scan_nonfinite_triton(sources, flags: torch.Tensor, first_entry: int = 0) -> None:
+def _scan_words(source: torch.Tensor, pointers: Sequence[int]) -> tuple[torch.dtype, int, int, int]:
+    """(word dtype, EXPONENT, EXPONENT_ONE, CARRY) of ``nonfinite_scan_kernel`` for sources shaped and typed
+    like ``source`` at ``pointers``: int32 words (two 16-bit values or one fp32) when every source starts
+    4-byte aligned and is a whole number of words, else int16 words (one 16-bit value each)."""
+    if source.dtype not in _SCAN_WORDS:
+        raise TypeError(f"scan_nonfinite_triton: sources must be bf16/fp16/fp32, got {source.dtype}")
+    if (source.numel() * source.element_size()) % 4 == 0 and all(pointer % 4 == 0 for pointer in pointers):
+        return _SCAN_WORDS[source.dtype]
+    return _SCAN_HALF_WORDS[source.dtype]
+
+
+def scan_grid(words: int, entries: int, *, block: int = _SCAN_BLOCK, iterations: int = _SCAN_ITERATIONS):
+    """Grid of ``nonfinite_scan_kernel`` for ``entries`` sources of ``words`` words: (programs, entries)."""
+    return (max(1, -(-(words // block) // iterations)), entries)
+
+
+def scan_nonfinite_triton(sources, flags: torch.Tensor, first_entry: int = 0, *, block: int = _SCAN_BLOCK,
+                          iterations: int = _SCAN_ITERATIONS, num_warps: int = _SCAN_WARPS) -> None:
     """Flag the sources holding NaN/Inf, on the device, in ONE launch and without a host sync.
 
     ``sources``: ``n`` contiguous tensors of one dtype (bf16/fp16/fp32) and one element count, on ``flags``'
     device. ``flags``: int32 ``[1 + entries]``, zeroed by the caller; this sets ``flags[0]`` and
     ``flags[1 + first_entry + i]`` to 1 when source ``i`` holds a non-finite value, and stores nothing else.
+    One source is read through its own pointer, several through a device table of addresses. ``block`` (words
+    per program and iteration, a power of two), ``iterations`` (full blocks per program) and ``num_warps`` are
+    tuning knobs (the defaults are the tuned ones).
     """
     ok, reason = triton_quantizer_support(flags.device)
     if not ok:
         raise BackendUnavailableError(reason)
     if not sources:
         return
-    import triton
-
     from ._triton_quant_kernel import nonfinite_scan_kernel
 
-    numel = sources[0].numel()
     pointers = [source.data_ptr() for source in sources]
-    addresses = device_table(pointers, torch.int64, flags.device)
-    grid = (triton.cdiv(numel, _SCAN_BLOCK), len(sources))
-    nonfinite_scan_kernel[grid](sources[0], addresses, flags, numel, first_entry, BLOCK=_SCAN_BLOCK,
-                                ALIGNED=_aligned(pointers, 16), num_warps=8)
-
+    word, exponent, exponent_one, carry = _scan_words(sources[0], pointers)
+    words = sources[0].numel() * sources[0].element_size() // word.itemsize
+    if len(sources) == 1:
+        source = sources[0].reshape(-1).view(word)
+        table, aligned = source, False  # no table: the argument's own alignment is specialized on
+    else:
+        source = flags if word == torch.int32 else flags.view(torch.int16)  # gives the word type only
+        table, aligned = device_table(pointers, torch.int64, flags.device), _aligned(pointers, 16)
+    nonfinite_scan_kernel[scan_grid(words, len(sources), block=block, iterations=iterations)](
+        source, table, flags, words, first_entry, iterations, EXPONENT=exponent, EXPONENT_ONE=exponent_one,
+        CARRY=carry, BLOCK=block, USE_TABLE=len(sources) > 1, ALIGNED=aligned, num_warps=num_warps,
+    )

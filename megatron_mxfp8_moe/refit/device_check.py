@@ -1,6 +1,7 @@
 """The refit's NaN/Inf check on the device, launched while the batch is still being validated on the host.
 
-validate (host, per entry) --every CHUNK sources of a stack--> ``scan_nonfinite_triton`` (device flags, no sync)
+validate (host, per entry) --every CHUNK sources of a stack, or one large (stacked) source at once-->
+  ``scan_nonfinite_triton`` (device flags, no sync)
   -> apply: quantize kernels predicated on ``flags[0]`` -> ONE host sync reads the flags.
 
 A scan writes only its flags, so launching it before the rest of the batch is validated is harmless: when
@@ -16,27 +17,44 @@ from typing import Any, Optional
 import torch
 
 CHUNK = 64  # sources per scan launch: few launches, yet the first one starts early
+EAGER_NUMEL = 1 << 24  # a source of at least this many elements (e.g. a stacked [E, M, K] one) launches at once
+_MIN_FLAGS = 1024  # a flags buffer holds at least this many int32
+
+# Per device: an all-zero flags buffer that no scan uses (taken by a DeviceScan, given back by ``first_bad`` once
+# its host sync showed nothing was set), so that a call costs neither an allocation nor a zero-fill launch.
+_IDLE_FLAGS: dict[torch.device, torch.Tensor] = {}
+
+
+def _take_flags(count: int, device: torch.device) -> torch.Tensor:
+    buffer = _IDLE_FLAGS.pop(device, None)
+    if buffer is None or buffer.numel() < count:
+        buffer = torch.zeros(max(count, _MIN_FLAGS), dtype=torch.int32, device=device)
+    return buffer
 
 
 class DeviceScan:
     """NaN/Inf flags for up to ``capacity`` sources on ``device``, filled by scans launched chunk by chunk.
 
     ``flags``: int32 ``[1 + capacity]`` on the device, zeroed: ``flags[0]`` = any scanned source is bad,
-    ``flags[1 + k]`` = the k-th scanned source (``order[k]`` is its write) is bad. Not thread-safe.
+    ``flags[1 + k]`` = the k-th scanned source (``order[k]`` is its write) is bad. It is a view of a cached
+    per-device buffer that ``first_bad`` gives back when nothing was flagged (the next scan reuses it), so it
+    is only meaningful until then. Not thread-safe.
     """
 
     def __init__(self, capacity: int, device: torch.device):
         self.device = device
-        self.flags = torch.zeros(1 + capacity, dtype=torch.int32, device=device)
+        self._buffer = _take_flags(1 + capacity, device)
+        self.flags = self._buffer[:1 + capacity]
         self.order: list[Any] = []  # writes, in flag order
-        self._pending: dict[Any, tuple[list, list]] = {}  # batch key -> (writes, sources) not yet scanned
+        self._pending: dict[Any, tuple[list, list, int]] = {}  # batch key -> (writes, sources, launch size)
         self._capacity = capacity
         self._count = 0  # sources queued or scanned
         self.valid = True  # False once a source did not fit (other device, over capacity): use the host check
 
     def add(self, key: Any, write: Any, source: torch.Tensor) -> None:
         """Queue ``source`` (contiguous, on ``device``) of ``write``; sources sharing ``key`` share dtype, size
-        and device (one stack), so the device is checked once per key and chunk."""
+        and device (one stack), so the device is checked once per key and chunk. A key's queue is launched at
+        ``CHUNK`` sources, or at once for a source of ``EAGER_NUMEL`` elements or more."""
         if not self.valid:
             return
         pending = self._pending.get(key)
@@ -44,14 +62,15 @@ class DeviceScan:
             if source.device != self.device:
                 self.valid = False
                 return
-            pending = self._pending[key] = ([], [])
+            # the queue's launch size: CHUNK sources, or 1 for large ones (a key's sources share their size)
+            pending = self._pending[key] = ([], [], 1 if source.numel() >= EAGER_NUMEL else CHUNK)
         if self._count >= self._capacity:
             self.valid = False
             return
         self._count += 1
         pending[0].append(write)
         pending[1].append(source)
-        if len(pending[1]) >= CHUNK:
+        if len(pending[1]) >= pending[2]:
             self._launch(key)
 
     def finish(self) -> Optional[torch.Tensor]:
@@ -61,9 +80,11 @@ class DeviceScan:
         return self.flags if self.valid else None
 
     def first_bad(self, writes) -> Any:
-        """Host sync: the bad write that comes first in ``writes`` (the plan's entry order), or None."""
+        """Host sync: the bad write that comes first in ``writes`` (the plan's entry order), or None (then the
+        flags buffer, still all zero and no longer used by any kernel, goes back to the per-device cache)."""
         flags = self.flags.tolist()
         if not flags[0]:
+            _IDLE_FLAGS[self.device] = self._buffer
             return None
         bad = {id(self.order[k]) for k, flag in enumerate(flags[1:len(self.order) + 1]) if flag}
         return next(write for write in writes if id(write) in bad)
@@ -71,9 +92,9 @@ class DeviceScan:
     def _launch(self, key: Any) -> None:
         from ..quant.triton import scan_nonfinite_triton
 
-        writes, sources = self._pending.pop(key)
+        writes, sources, _ = self._pending.pop(key)
         scan_nonfinite_triton(sources, self.flags, first_entry=len(self.order))
         self.order += writes
 
 
-__all__ = ["CHUNK", "DeviceScan"]
+__all__ = ["CHUNK", "EAGER_NUMEL", "DeviceScan"]

@@ -32,6 +32,7 @@ NaN scale byte, duplicate target).
 from __future__ import annotations
 
 import dataclasses
+import operator
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional, Union
@@ -104,12 +105,22 @@ class _Target:
 _TABLES: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[dict, dict]]" = weakref.WeakKeyDictionary()
 
 
-def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -> dict:
+def _cached_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -> Optional[dict]:
+    """The cached lookup table of ``module`` when ``weights`` holds the same names, in the same order, mapped
+    to the same objects as when it was built; else None."""
     cached = _TABLES.get(module)
-    if cached is not None:
-        old, table = cached
-        if len(old) == len(weights) and all(old.get(name) is value for name, value in weights.items()):
-            return table
+    if cached is None:
+        return None
+    old, table = cached
+    if len(old) == len(weights) and list(old) == list(weights) and all(
+        map(operator.is_, old.values(), weights.values())
+    ):
+        return table
+    return None
+
+
+def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -> dict:
+    """Local name -> ``_Target`` for ``weights`` (checked to be MXFP8Tensors), cached per module."""
     table = {}
     for name, target in weights.items():
         parsed = parse_expert_weight_name(name)
@@ -294,13 +305,16 @@ class RefitValidator:
         weights = module.mxfp8_weights()
         if not isinstance(weights, Mapping):
             raise refit_error(name, f"{label}: mxfp8_weights() must return a dict, got {type(weights).__name__}")
-        for key, value in weights.items():
-            if not isinstance(value, MXFP8Tensor):
-                raise refit_error(
-                    name, f"{label}: mxfp8_weights()[{key!r}] must be a megatron_mxfp8_moe.MXFP8Tensor, "
-                    f"got {type(value).__name__}"
-                )
-        info = ExpertsModule(path, module, num_local, offset, weights, _lookup_table(module, weights))
+        table = _cached_table(module, weights)  # a hit: the same objects as last time, checked then
+        if table is None:
+            for key, value in weights.items():
+                if not isinstance(value, MXFP8Tensor):
+                    raise refit_error(
+                        name, f"{label}: mxfp8_weights()[{key!r}] must be a megatron_mxfp8_moe.MXFP8Tensor, "
+                        f"got {type(value).__name__}"
+                    )
+            table = _lookup_table(module, weights)
+        info = ExpertsModule(path, module, num_local, offset, weights, table)
         self._experts[path] = info
         return info
 
@@ -464,7 +478,10 @@ class RefitValidator:
                     skipped.append(name)
                     continue
             info, hit = found
-            if hit.whole or hit.key in claimed_here or (claimed and hit.key in claimed):
+            if (
+                not claimed_here.keys().isdisjoint(hit.keys) or not claimed.keys().isdisjoint(hit.keys)
+                if hit.whole else hit.key in claimed_here or (claimed and hit.key in claimed)
+            ):
                 for key in hit.keys if hit.whole else (hit.key,):
                     previous = claimed_here.get(key) or claimed.get(key)
                     if previous is not None:

@@ -97,6 +97,69 @@ def _interpreted_scan_flags_exactly_the_bad_sources():
         assert clean.tolist() == [0, 0, 0], (dtype, clean.tolist())
 
 
+def _interpreted_scan_edges():
+    """The scan on raw bits: one source without a table, loops of several blocks (small ``block``), the partial
+    last block, the very last element and the last table entry, sources not 4-byte aligned (16-bit words), and
+    the largest finite values and subnormals, which are not flagged."""
+    from megatron_mxfp8_moe.quant.triton import scan_nonfinite_triton
+
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        finfo = torch.finfo(dtype)
+        shape = (E, 40, K)  # 11520 values: whole blocks and a partial last one, for both knob sets
+        numel = E * 40 * K
+        # one source (read through its own pointer) with the default knobs; a table with several blocks per program
+        for count, knobs in ((1, {}), (3, {"block": 256, "iterations": 3})):
+            sources = [torch.randn(shape, dtype=dtype) for _ in range(count)]
+            for position, value in ((0, float("-inf")), (numel // 2 + 5, float("inf")), (numel - 1, float("nan"))):
+                bad = [source.clone() for source in sources]
+                bad[-1].view(-1)[position] = value
+                flags = torch.zeros(1 + count, dtype=torch.int32)
+                scan_nonfinite_triton(bad, flags, **knobs)
+                assert flags.tolist() == [1] + [0] * (count - 1) + [1], (dtype, knobs, count, position, value)
+            edge = torch.full(shape, finfo.max, dtype=dtype)
+            edge[0, 0, 1], edge[1, 2, 3], edge[2, 3, 4] = -finfo.max, finfo.tiny / 4, -0.0
+            flags = torch.zeros(1 + count, dtype=torch.int32)
+            scan_nonfinite_triton([edge] * count, flags, **knobs)
+            assert flags.tolist() == [0] * (1 + count), (dtype, knobs, flags.tolist())
+        storage = torch.randn(2 * M * K + 1, dtype=dtype)
+        odd = [storage[1:1 + M * K], storage[1 + M * K:]]  # odd element offsets: 2-byte aligned only
+        odd[1][-1] = float("nan")
+        for sources, expected in ((odd, [1, 0, 1]), (odd[1:], [1, 1])):
+            flags = torch.zeros(len(expected), dtype=torch.int32)
+            scan_nonfinite_triton(sources, flags)
+            assert flags.tolist() == expected, (dtype, flags.tolist())
+
+
+def _interpreted_quantize_knobs_and_abort():
+    """Both quantize forms, every ``row_tiles`` (rows not a multiple of a program's rows): an abort flag leaves
+    every byte as it was; without it the scale bytes equal the reference quantizer's."""
+    from megatron_mxfp8_moe.quant.triton import quantize_experts_into_triton, quantize_into_triton
+
+    generator = torch.Generator().manual_seed(4)
+    rows = 160  # 5 tiles of 32 rows; the scale layout pads it to 256
+    stack = quantize_mxfp8(torch.randn(E, rows, K, generator=generator, dtype=torch.bfloat16), backend="reference")
+    sources = [torch.randn(rows, K, generator=generator, dtype=torch.bfloat16) for _ in range(E)]
+    for row_tiles in (1, 2, 4):  # (num_warps means nothing to the interpreter)
+        before = _bytes(stack)
+        quantize_experts_into_triton(sources, [2, 0, 1], stack.data, stack.scale,
+                                     abort=torch.ones(1, dtype=torch.int32), row_tiles=row_tiles)
+        assert all(torch.equal(a, b) for a, b in zip(before, _bytes(stack))), f"aborted write: {row_tiles}"
+        quantize_experts_into_triton(sources, [2, 0, 1], stack.data, stack.scale,
+                                     abort=torch.zeros(1, dtype=torch.int32), row_tiles=row_tiles)
+        for slot, source in zip((2, 0, 1), sources):
+            reference = quantize_mxfp8(source, backend="reference")
+            assert torch.equal(stack.scale[slot].view(torch.uint8), reference.scale.view(torch.uint8)), row_tiles
+        stack.data.view(torch.uint8).zero_()
+        stack.scale.view(torch.uint8).zero_()
+    stacked = torch.randn(E, rows, K, generator=generator, dtype=torch.bfloat16)
+    before = _bytes(stack)
+    quantize_into_triton(stacked, stack.data, stack.scale, abort=torch.ones(1, dtype=torch.int32))
+    assert all(torch.equal(a, b) for a, b in zip(before, _bytes(stack))), "an aborted stacked write wrote bytes"
+    quantize_into_triton(stacked, stack.data, stack.scale, abort=torch.zeros(1, dtype=torch.int32))
+    reference = quantize_mxfp8(stacked, backend="reference")
+    assert torch.equal(stack.scale.view(torch.uint8), reference.scale.view(torch.uint8))
+
+
 def _interpreted_abort_flag_predicates_every_store():
     generator = torch.Generator().manual_seed(1)
     stack = quantize_mxfp8(torch.randn(E, M, K, generator=generator, dtype=torch.bfloat16), backend="reference")
@@ -169,7 +232,7 @@ def test_device_check_kernels_under_the_triton_interpreter():
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for name in ("scan", "abort", "refit"):
+    for name in ("scan", "scan edges", "quantize knobs", "abort", "refit"):
         assert f"ok {name}" in result.stdout, result.stdout
 
 
@@ -177,6 +240,10 @@ if __name__ == "__main__":
     assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_device_check_kernels_under_the_triton_interpreter"
     _interpreted_scan_flags_exactly_the_bad_sources()
     print("ok scan")
+    _interpreted_scan_edges()
+    print("ok scan edges")
+    _interpreted_quantize_knobs_and_abort()
+    print("ok quantize knobs")
     _interpreted_abort_flag_predicates_every_store()
     print("ok abort")
     _interpreted_refit_checks_on_the_device_and_changes_nothing_on_nan()
@@ -214,3 +281,33 @@ def test_scan_ahead_launches_chunks_and_maps_flags_back_to_entries(monkeypatch):
     other = DeviceScan(4, torch.device("cpu"))
     other.add("k", "a", torch.zeros(2, device="meta"))  # a source on another device: the host check takes over
     assert not other.valid and other.finish() is None
+
+
+def test_a_large_source_is_scanned_at_once_and_idle_flags_are_reused(monkeypatch):
+    """A source of EAGER_NUMEL elements or more (a stacked [E, M, K] one) launches its scan when it is added, not
+    at finish(); a flags buffer comes back for reuse (still zero) only when the host sync found nothing."""
+    import megatron_mxfp8_moe.quant.triton as triton_quant
+    from megatron_mxfp8_moe.refit import device_check
+
+    launches = []
+    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
+                        lambda sources, flags, first_entry=0: launches.append((len(sources), first_entry)))
+    monkeypatch.setattr(device_check, "EAGER_NUMEL", 8)
+    monkeypatch.setattr(device_check, "_IDLE_FLAGS", {})
+    cpu = torch.device("cpu")
+    scan = device_check.DeviceScan(3, cpu)
+    scan.add("small", "a", torch.zeros(4))
+    assert launches == []
+    scan.add("stack", "b", torch.zeros(2, 4))  # 8 elements: launched at once
+    assert launches == [(1, 0)] and scan.order == ["b"]
+    assert scan.finish() is scan.flags and launches == [(1, 0), (1, 1)] and scan.order == ["b", "a"]
+    buffer = scan.flags
+    assert scan.first_bad(["a", "b"]) is None  # nothing flagged: the buffer is idle again
+    again = device_check.DeviceScan(5, cpu)
+    assert again.flags.data_ptr() == buffer.data_ptr() and again.flags.shape == (6,) and not again.flags.any()
+    again.add("small", "x", torch.zeros(4))
+    again.finish()
+    again.flags[0] = again.flags[1] = 1  # a bad source: this buffer is not reused
+    assert again.first_bad(["x"]) == "x"
+    fresh = device_check.DeviceScan(2, cpu)
+    assert fresh.flags.data_ptr() != buffer.data_ptr() and not fresh.flags.any()

@@ -241,3 +241,33 @@ def test_experts_module_contract_violations_are_named():
     with pytest.raises(RefitError, match="exposes no canonical weight 'linear_fc2.weight1'"):
         Broken.mxfp8_weights = lambda self: {}
         validate_refit(root, {"experts.linear_fc2.weight1": torch.randn(4, 32)})
+
+
+def test_the_lookup_table_follows_the_objects_mxfp8_weights_returns():
+    """The per-module lookup table is reused only while ``mxfp8_weights()`` returns the same names, in the same
+    order, mapped to the same objects; a swapped or replaced weight is seen at once."""
+    stack = quantize_mxfp8(_fc1().unsqueeze(0).repeat(2, 1, 1), backend="reference")
+
+    class Experts(torch.nn.Module):
+        num_local_experts = 2
+        local_expert_offset = 0
+
+        def __init__(self):
+            super().__init__()
+            self.views = {f"linear_fc1.weight{i}": stack.expert(i) for i in range(2)}
+
+        def mxfp8_weights(self):
+            return dict(self.views)
+
+    module = Experts()
+    source = _fc1(seed=9)
+    first = validate_refit(module, {"linear_fc1.weight0": source}).writes[0]
+    assert first.target is module.views["linear_fc1.weight0"]
+    module.views = {"linear_fc1.weight0": module.views["linear_fc1.weight1"],
+                    "linear_fc1.weight1": module.views["linear_fc1.weight0"]}  # same objects, swapped names
+    assert validate_refit(module, {"linear_fc1.weight0": source}).writes[0].target is module.views["linear_fc1.weight0"]
+    module.views = dict(reversed(list(module.views.items())))  # same mapping, other order: rebuilt, same answer
+    assert validate_refit(module, {"linear_fc1.weight0": source}).writes[0].target is module.views["linear_fc1.weight0"]
+    module.views["linear_fc1.weight1"] = torch.zeros(3)  # no longer an MXFP8Tensor: checked again
+    with pytest.raises(RefitError, match=r"mxfp8_weights\(\)\['linear_fc1.weight1'\] must be"):
+        validate_refit(module, {"linear_fc1.weight0": source})
