@@ -1,0 +1,68 @@
+"""Probe: time (CUDA-graph medians) or run once (for ncu) named tile configurations of the Triton MoE.
+
+``python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 16,64 --configs s16k_sx,s_f8_64`` prints one
+JSON line per (tokens, config): us per layer (4 routings rotated, as ``bench/moe_layer.py``). ``--once`` runs each
+call once after a warm-up instead (to sit under ``ncu``). Config names are ``bench/moe_layer.py``'s CANDIDATES.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.common import graph_median_us  # noqa: E402
+from bench.moe_layer import CANDIDATES, ROTATE, SHAPES  # noqa: E402
+from megatron_mxfp8_moe.kernels.triton_moe import triton_mxfp8_moe  # noqa: E402
+from megatron_mxfp8_moe.tensor import quantize_mxfp8  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", default="qwen3-30b-a3b")
+    parser.add_argument("--tokens", default="16")
+    parser.add_argument("--configs", required=True)
+    parser.add_argument("--activation", default="swiglu")
+    parser.add_argument("--once", action="store_true")
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    experts, topk, hidden, inter = SHAPES[args.shape]
+    gated = args.activation == "swiglu"
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    fc1 = quantize_mxfp8((torch.randn(experts, 2 * inter, hidden, generator=gen) * 0.02).to(device, torch.bfloat16))
+    inner = inter if gated else 2 * inter
+    fc2 = quantize_mxfp8((torch.randn(experts, hidden, inner, generator=gen) * 0.02).to(device, torch.bfloat16))
+    for tokens in map(int, args.tokens.split(",")):
+        torch.manual_seed(tokens)
+        xs, probs, maps = [], [], []
+        for _ in range(ROTATE):
+            xs.append(torch.randn(tokens, hidden, device=device, dtype=torch.bfloat16))
+            p, ids = torch.topk(torch.randn(tokens, experts, device=device).softmax(-1), topk, dim=-1)
+            probs.append(p.float().contiguous())
+            maps.append(ids.to(torch.int32).contiguous())
+        valid = torch.tensor([tokens], device=device, dtype=torch.int32)
+        outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
+        for name in args.configs.split(","):
+            cfg = CANDIDATES[name]
+
+            def run(count=ROTATE):
+                for i in range(count):
+                    triton_mxfp8_moe(xs[i], probs[i], maps[i], fc1, fc2, activation=args.activation,
+                                     valid_tokens=valid, out=outs[i], config=cfg)
+
+            if args.once:
+                run(1)
+                torch.cuda.synchronize()
+                run(1)
+                torch.cuda.synchronize()
+                continue
+            us = graph_median_us(run) / ROTATE
+            print(json.dumps(dict(shape=args.shape, tokens=tokens, config=name, us=round(us, 1),
+                                  mma_v3=os.environ.get("DISABLE_MMA_V3") != "1")), flush=True)
+
+
+if __name__ == "__main__":
+    main()
