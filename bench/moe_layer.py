@@ -83,18 +83,6 @@ CANDIDATES = {
     "d6_sx": TritonMoEConfig(16, 32, 256, 2, 5, 32, 256, 2, 6, dequant="sx", direct=True),
     "s16l_sx": TritonMoEConfig(16, 64, 256, 4, 4, 128, 256, 8, 3, dequant="sx"),
     "m32l_sx": TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 3, dequant="sx"),
-    # v5 "f8" (run 7): fp8 weights straight into fp8 MMAs, activations split exactly into two e4m3 terms; K step 128.
-    # FC1 gated: gate and up rows form one MMA operand of 2 x fc1_block_n rows.
-    "d_f8_32": TritonMoEConfig(8, 32, 128, 4, 4, 64, 128, 4, 4, f8=True, direct=True),
-    "d_f8_64": TritonMoEConfig(8, 64, 128, 4, 4, 64, 128, 4, 4, f8=True, direct=True),
-    "s_f8_32": TritonMoEConfig(16, 32, 128, 4, 4, 128, 128, 4, 4, f8=True),
-    "s_f8_32s6": TritonMoEConfig(16, 32, 128, 4, 6, 128, 128, 4, 5, f8=True),
-    "s_f8_64": TritonMoEConfig(16, 64, 128, 4, 4, 128, 128, 4, 4, f8=True),
-    "s_f8_64s3": TritonMoEConfig(16, 64, 128, 4, 3, 128, 128, 4, 3, f8=True),
-    "s_f8_128": TritonMoEConfig(16, 128, 128, 8, 3, 256, 128, 8, 3, f8=True),
-    "m_f8_32": TritonMoEConfig(32, 32, 128, 4, 4, 128, 128, 4, 4, f8=True),
-    "m_f8_64": TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 4, 3, f8=True),
-    "l_f8_64": TritonMoEConfig(64, 64, 128, 8, 3, 128, 128, 8, 3, f8=True),
 }
 
 
@@ -113,13 +101,15 @@ def choose_config_v3(rows, hidden, intermediate, *, gated, topk, experts):
 
 
 def candidates_for(tokens):
+    if tokens <= 1:
+        return ["d3_sx", "d4_sx", "d5_sx", "d6_sx"]
     if tokens <= 4:
-        return ["d4_sx", "d_f8_32", "d_f8_64", "s_f8_32", "s_f8_32s6"]
+        return ["s16k_sx", "d4_sx", "d5_sx", "d6_sx"]
     if tokens <= 64:
-        return ["s16k_sx", "s_f8_32", "s_f8_32s6", "s_f8_64", "s_f8_64s3", "s_f8_128"]
+        return ["s16k_sx", "s16l_sx"]
     if tokens <= 256:
-        return ["m32j_sx", "m32l_sx", "s_f8_32", "s_f8_64", "m_f8_32", "m_f8_64"]
-    return ["l64b", "l128a", "m_f8_64", "l_f8_64"]
+        return ["m32j_sx", "m32l_sx", "m32k_sx"]
+    return ["l64b", "l128a"]
 
 
 def read_bandwidth(device):

@@ -68,10 +68,6 @@ class TritonMoEConfig:
     # loop over its top-k experts in fixed order, out written directly). Two launches instead of four. Each pair
     # streams its expert's weights on its own, so it only pays off while pairs rarely share an expert.
     direct: bool = False
-    # v5 "f8" path (``_triton_moe_f8_kernel.py``): the fp8 weights feed fp8 tensor-core MMAs directly (no dequant);
-    # activations are split exactly into two e4m3 terms per (row, 32-block). Uses block_t, *_block_n, *_warps,
-    # *_stages and direct; K steps are fixed at 128 (4 scale blocks), so *_block_k and dequant are ignored.
-    f8: bool = False
 
     @property
     def dequant_code(self) -> int:
@@ -103,7 +99,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # v4 defaults (run 5, bench/results/run5; bench/NOTES_triton_moe.md "v4"): faster than the v2/v3 tiles in the
     # same run and GPU-tested there. Gated (SwiGLU) at a handful of tokens: the direct path (no route kernel, FC2
     # fused with the combine) with the "sx" dequant. Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then
-    # pipelined with the weights) with "sx". Gated at 16-24 pairs per expert: BLOCK_K 256, 2 stages, "sx".
+    # pipelined with the weights) with "sx". Gated at 16-24 pairs per expert: BLOCK_K 256, FC1 2 / FC2 3 stages, "sx".
     # Squared ReLU keeps the v2 tiles where "sx"/direct were not faster for it (1 token, 256 tokens).
     # Each token block re-reads its expert's weights, so block_t covers the typical pairs per expert.
     if pairs_per_expert <= 0.25 and gated:
@@ -113,8 +109,8 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     if pairs_per_expert <= 8:
         return TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx")
     if pairs_per_expert <= 24:
-        if gated:
-            return TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 2, dequant="sx")
+        if gated:  # run 7: a 3-stage FC2 ("m32l_sx") is 1.08x faster than run 5's 2 stages, GPU-tested
+            return TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 3, dequant="sx")
         return TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3)
     if pairs_per_expert <= 96 or (gated and hidden < 4096):
         if gated:
@@ -297,9 +293,6 @@ def triton_mxfp8_moe(
     n_out = inner if activation.gated else fc1.data.shape[1]
     s1, s1_stride, s1_tiles = _scale_args(fc1)
     s2, s2_stride, s2_tiles = _scale_args(fc2)
-    if cfg.f8:
-        return _run_f8(x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
-                       cfg, n_out, (s1, s1_stride, s1_tiles), (s2, s2_stride, s2_tiles))
     if cfg.direct and rows * topk < 65536:  # grid axis 1 holds the pairs
         inter = torch.empty(rows * topk, n_out, dtype=torch.bfloat16, device=device)
         kernels._fc1_direct_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), rows * topk)](
@@ -369,97 +362,6 @@ def triton_mxfp8_moe(
         slots, probs, routing_map, valid_tokens, out,
         hidden, slots.stride(1), slots.stride(0), probs.stride(0), out.stride(0), local_expert_offset,
         TOPK=topk, E=experts, BLOCK_H=block_h, SPLITS=split_k, num_warps=4,
-    )
-    return out
-
-
-def _split_activations(x: torch.Tensor, rows: int, soft_round: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x[:rows]`` bf16 ``[rows, K]`` -> (e4m3 ``[2, rows, K]`` hi/lo terms, fp32 ``[rows, K // 32]`` scales), exact."""
-    import triton
-
-    from . import _triton_moe_f8_kernel as f8
-
-    cols = x.shape[1]
-    q = torch.empty(2, rows, cols, dtype=DATA_DTYPE, device=x.device)
-    qs = torch.empty(rows, cols // BLOCK_SIZE, dtype=torch.float32, device=x.device)
-    block_k = min(1024, _pow2_at_least(cols))
-    f8._split_rows_kernel[(rows, triton.cdiv(cols, block_k))](
-        x, q, qs, cols, x.stride(0), q.stride(0), q.stride(1), qs.stride(0), BLOCK_K=block_k, SOFT_ROUND=soft_round,
-        num_warps=4)
-    return q, qs
-
-
-def _run_f8(x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out, cfg, n_out,
-            scales1, scales2):
-    """The v5 "f8" path: split x, then FC1 -> split inter -> FC2 (+ combine) on fp8 MMAs (see the kernel module)."""
-    import triton
-
-    from . import _triton_moe_f8_kernel as f8
-    from . import _triton_moe_kernel as kernels
-
-    (s1, s1_stride, s1_tiles), (s2, s2_stride, s2_tiles) = scales1, scales2
-    for name, scale, stride in (("fc1_stack", s1, s1_stride), ("fc2_stack", s2, s2_stride)):
-        if scale.data_ptr() % 4 or stride % 4:
-            raise MXFP8InputError(f"{name}: the f8 path reads scale words of 4 bytes; the scales are not 4-byte aligned")
-    experts, _, hidden = fc1.data.shape
-    inner = fc2.data.shape[2]
-    topk = routing_map.shape[1]
-    device = x.device
-    xq, xs = _split_activations(x, rows, soft_round=cfg.fp32_dot)
-    w1_args = (fc1.data, s1)
-    w1_strides = (fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles)
-    w2_strides = (fc2.data.stride(0), fc2.data.stride(1), s2_stride, s2_tiles)
-    if cfg.direct and rows * topk < 65536:  # grid axis 1 holds the pairs
-        iq = torch.empty(2, rows * topk, n_out, dtype=DATA_DTYPE, device=device)
-        isc = torch.empty(rows * topk, n_out // BLOCK_SIZE, dtype=torch.float32, device=device)
-        f8._fc1_f8_direct_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), rows * topk)](
-            xq, xs, *w1_args, iq, isc, routing_map, probs, valid_tokens, rows, n_out, hidden,
-            xq.stride(0), xq.stride(1), xs.stride(0), *w1_strides, iq.stride(0), iq.stride(1), isc.stride(0),
-            probs.stride(0), local_expert_offset,
-            TOPK=topk, E=experts, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
-            BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, EVEN_K=hidden % 128 == 0, FP32_DOT=cfg.fp32_dot,
-            STAGES=cfg.fc1_stages, num_warps=cfg.fc1_warps,
-        )
-        f8._fc2_f8_combine_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), rows)](
-            iq, isc, fc2.data, s2, out, routing_map, valid_tokens, rows, hidden, inner,
-            iq.stride(0), iq.stride(1), isc.stride(0), *w2_strides, out.stride(0), local_expert_offset,
-            TOPK=topk, E=experts, BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, EVEN_K=inner % 128 == 0,
-            FP32_DOT=cfg.fp32_dot, STAGES=cfg.fc2_stages, num_warps=cfg.fc2_warps,
-        )
-        return out
-    max_sorted, max_blocks = routing_capacity(rows, topk, experts, cfg.block_t)
-    sorted_pairs = torch.empty(max_sorted, dtype=torch.int32, device=device)
-    block_expert = torch.empty(max_blocks, dtype=torch.int32, device=device)
-    num_blocks = torch.empty(1, dtype=torch.int32, device=device)
-    cursor = torch.empty(experts, dtype=torch.int32, device=device)
-    chunk = 1024 if rows * topk > 512 else 256
-    kernels._route_kernel[(1,)](
-        routing_map, valid_tokens, sorted_pairs, block_expert, num_blocks, cursor,
-        rows, max_sorted, max_blocks, local_expert_offset,
-        TOPK=topk, E=experts, E_POW2=_pow2_at_least(experts), BLOCK_T=cfg.block_t,
-        CHUNK=chunk, CHUNK_B=min(128, _pow2_at_least(max_blocks)), num_warps=8 if chunk >= 1024 else 4,
-    )
-    iq = torch.empty(2, max_sorted, n_out, dtype=DATA_DTYPE, device=device)
-    isc = torch.empty(max_sorted, n_out // BLOCK_SIZE, dtype=torch.float32, device=device)
-    f8._fc1_f8_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), max_blocks)](
-        xq, xs, *w1_args, iq, isc, sorted_pairs, block_expert, num_blocks, n_out, hidden,
-        xq.stride(0), xq.stride(1), xs.stride(0), *w1_strides, iq.stride(0), iq.stride(1), isc.stride(0),
-        TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
-        BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, EVEN_K=hidden % 128 == 0, FP32_DOT=cfg.fp32_dot,
-        STAGES=cfg.fc1_stages, num_warps=cfg.fc1_warps,
-    )
-    slots = torch.empty(rows * topk, hidden, dtype=torch.bfloat16, device=device)
-    f8._fc2_f8_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), max_blocks)](
-        iq, isc, fc2.data, s2, slots, sorted_pairs, block_expert, num_blocks, hidden, inner,
-        iq.stride(0), iq.stride(1), isc.stride(0), *w2_strides, slots.stride(0),
-        BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, EVEN_K=inner % 128 == 0, FP32_DOT=cfg.fp32_dot,
-        STAGES=cfg.fc2_stages, num_warps=cfg.fc2_warps,
-    )
-    block_h = min(2048, _pow2_at_least(hidden))
-    kernels._combine_kernel[(rows, triton.cdiv(hidden, block_h))](
-        slots, probs, routing_map, valid_tokens, out,
-        hidden, slots.stride(0), 0, probs.stride(0), out.stride(0), local_expert_offset,
-        TOPK=topk, E=experts, BLOCK_H=block_h, SPLITS=1, num_warps=4,
     )
     return out
 
