@@ -112,6 +112,19 @@ def candidates_for(tokens):
     return ["l64b", "l128a"]
 
 
+def rotated_inputs(tokens, hidden, experts, topk, device):
+    """``ROTATE`` sets of (x bf16 [T, H], probs fp32 [T, topk], routing int32 [T, topk]) seeded by ``tokens``
+    (softmax top-k over random logits), and ``valid_tokens`` = T as a device int32 [1]."""
+    torch.manual_seed(tokens)
+    xs, probs, maps = [], [], []
+    for _ in range(ROTATE):
+        xs.append(torch.randn(tokens, hidden, device=device, dtype=torch.bfloat16))
+        p, ids = torch.topk(torch.randn(tokens, experts, device=device).softmax(-1), topk, dim=-1)
+        probs.append(p.float().contiguous())
+        maps.append(ids.to(torch.int32).contiguous())
+    return xs, probs, maps, torch.tensor([tokens], device=device, dtype=torch.int32)
+
+
 def read_bandwidth(device):
     """HBM read bandwidth (bytes/s): a 4 GiB fp32 sum, median of graph replays."""
     x = torch.rand(1024**3, device=device)
@@ -228,14 +241,7 @@ def main():
         bytes_sq = (4 * inter * hidden) * (1 + 1 / 32)
         bytes_bf16 = 4 * inter * hidden * 2
         for tokens in map(int, args.tokens.split(",")):
-            torch.manual_seed(tokens)
-            xs, probs, maps = [], [], []
-            for _ in range(ROTATE):
-                xs.append(torch.randn(tokens, hidden, device=device, dtype=torch.bfloat16))
-                p, ids = torch.topk(torch.randn(tokens, experts, device=device).softmax(-1), topk, dim=-1)
-                probs.append(p.float().contiguous())
-                maps.append(ids.to(torch.int32).contiguous())
-            valid = torch.tensor([tokens], device=device, dtype=torch.int32)
+            xs, probs, maps, valid = rotated_inputs(tokens, hidden, experts, topk, device)
             touched = sum(torch.unique(m).numel() for m in maps) / ROTATE
             row = dict(shape=shape_name, tokens=tokens, experts_touched=touched,
                        roofline_swiglu_us=touched * bytes_sw / bandwidth * 1e6,

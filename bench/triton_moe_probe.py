@@ -15,7 +15,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import graph_median_us  # noqa: E402
-from bench.moe_layer import CANDIDATES, ROTATE, SHAPES  # noqa: E402
+from bench.moe_layer import CANDIDATES, ROTATE, SHAPES, rotated_inputs  # noqa: E402
 from megatron_mxfp8_moe.kernels.triton_moe import triton_mxfp8_moe  # noqa: E402
 from megatron_mxfp8_moe.tensor import quantize_mxfp8  # noqa: E402
 
@@ -36,14 +36,7 @@ def main():
     inner = inter if gated else 2 * inter
     fc2 = quantize_mxfp8((torch.randn(experts, hidden, inner, generator=gen) * 0.02).to(device, torch.bfloat16))
     for tokens in map(int, args.tokens.split(",")):
-        torch.manual_seed(tokens)
-        xs, probs, maps = [], [], []
-        for _ in range(ROTATE):
-            xs.append(torch.randn(tokens, hidden, device=device, dtype=torch.bfloat16))
-            p, ids = torch.topk(torch.randn(tokens, experts, device=device).softmax(-1), topk, dim=-1)
-            probs.append(p.float().contiguous())
-            maps.append(ids.to(torch.int32).contiguous())
-        valid = torch.tensor([tokens], device=device, dtype=torch.int32)
+        xs, probs, maps, valid = rotated_inputs(tokens, hidden, experts, topk, device)
         outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
         for name in args.configs.split(","):
             cfg = CANDIDATES[name]
