@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import graph_median_us  # noqa: E402
-from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, choose_config, triton_mxfp8_moe  # noqa: E402
+from megatron_mxfp8_moe.kernels.triton_moe import TILES, TritonMoEConfig, choose_config, triton_mxfp8_moe  # noqa: E402
 from megatron_mxfp8_moe.tensor import quantize_mxfp8  # noqa: E402
 
 SHAPES = {  # name: experts, topk, hidden, intermediate
@@ -36,20 +36,17 @@ SHAPES = {  # name: experts, topk, hidden, intermediate
 TOKENS = [1, 4, 16, 64, 256, 1024, 4096]
 ROTATE = 4
 
-# Candidate tile configurations for --sweep (block_t, fc1 n/k/warps/stages, fc2 n/k/warps/stages).
+# Candidate tile configurations for --sweep (block_t, fc1 n/k/warps/stages, fc2 n/k/warps/stages): the library's
+# TILES (what choose_config returns) and the other tile sets measured in runs 3-7.
 CANDIDATES = {
-    "s16a": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4),
+    **TILES,
     "s16b": TritonMoEConfig(16, 64, 128, 8, 3, 128, 128, 8, 4),
     "s16c": TritonMoEConfig(16, 64, 64, 4, 4, 64, 128, 4, 3),
     "s16d": TritonMoEConfig(16, 32, 128, 8, 3, 64, 256, 4, 3),
     "s16e": TritonMoEConfig(16, 32, 256, 4, 3, 64, 256, 4, 3),
     "s16f": TritonMoEConfig(16, 32, 128, 4, 5, 32, 128, 4, 5),
     "s16g": TritonMoEConfig(16, 64, 128, 4, 4, 128, 128, 8, 3),
-    "m32a": TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3),
     "m32b": TritonMoEConfig(32, 64, 64, 4, 4, 64, 128, 4, 4),
-    "l64a": TritonMoEConfig(64, 128, 64, 8, 3, 128, 64, 8, 3),
-    "l64b": TritonMoEConfig(64, 64, 64, 4, 3, 128, 64, 4, 3),
-    "l128a": TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3),
     "l128b": TritonMoEConfig(128, 128, 64, 8, 3, 128, 64, 8, 4),
     # v3 (run 4): bit-trick dequant ("_b"), FC2 split-K ("k2"), more FC1 programs at T=1 ("s16h").
     "s16a_b": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4, dequant="bits"),
@@ -60,15 +57,12 @@ CANDIDATES = {
     "s16i_b": TritonMoEConfig(16, 64, 128, 4, 5, 128, 128, 8, 4, dequant="bits"),
     "m32a_b": TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3, dequant="bits"),
     "m32c_b": TritonMoEConfig(32, 64, 128, 4, 4, 128, 128, 8, 4, dequant="bits"),
-    # DIAGNOSTIC (wrong values, never a default): the bit trick without the scale multiply.
-    "diag_s16g_noscale": TritonMoEConfig(16, 64, 128, 4, 4, 128, 128, 8, 3, dequant="noscale"),
     # v4 (run 5): "sx" dequant (sign-extending prmt, no cvt/F2F), BLOCK_K 256 ("k": the scale tile reaches 4 bytes
     # per thread, so Triton pipelines it with the weights instead of a blocking load per K step), and the direct
     # small-T path ("d": no route kernel, FC2 fused with the combine; fc1/fc2 n-tiles of 32 or 16 rows).
     "s16a_sx": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4, dequant="sx"),
     "s16g_sx": TritonMoEConfig(16, 64, 128, 4, 4, 128, 128, 8, 3, dequant="sx"),
     "s16k": TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3),
-    "s16k_sx": TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx"),
     "m32a_sx": TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3, dequant="sx"),
     "m32k_sx": TritonMoEConfig(32, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx"),
     "m32j_sx": TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 2, dequant="sx"),
@@ -77,12 +71,10 @@ CANDIDATES = {
     "d1": TritonMoEConfig(16, 32, 256, 2, 4, 32, 256, 2, 5, direct=True),
     "d1_sx": TritonMoEConfig(16, 32, 256, 2, 4, 32, 256, 2, 5, dequant="sx", direct=True),
     "d3_sx": TritonMoEConfig(16, 16, 256, 1, 4, 16, 256, 1, 5, dequant="sx", direct=True),
-    "d4_sx": TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True),
     # v4, second sweep (call 2 of run 5): wgmma FC1 in the direct path, deeper fc1 ring, fewer fc1 stages at 256.
     "d5_sx": TritonMoEConfig(16, 64, 256, 4, 4, 16, 256, 1, 6, dequant="sx", direct=True),
     "d6_sx": TritonMoEConfig(16, 32, 256, 2, 5, 32, 256, 2, 6, dequant="sx", direct=True),
     "s16l_sx": TritonMoEConfig(16, 64, 256, 4, 4, 128, 256, 8, 3, dequant="sx"),
-    "m32l_sx": TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 3, dequant="sx"),
 }
 
 
@@ -293,7 +285,7 @@ def main():
                         sweep[name] = None
                         print(f"  {name}: {type(error).__name__}: {str(error)[:200]}", flush=True)
                 row["swiglu_sweep_us"] = sweep
-                good = {k: v for k, v in sweep.items() if v is not None and not k.startswith("diag_")}
+                good = {k: v for k, v in sweep.items() if v is not None}
                 if good:
                     best = min(good, key=good.get)
                     row["swiglu_best_config"] = best

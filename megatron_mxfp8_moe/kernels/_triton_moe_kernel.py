@@ -87,7 +87,6 @@ DQ_CVT = tl.constexpr(0)  # cvt e4m3x2 -> f16x2 -> bf16, times 2 ** (s - 127) in
 DQ_FP32 = tl.constexpr(1)  # fp32 convert and multiply (Triton interpreter: its bf16 math is wrong)
 DQ_BITS = tl.constexpr(2)  # bit trick in inline PTX (prmt/shift/and/or), two exact bf16 multiplies
 DQ_BITS_INT = tl.constexpr(3)  # the same bit trick in plain Triton integer ops, fp32 scale (interpreter check)
-DQ_NOSCALE = tl.constexpr(4)  # DIAGNOSTIC ONLY (wrong values): bit trick without any scale multiply
 DQ_SX = tl.constexpr(5)  # v4: sign-extending prmt + shift + and (3 int ops per 2 weights), two exact bf16 multiplies
 
 
@@ -189,8 +188,6 @@ def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: t
         values = tl.reshape(v, [BLOCK_N, BLOCK_K // 32, 32]) * tl.reshape(lo, [BLOCK_N, BLOCK_K // 32, 1])
         values = values * tl.reshape(hi, [BLOCK_N, BLOCK_K // 32, 1])
         result = tl.reshape(values, [BLOCK_N, BLOCK_K])
-    elif DEQUANT == DQ_NOSCALE:
-        result = _fp8_bits_to_bf16(w)
     else:
         # 2 ** (b - 127) as bf16 bits is b << 7 for b >= 1; byte 0 is the bf16 subnormal 2 ** -127 (0x0040).
         bits = s.to(tl.int16) << 7

@@ -40,7 +40,7 @@ _ACTIVATION_CODE = {  # keep in sync with ACT_* in _triton_moe_kernel.py
     Activation.SILU: 4,
 }
 
-_DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "noscale": 4, "sx": 5}  # keep in sync with DQ_* (kernel)
+_DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "sx": 5}  # keep in sync with DQ_* (kernel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +59,8 @@ class TritonMoEConfig:
     dequant_fp32: bool = False  # scale multiply in fp32 instead of bf16 (both exact); overrides ``dequant``
     fp32_dot: bool = False  # fp32 MMA operands: only for the Triton interpreter (CPU tests), slow on a GPU
     # "cvt" (v1/v2: cvt chains), "bits" (v3: bit-moving fp8 -> bf16 in inline PTX, GPU only), "bits_int" (the
-    # same bit trick in plain Triton integer ops with an fp32 scale: runs under the interpreter), "noscale"
-    # (DIAGNOSTIC, wrong values: the bit trick without the scale multiply, to time the dequant share).
+    # same bit trick in plain Triton integer ops with an fp32 scale: runs under the interpreter), "sx" (v4:
+    # sign-extending prmt, 3 integer ops per 2 weights; the default where it was faster).
     dequant: str = "cvt"
     fc2_split_k: int = 1  # > 1: FC2 splits K (= I) over programs, fp32 partials summed in the combine
     # v4 small-T path (meant for a handful of tokens): no route kernel (FC1 program per (n tile, (token, k) pair),
@@ -88,35 +88,46 @@ def triton_moe_support(capability, triton_version: Optional[str] = None) -> tupl
     return True, f"SM{major}{minor} Hopper: weight-only MXFP8 Triton MoE available"
 
 
+# The tile sets ``choose_config`` returns, by the names ``bench/moe_layer.py`` and the GPU tests use (fields:
+# block_t, fc1 n / k / warps / stages, fc2 n / k / warps / stages). Measured and GPU-tested on an H200 (runs 5 and 7,
+# bench/NOTES_triton_moe.md): "d" direct small-T path, "s"/"m"/"l" token tiles of 16/32/64-128, "_sx" the
+# sign-extending dequant (the others convert with cvt).
+TILES = {
+    "d4_sx": TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True),
+    "s16a": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4),
+    "s16k_sx": TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx"),
+    "m32l_sx": TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 3, dequant="sx"),
+    "m32a": TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3),
+    "l64a": TritonMoEConfig(64, 128, 64, 8, 3, 128, 64, 8, 3),
+    "l64b": TritonMoEConfig(64, 64, 64, 4, 3, 128, 64, 4, 3),
+    "l128a": TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3),
+}
+
+
 def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int) -> TritonMoEConfig:
-    """Tile configuration for ``rows`` tokens (a pure function of shapes; tuned on an H200).
+    """Tile configuration for ``rows`` tokens (a pure function of shapes; tuned on an H200): one of ``TILES``.
 
     Small batches are weight-bandwidth bound: narrow token tiles (16) to limit per-expert padding, narrow
     weight tiles so that every SM streams weights, deep K tiles and pipelines. Large batches are MMA bound:
     wide tiles so each dequantized weight tile is reused by many tokens.
     """
     pairs_per_expert = rows * topk / max(experts, 1)
-    # v4 defaults (run 5, bench/results/run5; bench/NOTES_triton_moe.md "v4"): faster than the v2/v3 tiles in the
-    # same run and GPU-tested there. Gated (SwiGLU) at a handful of tokens: the direct path (no route kernel, FC2
-    # fused with the combine) with the "sx" dequant. Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then
-    # pipelined with the weights) with "sx". Gated at 16-24 pairs per expert: BLOCK_K 256, FC1 2 / FC2 3 stages, "sx".
-    # Squared ReLU keeps the v2 tiles where "sx"/direct were not faster for it (1 token, 256 tokens).
+    # Gated (SwiGLU) at a handful of tokens: the direct path (no route kernel, FC2 fused with the combine) with the
+    # "sx" dequant. Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then pipelined with the weights) with
+    # "sx". Gated at 16-24 pairs per expert: BLOCK_K 256, FC1 2 / FC2 3 stages, "sx" (run 7: 1.08x over 2 FC2
+    # stages). Squared ReLU keeps the v2 tiles where "sx"/direct were not faster for it (1 token, 256 tokens).
     # Each token block re-reads its expert's weights, so block_t covers the typical pairs per expert.
     if pairs_per_expert <= 0.25 and gated:
-        return TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True)
+        return TILES["d4_sx"]
     if pairs_per_expert < 0.25:  # a handful of tokens: the most weight tiles in flight
-        return TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4)
+        return TILES["s16a"]
     if pairs_per_expert <= 8:
-        return TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx")
+        return TILES["s16k_sx"]
     if pairs_per_expert <= 24:
-        if gated:  # run 7: a 3-stage FC2 ("m32l_sx") is 1.08x faster than run 5's 2 stages, GPU-tested
-            return TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 3, dequant="sx")
-        return TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3)
+        return TILES["m32l_sx" if gated else "m32a"]
     if pairs_per_expert <= 96 or (gated and hidden < 4096):
-        if gated:
-            return TritonMoEConfig(64, 64, 64, 4, 3, 128, 64, 4, 3)
-        return TritonMoEConfig(64, 128, 64, 8, 3, 128, 64, 8, 3)
-    return TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3)
+        return TILES["l64b" if gated else "l64a"]
+    return TILES["l128a"]
 
 
 def _pow2_at_least(value: int) -> int:
@@ -381,6 +392,7 @@ def check_triton_moe_available(device: torch.device) -> None:
 
 
 __all__ = [
+    "TILES",
     "TritonMoEConfig",
     "check_triton_moe_available",
     "choose_config",

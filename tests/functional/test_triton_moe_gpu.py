@@ -13,7 +13,13 @@ import torch
 
 from megatron_mxfp8_moe.errors import MXFP8InputError
 from megatron_mxfp8_moe.kernels.reference import moe_reference
-from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, choose_config, triton_moe_support, triton_mxfp8_moe
+from megatron_mxfp8_moe.kernels.triton_moe import (
+    TILES,
+    TritonMoEConfig,
+    choose_config,
+    triton_moe_support,
+    triton_mxfp8_moe,
+)
 from megatron_mxfp8_moe.tensor import quantize_mxfp8
 from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
 
@@ -54,11 +60,11 @@ V4 = {
     "d1": TritonMoEConfig(16, 32, 256, 2, 4, 32, 256, 2, 5, direct=True),
     "d1_sx": TritonMoEConfig(16, 32, 256, 2, 4, 32, 256, 2, 5, dequant="sx", direct=True),
     "d3_sx": TritonMoEConfig(16, 16, 256, 1, 4, 16, 256, 1, 5, dequant="sx", direct=True),
-    # the tiles choose_config picks since v4 (gated): T <= 4 direct, 16-24 pairs per expert BLOCK_K 256 / 2 stages
-    "d4_sx": TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True),
+    # the tiles choose_config picks (gated): T <= 4 direct; 16-24 pairs per expert BLOCK_K 256 with a 3-stage FC2
+    # since run 7 ("m32l_sx"; run 5's "m32j_sx" had 2)
+    "d4_sx": TILES["d4_sx"],
     "m32j_sx": TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 2, dequant="sx"),
-    # run 7 candidate for 16-24 pairs per expert (gated): m32j_sx with a 3-stage FC2
-    "m32l_sx": TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 3, dequant="sx"),
+    "m32l_sx": TILES["m32l_sx"],
 }
 _DECODE1, _DECODE4, _BIG16, _ODD7, _ODD33 = (128, 8, 2048, 768, 1), (128, 8, 2048, 768, 4), (32, 8, 4096, 1536, 16), \
     (6, 3, 96, 64, 7), (5, 2, 160, 96, 33)
