@@ -75,6 +75,11 @@ CANDIDATES = {
     "d5_sx": TritonMoEConfig(16, 64, 256, 4, 4, 16, 256, 1, 6, dequant="sx", direct=True),
     "d6_sx": TritonMoEConfig(16, 32, 256, 2, 5, 32, 256, 2, 6, dequant="sx", direct=True),
     "s16l_sx": TritonMoEConfig(16, 64, 256, 4, 4, 128, 256, 8, 3, dequant="sx"),
+    # run 7, prepared from compile-only register counts (not yet timed): register caps for more CTAs per SM. The
+    # default 16-token FC2 (8 warps, 157 registers) fits one CTA per SM; capped at 128 (8 spilled bytes) two.
+    "s16k_sx_r": dataclasses.replace(TILES["s16k_sx"], fc2_maxnreg=128),
+    "s16k2_sx_r": dataclasses.replace(TILES["s16k_sx"], fc1_stages=2, fc1_maxnreg=168, fc2_maxnreg=128),
+    "m32l2_sx_r": dataclasses.replace(TILES["m32l_sx"], fc1_maxnreg=168, fc2_stages=2, fc2_maxnreg=128),
 }
 
 
@@ -96,11 +101,11 @@ def candidates_for(tokens):
     if tokens <= 1:
         return ["d3_sx", "d4_sx", "d5_sx", "d6_sx"]
     if tokens <= 4:
-        return ["s16k_sx", "d4_sx", "d5_sx", "d6_sx"]
+        return ["s16k_sx", "d4_sx", "d5_sx", "s16k_sx_r"]
     if tokens <= 64:
-        return ["s16k_sx", "s16l_sx"]
+        return ["s16k_sx", "s16l_sx", "s16k_sx_r", "s16k2_sx_r"]
     if tokens <= 256:
-        return ["m32j_sx", "m32l_sx", "m32k_sx"]
+        return ["m32j_sx", "m32l_sx", "m32k_sx", "m32l2_sx_r"]
     return ["l64b", "l128a"]
 
 

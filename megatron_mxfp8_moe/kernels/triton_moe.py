@@ -68,10 +68,24 @@ class TritonMoEConfig:
     # loop over its top-k experts in fixed order, out written directly). Two launches instead of four. Each pair
     # streams its expert's weights on its own, so it only pays off while pairs rarely share an expert.
     direct: bool = False
+    # ptxas register cap per thread for the FC1 / FC2 kernels (None: Triton's choice). Run 7, compile-only: the
+    # default 16-token tiles take 216 (FC1) and 157 (FC2, 8 warps: one CTA per SM) registers; a cap trades
+    # a few spilled bytes for more CTAs per SM. Not yet timed on a GPU.
+    fc1_maxnreg: Optional[int] = None
+    fc2_maxnreg: Optional[int] = None
 
     @property
     def dequant_code(self) -> int:
         return _DEQUANT_CODE["fp32" if self.dequant_fp32 else self.dequant]
+
+    def launch_options(self, fc: int) -> dict:
+        """Triton launch options of the FC1 (``fc=1``) or FC2 (``fc=2``) kernel."""
+        warps, stages, maxnreg = ((self.fc1_warps, self.fc1_stages, self.fc1_maxnreg) if fc == 1
+                                  else (self.fc2_warps, self.fc2_stages, self.fc2_maxnreg))
+        options = dict(num_warps=warps, num_stages=stages)
+        if maxnreg is not None:
+            options["maxnreg"] = maxnreg
+        return options
 
 
 def triton_moe_support(capability, triton_version: Optional[str] = None) -> tuple[bool, str]:
@@ -314,7 +328,7 @@ def triton_mxfp8_moe(
             TOPK=topk, E=experts, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
             BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
             EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
-            num_warps=cfg.fc1_warps, num_stages=cfg.fc1_stages,
+            **cfg.launch_options(1),
         )
         kernels._fc2_combine_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), rows)](
             inter, fc2.data, s2, out, routing_map, valid_tokens,
@@ -322,7 +336,7 @@ def triton_mxfp8_moe(
             fc2.data.stride(0), fc2.data.stride(1), s2_stride, s2_tiles, out.stride(0), local_expert_offset,
             TOPK=topk, E=experts, BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
             EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
-            num_warps=cfg.fc2_warps, num_stages=cfg.fc2_stages,
+            **cfg.launch_options(2),
         )
         return out
     max_sorted, max_blocks = routing_capacity(rows, topk, experts, cfg.block_t)
@@ -349,7 +363,7 @@ def triton_mxfp8_moe(
         TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
         BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
         EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
-        num_warps=cfg.fc1_warps, num_stages=cfg.fc1_stages,
+        **cfg.launch_options(1),
     )
 
     split_k = max(1, min(cfg.fc2_split_k, triton.cdiv(inner, cfg.fc2_block_k)))
@@ -365,7 +379,7 @@ def triton_mxfp8_moe(
         slots.stride(1), slots.stride(0),
         BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
         EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot, SPLIT_K=split_k,
-        num_warps=cfg.fc2_warps, num_stages=cfg.fc2_stages,
+        **cfg.launch_options(2),
     )
 
     block_h = min(2048, _pow2_at_least(hidden))

@@ -2,6 +2,7 @@
 the kernels themselves under the Triton interpreter (in a subprocess, since TRITON_INTERPRET must be set before
 triton is imported), reading the canonical stacks in place."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import torch
 
 from megatron_mxfp8_moe.errors import MXFP8InputError
 from megatron_mxfp8_moe.kernels.triton_moe import (
+    TILES,
     choose_config,
     route_reference,
     routing_capacity,
@@ -43,6 +45,19 @@ def test_config_grows_with_rows(rows, block_t):
     assert cfg == choose_config(rows, 4096, 1536, gated=True, topk=8, experts=128)  # deterministic
     for n, k in ((cfg.fc1_block_n, cfg.fc1_block_k), (cfg.fc2_block_n, cfg.fc2_block_k)):
         assert n & (n - 1) == 0 and k % 32 == 0
+
+
+def test_choose_config_returns_named_tiles_and_launch_options():
+    names = {id(tile): name for name, tile in TILES.items()}
+    picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
+              for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
+              for gated in (True, False)}
+    assert picked <= set(TILES) and {"d4_sx", "s16k_sx", "m32l_sx", "l128a"} <= picked
+    tile = TILES["s16k_sx"]
+    assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
+    capped = dataclasses.replace(tile, fc2_maxnreg=128)
+    assert capped.launch_options(2) == {"num_warps": tile.fc2_warps, "num_stages": tile.fc2_stages, "maxnreg": 128}
+    assert capped.launch_options(1) == tile.launch_options(1)
 
 
 def test_capacity_bounds_any_routing():
