@@ -65,13 +65,17 @@ V4 = {
     "d4_sx": TILES["d4_sx"],
     "m32j_sx": TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 2, dequant="sx"),
     "m32l_sx": TILES["m32l_sx"],
+    # register-capped candidates (bench/moe_layer.py): ptxas spills a few bytes; results must not change
+    "s16k2_sx_r": dataclasses.replace(TILES["s16k_sx"], fc1_stages=2, fc1_maxnreg=168, fc2_maxnreg=128),
+    "m32l2_sx_r": dataclasses.replace(TILES["m32l_sx"], fc1_maxnreg=168, fc2_stages=2, fc2_maxnreg=128),
 }
 _DECODE1, _DECODE4, _BIG16, _ODD7, _ODD33 = (128, 8, 2048, 768, 1), (128, 8, 2048, 768, 4), (32, 8, 4096, 1536, 16), \
     (6, 3, 96, 64, 7), (5, 2, 160, 96, 33)
 V4_CASES = [(v, c) for v in ("sx", "k256", "k256_sx", "m32k_sx", "m32j_sx") for c in (_DECODE4, _BIG16, _ODD33)] + \
     [(v, c) for v in ("d1", "d1_sx", "d3_sx", "d4_sx") for c in (_DECODE1, _DECODE4, _ODD7)] + \
     [("d4_sx", (128, 8, 4096, 1536, 1)), ("m32j_sx", (128, 8, 2048, 768, 256))] + \
-    [("m32l_sx", c) for c in (_DECODE4, _BIG16, _ODD33, (128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 256))]
+    [("m32l_sx", c) for c in (_DECODE4, _BIG16, _ODD33, (128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 256))] + \
+    [(v, c) for v in ("s16k2_sx_r", "m32l2_sx_r") for c in (_DECODE4, _BIG16, _ODD33)]
 
 
 def _moe_inputs(experts, topk, hidden, inter, tokens, activation="swiglu"):
