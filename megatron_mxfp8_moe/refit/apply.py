@@ -77,7 +77,7 @@ class _Totals:
             offset = first.experts.local_expert_offset
             ids = self.experts.setdefault(first.module_path, set())
             if batch.stack is not None:
-                ids.update(map(offset.__add__, batch.indices) if offset else batch.indices)
+                ids.update(offset + index for index in batch.indices)
                 self.devices.add(batch.stack.device)
             else:
                 ids.add(first.global_index)
