@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 	@if [ -z "$(PYTHON312)" ]; then echo "Python 3.12 not found: install it or set PYTHON=/path/to/python3.12" >&2; exit 1; fi
 	@echo "using $(PYTHON312)"
 	[ -x $(PY) ] || $(PYTHON312) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
+	bash tools/pip_install.sh $(PY) -q --upgrade pip
+	bash tools/pip_install.sh $(PY) -q -e ".[dev]"
 	bash tools/install_flashinfer_cpu.sh $(PY)
 	touch $(STAMP)
 
