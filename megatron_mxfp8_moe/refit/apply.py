@@ -104,16 +104,15 @@ def _grad_mode(plan: RefitPlan):
     return torch.no_grad()
 
 
-def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> None:
-    """Write every entry of a validated plan; then refresh the caches of its modules.
+def _launch_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> None:
+    """Write (launch) every entry of a validated plan; ``_finish_plan`` completes it.
 
     Quantize writes into per-expert views of one stack go through ``stack.quantize_experts_`` (one kernel
     launch per stack and source dtype with the triton quantizer); copies and lone tensors are written one by
-    one. A plan marked ``finite_on_device`` is scanned for NaN/Inf on the device first and written with
-    kernels that store nothing once the scan found a bad source; ONE host sync at the end reads the flags and
-    raises for the first bad entry (nothing written). A failure after validation (a write hook raising, out of
-    memory) cannot be undone: it raises RefitError naming the entry being written and how many were written
-    before it.
+    one. A plan marked ``finite_on_device`` was scanned for NaN/Inf on the device (scans launched during
+    validation) and is written with kernels that store nothing once a scan found a bad source; nothing here
+    waits for the device. A failure after validation (a write hook raising, out of memory) cannot be undone: it
+    raises RefitError naming the entry being written and how many were written before it.
     """
     written = 0
     scan = plan.device_scan if plan.finite_on_device else None  # launched during validation (device_check.py)
@@ -150,6 +149,12 @@ def _apply_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> No
             written += len(batch.writes)
             if progress is not None:
                 progress.update(len(batch.writes))
+
+
+def _finish_plan(plan: RefitPlan, applied_modules: Sequence[str]) -> None:
+    """Complete a launched plan: with a device scan, ONE host sync reads its flags and raises for the first bad
+    entry (then its predicated kernels wrote nothing); then the caches of its modules are refreshed."""
+    scan = plan.device_scan if plan.finite_on_device else None
     if scan is not None:
         bad = scan.first_bad(plan.writes)  # the one host sync of this plan
         if bad is not None:
@@ -253,18 +258,19 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
           dtypes, devices, NaN/Inf, MXFP8 scale size and NaN bytes, duplicates); any problem raises
           RefitError naming the offending entry and not one byte of any canonical weight or derived stack
           has been written.
-        - Stream (any iterable that is not a Mapping; consumed once, entries not held beyond their module):
+        - Stream (any iterable that is not a Mapping; consumed once, entries held until the next module is written):
           ATOMIC PER EXPERTS MODULE. Consecutive entries of one experts module are buffered, validated
           together and then written; a module's entries must be contiguous in the stream (a module seen
           again after its group was written raises RefitError). When an error is raised, every module whose
           group was complete before the offending entry has been fully written and refreshed; the module
           being buffered and all later ones are untouched. ``error.applied_modules`` lists the modules
-          already written. Non-expert names skipped under ``strict=False`` do not break a group. Peak extra
-          memory: the sources of one experts module.
+          already written. Non-expert names skipped under ``strict=False`` do not break a group. Pipelined:
+          the device writes one module while the host validates the next, so the sources of two experts
+          modules are held at a time.
         - NaN/Inf: where every write goes into hook-free stacks with the triton quantizer (the Triton
           backend's stacks are the canonical storage), the sources are scanned on the device and the writes are
-          predicated on that scan, with ONE host sync at the end; a bad source raises the same RefitError and
-          nothing is written. Otherwise the scan runs on the host side before any write.
+          predicated on that scan, with ONE host sync per batch (per module for a stream); a bad source raises
+          the same RefitError and nothing of its batch is written. Otherwise the scan runs on the host side before any write.
         - Either way, a failure AFTER validation (a write hook raising, out of memory) cannot be rolled back;
           it raises RefitError saying how many entries were already written.
         - Data and scale storage addresses never change; write hooks repack derived stacks in place, also for
@@ -282,7 +288,8 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
         plan = validator.plan(as_entries(weights), finite_on_device=True)
         bar = _progress_bar(len(plan.writes), progress)
         try:
-            _apply_plan(plan, bar, ())
+            _launch_plan(plan, bar, ())
+            _finish_plan(plan, ())
         finally:
             if bar is not None:
                 bar.close()
@@ -302,7 +309,13 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
 
 
 def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, progress: Optional[bool]) -> None:
-    """Buffer consecutive entries of one experts module, validate them as a batch, write them; repeat."""
+    """Buffer consecutive entries of one experts module, validate them as a batch, write them; repeat.
+
+    Pipelined by one module: module k's writes are launched; then module k+1 is buffered and validated on the
+    host (its NaN/Inf scans queue behind k's writes on the device); only then are k's flags read (one host
+    sync) and its caches refreshed, and k+1's writes launched. The device writes one module while the host
+    validates the next, and the guarantee stays per module: k+1 is written only once k is known good.
+    """
     if isinstance(weights, (str, bytes, torch.Tensor)) or not isinstance(weights, Iterable):
         raise TypeError(
             "weights: expected a Mapping name -> tensor or an iterable of (name, tensor) pairs, "
@@ -310,21 +323,30 @@ def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, prog
         )
     total = len(weights) if isinstance(weights, Sequence) else None
     bar = _progress_bar(total, progress)
-    applied: list[str] = []  # module paths written completely, in order
+    applied: list[str] = []  # module paths written completely (launched, flags read, caches refreshed), in order
     group: list[tuple[Any, Any]] = []
     group_found: list = []  # validator.resolve() of each group entry, handed to plan() (resolved once)
     group_path: Optional[str] = None
     pending_skips: list[str] = []
+    launched: Optional[RefitPlan] = None  # written, not finished yet: flags unread, caches not refreshed
+
+    def finish_launched() -> None:
+        nonlocal launched
+        plan, launched = launched, None
+        if plan is not None:
+            _finish_plan(plan, applied)
+            totals.add(plan)
+            applied.extend(plan.module_paths)
 
     def flush() -> None:
-        nonlocal group, group_found, group_path
+        nonlocal group, group_found, group_path, launched
         if not group:
             return
         plan = validator.plan(group, finite_on_device=True, resolved=group_found)
         group, group_found, group_path = [], [], None
-        _apply_plan(plan, bar, applied)
-        totals.add(plan)
-        applied.extend(plan.module_paths)
+        finish_launched()
+        _launch_plan(plan, bar, applied)
+        launched = plan
 
     try:
         for position, item in enumerate(weights):
@@ -347,8 +369,12 @@ def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, prog
             group.append((name, source))
             group_found.append(resolved)
         flush()
-    except RefitError as error:
-        if not getattr(error, "applied_modules", None):
+        finish_launched()
+    except Exception as error:
+        # The module launched before the failure comes first in the stream: finish it (its own RefitError,
+        # a NaN/Inf source, then wins), so that the error lists it as applied.
+        finish_launched()
+        if isinstance(error, RefitError) and not getattr(error, "applied_modules", None):
             error.applied_modules = tuple(applied)
         raise
     finally:

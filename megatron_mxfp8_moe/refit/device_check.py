@@ -20,13 +20,16 @@ CHUNK = 64  # sources per scan launch: few launches, yet the first one starts ea
 EAGER_NUMEL = 1 << 24  # a source of at least this many elements (e.g. a stacked [E, M, K] one) launches at once
 _MIN_FLAGS = 1024  # a flags buffer holds at least this many int32
 
-# Per device: an all-zero flags buffer that no scan uses (taken by a DeviceScan, given back by ``first_bad`` once
-# its host sync showed nothing was set), so that a call costs neither an allocation nor a zero-fill launch.
-_IDLE_FLAGS: dict[torch.device, torch.Tensor] = {}
+# Per device: all-zero flags buffers that no scan uses (taken by a DeviceScan, given back by ``first_bad`` once
+# its host sync showed nothing was set), so that a call costs neither an allocation nor a zero-fill launch. Two
+# per device: a stream refit holds one module's scan while it validates (and scans) the next module.
+_IDLE_FLAGS: dict[torch.device, list[torch.Tensor]] = {}
+_IDLE_PER_DEVICE = 2
 
 
 def _take_flags(count: int, device: torch.device) -> torch.Tensor:
-    buffer = _IDLE_FLAGS.pop(device, None)
+    idle = _IDLE_FLAGS.get(device)
+    buffer = idle.pop() if idle else None
     if buffer is None or buffer.numel() < count:
         buffer = torch.zeros(max(count, _MIN_FLAGS), dtype=torch.int32, device=device)
     return buffer
@@ -37,7 +40,7 @@ class DeviceScan:
 
     ``flags``: int32 ``[1 + capacity]`` on the device, zeroed: ``flags[0]`` = any scanned source is bad,
     ``flags[1 + k]`` = the k-th scanned source (``order[k]`` is its write) is bad. It is a view of a cached
-    per-device buffer that ``first_bad`` gives back when nothing was flagged (the next scan reuses it), so it
+    per-device buffer that ``first_bad`` gives back when nothing was flagged (a later scan reuses it), so it
     is only meaningful until then. Not thread-safe.
     """
 
@@ -84,7 +87,9 @@ class DeviceScan:
         flags buffer, still all zero and no longer used by any kernel, goes back to the per-device cache)."""
         flags = self.flags.tolist()
         if not flags[0]:
-            _IDLE_FLAGS[self.device] = self._buffer
+            idle = _IDLE_FLAGS.setdefault(self.device, [])
+            if len(idle) < _IDLE_PER_DEVICE:
+                idle.append(self._buffer)
             return None
         bad = {id(self.order[k]) for k, flag in enumerate(flags[1:len(self.order) + 1]) if flag}
         return next(write for write in writes if id(write) in bad)

@@ -141,6 +141,69 @@ def test_stream_is_atomic_per_experts_module():
     assert model.experts(1).hook_calls == []
 
 
+def test_stream_validates_the_next_module_before_finishing_the_last(monkeypatch):
+    """Pipelined stream: module k's writes are launched, module k+1 is validated, then k is finished (flags
+    read, caches refreshed) and only then are k+1's writes launched."""
+    from megatron_mxfp8_moe.refit import apply, validate
+
+    events = []
+    real_plan, real_launch, real_finish = validate.RefitValidator.plan, apply._launch_plan, apply._finish_plan
+
+    def plan(self, entries, **kwargs):
+        result = real_plan(self, entries, **kwargs)
+        events.append(("validate",) + result.module_paths)
+        return result
+
+    def launch(plan, progress, applied_modules):
+        events.append(("launch",) + plan.module_paths)
+        real_launch(plan, progress, applied_modules)
+
+    def finish(plan, applied_modules):
+        events.append(("finish",) + plan.module_paths)
+        real_finish(plan, applied_modules)
+
+    monkeypatch.setattr(validate.RefitValidator, "plan", plan)
+    monkeypatch.setattr(apply, "_launch_plan", launch)
+    monkeypatch.setattr(apply, "_finish_plan", finish)
+    model = fake.FakeModel()
+    sources = fake.new_sources()
+    report = refit_experts(model, _stream(sources))
+    assert events == [("validate", E0), ("launch", E0), ("validate", E1), ("finish", E0), ("launch", E1),
+                      ("finish", E1)]
+    assert report.modules_touched == (E0, E1) and report.tensors_updated == 16
+    for layer in (0, 1):
+        assert fake.same(model.experts(layer).stack_bytes(), _fresh_layer(sources, layer).stack_bytes())
+    assert [experts.refresh_calls for experts in model.all_experts()] == [1, 1]
+
+
+def test_stream_finishes_the_launched_module_when_the_next_one_fails(monkeypatch):
+    """A bad entry in module k+1 still completes module k, which was launched before it (and is reported as
+    applied); a failure while finishing k (a NaN found by its device scan) wins over k+1's error, since k
+    comes first in the stream."""
+    from megatron_mxfp8_moe.refit import apply
+
+    model = fake.FakeModel()
+    sources = fake.new_sources()
+    sources[f"{E1}.linear_fc2.weight9"] = fake.random_weights(fake.FC2_SHAPE)
+    with pytest.raises(RefitError, match=rf"^refit entry '{E1}.linear_fc2.weight9': local expert index 9") as caught:
+        refit_experts(model, _stream(sources))
+    assert caught.value.applied_modules == (E0,)
+    assert [experts.refresh_calls for experts in model.all_experts()] == [1, 0]
+
+    real_finish = apply._finish_plan
+
+    def finish_fails_for_e0(plan, applied_modules):
+        if plan.module_paths == (E0,):
+            raise apply.refit_error(f"{E0}.linear_fc1.weight0", "found bad by the device scan",
+                                    applied_modules=tuple(applied_modules))
+        real_finish(plan, applied_modules)
+
+    monkeypatch.setattr(apply, "_finish_plan", finish_fails_for_e0)
+    with pytest.raises(RefitError, match=rf"^refit entry '{E0}.linear_fc1.weight0': found bad") as caught:
+        refit_experts(fake.FakeModel(), _stream(sources))
+    assert caught.value.applied_modules == ()
+
+
 def test_stream_rejects_a_module_whose_entries_are_not_contiguous():
     model = fake.FakeModel()
     before_layer1 = model.experts(1).stack_bytes()

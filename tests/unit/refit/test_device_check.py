@@ -225,6 +225,64 @@ def _interpreted_refit_checks_on_the_device_and_changes_nothing_on_nan():
         assert torch.equal(target.scale.view(torch.uint8), reference.scale.view(torch.uint8)), name
 
 
+def _interpreted_stream_with_device_scans_is_atomic_per_module():
+    """A stream over two hook-free modules, device scans, pipelined by one module (module 0 is written while
+    module 1 is validated): a NaN in module 1 leaves module 1 untouched and module 0 written; a NaN in module 0
+    wins over a bad name in module 1 and nothing is written."""
+    generator = torch.Generator().manual_seed(5)
+    model = torch.nn.ModuleDict({"l0": _module(generator), "l1": _module(generator)})
+    weights = {f"l{layer}.linear_fc{fc}.weight{i}": torch.randn(*((M, K) if fc == 1 else (K, M)), generator=generator,
+                                                                dtype=torch.bfloat16)
+               for layer in (0, 1) for fc in (1, 2) for i in range(E)}
+
+    def stack_bytes():
+        return [tensor for layer in ("l0", "l1") for stack in (model[layer].fc1, model[layer].fc2)
+                for tensor in _bytes(stack)]
+
+    def expect_error(stream_weights, match, applied):
+        try:
+            refit_experts(model, iter(list(stream_weights.items())), backend="triton")
+        except RefitError as error:
+            assert match in str(error) and error.applied_modules == applied, (str(error), error.applied_modules)
+        else:
+            raise AssertionError(f"no RefitError ({match})")
+
+    from megatron_mxfp8_moe.refit.validate import RefitValidator
+
+    on_device = []  # plan.finite_on_device of every plan the stream builds: the device path must be the one tested
+    real_plan = RefitValidator.plan
+
+    def plan(self, entries, **kwargs):
+        result = real_plan(self, entries, **kwargs)
+        on_device.append(result.finite_on_device)
+        return result
+
+    RefitValidator.plan = plan
+    refit_experts(model, iter(list(weights.items())), backend="triton")
+    assert on_device == [True, True], on_device
+
+    bad = dict(weights)
+    bad["l1.linear_fc2.weight0"] = weights["l1.linear_fc2.weight0"].clone()
+    bad["l1.linear_fc2.weight0"][1, 2] = float("nan")
+    before = stack_bytes()
+    expect_error(bad, "'l1.linear_fc2.weight0': source holds 1 NaN", ("l0",))
+    after = stack_bytes()
+    assert all(torch.equal(a, b) for a, b in zip(before[4:], after[4:])), "module l1 changed"
+    for name in ("l0.linear_fc1.weight2", "l0.linear_fc2.weight1"):
+        reference = quantize_mxfp8(weights[name], backend="reference")
+        assert torch.equal(model.l0.mxfp8_weights()[name[3:]].scale.view(torch.uint8),
+                           reference.scale.view(torch.uint8)), name
+
+    worse = {name: torch.randn_like(source) for name, source in weights.items()}
+    worse["l0.linear_fc1.weight1"][0, 0] = float("inf")
+    worse[f"l1.linear_fc1.weight{E}"] = torch.randn(M, K, dtype=torch.bfloat16)  # index out of range
+    before = stack_bytes()
+    expect_error(worse, "'l0.linear_fc1.weight1': source holds 0 NaN and 1 Inf", ())
+    assert all(torch.equal(a, b) for a, b in zip(before, stack_bytes())), "a stack changed"
+    RefitValidator.plan = real_plan
+    assert on_device == [True, True, True, True, True], on_device  # l0 launched before l1's bad name was seen
+
+
 def test_device_check_kernels_under_the_triton_interpreter():
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1")
@@ -232,7 +290,7 @@ def test_device_check_kernels_under_the_triton_interpreter():
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for name in ("scan", "scan edges", "quantize knobs", "abort", "refit"):
+    for name in ("scan", "scan edges", "quantize knobs", "abort", "refit", "stream"):
         assert f"ok {name}" in result.stdout, result.stdout
 
 
@@ -248,6 +306,8 @@ if __name__ == "__main__":
     print("ok abort")
     _interpreted_refit_checks_on_the_device_and_changes_nothing_on_nan()
     print("ok refit")
+    _interpreted_stream_with_device_scans_is_atomic_per_module()
+    print("ok stream")
 
 
 def test_scan_ahead_launches_chunks_and_maps_flags_back_to_entries(monkeypatch):
