@@ -122,8 +122,9 @@ class MoEBackend(abc.ABC):
         """Whether this backend can run on a device with ``caps`` (pure; no device probing)."""
 
     @classmethod
-    def supports_activation(cls, activation: Activation) -> Support:
-        """Whether this backend implements ``activation`` (default: all of them)."""
+    def supports_activation(cls, activation: Activation, caps: Optional[DeviceCaps] = None) -> Support:
+        """Whether this backend implements ``activation`` (default: all of them); ``caps``, when given, adds what
+        depends on the machine (e.g. a library version floor for that activation)."""
         return Support(True, f"{activation.value} supported")
 
     @abc.abstractmethod

@@ -49,8 +49,14 @@ class _FlashInferBackend(MoEBackend):
         return Support(bool(ok), reason)
 
     @classmethod
-    def supports_activation(cls, activation: Activation) -> Support:
+    def supports_activation(cls, activation: Activation, caps: Optional[DeviceCaps] = None) -> Support:
         if activation in _FLASHINFER_ACTIVATIONS:
+            from .flashinfer_compat import flashinfer_activation_support
+
+            ok, reason = flashinfer_activation_support(getattr(caps, "flashinfer_version", None), cls.kernel,
+                                                       activation)
+            if not ok:
+                return Support(False, reason)
             return Support(True, f"{activation.value} supported by the FlashInfer {cls.kernel} MXFP8 MoE")
         return Support(
             False,
@@ -76,7 +82,7 @@ class _FlashInferBackend(MoEBackend):
         A whole-stack write fans out to these per-expert hooks (MXFP8Tensor._after_write), so it needs none.
         """
         require, prepare, attach = self._layout()
-        require()
+        require(activation=expert_set.activation)
         state = StackState(
             backend=self.backend,
             fc1=prepare(expert_set.fc1, gated=expert_set.activation.gated),

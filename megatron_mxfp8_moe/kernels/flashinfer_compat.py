@@ -9,7 +9,9 @@
 Version floors (see docs in shared/reference/flashinfer_mxfp8.md):
 - routed trtllm-gen MXFP8 (``trtllm_fp8_block_scale_routed_moe``): >= 0.6.8, since the routed variant ignored
   ``output=`` before (issue #2703, fixed by #2739) and autotuning crashed with ``routing_logits=None`` (#2749);
-- CUTLASS MXFP8xMXFP8 (``cutlass_fused_moe(use_mxfp8_act_scaling=True)``): >= 0.6.8 for ``swizzled_input_sf``.
+- CUTLASS MXFP8xMXFP8 (``cutlass_fused_moe(use_mxfp8_act_scaling=True)``): >= 0.6.8 for ``swizzled_input_sf``;
+  with squared ReLU (non-gated fc1 ``[E, I, H]``) >= 0.6.10, since the binding checked the MXFP8 fc1 scales
+  against the gated ``2 * I`` rows for every activation before (fixed by PR #3082).
 """
 
 import dataclasses
@@ -38,6 +40,14 @@ _KERNELS = {
                "output= was ignored by the routed kernel before 0.6.8"),
     "cutlass": ("FlashInfer CUTLASS MXFP8xMXFP8 MoE", CUTLASS_MIN_VERSION,
                 "cutlass_fused_moe gained swizzled_input_sf in 0.6.8"),
+}
+
+# (kernel, activation) -> (minimum version, why): activations whose floor is above their kernel's
+_ACTIVATION_MIN_VERSIONS = {
+    ("cutlass", Activation.SQUARED_RELU): (
+        "0.6.10", "before it cutlass_fused_moe checked the MXFP8 fc1 scales of a non-gated fc1 [E, I, H] as "
+        "if gated (2 * I rows; PR #3082)",
+    ),
 }
 
 _ARCH_NOTES = {
@@ -123,6 +133,25 @@ def flashinfer_support(caps: Any, kernel: str = "routed") -> tuple[bool, str]:
     )
 
 
+def flashinfer_activation_support(version: Optional[str], kernel: str, activation: Activation) -> tuple[bool, str]:
+    """Does flashinfer-python ``version`` run ``activation`` on ``kernel`` ("routed" / "cutlass")? ``(ok, reason)``;
+    pure. Only the version floors of particular activations are checked here (None: nothing to check)."""
+    floor = _ACTIVATION_MIN_VERSIONS.get((kernel, activation))
+    if floor is None or version is None:
+        return True, "no activation-specific version floor"
+    minimum, why = floor
+    try:
+        parsed = parse_flashinfer_version(version)
+    except MXFP8InputError as error:
+        return False, f"{_KERNELS[kernel][0]}: {error}"
+    if parsed < Version(minimum):
+        return False, (
+            f"{_KERNELS[kernel][0]} with {activation.value} needs flashinfer-python >= {minimum} ({why}); "
+            f"found {version}"
+        )
+    return True, f"{activation.value} on flashinfer-python {version}"
+
+
 def probe_flashinfer_caps() -> FlashInferCaps:
     """Ask this machine: the importable flashinfer version and the current CUDA device (no CUDA init if absent)."""
     import torch
@@ -145,9 +174,11 @@ def _probe_once() -> FlashInferCaps:
     return probe_flashinfer_caps()
 
 
-def _require(kernel: str, caps: Optional[Any], function_names: tuple[str, ...]):
+def _require(kernel: str, caps: Optional[Any], function_names: tuple[str, ...], activation: Optional[Activation]):
     caps = _probe_once() if caps is None else caps  # launchers call this per forward: probe once per process
     ok, reason = flashinfer_support(caps, kernel)
+    if ok and activation is not None:
+        ok, reason = flashinfer_activation_support(caps.flashinfer_version, kernel, activation)
     if not ok:
         logger.info("FlashInfer %s MXFP8 MoE unavailable: %s", kernel, reason)
         raise BackendUnavailableError(reason)
@@ -162,17 +193,19 @@ def _require(kernel: str, caps: Optional[Any], function_names: tuple[str, ...]):
     return fused_moe
 
 
-def require_flashinfer_routed_mxfp8(caps: Optional[Any] = None):
-    """Return ``flashinfer.fused_moe`` if the routed trtllm-gen MXFP8 MoE can run, else raise BackendUnavailableError.
+def require_flashinfer_routed_mxfp8(caps: Optional[Any] = None, activation: Optional[Activation] = None):
+    """Return ``flashinfer.fused_moe`` if the routed trtllm-gen MXFP8 MoE can run (``activation`` too, when
+    given), else raise BackendUnavailableError.
 
     ``caps``: plain facts (see ``flashinfer_support``); probed from this machine when None.
     """
-    return _require("routed", caps, ("trtllm_fp8_block_scale_routed_moe",))
+    return _require("routed", caps, ("trtllm_fp8_block_scale_routed_moe",), activation)
 
 
-def require_flashinfer_cutlass_mxfp8(caps: Optional[Any] = None):
-    """Return ``flashinfer.fused_moe`` if CUTLASS MXFP8xMXFP8 MoE can run, else raise BackendUnavailableError."""
-    return _require("cutlass", caps, ("cutlass_fused_moe",))
+def require_flashinfer_cutlass_mxfp8(caps: Optional[Any] = None, activation: Optional[Activation] = None):
+    """Return ``flashinfer.fused_moe`` if CUTLASS MXFP8xMXFP8 MoE can run (``activation`` too, when given), else
+    raise BackendUnavailableError."""
+    return _require("cutlass", caps, ("cutlass_fused_moe",), activation)
 
 
 _ENUM_MODULES = ("flashinfer.fused_moe", "flashinfer.tllm_enums", "flashinfer.fused_moe.core")

@@ -1,13 +1,16 @@
-"""Pure-torch MoE evaluated FROM prepared FlashInfer stacks: the CPU proof that the layouts lose nothing.
+"""Pure-torch MoE evaluated FROM prepared FlashInfer stacks: the CPU proof that preparing loses nothing.
 
 prepared stack -> unpack (undo interleave, shuffle, reorder; keep FlashInfer order and padding) -> float64 MoE
 with FlashInfer's semantics (fc1 rows ``[up; gate]``, ``out = act(second half) * first half``) -> ``[:, :H]``.
 
-It reads the same bytes the kernels read, in the order they read them, so agreeing with ``moe_reference`` on
-the canonical experts shows that gate/up order, padding, row shuffles and scale interleave are all right.
-It does not model the kernels' internal arithmetic (accumulation order, fc1-output re-quantization), except
-for the optional MXFP8 re-quantization of the activations (``quantize_input`` / ``quantize_intermediate``),
-used to state error bounds for the real kernels.
+It reads the prepared bytes back through the package's own unpack (the inverse of prepare), so agreeing with
+``moe_reference`` on the canonical experts shows that the gate/up order, the padding, the routing words and the
+MoE semantics are right and that nothing is lost; it cannot show that the row shuffles and the scale interleave
+are FlashInfer's, since a wrong shuffle and its own inverse cancel. Those bytes are checked against FlashInfer's
+own helpers and an independent offset formula in ``tests/unit/layouts``. It does not model the kernels'
+internal arithmetic (accumulation order, fc1-output re-quantization), except for the optional MXFP8
+re-quantization of the activations (``quantize_input`` / ``quantize_intermediate``), used to state error
+bounds for the real kernels.
 """
 
 from typing import Optional, Union

@@ -79,7 +79,8 @@ def quantize_routed_mxfp8_input(
     padded = _pad_hidden(hidden_states, padded_hidden_size)
     data, scale = flashinfer.mxfp8_quantize(padded, False)
     rows = padded.shape[0]
-    return data.view(torch.float8_e4m3fn)[:, :padded_hidden_size], scale.view(torch.uint8).reshape(rows, -1)
+    scale = scale.view(torch.uint8).reshape(rows, padded_hidden_size // BLOCK_SIZE)  # FlashInfer returns it flat
+    return data.view(torch.float8_e4m3fn)[:, :padded_hidden_size], scale
 
 
 def quantize_routed_mxfp8_input_reference(
@@ -114,6 +115,14 @@ def _check_stacks(fc1: FlashInferRoutedMXFP8Weight, fc2: FlashInferRoutedMXFP8We
         )
     if fc1.num_experts != fc2.num_experts:
         raise MXFP8InputError(f"fc1/fc2: expert counts differ, {fc1.num_experts} vs {fc2.num_experts}")
+    intermediate = fc1.logical_rows // 2 if activation.gated else fc1.logical_rows
+    if fc1.logical_cols != fc2.logical_rows or intermediate != fc2.logical_cols:
+        # the padded shapes can chain while the real ones do not; the kernel checks neither
+        raise MXFP8InputError(
+            f"fc1/fc2: shapes do not chain: fc1 [{fc1.logical_rows}, {fc1.logical_cols}] (hidden "
+            f"{fc1.logical_cols}, intermediate {intermediate}), fc2 [{fc2.logical_rows}, {fc2.logical_cols}] "
+            f"(expected [{fc1.logical_cols}, {intermediate}])"
+        )
 
 
 def _check_expert_range(num_experts: int, top_k: int, local_expert_offset: int, local_num_experts: int) -> None:
@@ -262,6 +271,8 @@ def flashinfer_routed_mxfp8_moe(
         raise MXFP8InputError(f"out: needs at least {rows} rows, got {out.shape[0]}")
     _check_expert_range(num_experts, top_k, local_expert_offset, fc1.num_experts)
     require_flashinfer_routed_mxfp8()  # before quantizing: the quantizer also needs the GPU
+    if rows == 0:  # an EP rank that received no tokens: nothing to launch
+        return out if out is not None else hidden_states.new_empty(0, hidden, dtype=torch.bfloat16)
     ids = mask_invalid_rows(routing_map[:rows], valid_tokens)
     packed = pack_routed_mxfp8_routing(ids, probs[:rows])
     data, scale = quantize_routed_mxfp8_input(hidden_states[:rows].to(torch.bfloat16), fc1.padded_cols)

@@ -63,7 +63,7 @@ def _can_run(backend: Backend, caps: DeviceCaps, activation: Optional[Activation
     if not support.ok:
         return False, support.reason
     if activation is not None:
-        by_activation = cls.supports_activation(activation)
+        by_activation = cls.supports_activation(activation, caps)
         if not by_activation.ok:
             return False, by_activation.reason
     return True, support.reason

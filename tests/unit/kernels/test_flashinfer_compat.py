@@ -140,3 +140,27 @@ def test_first_output_normalizes_list_and_tensor_returns():
     assert first_output([tensor, torch.zeros(1)]) is tensor
     with pytest.raises(BackendUnavailableError, match="empty"):
         first_output([])
+
+
+def test_cutlass_squared_relu_needs_flashinfer_0_6_10():
+    """Before 0.6.10 cutlass_fused_moe checked a non-gated MXFP8 fc1's scales as if gated (PR #3082): squared
+    ReLU on CUTLASS is refused there by name, at selection and at launch; SwiGLU and the routed kernel are not."""
+    from megatron_mxfp8_moe.kernels.caps import DeviceCaps
+    from megatron_mxfp8_moe.kernels.flashinfer_compat import flashinfer_activation_support
+    from megatron_mxfp8_moe.kernels.select import select_backend
+
+    for version in ("0.6.8", "0.6.9"):
+        ok, reason = flashinfer_activation_support(version, "cutlass", Activation.SQUARED_RELU)
+        assert not ok and ">= 0.6.10" in reason and f"found {version}" in reason and "#3082" in reason
+        assert flashinfer_activation_support(version, "cutlass", Activation.SWIGLU)[0]
+        assert flashinfer_activation_support(version, "routed", Activation.SQUARED_RELU)[0]
+        with pytest.raises(BackendUnavailableError, match=r"squared_relu needs flashinfer-python >= 0\.6\.10"):
+            require_flashinfer_cutlass_mxfp8(FlashInferCaps(version, (10, 0)), activation=Activation.SQUARED_RELU)
+        caps = DeviceCaps("cuda", (10, 0), version, "3.6.0")
+        with pytest.raises(BackendUnavailableError, match=r"'flashinfer_cutlass' cannot run here: .*>= 0\.6\.10"):
+            select_backend("flashinfer_cutlass", caps, activation="squared_relu")
+        assert select_backend("flashinfer_cutlass", caps, activation="swiglu")[0].value == "flashinfer_cutlass"
+    for version in ("0.6.10", "0.7.2.post1"):
+        assert flashinfer_activation_support(version, "cutlass", Activation.SQUARED_RELU)[0]
+        caps = DeviceCaps("cuda", (10, 0), version, "3.6.0")
+        assert select_backend("flashinfer_cutlass", caps, activation="squared_relu")[0].value == "flashinfer_cutlass"

@@ -5,7 +5,7 @@ import torch
 
 from megatron_mxfp8_moe import quantize_mxfp8
 from megatron_mxfp8_moe.errors import MXFP8InputError
-from megatron_mxfp8_moe.format.swizzle import swizzle_offset, swizzle_scales
+from megatron_mxfp8_moe.format.swizzle import swizzle_offset, swizzle_scales, unswizzle_scales
 from megatron_mxfp8_moe.layouts.gate_up import (
     round_up,
     swap_gate_up_rows,
@@ -131,10 +131,14 @@ def test_scale_interleave_follows_offset_formula_after_the_row_permutation():
 
 
 def test_prepared_layout_differs_from_permute_only_scales():
-    """Guard against FlashInfer bug #4087: permuted but not interleaved scales must not pass."""
-    weight = _stack(1, 256, H)
+    """Guard against FlashInfer bug #4087: scales swapped to [up; gate] and row-permuted exactly as prepare does,
+    but not 128x4-interleaved, must not be what prepare stores (while un-interleaving gives exactly them)."""
+    weight = _stack(1, 256, H)  # gated, I = 128: no padding
     routed = prepare_routed_mxfp8_weights(weight, gated=True)
-    permute_only = weight.logical_scales()[:, routed_row_indices(256, gated=False)]
+    logical = weight.logical_scales()
+    up_gate = torch.cat([logical[:, 128:], logical[:, :128]], dim=1)
+    permute_only = up_gate[:, routed_row_indices(256, gated=True)]
+    assert torch.equal(unswizzle_scales(routed.scale.reshape(1, -1), 256, H // 32), permute_only)
     assert not torch.equal(routed.scale, permute_only.reshape(routed.scale.shape))
 
 
