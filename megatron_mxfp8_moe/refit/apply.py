@@ -250,7 +250,9 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
         backend: quantizer backend for logical sources (``"auto"``, ``"reference"``, ``"triton"``,
             ``"flashinfer"``); all give the same bytes.
         prefix: optional path of ``model_or_layer`` in the model the names come from; stripped from names
-            that start with it.
+            that start with it. When ``model_or_layer`` is one experts module and the names carry its path,
+            that path is guessed from the first indexed name under ``strict`` only; with ``strict=False`` or
+            index-less names, pass ``prefix`` (else RefitError: another module's weights could land here).
         progress: tqdm bar over entries: None shows it on a tty for ``>= 64`` entries; True/False force it.
 
     Guarantees:

@@ -13,8 +13,9 @@ An entry's full name is ``<path in named_modules()>.<local name>`` (see ``names.
 path of the refit target in the model the names come from, is stripped from names that start with it.
 When the refit target is itself an experts module, names may be relative to it (``linear_fc1.weight3``) or
 carry its path in the enclosing model (``decoder.layers.0.mlp.experts.linear_fc1.weight3``); without
-``prefix=`` that path is taken from the first such name, and a second, different path is an error under
-``strict`` (skipped otherwise).
+``prefix=`` that path is taken from the first such name under ``strict`` only, and only from a name with an
+expert index (a second, different path is then an error); with ``strict=False`` or for an index-less
+(stacked) name, a path-carrying name needs ``prefix=`` (an error says so), since it could be another module's.
 
 Sources, per entry (target canonical weight ``[M, K]``, ``K % 32 == 0``):
 
@@ -323,7 +324,7 @@ class RefitValidator:
         shown = ", ".join(paths[:4]) + (f", ... ({len(paths)} in all)" if len(paths) > 4 else "")
         return shown or "none"
 
-    def _resolve_path(self, parsed: ExpertWeightName, name: str) -> Optional[str]:
+    def _resolve_path(self, parsed: ExpertWeightName, name: str, stacked: bool = False) -> Optional[str]:
         """Path of the experts module ``parsed`` addresses, or None when it addresses none here."""
         path = parsed.module_path
         if path in self._experts_candidates:
@@ -332,6 +333,15 @@ class RefitValidator:
             return None
         # A name carrying the root experts module's path in the enclosing model.
         if self._prefix is None:
+            # Guessed only where a wrong guess cannot pass unnoticed: under strict every later name must carry
+            # the same path; an index-less name (a dense MLP's 'mlp.linear_fc1.weight' looks the same) and
+            # strict=False (a whole model's names, of which this module's are some) would adopt any path.
+            if not self.strict or stacked:
+                raise refit_error(
+                    name, f"this refit targets one experts module, and the path {path!r} in this name cannot be "
+                    f"taken as its path in the enclosing model ({'an index-less name' if stacked else 'strict=False'}"
+                    f" could belong to another module); pass prefix= with its path, e.g. prefix={path!r}"
+                )
             self._prefix = path
             return ""
         if path == self._prefix:
@@ -388,7 +398,7 @@ class RefitValidator:
                     "or '...linear_fc2.weight<i>'); pass strict=False to skip non-expert names"
                 )
             return None
-        path = self._resolve_path(parsed, name)
+        path = self._resolve_path(parsed, name, stacked is not None)
         if path is None:
             if self.strict:
                 where = self._module_paths.get(parsed.module_path)

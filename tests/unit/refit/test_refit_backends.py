@@ -30,7 +30,7 @@ def _stack_tensors(value) -> list[torch.Tensor]:
 def _layer(backend, fc1, fc2, monkeypatch):
     if backend.startswith("flashinfer"):
         kernel = backend.split("_")[1]  # routed | cutlass
-        monkeypatch.setattr(f"megatron_mxfp8_moe.kernels.flashinfer_compat.require_flashinfer_{kernel}_mxfp8", lambda: None)
+        monkeypatch.setattr(f"megatron_mxfp8_moe.kernels.flashinfer_compat.require_flashinfer_{kernel}_mxfp8", lambda *args, **kwargs: None)
         layer = MXFP8ExpertLayer(ExpertSet.from_bf16(fc1, fc2, "swiglu"), backend=backend, caps=BLACKWELL)
     elif backend == "triton":
         hopper = DeviceCaps("cuda", (9, 0), None, "3.6.0")  # build-only, as above

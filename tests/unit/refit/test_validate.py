@@ -208,6 +208,26 @@ def test_layer_root_accepts_relative_and_prefixed_names_but_one_prefix_only():
     assert [w.local_index for w in plan.writes] == [2]
 
 
+def test_layer_root_never_guesses_its_path_where_a_wrong_guess_would_pass():
+    """With strict=False (a whole model's names) or an index-less name (a dense MLP's 'mlp.linear_fc1.weight'
+    looks the same), the first path-carrying name must not become the layer's prefix: another layer's weights
+    would be written into this one. A clear error asks for prefix=; with it, the same batch is right."""
+    model = fake.FakeModel()
+    layer = model.experts(1)
+    before = model.snapshot()
+    whole_model = {f"{E0}.linear_fc1.weight0": _fc1(1), f"{E1}.linear_fc1.weight1": _fc1(2)}
+    with pytest.raises(RefitError, match=rf"^refit entry '{E0}.linear_fc1.weight0': .*strict=False.*prefix='{E0}'"):
+        refit_experts(layer, whole_model, strict=False)
+    with pytest.raises(RefitError, match=r"^refit entry 'decoder.layers.0.mlp.linear_fc1.weight': .*index-less"):
+        refit_experts(layer, iter([("decoder.layers.0.mlp.linear_fc1.weight", torch.randn(512, 64))]))
+    assert fake.same(model.snapshot(), before)
+    report = refit_experts(layer, whole_model, strict=False, prefix=E1)
+    assert report.skipped == (f"{E0}.linear_fc1.weight0",) and report.experts == (("", (5,)),)
+    expected = quantize_mxfp8(whole_model[f"{E1}.linear_fc1.weight1"], backend="reference")
+    assert torch.equal(layer.expert_bytes("fc1", 1)[0], expected.data.view(torch.uint8))
+    assert fake.same(model.experts(0).stack_bytes(), before[:len(before) // 2])  # layer 0 untouched
+
+
 def test_explicit_prefix_strips_names_for_a_model_chunk():
     model = fake.FakeModel()
     plan = validate_refit(model.decoder, {f"{E1}.linear_fc1.weight3": _fc1()}, prefix="decoder")
