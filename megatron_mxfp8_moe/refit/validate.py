@@ -544,6 +544,8 @@ class RefitValidator:
                                       if hit.whole else WriteBatch([write]))
                 scan_capacity = 0  # a copy (or a lone tensor) rules the device check out
         batches = tuple(batches.values())
+        if scan_capacity == 0 and any(write.kind == COPY for write in writes):
+            _check_copy_sources_alias_no_target(writes)
         on_device = finite_on_device and _device_check_possible(batches, self.backend)
         if on_device:
             if scan is None or not scan.valid:  # entries without a length, or a source the scan could not take
@@ -562,6 +564,30 @@ class RefitValidator:
     def _scan_ahead_possible(self, stack: MXFP8Tensor) -> bool:
         """Cheap precheck before the first scan-ahead launch (``_device_check_possible`` decides at the end)."""
         return not stack.is_released and not stack.has_write_hooks() and _quantizes_with_triton(self.backend, stack)
+
+
+def _storage_key(tensor: torch.Tensor) -> tuple:
+    return tensor.device, tensor.untyped_storage().data_ptr()
+
+
+def _check_copy_sources_alias_no_target(writes: Sequence[PlannedWrite]) -> None:
+    """Raise for the first MXFP8 source that shares storage with a weight this batch writes: writes are grouped
+    per stack, not run in entry order, so it could be read after it was overwritten (or read while written)."""
+    written = set()
+    for write in writes:
+        target = write.target
+        if not target.is_released:
+            written.add(_storage_key(target.data))
+            written.add(_storage_key(target.scale))
+    for write in writes:
+        if write.kind != COPY:
+            continue
+        source = write.source
+        if _storage_key(source.data) in written or _storage_key(source.scale) in written:
+            raise refit_error(
+                write.name, "the MXFP8 source shares storage with a weight this refit writes (it could be "
+                "overwritten before it is read); pass a copy (e.g. of its data and scale) instead"
+            )
 
 
 def _device_check_possible(batches: Sequence[WriteBatch], backend: str) -> bool:

@@ -228,6 +228,30 @@ def test_layer_root_never_guesses_its_path_where_a_wrong_guess_would_pass():
     assert fake.same(model.experts(0).stack_bytes(), before[:len(before) // 2])  # layer 0 untouched
 
 
+def test_an_mxfp8_source_aliasing_a_written_weight_is_rejected():
+    """Writes run grouped per stack, not in entry order: copying expert 2's current bytes into expert 0 while
+    expert 2 is rewritten in the same batch could read the new bytes. Such a source is refused (nothing
+    written); the same bytes as a copy are accepted and land exactly."""
+    model = fake.FakeModel()
+    layer = model.experts(0)
+    before = model.snapshot()
+    view2 = layer.mxfp8_weights()["linear_fc1.weight2"]
+    batch = {f"{E0}.linear_fc1.weight1": _fc1(1), f"{E0}.linear_fc1.weight0": view2,
+             f"{E0}.linear_fc1.weight2": _fc1(2)}
+    with pytest.raises(RefitError, match=rf"^refit entry '{E0}.linear_fc1.weight0': the MXFP8 source shares storage"):
+        refit_experts(model, batch)
+    with pytest.raises(RefitError, match="shares storage"):  # even alone: it aliases its own stack
+        refit_experts(model, {f"{E0}.linear_fc1.weight0": view2})
+    assert fake.same(model.snapshot(), before)
+    old2 = MXFP8Tensor(view2.data.clone(), view2.scale.clone())
+    refit_experts(model, dict(batch, **{f"{E0}.linear_fc1.weight0": old2}))
+    written = layer.mxfp8_weights()["linear_fc1.weight0"]
+    assert torch.equal(written.data.view(torch.uint8), old2.data.view(torch.uint8))
+    assert torch.equal(written.scale.view(torch.uint8), old2.scale.view(torch.uint8))
+    assert not torch.equal(layer.mxfp8_weights()["linear_fc1.weight2"].data.view(torch.uint8),
+                           old2.data.view(torch.uint8))  # expert 2 was rewritten in the same batch
+
+
 def test_explicit_prefix_strips_names_for_a_model_chunk():
     model = fake.FakeModel()
     plan = validate_refit(model.decoder, {f"{E1}.linear_fc1.weight3": _fc1()}, prefix="decoder")
