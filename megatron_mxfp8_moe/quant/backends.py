@@ -11,7 +11,10 @@ from .triton import quantize_into_triton, triton_quantizer_support
 
 
 class QuantBackend(enum.Enum):
-    """Where MXFP8 quantization runs. All produce the same bytes."""
+    """Where MXFP8 quantization runs. ``reference`` and ``triton`` give Megatron's bytes (scale = amax/448
+    rounded up to a power of two; tested on the CPU and on an H200). ``flashinfer`` runs FlashInfer's own
+    ``mxfp8_quantize`` (bf16/fp16 sources only); its bytes have not been compared with Megatron's rule on a GPU
+    here, so it is never chosen by ``"auto"``."""
 
     REFERENCE = "reference"
     TRITON = "triton"

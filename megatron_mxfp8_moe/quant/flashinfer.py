@@ -2,7 +2,9 @@
 
 import torch
 
-from ..errors import BackendUnavailableError
+from ..errors import BackendUnavailableError, MXFP8InputError
+
+FLASHINFER_SOURCE_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def flashinfer_quantizer_support(device: torch.device) -> tuple[bool, str]:
@@ -25,7 +27,12 @@ def quantize_into_flashinfer(source: torch.Tensor, data: torch.Tensor, scale: to
         raise BackendUnavailableError(reason)
     import flashinfer
 
-    stacked_source = source.to(device=data.device, dtype=torch.bfloat16)
+    if source.dtype not in FLASHINFER_SOURCE_DTYPES:  # its "cuda" kernel takes no fp32; a cast would change bytes
+        raise MXFP8InputError(
+            f"source: the flashinfer quantizer takes bf16/fp16 sources, got {source.dtype}; use the triton or "
+            f"reference quantizer"
+        )
+    stacked_source = source.to(device=data.device)
     stacked_source = stacked_source if source.dim() == 3 else stacked_source.unsqueeze(0)
     stacked_data = data if data.dim() == 3 else data.unsqueeze(0)
     stacked_scale = scale.view(torch.uint8)

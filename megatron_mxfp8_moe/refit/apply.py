@@ -248,7 +248,7 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
         strict: True rejects names that are not expert weights of this model; False skips them (reported in
             ``RefitReport.skipped``). Out-of-range indices, bad sources and duplicates are always errors.
         backend: quantizer backend for logical sources (``"auto"``, ``"reference"``, ``"triton"``,
-            ``"flashinfer"``); all give the same bytes.
+            ``"flashinfer"``; see ``QuantBackend``: the last takes bf16/fp16 sources only).
         prefix: optional path of ``model_or_layer`` in the model the names come from; stripped from names
             that start with it. When ``model_or_layer`` is one experts module and the names carry its path,
             that path is guessed from the first indexed name under ``strict`` only; with ``strict=False`` or

@@ -47,6 +47,7 @@ from ..format.constants import BLOCK_SIZE, SOURCE_DTYPES
 from ..format.swizzle import swizzled_scale_numel
 from ..names import ExpertWeightName, join_name, parse_expert_stack_name, parse_expert_weight_name
 from ..quant.backends import QuantBackend, resolve_quant_backend
+from ..quant.flashinfer import FLASHINFER_SOURCE_DTYPES
 from ..tensor import MXFP8Tensor
 from .device_check import DeviceScan
 
@@ -275,6 +276,7 @@ class RefitValidator:
             raise TypeError(f"backend: expected a str, got {type(backend).__name__}")
         self.strict = bool(strict)
         self.backend = backend
+        self._flashinfer = backend == "flashinfer"  # its kernel takes no fp32 sources
         self._module_paths: dict[str, torch.nn.Module] = {}
         self._experts_candidates: dict[str, torch.nn.Module] = {}
         for path, module in model_or_layer.named_modules():
@@ -512,6 +514,9 @@ class RefitValidator:
                 kind = self.check_source(name, hit.target, source)
             if kind == QUANTIZE and hit.device not in self._checked_backends:
                 self._check_backend(name, hit.device)
+            if kind == QUANTIZE and self._flashinfer and source.dtype not in FLASHINFER_SOURCE_DTYPES:
+                raise refit_error(name, f"the flashinfer quantizer takes bf16/fp16 sources, got {source.dtype}; "
+                                  "use backend='triton' or 'reference'")
             if hit.whole:
                 claimed_here.update(dict.fromkeys(hit.keys, name))
             else:
