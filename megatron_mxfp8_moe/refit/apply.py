@@ -263,9 +263,10 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
         - Stream (any iterable that is not a Mapping; consumed once, entries held until the next module is written):
           ATOMIC PER EXPERTS MODULE. Consecutive entries of one experts module are buffered, validated
           together and then written; a module's entries must be contiguous in the stream (a module seen
-          again after its group was written raises RefitError). When an error is raised, every module whose
-          group was complete before the offending entry has been fully written and refreshed; the module
-          being buffered and all later ones are untouched. ``error.applied_modules`` lists the modules
+          again after its group was written raises RefitError). A group is complete when an entry that
+          resolves to another module arrives, or the stream ends. When an error is raised, every complete
+          group has been fully written and refreshed; the group being buffered (also when the offending entry
+          is a name that resolves to no module) and all later ones are untouched. ``error.applied_modules`` lists the modules
           already written. Non-expert names skipped under ``strict=False`` do not break a group. Pipelined:
           the device writes one module while the host validates the next, so the sources of two experts
           modules are held at a time.

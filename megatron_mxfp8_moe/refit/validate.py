@@ -103,8 +103,9 @@ class _Target:
     keys: tuple = ()  # whole: the keys of its E experts (duplicates with per-expert entries are caught)
 
 
-# experts module -> (its mxfp8_weights() dict, local name -> _Target); rebuilt when the dict's objects change.
-_TABLES: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[dict, dict]]" = weakref.WeakKeyDictionary()
+# experts module -> (its mxfp8_weights() dict, local name -> _Target, the whole-stack targets); rebuilt when the
+# dict's objects change or a whole stack was released since.
+_TABLES: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[dict, dict, tuple]]" = weakref.WeakKeyDictionary()
 
 
 def _cached_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -> Optional[dict]:
@@ -113,10 +114,10 @@ def _cached_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -
     cached = _TABLES.get(module)
     if cached is None:
         return None
-    old, table = cached
+    old, table, wholes = cached
     if len(old) == len(weights) and list(old) == list(weights) and all(
         map(operator.is_, old.values(), weights.values())
-    ):
+    ) and not any(hit.target.is_released for hit in wholes):  # a released stack has no whole-stack entry
         return table
     return None
 
@@ -147,7 +148,7 @@ def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -
             sum(hit.canonical_bytes for hit in views), stack, -1, True, tuple(hit.key for hit in by_index),
         )
     try:
-        _TABLES[module] = (dict(weights), table)
+        _TABLES[module] = (dict(weights), table, tuple(hit for hit in table.values() if hit.whole))
     except TypeError:  # a module that cannot be weakly referenced: no cache
         pass
     return table

@@ -72,3 +72,31 @@ def test_views_of_different_stacks_have_no_stacked_name():
     module.mxfp8_weights = lambda: dict(weights)
     with pytest.raises(RefitError, match="no canonical weight 'linear_fc1.weight' as one stack"):
         refit_experts(module, {"linear_fc1.weight": fc1})
+
+
+def test_a_released_stack_has_no_stacked_name_whenever_the_name_table_was_built():
+    """The name table is cached per module; releasing the canonical stack afterwards must drop its stacked
+    name just as a table built after the release has none (the per-expert names keep working)."""
+    from megatron_mxfp8_moe.experts import ExpertSet
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.num_local_experts, self.local_expert_offset = 2, 0
+            self.experts = ExpertSet.from_bf16(torch.randn(2, 64, 64), torch.randn(2, 64, 64), "squared_relu",
+                                               backend="reference")
+            self.derived = []  # a write hook, as kernel stacks have, so that the canonical storage may go
+            self.experts.register_write_hook(lambda *args: self.derived.append(args))
+
+        def mxfp8_weights(self):
+            return self.experts.mxfp8_weights()
+
+    for warm in (True, False):
+        layer = Layer()
+        if warm:  # builds and caches the table while the stack still holds its storage
+            refit_experts(layer, {"linear_fc1.weight": torch.randn(2, 64, 64)}, backend="reference")
+        layer.experts.release_canonical_()
+        with pytest.raises(RefitError, match="exposes no canonical weight 'linear_fc1.weight'"):
+            refit_experts(layer, {"linear_fc1.weight": torch.randn(2, 64, 64)}, backend="reference")
+        report = refit_experts(layer, {"linear_fc1.weight1": torch.randn(64, 64)}, backend="reference")
+        assert report.tensors_updated == 1, warm
