@@ -14,7 +14,8 @@ the canonical storage itself; other backends' write hooks repack theirs) when im
 canonical stacks (a module
 exposing ``mxfp8_weights()`` over one ExpertSet-like stack pair, no hooks). Rows: refit from a mapping, from a
 stream, a mapping of two stacked ``[E, M, K]`` tensors (``linear_fc1.weight`` without an index), and a
-``quantize_`` loop without validation; on CUDA also the GPU passes alone for stacked and per-expert sources
+``quantize_`` loop without validation; a model of ``--layers`` such layers (bare stacks) refitted from one
+stream (pipelined: one module written while the next is validated) and from one mapping; on CUDA also the GPU passes alone for stacked and per-expert sources
 (NaN/Inf scan only, predicated quantize only, both = the floor of the fast path) and, with ``--knobs``, a sweep of their tuning
 knobs.
 
@@ -190,6 +191,8 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--knobs", action="store_true", help="also sweep the GPU passes' tuning knobs (CUDA)")
+    parser.add_argument("--layers", type=int, default=4,
+                        help="also refit a model of this many such layers (bare stacks) from one stream / mapping")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     out_dir = pathlib.Path(args.out)
@@ -241,6 +244,20 @@ def main(argv=None) -> int:
             rows.append(_row(target_name, variant, samples, refit_bytes, copy_gbps))
         rows[-4]["host_validation_ms"] = _host_validation_ms(module, sources, args.reps)
         rows[-2]["host_validation_ms"] = _host_validation_ms(module, stacked, args.reps)
+
+    if args.layers > 1:  # a whole-model sync: a stream is pipelined by one module, a mapping is one atomic batch
+        model = torch.nn.ModuleDict({f"l{k}": CanonicalStacks(args.experts, device) for k in range(args.layers)})
+        model_sources = {f"l{k}.{name}": source for k in range(args.layers) for name, source in sources.items()}
+        for variant, function in (
+            (f"refit_experts(stream of {args.layers} layers x {len(sources)} per-expert tensors)",
+             lambda: refit_experts(model, iter(model_sources.items()), progress=False)),
+            (f"refit_experts(mapping of {args.layers} layers x {len(sources)} per-expert tensors)",
+             lambda: refit_experts(model, model_sources, progress=False)),
+        ):
+            samples = time_ms(function, device, args.reps, args.warmup)
+            rows.append(_row(f"{args.layers} x canonical stacks (no hooks)", variant, samples,
+                             args.layers * refit_bytes, copy_gbps))
+        del model
 
     knobs = []
     if device.type == "cuda":  # the GPU passes of the fast path alone, on the bare stacks: its floor
