@@ -25,6 +25,7 @@ from megatron.core.inference.quantization.mxfp8_tensor import MXFP8Tensor as Meg
 
 from .activations import parse_activation
 from .errors import MXFP8InputError
+from .format.checks import check_finite, check_quantizable
 from .names import local_weight_name
 from .tensor import MXFP8Tensor
 
@@ -182,16 +183,19 @@ class ExpertSet:
     def release_canonical_(self) -> int:
         """Drop the canonical stacks and per-expert views' bytes once a kernel stack holds them.
 
-        Every tensor must have a write hook (the kernel stack's repack), so later ``quantize_``/``copy_`` still
-        reach the stack; reads of the canonical weights then raise ReleasedWeightError. Storage that the
-        kernel stack shares zero-copy stays alive through the stack. Returns the canonical bytes released.
+        Every expert view must have a write hook (the kernel stack's repack), so later ``quantize_``/``copy_``
+        still reach the stack; reads of the canonical weights then raise ReleasedWeightError. Both stacks are
+        checked before either is released (MXFP8InputError, nothing released); releasing a stack releases its
+        views. Storage that the kernel stack shares zero-copy stays alive through the stack. Returns the
+        canonical bytes released.
         """
         if self.is_released:
             return 0
+        for linear, stack in (("fc1", self.fc1), ("fc2", self.fc2)):
+            problem = stack._release_problem()
+            if problem is not None:
+                raise MXFP8InputError(f"release_canonical_(): {linear}: {problem}; nothing was released")
         released = sum(t.data.numel() + t.scale.numel() for t in (self.fc1, self.fc2))
-        for views in self._views.values():
-            for view in views:
-                view.release_storage_()
         self.fc1.release_storage_()
         self.fc2.release_storage_()
         return released
@@ -205,36 +209,51 @@ class ExpertSet:
     ) -> "ExpertSet":
         """Quantize logical weights into every expert: ``fc1`` ``[E, N1, H]`` (or E tensors ``[N1, H]``), ``fc2`` likewise.
 
-        Every shape is checked before the first byte is written.
+        Every value is checked (type, dtype, shape, finiteness) before the first byte is written.
         """
         fc1_list, fc2_list = list(fc1), list(fc2)
+        checked = []
         for linear, values in (("fc1", fc1_list), ("fc2", fc2_list)):
             if len(values) != self.num_experts:
                 raise MXFP8InputError(f"{linear}: expected {self.num_experts} experts, got {len(values)}")
-            expected = tuple(self._views[linear][0].shape)
             for index, value in enumerate(values):
-                if not isinstance(value, torch.Tensor) or tuple(value.shape) != expected:
-                    shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-                    raise MXFP8InputError(f"{linear}[{index}]: expected shape {expected}, got {shape}")
-        for linear, values in (("fc1", fc1_list), ("fc2", fc2_list)):
-            for index, value in enumerate(values):
-                self.load_weight_(linear, index, value, backend=backend)
+                checked.append((linear, index, self._checked_source(linear, index, value, f"{linear}[{index}]")))
+        self._write_checked(checked, backend)
         return self
+
+    def _checked_source(self, linear: str, index: int, value: WeightSource, name: str):
+        """``value`` checked against expert ``index`` of ``linear`` without writing: an MXFP8 tensor (same device,
+        ``validate_mxfp8_source``) or a BF16/FP16/FP32 tensor (any device; dtype, shape, finite). Returns it
+        (the MXFP8 tensor unwrapped from a Parameter)."""
+        view = self.expert_weight(linear, index)
+        mxfp8 = _unwrap_mxfp8(value)
+        if mxfp8 is None and not isinstance(value, torch.Tensor):
+            raise MXFP8InputError(f"{name}: expected a tensor or an MXFP8Tensor, got {type(value).__name__}")
+        shape = tuple((value if mxfp8 is None else mxfp8.data).shape)
+        if shape != tuple(view.shape):
+            raise MXFP8InputError(f"{name}: expected shape {tuple(view.shape)}, got {shape}")
+        if mxfp8 is not None:
+            view.validate_mxfp8_source(mxfp8, name=name)
+            return mxfp8
+        check_quantizable(name, value, finite=False)
+        check_finite(name, value.detach())
+        return value
+
+    def _write_checked(self, checked, backend: str) -> None:
+        """Write ``[(linear, index, source)]`` checked by ``_checked_source`` (no second NaN/Inf scan)."""
+        with torch.no_grad():
+            for linear, index, source in checked:
+                view = self.expert_weight(linear, index)
+                if isinstance(source, MegatronMXFP8Tensor):
+                    view.copy_(source, finite_checked=True)
+                else:
+                    view.quantize_(source.detach().to(device=view.device).contiguous(), backend=backend,
+                                   finite_checked=True)
 
     def load_weight_(self, linear: str, index: int, value: WeightSource, backend: str = "auto") -> None:
         """Write one expert weight in place: a BF16/FP16/FP32 tensor is quantized, an MXFP8 tensor copied."""
-        view = self.expert_weight(linear, index)
-        mxfp8 = _unwrap_mxfp8(value)
-        with torch.no_grad():
-            if mxfp8 is not None:
-                view.copy_(mxfp8)
-                return
-            if not isinstance(value, torch.Tensor):
-                raise MXFP8InputError(
-                    f"{local_weight_name(linear, index)}: expected a tensor or an MXFP8Tensor, got {type(value).__name__}"
-                )
-            source = value.detach().to(device=view.device).contiguous()
-            view.quantize_(source, backend=backend)
+        name = local_weight_name(linear, index) if linear in self._views else "linear"
+        self._write_checked([(linear, index, self._checked_source(linear, index, value, name))], backend)
 
     def load_state_dict_(self, state_dict: Mapping[str, WeightSource], prefix: str = "", backend: str = "auto") -> "ExpertSet":
         """Load every expert from a state dict, relative to ``prefix``.
@@ -242,7 +261,8 @@ class ExpertSet:
         Accepted names: ``linear_fc1.weight{i}`` / ``linear_fc2.weight{i}`` (TEGroupedMLP,
         InferenceGroupedMLP, this package) or ``local_experts.{i}.linear_fc1.weight`` (SequentialMLP).
         Values: BF16/FP16/FP32 tensors (quantized) or MXFP8 tensors (copied). All ``2 * E`` weights must be
-        present; the check runs before anything is written.
+        present and valid (type, dtype, shape, device of MXFP8 tensors, finiteness); every check runs before
+        anything is written.
         """
         found: dict[tuple[str, int], WeightSource] = {}
         for key, value in state_dict.items():
@@ -264,15 +284,11 @@ class ExpertSet:
         ]
         if missing:
             raise MXFP8InputError(f"state_dict: missing expert weights {missing[:4]}{'...' if len(missing) > 4 else ''}")
-        for linear in ("fc1", "fc2"):
-            expected = tuple(self._views[linear][0].shape)
-            for index in range(self.num_experts):
-                value = found[(linear, index)]
-                shape = tuple(_unwrap_mxfp8(value).data.shape) if _unwrap_mxfp8(value) is not None else tuple(value.shape)
-                if shape != expected:
-                    raise MXFP8InputError(f"{prefix}{local_weight_name(linear, index)}: expected shape {expected}, got {shape}")
-        for (linear, index), value in sorted(found.items()):
-            self.load_weight_(linear, index, value, backend=backend)
+        checked = [
+            (linear, index, self._checked_source(linear, index, value, prefix + local_weight_name(linear, index)))
+            for (linear, index), value in sorted(found.items())
+        ]
+        self._write_checked(checked, backend)
         return self
 
     def load_from_module_(self, module: torch.nn.Module, backend: str = "auto") -> "ExpertSet":

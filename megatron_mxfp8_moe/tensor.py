@@ -9,14 +9,17 @@ Megatron code takes it unchanged. Layout:
 
 Writes (``quantize_``, ``copy_``) go into the existing storage and then run the registered write hooks,
 which is how derived kernel stacks stay in sync (refit: validate -> quantize_ -> hooks repack in place).
+A write of one expert of a stack (through its view from ``expert(i)``, or ``quantize_experts_``) runs the
+hooks of that expert's live views, then the stack's own hooks (with the whole stack's bytes).
 After ``release_storage_()`` the canonical bytes are gone: reads raise ``ReleasedWeightError``, and
-writes are quantized into temporaries that only the hooks see.
+writes are quantized into temporaries that only the hooks see (a write that would reach no hook raises).
 
 Not thread-safe: concurrent writes to one tensor must be serialized by the caller.
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Callable, Optional, Sequence
 
@@ -27,14 +30,22 @@ from .errors import MXFP8InputError, ReleasedWeightError
 from .format.checks import check_contiguous, check_device, check_dtype, check_finite, check_quantizable, check_shape
 from .format.constants import BLOCK_SIZE, DATA_DTYPE, SCALE_DTYPE
 from .format.scales import dequant_multiplier_from_bytes
-from .format.swizzle import swizzled_scale_numel, unswizzle_scales
+from .format.swizzle import swizzle_scales, swizzled_scale_numel, unswizzle_scales
 from .quant.backends import QuantBackend, quantize_into, resolve_quant_backend
 
-# A write hook gets (tensor, data, scale): the tensor written and its new canonical bytes (its own storage,
-# or temporaries when the storage was released). It must not keep references to the temporaries.
+# A write hook gets (tensor, data, scale): the tensor it was registered on and that tensor's new canonical
+# bytes (its own storage, or temporaries when the storage was released). It must not keep references to the
+# temporaries. A stack's own hooks also run after writes of single experts, with the whole stack [E, M, K].
 WriteHook = Callable[["MXFP8Tensor", torch.Tensor, torch.Tensor], None]
 
 _CANONICAL_BACKEND = "triton"  # Megatron-Core's name for the 128x4-swizzled scales of its Triton quantizer
+
+
+@functools.lru_cache(maxsize=64)
+def _padding_mask(rows: int, scale_cols: int, device: torch.device) -> torch.Tensor:
+    """bool ``[Mp * Cp]``: True at the padding bytes of the swizzled scales of one ``[rows, scale_cols]`` matrix."""
+    logical = swizzle_scales(torch.ones(rows, scale_cols, dtype=torch.uint8, device=device))
+    return logical == 0
 
 
 def _check_source(name: str, source: torch.Tensor, shape, device: torch.device, *, finite: bool) -> None:
@@ -51,20 +62,14 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
     """Canonical MXFP8 weight (see module docstring). Construct with ``quantize_mxfp8`` or ``empty``."""
 
     def __init__(self, data: torch.Tensor, scale: torch.Tensor, backend: Optional[str] = _CANONICAL_BACKEND):
+        """``data`` fp8 ``[M, K]`` / ``[E, M, K]`` and ``scale`` (E8M0 or uint8, ``Mp * Cp`` bytes per matrix, any
+        shape), both contiguous and on one device; the tensor keeps them (no copy)."""
         check_dtype("data", data, (DATA_DTYPE,))
         if data.dim() not in (2, 3):
             raise MXFP8InputError(f"data: must be [M, K] or [E, M, K], got shape {tuple(data.shape)}")
         if data.shape[-1] % BLOCK_SIZE:
             raise MXFP8InputError(f"data: K = {data.shape[-1]} must be a multiple of {BLOCK_SIZE}")
-        check_dtype("scale", scale, (SCALE_DTYPE, torch.uint8))
-        expected = swizzled_scale_numel(data.shape[-2], data.shape[-1] // BLOCK_SIZE)
-        if scale.numel() != expected * (data.shape[0] if data.dim() == 3 else 1):
-            raise MXFP8InputError(
-                f"scale: {scale.numel()} bytes do not match data {tuple(data.shape)} "
-                f"({expected} swizzled bytes per matrix)"
-            )
-        check_device("scale", scale, data.device)
-        scale = scale.view(SCALE_DTYPE).reshape((data.shape[0], expected) if data.dim() == 3 else (expected,))
+        check_contiguous("data", data)
         self._released = False
         self._write_hooks: list[WriteHook] = []
         self._parent: Optional[tuple["MXFP8Tensor", int]] = None  # (stack, expert index) for views from expert()
@@ -72,7 +77,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         self._view_hooks_registered = 0  # hooks ever registered on those views (0: none can have hooks)
         self._shape = tuple(data.shape)
         self._device = data.device
-        super().__init__(data=data, scale=scale, backend=backend)
+        super().__init__(data=data, scale=scale, backend=backend)  # through the checking setters below
 
     # -- storage access (raises once released) ------------------------------------------------------
     @property
@@ -83,6 +88,15 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
 
     @data.setter
     def data(self, value: torch.Tensor) -> None:
+        """Rebind the data (e.g. Megatron-Core's ``w.data = stacked[i]``): fp8 e4m3, this tensor's shape and
+        device, contiguous."""
+        if not isinstance(value, torch.Tensor):
+            raise MXFP8InputError(f"data: expected a torch.Tensor, got {type(value).__name__}")
+        check_dtype("data", value, (DATA_DTYPE,))
+        check_shape("data", value, self._shape)
+        check_device("data", value, self._device)
+        check_contiguous("data", value)
+        self._check_rebind("data", value)
         self._data = value
 
     @property
@@ -93,7 +107,40 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
 
     @scale.setter
     def scale(self, value: torch.Tensor) -> None:
-        self._scale = value
+        """Rebind the scales: E8M0 or uint8, ``Mp * Cp`` bytes per matrix (any shape), this tensor's device,
+        contiguous; kept as an E8M0 view ``[Mp * Cp]`` / ``[E, Mp * Cp]`` of ``value``."""
+        if not isinstance(value, torch.Tensor):
+            raise MXFP8InputError(f"scale: expected a torch.Tensor, got {type(value).__name__}")
+        check_dtype("scale", value, (SCALE_DTYPE, torch.uint8))
+        per_matrix = swizzled_scale_numel(self._shape[-2], self._shape[-1] // BLOCK_SIZE)
+        if value.numel() != per_matrix * (self._shape[0] if self.is_stacked else 1):
+            raise MXFP8InputError(
+                f"scale: {value.numel()} bytes do not match data {self._shape} ({per_matrix} swizzled bytes per matrix)"
+            )
+        check_device("scale", value, self._device)
+        check_contiguous("scale", value)
+        self._check_rebind("scale", value)
+        self._scale = value.view(SCALE_DTYPE).reshape((self._shape[0], per_matrix) if self.is_stacked else (per_matrix,))
+
+    def _check_rebind(self, what: str, value: torch.Tensor) -> None:
+        """Storage shared with a stack (a view, or a stack with live views) or released cannot move elsewhere."""
+        current = self.__dict__.get("_" + what)
+        if current is None and not self._released:
+            return  # the constructor's first assignment
+        if self._released:
+            raise ReleasedWeightError(f"{what}: this MXFP8 weight's storage was released; it cannot be rebound")
+        if value.data_ptr() == current.data_ptr():
+            return
+        if self._parent is not None:
+            raise MXFP8InputError(
+                f"{what}: this tensor is expert {self._parent[1]} of a stack (made by expert()) and shares its "
+                f"storage; it cannot be rebound (write with quantize_()/copy_())"
+            )
+        if any(ref() is not None for refs in self._expert_views.values() for ref in refs):
+            raise MXFP8InputError(
+                f"{what}: this stack's expert views (made by expert()) share its storage; it cannot be rebound "
+                f"(write with quantize_()/copy_())"
+            )
 
     def _raise_if_released(self, what: str) -> None:
         if self._released:
@@ -188,64 +235,159 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
 
     # -- writes --------------------------------------------------------------------------------------
     def register_write_hook(self, hook: WriteHook) -> Callable[[], None]:
-        """Run ``hook(tensor, data, scale)`` after every write; returns a function that removes it."""
+        """Run ``hook(tensor, data, scale)`` after every write of this tensor; returns a function that removes it.
+
+        On a view from ``stack.expert(i)``: after every write of expert ``i`` (through any view of it, the stack's
+        ``quantize_experts_`` or a whole-stack write), with that expert's bytes ``[M, K]``. On a stack: after every
+        write of the whole stack or of any of its experts, once per write call, with the whole stack's bytes
+        ``[E, M, K]`` (a per-expert repack belongs on the views).
+        """
         self._write_hooks.append(hook)
         if self._parent is not None:
             self._parent[0]._view_hooks_registered += 1  # lets has_write_hooks() skip its scan while 0
         return lambda: self._write_hooks.remove(hook) if hook in self._write_hooks else None
 
     def release_storage_(self) -> None:
-        """Drop the canonical bytes; later reads raise, later writes reach only the write hooks."""
-        if not self._has_write_path():
-            raise MXFP8InputError(
-                "release_storage_(): no write hook is registered, so later writes would be lost; "
-                "attach the kernel stack first"
-            )
+        """Drop the canonical bytes; later reads raise, later writes reach only the write hooks.
+
+        Refused (MXFP8InputError, nothing released) unless every later write reaches a hook: a tensor needs its
+        own hooks; a view needs a hooked live view of its expert (itself or another) or hooks on its stack; a
+        stack needs a hooked live view of every expert and no own hooks, or own hooks and no live views (its own
+        hooks take whole-stack bytes, which a write of single experts cannot give once they are gone). Releasing
+        a stack releases its live views too (they share its bytes). A view released while its stack keeps the
+        storage writes into the stack (nothing is freed until the stack is released).
+        """
+        problem = self._release_problem()
+        if problem is not None:
+            raise MXFP8InputError(f"release_storage_(): {problem}")
+        self._release()
+
+    def _release_problem(self) -> Optional[str]:
+        """Why ``release_storage_()`` would lose later writes, or None."""
+        if self._released:
+            return None
+        attach = "so later writes would be lost; attach the kernel stack first"
+        if self._parent is not None:
+            stack, index = self._parent
+            if self._write_hooks or stack._write_hooks or stack._expert_hooked(index):
+                return None
+            return f"no write hook is registered on expert {index} or on its stack, {attach}"
+        if not self.is_stacked:
+            return None if self._write_hooks else f"no write hook is registered, {attach}"
+        if self._write_hooks:
+            if any(True for index in self._expert_views for _ in self._live_views(index)):
+                return (
+                    "this stack has its own write hooks and live expert views; once released, a write through a "
+                    "view cannot give the stack's hooks the whole stack's bytes. Register the hooks on the views"
+                )
+            return None
+        missing = [index for index in range(self._shape[0]) if not self._expert_hooked(index)]
+        if missing:
+            return f"no write hook is registered for expert(s) {missing[:8]}{'...' if len(missing) > 8 else ''}, {attach}"
+        return None
+
+    def _release(self) -> None:
+        if self.is_stacked:
+            for index in list(self._expert_views):
+                for view in self._live_views(index):
+                    view._release()
         self._data = None
         self._scale = None
         self._released = True
 
+    def _live_views(self, index: int):
+        """The live views of expert ``index`` made by ``expert(index)``."""
+        for reference in self._expert_views.get(index, ()):
+            view = reference()
+            if view is not None:
+                yield view
+
+    def _expert_hooked(self, index: int) -> bool:
+        """True when a live view of expert ``index`` has a write hook."""
+        return bool(self._view_hooks_registered) and any(view._write_hooks for view in self._live_views(index))
+
     def has_write_hooks(self) -> bool:
-        """True when a write would run a hook: this tensor's own, or (for a stack) one of a live view's."""
+        """True when a write of this tensor would run a hook: its own; for a view, also one of another view of its
+        expert or of its stack; for a stack, also one of a live view's."""
         if self._write_hooks:
             return True
+        if self._parent is not None:
+            stack, index = self._parent
+            return bool(stack._write_hooks) or stack._expert_hooked(index)
         if not self._view_hooks_registered:  # no view ever had a hook: nothing to scan
             return False
-        return any(
-            ref() is not None and ref()._write_hooks for refs in self._expert_views.values() for ref in refs
-        )
+        return any(self._expert_hooked(index) for index in self._expert_views)
 
-    def _has_write_path(self) -> bool:
-        """Own hooks, or (for a stack) every expert has a live view with hooks."""
-        if self._write_hooks:
-            return True
+    def _check_writes_land(self, indices: Optional[Sequence[int]] = None) -> None:
+        """Raise ReleasedWeightError, before anything is written, when a write into released storage would reach
+        no hook. ``indices``: the experts of this stack written one by one (None: a write of all of it)."""
+        if self._parent is not None:
+            stack, index = self._parent
+            if self._released and stack._released:
+                stack._check_writes_land([index])
+            return  # otherwise it lands in the stack's storage
+        if not self._released:
+            return
+        lost = "this MXFP8 weight's canonical storage was released"
         if not self.is_stacked:
-            return False
-        return all(
-            any(ref() is not None and ref()._write_hooks for ref in self._expert_views.get(index, []))
-            for index in range(self._shape[0])
-        )
+            if not self._write_hooks:
+                raise ReleasedWeightError(f"{lost} and it has no write hook left: the write would reach nothing")
+            return
+        if indices is None:
+            if self._write_hooks:
+                return
+            indices = range(self._shape[0])
+        elif self._write_hooks:
+            raise ReleasedWeightError(
+                f"{lost}; this stack's own write hooks take the whole stack's bytes, which a write of single experts "
+                f"cannot give: write the whole stack, or register the hooks on the experts' views"
+            )
+        missing = [index for index in indices if not self._expert_hooked(index)]
+        if missing:
+            raise ReleasedWeightError(
+                f"{lost} and expert(s) {missing[:8]} have no write hook left: the write would reach nothing"
+            )
 
     def _write_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where a write of this whole tensor goes: its storage; for a released view, its stack's slice while the
+        stack holds its storage; else zeroed temporaries."""
         if not self._released:
             return self._data, self._scale
+        if self._parent is not None and not self._parent[0]._released:
+            stack, index = self._parent
+            return stack._data[index], stack._scale[index]
         scratch = MXFP8Tensor.empty(self._shape, device=self._device)
         return scratch._data, scratch._scale
 
-    def _after_write(self, data: torch.Tensor, scale: torch.Tensor) -> None:
-        """Run hooks after a whole-tensor write. A stack write is a write of each expert: the hooks of the
-        experts' views (made by ``expert(i)``) run first, with that expert's slices, then the stack's own."""
-        if self.is_stacked:
-            self._after_expert_writes(range(self._shape[0]), range(self._shape[0]), data, scale)
+    def _run_hooks(self, data: torch.Tensor, scale: torch.Tensor) -> None:
         for hook in list(self._write_hooks):
             hook(self, data, scale)
 
-    def _after_expert_writes(self, indices, slots, data: torch.Tensor, scale: torch.Tensor) -> None:
-        for index, slot in zip(indices, slots):
-            for reference in self._expert_views.get(index, []):
-                view = reference()
-                if view is not None:
-                    view._after_write(data[slot], scale[slot])
+    def _after_write(self, data: torch.Tensor, scale: torch.Tensor) -> None:
+        """Run hooks after a write of this whole tensor (``data``/``scale``: its new bytes). A view's write is a
+        write of one expert of its stack, a stack's a write of every expert (see ``_after_expert_writes``)."""
+        if self._parent is not None:
+            stack, index = self._parent
+            stack._after_expert_writes((index,), (None,), data, scale, whole=False)
+        elif self.is_stacked:
+            self._after_expert_writes(range(self._shape[0]), range(self._shape[0]), data, scale, whole=True)
+        else:
+            self._run_hooks(data, scale)
+
+    def _after_expert_writes(self, indices, slots, data: torch.Tensor, scale: torch.Tensor, *, whole: bool) -> None:
+        """Hooks after writes of experts ``indices`` of this stack, whose new bytes are ``data[slot]`` /
+        ``scale[slot]`` (slot None: ``data``/``scale`` themselves, one expert written through a view): the hooks of every live view of each written expert, with those bytes, then this stack's
+        own hooks once, with the whole stack's bytes (``data``/``scale`` when ``whole``, else its storage)."""
+        if self._view_hooks_registered:
+            for index, slot in zip(indices, slots):
+                for view in self._live_views(index):
+                    if view._write_hooks:
+                        view._run_hooks(data if slot is None else data[slot], scale if slot is None else scale[slot])
+        if self._write_hooks:
+            if whole:
+                self._run_hooks(data, scale)
+            else:
+                self._run_hooks(self._data, self._scale)  # storage held: _check_writes_land ran before the write
 
     def validate_source(self, source: torch.Tensor, name: str = "source", *, finite: bool = True) -> None:
         """Raise MXFP8InputError unless ``source`` can be quantized into this tensor (``finite=False``
@@ -268,6 +410,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         """
         self.validate_source(source, finite=not finite_checked)
         resolved = resolve_quant_backend(backend, self._device)
+        self._check_writes_land()
         if abort_flag is not None:
             self._check_abort_flag(resolved, [source])
             from .quant.triton import quantize_into_triton
@@ -308,8 +451,8 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
 
         With the triton backend this is ONE kernel launch for the whole batch (the refit fast path). Every
         source is validated before any byte is written. Hooks: the hooks of the written experts' views (made
-        by ``expert(i)``) run with that expert's slices; the stack's own hooks run too when every expert was
-        written in order ``0..E-1``.
+        by ``expert(i)``) run with that expert's slices, then the stack's own hooks once, with the whole stack
+        (on a released stack only when every expert is written, in order ``0..E-1``; else this raises).
         """
         if not self.is_stacked:
             raise MXFP8InputError("quantize_experts_(): this tensor is not a stack [E, M, K]")
@@ -324,6 +467,8 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         if not indices:
             return self
         resolved = resolve_quant_backend(backend, self._device)
+        whole = indices == list(range(self._shape[0]))  # every expert, in order: data/scale are the whole stack
+        self._check_writes_land(None if whole else indices)
         if abort_flag is not None:
             self._check_abort_flag(resolved, sources)
         if self._released:
@@ -340,14 +485,16 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
                 quantize_into(source, data[slot], scale[slot], resolved)
         if abort_flag is not None:
             return self  # no hooks to run (checked above)
-        if slots == list(range(self._shape[0])) and indices == slots:
-            self._after_write(data, scale)  # every expert, in order: views' hooks, then the stack's own
-        else:
-            self._after_expert_writes(indices, slots, data, scale)
+        self._after_expert_writes(indices, slots, data, scale, whole=whole)
         return self
 
     def validate_mxfp8_source(self, other, name: str = "other", *, finite: bool = True) -> None:
-        """Raise MXFP8InputError unless ``other`` (ours or Megatron's MXFP8Tensor) can be copied in."""
+        """Raise MXFP8InputError unless ``other`` (ours or Megatron's MXFP8Tensor) can be copied in.
+
+        ``finite=False`` skips the byte scans (for callers that already ran them): NaN data bytes and NaN bytes
+        among the logical scale bytes (the 128x4 layout's padding bytes are not checked: ``copy_`` zeroes them).
+        One pass over the data and one over the scales, one host sync each.
+        """
         if not isinstance(other, MegatronMXFP8Tensor):
             raise MXFP8InputError(f"{name}: expected an MXFP8Tensor, got {type(other).__name__}")
         check_dtype(f"{name}.data", other.data, (DATA_DTYPE,))
@@ -355,7 +502,8 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         check_device(f"{name}.data", other.data, self._device)
         check_dtype(f"{name}.scale", other.scale, (SCALE_DTYPE, torch.uint8))
         check_device(f"{name}.scale", other.scale, self._device)
-        per_matrix = swizzled_scale_numel(self._shape[-2], self._shape[-1] // BLOCK_SIZE)
+        rows, scale_cols = self._shape[-2], self._shape[-1] // BLOCK_SIZE
+        per_matrix = swizzled_scale_numel(rows, scale_cols)
         expected = per_matrix * (self._shape[0] if self.is_stacked else 1)
         if other.scale.numel() != expected:
             raise MXFP8InputError(f"{name}.scale: expected {expected} swizzled bytes, got {other.scale.numel()}")
@@ -363,16 +511,24 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
             # e4m3fn has no Inf; NaN is 0x7F / 0xFF
             if bool(((other.data.view(torch.uint8) & 0x7F) == 0x7F).any()):
                 raise MXFP8InputError(f"{name}.data: holds non-finite value(s) (the e4m3 NaN encoding)")
-            if bool((other.scale.view(torch.uint8) == 255).any()):
+            scale = other.scale.view(torch.uint8).reshape(-1, per_matrix)
+            logical = ~_padding_mask(rows, scale_cols, scale.device)
+            if bool(((scale == 255) & logical).any()):
                 raise MXFP8InputError(f"{name}.scale: holds the E8M0 NaN byte 0xFF")
 
     def copy_(self, other, *, finite_checked: bool = False) -> "MXFP8Tensor":
-        """Copy bytes in place from another MXFP8 tensor (ours or Megatron-Core's) of the same shape.
-        ``finite_checked=True`` skips the NaN-byte scans when the caller already ran them."""
+        """Copy bytes in place from another MXFP8 tensor (ours or Megatron-Core's) of the same shape; the padding
+        bytes of the 128x4 layout are written as zero whatever the source holds there (as every quantizer here
+        writes them, so that the canonical bytes do not depend on where a weight came from).
+        ``finite_checked=True`` skips the byte scans of ``validate_mxfp8_source`` when the caller already ran them."""
         self.validate_mxfp8_source(other, finite=not finite_checked)
+        self._check_writes_land()
         data, scale = self._write_targets()
         data.copy_(other.data)
-        scale.view(torch.uint8).copy_(other.scale.view(torch.uint8).reshape(scale.shape))
+        scale_bytes = scale.view(torch.uint8)
+        scale_bytes.copy_(other.scale.view(torch.uint8).reshape(scale.shape))
+        rows, scale_cols = self._shape[-2], self._shape[-1] // BLOCK_SIZE
+        scale_bytes.masked_fill_(_padding_mask(rows, scale_cols, scale_bytes.device), 0)  # broadcasts over experts
         self._after_write(data, scale)
         return self
 

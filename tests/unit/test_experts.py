@@ -171,3 +171,58 @@ def test_constructor_checks():
         ExpertSet(fc1, fc2, "gelu")
     with pytest.raises(MXFP8InputError, match="index"):
         ExpertSet(fc1, fc2, "relu").expert_weight("fc1", E)
+
+
+def _state(fc1, fc2):
+    state = {f"linear_fc1.weight{i}": fc1[i] for i in range(E)}
+    state.update({f"linear_fc2.weight{i}": fc2[i] for i in range(E)})
+    return state
+
+
+@pytest.mark.parametrize("bad, match", [
+    (torch.full((H, I), float("nan")), "non-finite"),
+    (torch.zeros(H, I, dtype=torch.int32), "dtype"),
+    (MegatronMXFP8Tensor(torch.zeros(H, I, dtype=torch.uint8, device="meta").view(torch.float8_e4m3fn),
+                         torch.zeros(128 * 4, dtype=torch.uint8, device="meta"), "triton"), "must be on"),
+    (MegatronMXFP8Tensor(torch.full((H, I), 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn),
+                         torch.full((128 * 4,), 127, dtype=torch.uint8), "triton"), "non-finite"),
+    ("not a tensor", "expected a tensor"),
+])
+def test_load_state_dict_checks_every_value_before_the_first_write(bad, match):
+    experts = ExpertSet.from_bf16(*_bf16(), "swiglu")
+    before = _bytes(experts.fc1) + _bytes(experts.fc2)
+    seen = []
+    experts.register_write_hook(lambda *args: seen.append(args[:2]))
+    state = _state(*_bf16())
+    state[f"linear_fc2.weight{E - 1}"] = bad  # the last entry written
+    with pytest.raises(MXFP8InputError, match=rf"linear_fc2.weight{E - 1}.*{match}"):
+        experts.load_state_dict_(state)
+    assert all(torch.equal(a, b) for a, b in zip(_bytes(experts.fc1) + _bytes(experts.fc2), before)) and not seen
+
+
+def test_load_bf16_checks_every_value_before_the_first_write():
+    experts = ExpertSet.from_bf16(*_bf16(), "swiglu")
+    before = _bytes(experts.fc1)
+    fc1, fc2 = _bf16()
+    fc2[E - 1, 3, 5] = float("inf")
+    with pytest.raises(MXFP8InputError, match=rf"fc2\[{E - 1}\].*non-finite"):
+        experts.load_bf16_(fc1, fc2)
+    with pytest.raises(MXFP8InputError, match=rf"fc2\[{E - 1}\].*dtype"):
+        experts.load_bf16_(fc1, list(_bf16()[1][:E - 1]) + [torch.zeros(H, I, dtype=torch.int64)])
+    assert all(torch.equal(a, b) for a, b in zip(_bytes(experts.fc1), before))
+
+
+def test_release_canonical_checks_both_stacks_before_releasing_any():
+    experts = ExpertSet.from_bf16(*_bf16(), "swiglu")
+    for index in range(E):
+        experts.fc1_expert(index).register_write_hook(lambda *args: None)  # fc2 has no hooks
+    with pytest.raises(MXFP8InputError, match="fc2: no write hook.*nothing was released"):
+        experts.release_canonical_()
+    tensors = [experts.fc1, experts.fc2] + list(experts.mxfp8_weights().values())
+    assert not experts.is_released and not any(tensor.is_released for tensor in tensors)
+    new = random_weights((2 * I, H))
+    experts.load_weight_("fc1", 0, new)  # the stack still serves the canonical bytes
+    assert torch.equal(experts.fc1.data[0].view(torch.uint8), quantize_mxfp8(new).data.view(torch.uint8))
+    experts.register_write_hook(lambda *args: None)
+    assert experts.release_canonical_() > 0
+    assert all(tensor.is_released for tensor in tensors)
