@@ -302,7 +302,8 @@ class DecodeRunner:
     Static buffers: ``tokens [bucket]`` int64, the per-layer mixer states, and (with graphs) the logits and
     greedy next tokens written by the captured step. ``step_(next_tokens)`` returns greedy next tokens ``[batch]``.
     ``step_context()`` is entered around every eager step and around the capture: Megatron's InferenceMode
-    (the inference dispatcher) and ``bounded_decode_rows(True, batch)`` when a token capacity is set.
+    (the inference dispatcher) and ``bounded_decode_rows(True, bucket)`` (the padded rows) when a token capacity
+    is set.
     """
 
     def __init__(self, model: MoEDecoder, batch: int, device: torch.device, *, use_graphs: bool,
@@ -324,7 +325,7 @@ class DecodeRunner:
 
         with torch.no_grad(), InferenceMode.active(), contextlib.ExitStack() as stack:
             if self.token_capacity is not None:
-                stack.enter_context(bounded_decode_rows(True, self.batch))
+                stack.enter_context(bounded_decode_rows(True, self.bucket))  # padded rows, not requests
             yield
 
     def load_states_(self, states: list[torch.Tensor]) -> None:

@@ -11,8 +11,9 @@ What it does (every number printed is measured in this run):
    (hidden 2048, 128 experts, top-8, intermediate 768, SwiGLU, vocab 151936) with 4 layers (default on a GPU).
 2. Quantizes the BF16 expert weights to MXFP8 and keeps the BF16 originals for the comparison.
 3. Prefills a batch of random prompts (full rows), then decodes greedily. Decode steps run under
-   ``bounded_decode_rows(True, batch)`` when a token capacity is set (default: the decode bucket), so the
-   experts process only the bounded row prefix. On a GPU the whole decode step (embedding, mixers, MoE
+   ``bounded_decode_rows(True, bucket)`` when a token capacity is set (default: the decode bucket); the experts
+   process the bounded row prefix only when that bound covers the bucket's padded rows and fits the capacity,
+   else full rows (the printout says which; at EP = 1 the prefix is the whole bucket either way). On a GPU the whole decode step (embedding, mixers, MoE
    layers, LM head, argmax) is captured once per decode batch bucket as a CUDA graph and replayed.
 4. Applies an RL refit part-way (``--refit-interval``; default once at the midpoint): a simulated training
    update ``W += 0.05 * std(W) * randn`` of the BF16 expert weights, streamed through ``refit_experts`` under
@@ -235,9 +236,17 @@ def main(argv=None) -> int:
               f" + {dispatcher} (EP=1) + {type(experts0).__name__} "
               f"({experts0.expert_set.activation.value}; gated experts via MXFP8Experts(activation=...), see docstring)")
         print(f"backend: {experts0.backend.value} -- {experts0.layer.backend_reason}")
+        if capacity is None:
+            decode_rows = "full (no token capacity)"
+        else:  # ask the experts what the decode step's bounded_decode_rows(True, bucket) block gives them
+            with bounded_decode_rows(True, bucket):
+                bounded = experts0.uses_bounded_rows(bucket)
+            decode_rows = (f"bounded prefix of {min(capacity, bucket)} of {bucket} rows under bounded_decode_rows(True, "
+                           f"{bucket})" if bounded else
+                           f"full {bucket} rows: bounded_decode_rows(True, {bucket}) does not qualify for capacity "
+                           f"{capacity} (the bound counts the bucket's padded rows and must fit the capacity)")
         print(f"token capacity: {capacity if capacity is not None else 'none'} "
-              f"(decode rows: {'bounded by bounded_decode_rows(True, %d)' % batch if capacity else 'full'}; "
-              f"prefill: full rows)")
+              f"(decode rows: {decode_rows}; prefill: full rows)")
         print(f"setup: {time.perf_counter() - started:.1f} s")
 
         # -- prefill ---------------------------------------------------------------------------------------

@@ -225,7 +225,8 @@ class MXFP8ExpertLayer(torch.nn.Module):
         out: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Permuted contract: ``x [R, H]`` grouped by local expert (``tokens_per_expert [E]`` rows each, in
-        order), ``probs [R]`` (or ``[R, 1]``). Returns ``[R, H]`` in ``x.dtype`` (or ``out``)."""
+        order), ``probs [R]`` (or ``[R, 1]``). Returns ``[R, H]`` in ``x.dtype``, or ``out[:R]`` when ``out``
+        (``[>= R, H]``, e.g. the flex dispatcher's persistent zero-copy buffer) is given; rows past R untouched."""
         experts = self.num_local_experts
         if not isinstance(tokens_per_expert, torch.Tensor) or tuple(tokens_per_expert.shape) != (experts,):
             shape = tuple(tokens_per_expert.shape) if isinstance(tokens_per_expert, torch.Tensor) else type(tokens_per_expert).__name__
@@ -235,6 +236,8 @@ class MXFP8ExpertLayer(torch.nn.Module):
         total = x.shape[0]
         if probs.numel() != total or probs.dim() not in (1, 2):
             raise MXFP8InputError(f"probs: expected [{total}] (one weight per permuted row), got {tuple(probs.shape)}")
+        if out is not None and (out.dim() != 2 or out.shape[0] < total or out.shape[1] != x.shape[1]):
+            raise MXFP8InputError(f"out: expected a buffer [>= {total}, {x.shape[1]}], got {tuple(out.shape)}")
         if tokens_per_expert.device.type == "cpu" and int(tokens_per_expert.sum()) != total:
             raise MXFP8InputError(
                 f"tokens_per_expert: sums to {int(tokens_per_expert.sum())}, but x has {total} rows"
@@ -244,8 +247,8 @@ class MXFP8ExpertLayer(torch.nn.Module):
         routing_map = (ids + self.local_expert_offset).unsqueeze(-1)  # [R, 1] global ids
         result = self.forward_routed(x, probs.reshape(total, 1).to(torch.float32), routing_map)
         if out is not None:
-            out.copy_(result)
-            return out
+            out[:total].copy_(result)  # x may alias out (zero-copy dispatch): result is complete before the copy
+            return out[:total]
         return result.to(x.dtype)
 
     def forward(

@@ -7,6 +7,11 @@ MoELayer -> (standard dispatcher, eval) x [R, H] permuted, tokens_per_expert [E]
 
 Built by MoELayer as ``experts(num_local_experts, config, pg_collection=..., name=...)``; the spec binds
 ``backend`` / ``token_capacity`` with ``functools.partial``. An inference layer: no parameters, no gradients.
+
+Checkpoints: ``state_dict()`` holds the expert weights as BF16 ``linear_fc1.weight{i}`` / ``linear_fc2.weight{i}``
+(local index, as TEGroupedMLP names them; dequantized, so quantizing them again gives the same weights) and
+``load_state_dict`` reads them back. Megatron's distributed checkpoints (``sharded_state_dict``) are not
+supported: load the BF16 checkpoint into the BF16 model and convert it (``swap_experts_to_mxfp8_``).
 """
 
 from __future__ import annotations
@@ -27,11 +32,17 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.utils import get_pg_rank, get_pg_size
 
 from ..activations import Activation, parse_activation
-from ..errors import BackendUnavailableError, MXFP8InputError
-from ..experts import ExpertSet
+from ..errors import BackendUnavailableError, MXFP8InputError, ReleasedWeightError
+from ..experts import _GROUPED_NAME, _SEQUENTIAL_NAME, ExpertSet, _unwrap_mxfp8
+from ..format.constants import BLOCK_SIZE
+from ..format.scales import dequant_multiplier_from_bytes
 from ..kernels.base import Backend
-from ..kernels.caps import DeviceCaps
+from ..kernels.caps import DeviceCaps, detect_caps
+from ..kernels.select import parse_backend_request
 from ..layer import MXFP8ExpertLayer
+from ..layouts.cutlass import FlashInferCutlassMXFP8Weight, unpack_cutlass_mxfp8_weights
+from ..layouts.routed import FlashInferRoutedMXFP8Weight, unpack_routed_mxfp8_weights
+from ..names import local_weight_name
 from ..tensor import MXFP8Tensor
 from .context import use_bounded_rows
 
@@ -78,6 +89,24 @@ def _default_device(config: TransformerConfig) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
+def _run_caps(config: TransformerConfig, backend, caps: Optional[DeviceCaps]) -> Optional[DeviceCaps]:
+    """Caps to resolve ``backend`` against. Under ``use_cpu_initialization`` on a CUDA host the experts are built
+    on the CPU and moved by ``model.cuda()`` later, so an explicit GPU backend is checked against the current
+    CUDA device (the one it will run on), not the CPU; None keeps the layer's default (the build device)."""
+    if caps is not None or not (config.use_cpu_initialization and torch.cuda.is_available()):
+        return caps
+    wanted = parse_backend_request(backend)
+    if wanted is None or wanted is Backend.REFERENCE:  # "auto" is re-selected after the move; reference runs anywhere
+        return None
+    return detect_caps(torch.device("cuda", torch.cuda.current_device()))
+
+
+def _dequantize_bytes(data: torch.Tensor, logical_scales: torch.Tensor) -> torch.Tensor:
+    """fp8 ``[..., M, K]`` + uint8 E8M0 ``[..., M, K // 32]`` -> float32 ``[..., M, K]``."""
+    multiplier = dequant_multiplier_from_bytes(logical_scales).repeat_interleave(BLOCK_SIZE, dim=-1)
+    return data.to(torch.float32) * multiplier
+
+
 class MXFP8Experts(MegatronModule):
     """Drop-in MXFP8 routed experts for ``MoELayer`` (inference only).
 
@@ -91,7 +120,9 @@ class MXFP8Experts(MegatronModule):
         backend: ``"auto"``, ``"reference"``, ``"triton"`` or ``"flashinfer_routed"``.
         token_capacity: bounded-decode row capacity C (default: ``config.inference_flashinfer_token_capacity``
             when that field exists, else None = always full rows).
-        caps: device capabilities for the backend choice (detected when None).
+        caps: device capabilities for the backend choice (detected when None: for the build device, or for the
+            current CUDA device when ``config.use_cpu_initialization`` builds an explicit GPU backend on the CPU
+            of a CUDA host; such a layer must be moved to that GPU before its first forward).
         initialize: quantize freshly initialized weights (``config.init_method`` for fc1,
             ``config.output_layer_init_method`` for fc2) when ``config.perform_initialization``; False leaves zeros
             for a checkpoint load to fill.
@@ -102,8 +133,14 @@ class MXFP8Experts(MegatronModule):
             bounded rows), whose config validation rejects gated linear units. Router and dispatcher never read it.
 
     Weights: ``mxfp8_weights()`` -> ``{"linear_fc1.weight{i}": MXFP8Tensor, ...}``; writes to them (refit) reach
-    the backend stack directly (Triton) or through write hooks (repacked stacks). ``load_state_dict`` accepts BF16 or MXFP8 values under Megatron's
-    expert names (``linear_fc1.weight{i}`` or ``local_experts.{i}.linear_fc1.weight``), quantizing BF16.
+    the backend stack directly (Triton) or through write hooks (repacked stacks). ``state_dict()`` saves them
+    dequantized as BF16 under ``linear_fc1.weight{i}`` / ``linear_fc2.weight{i}`` (local ``i``);
+    ``load_state_dict`` accepts BF16 or MXFP8 values under Megatron's expert names (``linear_fc1.weight{i}`` or
+    ``local_experts.{i}.linear_fc1.weight``), quantizing BF16; with ``strict`` absent experts are missing keys.
+    ``sharded_state_dict()`` raises: distributed checkpoints are not supported (module docstring).
+
+    Bounded rows (inference contract): the bound published by ``bounded_decode_rows`` is checked against the
+    rows this rank's dispatcher can fill (``_required_rows``) and the agreement's group size against the EP size.
     """
 
     def __init__(
@@ -151,7 +188,7 @@ class MXFP8Experts(MegatronModule):
         self.layer = MXFP8ExpertLayer(
             expert_set,
             backend=backend,
-            caps=caps,
+            caps=_run_caps(config, backend, caps),
             token_capacity=token_capacity,
             local_expert_offset=self.local_expert_offset,
             num_global_experts=self.num_local_experts * self.ep_size,
@@ -195,19 +232,116 @@ class MXFP8Experts(MegatronModule):
         self.layer.expert_set.load_from_module_(module, backend=backend)
         return self
 
+    # -- checkpoints --------------------------------------------------------------------------------
+    def logical_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 ``(fc1 [E, N1, H], fc2 [E, H, I])``, the exact dequantized weights (Megatron row order).
+
+        Read from the canonical bytes, or from the kernel stack once they were released (reference, FlashInfer
+        routed and CUTLASS stacks can be read back); raises ReleasedWeightError when neither is possible.
+        """
+        expert_set = self.layer.expert_set
+        if not expert_set.is_released:
+            return expert_set.dequantize(torch.float32)
+        state = self.layer.stack_state
+        stacks = (state.fc1, state.fc2) if state is not None else ()
+        if stacks and all(isinstance(stack, torch.Tensor) for stack in stacks):  # reference: fp32 logical values
+            return stacks[0].float().clone(), stacks[1].float().clone()
+        if stacks and all(isinstance(stack, FlashInferRoutedMXFP8Weight) for stack in stacks):
+            return tuple(_dequantize_bytes(*unpack_routed_mxfp8_weights(stack)) for stack in stacks)
+        if stacks and all(isinstance(stack, FlashInferCutlassMXFP8Weight) for stack in stacks):
+            return tuple(_dequantize_bytes(*unpack_cutlass_mxfp8_weights(stack)) for stack in stacks)
+        raise ReleasedWeightError(
+            f"{self.name or 'MXFP8Experts'}: the canonical expert bytes were released after the "
+            f"{self.backend.value} stack was built (release_canonical) and that stack cannot be read back, so the "
+            f"expert weights cannot be saved; build the experts with release_canonical=False to save state dicts"
+        )
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        """Adds ``prefix + "linear_fc{1,2}.weight{i}"``: BF16 dequantized weights (``[N1, H]`` / ``[H, I]``)."""
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        stacks = dict(zip(("fc1", "fc2"), self.logical_weights()))
+        for linear, stack in stacks.items():
+            for index in range(self.num_local_experts):
+                destination[prefix + local_weight_name(linear, index)] = stack[index].to(torch.bfloat16)
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
-        ours = {key: value for key, value in state_dict.items() if key.startswith(prefix)}
-        if not ours:
-            return  # nothing for this module (e.g. a state dict saved from an MXFP8Experts model)
+        """Loads every expert found under ``prefix`` (names in the class docstring); under ``strict``, absent
+        experts go to ``missing_keys`` (``linear_fc{1,2}.weight{i}``) and out-of-range ones to ``unexpected_keys``."""
+        found: dict[tuple[str, int], str] = {}
+        for key in state_dict:
+            if not key.startswith(prefix):
+                continue
+            match = _GROUPED_NAME.match(key[len(prefix):]) or _SEQUENTIAL_NAME.match(key[len(prefix):])
+            if match is None:
+                continue
+            index = int(match.group("index"))
+            if index >= self.num_local_experts:
+                if strict:
+                    unexpected_keys.append(key)
+                continue
+            found[(match.group("linear"), index)] = key
+        expected = [(linear, index) for linear in ("fc1", "fc2") for index in range(self.num_local_experts)]
+        missing = [prefix + local_weight_name(linear, index) for linear, index in expected if (linear, index) not in found]
+        if strict:
+            missing_keys.extend(missing)
+        if not found:
+            return
+        expert_set = self.layer.expert_set
         try:
-            self.layer.expert_set.load_state_dict_(ours, prefix=prefix)
+            if not missing:
+                expert_set.load_state_dict_({key: state_dict[key] for key in found.values()}, prefix=prefix)
+                return
+            for (linear, index), key in found.items():  # partial: check every shape before writing
+                value = state_dict[key]
+                mxfp8 = _unwrap_mxfp8(value)
+                shape = tuple(mxfp8.data.shape) if mxfp8 is not None else tuple(getattr(value, "shape", ()))
+                if shape != tuple(expert_set.expert_weight(linear, index).shape):
+                    raise MXFP8InputError(
+                        f"{key}: expected shape {tuple(expert_set.expert_weight(linear, index).shape)}, got {shape}"
+                    )
+            for (linear, index), key in sorted(found.items()):
+                expert_set.load_weight_(linear, index, state_dict[key])
         except MXFP8InputError as error:
             error_msgs.append(f"{prefix}: {error}")
+
+    def sharded_state_dict(self, prefix: str = "", sharded_offsets=(), metadata=None):
+        """Not supported: raises MXFP8InputError (a silent empty result would leave the experts unloaded)."""
+        raise MXFP8InputError(
+            f"{prefix or 'MXFP8Experts'}: distributed checkpoints (sharded_state_dict) of MXFP8Experts are not "
+            f"supported. Load the BF16 checkpoint into the BF16 model, then convert it with "
+            f"swap_experts_to_mxfp8_(model) (README, 'Convert an existing model'); state_dict()/load_state_dict() "
+            f"save and load the experts as BF16 tensors"
+        )
 
     def backward_dw(self) -> None:
         """No weight gradients: an inference layer."""
 
     # -- forward -----------------------------------------------------------------------------------
+    def _required_rows(self, rows: int) -> Optional[int]:
+        """Dispatcher rows of a ``rows``-row input that can hold a valid token, as this rank knows on the host.
+
+        EP = 1 and the NCCL dispatcher (graph path: ``ep_size`` equal padded blocks; eager: compact real rows):
+        every row, the same number on every rank. NVLS with EP > 1: the buffer has ``global_max`` rows, the
+        valid ones are every rank's padded rows concatenated, and this rank's share is
+        ``InferenceAllGatherDispatcherBase._get_host_valid_tokens_estimate()`` (its padded rows times the EP
+        size, set by the step's first MoE layer); None (full rows) before the dispatcher has set it.
+        """
+        if self.ep_size == 1 or not self._nvls_dispatcher:
+            return rows
+        return InferenceAllGatherDispatcherBase._get_host_valid_tokens_estimate()
+
+    def uses_bounded_rows(self, rows: int) -> bool:
+        """Whether a routed forward over a ``rows``-row buffer now processes only the bounded prefix (host only)."""
+        required = self._required_rows(rows)
+        if required is None:
+            return False
+        return use_bounded_rows(
+            self.layer.token_capacity,
+            ep_size=self.ep_size,
+            nccl_dispatcher=not self._nvls_dispatcher,
+            required_rows=required,
+        )
+
     def _output_buffer(self, x: torch.Tensor) -> Optional[torch.Tensor]:
         """The NVLS reduce-scatter-V buffer (fp32 ``[global_max, H]``) when it matches ``x``; else None."""
         if not self._nvls_dispatcher or self.ep_size == 1:
@@ -238,10 +372,14 @@ class MXFP8Experts(MegatronModule):
                 "Call model.eval() or run under torch.no_grad()/torch.inference_mode()."
             )
         x = permuted_local_hidden_states
-        if routing_map is not None:
-            bounded = use_bounded_rows(
-                self.layer.token_capacity, ep_size=self.ep_size, nccl_dispatcher=not self._nvls_dispatcher
+        if not self.layer.is_built and self.layer.caps.is_cuda and self.expert_set.device.type != "cuda":
+            raise BackendUnavailableError(
+                f"the {self.backend.value} backend was selected for {self.layer.caps.describe()}, but the experts are "
+                f"still on {self.expert_set.device} (use_cpu_initialization); move the model to the GPU "
+                f"(model.cuda()) before the first forward"
             )
+        if routing_map is not None:
+            bounded = self.uses_bounded_rows(x.shape[0])
             out = self.layer.forward_routed(
                 x,
                 permuted_probs,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import types
+import unittest.mock
 from functools import partial
 from typing import Optional
 
@@ -26,11 +27,36 @@ logger = logging.getLogger(__name__)
 _DEFAULT = object()
 
 
+def _shared_experts_unavailable(missing: list[str]):
+    """A shared-experts builder that raises MXFP8InputError when MoELayer builds it (only with shared experts)."""
+
+    def build(*args, **kwargs):
+        raise MXFP8InputError(
+            f"shared_experts: config.moe_shared_expert_intermediate_size is set, but Megatron's inference-optimized "
+            f"shared-expert spec has no usable {', '.join(missing)} here (Transformer Engine is not installed, so "
+            f"Megatron put MagicMock placeholders there). Install Transformer Engine, or pass "
+            f"get_mxfp8_moe_layer_spec(shared_experts=...) a builder, e.g. partial(SharedExpertMLP, "
+            f"submodules=MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear))"
+        )
+
+    return build
+
+
 def _inference_shared_experts():
-    """The shared-experts builder of Megatron's inference-optimized MoE spec (None if it cannot be built here)."""
+    """The shared-experts builder of Megatron's inference-optimized MoE spec.
+
+    Without Transformer Engine that spec holds ``MagicMock`` linear layers (its forward fails obscurely), so a
+    builder that raises a clear MXFP8InputError when instantiated is returned instead.
+    """
     from megatron.core.models.gpt.moe_module_specs import get_inference_optimized_moe_spec
 
-    return get_inference_optimized_moe_spec().keywords["submodules"].shared_experts
+    builder = get_inference_optimized_moe_spec().keywords["submodules"].shared_experts
+    submodules = getattr(builder, "keywords", {}).get("submodules")
+    missing = [
+        name for name in ("linear_fc1", "linear_fc2")
+        if isinstance(getattr(submodules, name, None), unittest.mock.NonCallableMock)
+    ]
+    return _shared_experts_unavailable(missing) if missing else builder
 
 
 def get_mxfp8_moe_layer_spec(
@@ -44,7 +70,8 @@ def get_mxfp8_moe_layer_spec(
     """An MoE layer builder (the ``mlp`` entry of a layer spec) with MXFP8 routed experts.
 
     ``shared_experts``: a shared-experts builder; by default the one of Megatron's inference-optimized spec
-    (only instantiated when ``config.moe_shared_expert_intermediate_size`` is set); None for none.
+    (only instantiated when ``config.moe_shared_expert_intermediate_size`` is set; without Transformer Engine a
+    builder that raises MXFP8InputError, since that spec then holds mock linear layers); None for none.
     ``experts_kwargs``: further keyword arguments of ``MXFP8Experts`` (e.g. ``release_canonical``).
     Returns ``partial(MoELayer, submodules=MoESubmodules(router=..., experts=partial(MXFP8Experts, ...)))``.
     """

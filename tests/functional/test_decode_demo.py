@@ -9,6 +9,7 @@ Thresholds (tiny preset, seed 0, reference backend; measured values in parenthes
 - canonical MXFP8 expert bytes / BF16 bytes in [0.5, 0.56]: (1 + 1/32) / 2 = 0.516 plus scale padding.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +23,9 @@ from megatron_mxfp8_moe.testing import load_file_module
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "decode.py"
 FLOAT = r"([0-9]+(?:\.[0-9]+)?)"
+# The demo picks a free rendezvous port unless MASTER_PORT is set; tests that ran earlier in this session may
+# have left theirs (still bound) in the environment.
+DEMO_ENV = {key: value for key, value in os.environ.items() if key not in ("MASTER_ADDR", "MASTER_PORT")}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +37,7 @@ def helpers():
 def demo_output():
     command = [sys.executable, str(SCRIPT), "--preset", "tiny", "--device", "cpu", "--batch-size", "4",
                "--prompt-len", "8", "--steps", "16", "--seed", "0"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180, env=DEMO_ENV)
     assert result.returncode == 0, f"demo failed ({result.returncode}):\n{result.stdout}\n{result.stderr[-4000:]}"
     return result.stdout
 
@@ -53,6 +57,7 @@ def test_demo_reports_backend_speed_agreement_refit_and_memory(demo_output):
     assert "Megatron-Core MoELayer + InferenceTopKRouter + NCCLAllGatherDispatcher" in out
     assert "MXFP8Experts (swiglu" in out
     assert "MoE row policy bounded-decode: processing 4 of 4 rows" in out  # decode steps under bounded rows
+    assert "decode rows: bounded prefix of 4 of 4 rows under bounded_decode_rows(True, 4)" in out
     assert "MoE row policy full-rows" in out  # prefill and comparisons: full rows
 
     tokens_per_s = float(re.search(r"^tokens/s: " + FLOAT, out, re.M).group(1))
@@ -78,6 +83,20 @@ def test_demo_reports_backend_speed_agreement_refit_and_memory(demo_output):
     ratio = float(re.search(r"MXFP8 canonical .* \(ratio " + FLOAT, out).group(1))
     assert 0.5 <= ratio <= 0.56
     assert re.search(r"decode vs eager re-run: " + FLOAT + "%", out)
+
+
+def test_decode_rows_printout_tells_the_truth():
+    """Capacity below the batch: the experts process full rows, and the printout must say so."""
+    def run(*flags):
+        command = [sys.executable, str(SCRIPT), "--preset", "tiny", "--device", "cpu", "--prompt-len", "4",
+                   "--steps", "2", "--seed", "0", *flags]
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180, env=DEMO_ENV)
+        assert result.returncode == 0, result.stderr[-4000:]
+        return result.stdout
+
+    out = run("--batch-size", "4", "--token-capacity", "2")
+    assert re.search(r"decode rows: full 4 rows: bounded_decode_rows\(True, 4\) does not qualify for capacity 2", out)
+    assert "MoE row policy full-rows: processing 4 of 4 rows" in out and "bounded-decode" not in out
 
 
 def test_help_lists_the_flags():

@@ -140,10 +140,16 @@ def test_graph_replay_matches_eager_across_valid_counts(gpu_megatron):
     assert layer.experts.layer.stack_state is not None
 
 
-def test_bounded_rows_graph_matches_eager(gpu_megatron):
+def test_a_row_bound_below_the_buffer_at_ep1_never_truncates_a_graph(gpu_megatron):
+    """At EP = 1 every row of x can hold a token (the bound counts padded dispatcher rows): a bound of CAPACITY
+    below ROWS falls back to full rows, so replays with more than CAPACITY valid rows stay exact."""
+    from megatron_mxfp8_moe.megatron import bounded_decode_rows
+
     layer = _build_layer(gpu_megatron, token_capacity=CAPACITY)
-    _run_case(layer, valid_counts=[CAPACITY, 3, 6], bounded_rows=CAPACITY)
-    policy = layer.experts.layer.row_policy(ROWS, True)
+    _run_case(layer, valid_counts=[CAPACITY, 3, ROWS, 11], bounded_rows=CAPACITY)
+    with bounded_decode_rows(decode_only=True, ep_token_bound=CAPACITY):
+        assert not layer.experts.uses_bounded_rows(ROWS)
+    policy = layer.experts.layer.row_policy(ROWS, True)  # the kernel-level policy itself still bounds
     assert policy.bounded and policy.rows == CAPACITY
 
 

@@ -12,6 +12,8 @@ Error bounds (relative Frobenius error vs a float64 oracle on the dequantized we
   <= 2e-2 vs the oracle, and MXFP8 MoELayer vs Megatron BF16 MoELayer <= 2e-2.
 """
 
+import contextlib
+import importlib.util
 import json
 import os
 import socket
@@ -34,7 +36,9 @@ from megatron.core.transformer.moe.router import InferenceTopKRouter, TopKRouter
 from megatron.core.transformer.moe.token_dispatcher_inference import InferenceAllGatherDispatcherBase
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from megatron_mxfp8_moe.errors import BackendUnavailableError
+from megatron_mxfp8_moe.errors import BackendUnavailableError, MXFP8InputError
+from megatron_mxfp8_moe.kernels.base import Backend
+from megatron_mxfp8_moe.kernels.caps import DeviceCaps
 from megatron_mxfp8_moe.kernels.reference import moe_reference
 from megatron_mxfp8_moe.kernels.reference_backend import ReferenceBackend
 from megatron_mxfp8_moe.megatron import (
@@ -43,6 +47,7 @@ from megatron_mxfp8_moe.megatron import (
     get_mxfp8_moe_layer_spec,
     swap_experts_to_mxfp8_,
 )
+from megatron_mxfp8_moe.tensor import quantize_mxfp8
 from megatron_mxfp8_moe.testing import relative_error
 
 H, I, EXPERTS, TOPK = 64, 32, 4, 2
@@ -251,8 +256,9 @@ def test_training_with_autograd_is_refused(cpu_megatron):
     experts.backward_dw()  # no-op
 
 
-def test_bounded_decode_rows_process_only_the_prefix(cpu_megatron, monkeypatch):
-    """NVLS-like buffer: 12 rows, 3 valid, capacity 4. Row 3 is stale inside the prefix; rows 4.. are poison."""
+def test_ep1_bound_below_the_dispatcher_rows_gives_full_rows(cpu_megatron, monkeypatch, caplog):
+    """EP = 1: every row the dispatcher hands over can be valid (it fills valid_tokens with the row count), so a
+    bound of 3 for a 12-row step (e.g. real tokens instead of the padded graph rows) must not truncate rows 3.."""
     experts = MXFP8Experts(EXPERTS, _config(False), pg_collection=cpu_megatron, backend="reference",
                            token_capacity=4).eval()
     seen_rows = []
@@ -266,15 +272,13 @@ def test_bounded_decode_rows_process_only_the_prefix(cpu_megatron, monkeypatch):
     x = torch.randn(12, H, dtype=torch.bfloat16)
     probs = torch.rand(12, TOPK)
     ids = torch.randint(0, EXPERTS, (12, TOPK))
-    x[4:] = float("nan")
-    probs[4:] = float("nan")
-    x[3] = 1e4  # stale but finite row inside the prefix: must be masked by valid_tokens, not read
-    InferenceAllGatherDispatcherBase._valid_tokens_tensor.fill_(3)
+    InferenceAllGatherDispatcherBase._valid_tokens_tensor.fill_(12)
     with torch.no_grad(), bounded_decode_rows(decode_only=True, ep_token_bound=3):
+        assert not experts.uses_bounded_rows(12)
         out, _ = experts(x, None, probs, routing_map=ids)
-    assert seen_rows == [4]
-    assert torch.isfinite(out).all() and torch.equal(out[3:], torch.zeros(9, H))
-    assert relative_error(out[:3], _oracle(x[:3], ids[:3], probs[:3], experts, "squared_relu")) <= EXPERT_BOUND
+    assert seen_rows == [12]
+    assert relative_error(out, _oracle(x, ids, probs, experts, "squared_relu")) <= EXPERT_BOUND
+    assert "ep_token_bound=3 is below the 12 dispatcher rows" in caplog.text
 
 
 def test_prefill_over_capacity_gives_full_rows(cpu_megatron, monkeypatch):
@@ -297,6 +301,134 @@ def test_prefill_over_capacity_gives_full_rows(cpu_megatron, monkeypatch):
             out, _ = layer(x[:4])
     assert seen_rows == [9, 9, 4]
     assert relative_error(out.view(-1, H), oracle[:4]) <= LAYER_BOUND
+
+
+# ---- checkpoints (state_dict / sharded_state_dict) --------------------------------------------------------
+
+def _two_spec_layers(pg_collection, **kwargs):
+    spec = get_mxfp8_moe_layer_spec(backend="reference", shared_experts=None, **kwargs)
+    torch.manual_seed(0)
+    a = spec(config=_config(False), pg_collection=pg_collection).eval()
+    torch.manual_seed(1)
+    b = spec(config=_config(False), pg_collection=pg_collection).eval()
+    return a, b
+
+
+def test_state_dict_saves_bf16_experts_and_strict_load_round_trips(cpu_megatron):
+    a, b = _two_spec_layers(cpu_megatron)
+    state = a.state_dict()
+    names = [f"experts.linear_fc{n}.weight{i}" for n in (1, 2) for i in range(EXPERTS)]
+    assert set(names) <= set(state)
+    assert all(state[name].dtype == torch.bfloat16 for name in names)
+    assert state["experts.linear_fc1.weight0"].shape == (I, H) and state["experts.linear_fc2.weight3"].shape == (H, I)
+    fc1, fc2 = a.experts.expert_set.dequantize(torch.float32)
+    assert torch.equal(state["experts.linear_fc1.weight2"].float(), fc1[2])  # exact: e4m3 * 2**k fits bf16
+    assert not torch.equal(b.experts.expert_set.dequantize(torch.float32)[0], fc1)
+    result = b.load_state_dict(state, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    for mine, theirs in zip(b.experts.expert_set.dequantize(torch.float32), (fc1, fc2)):
+        assert torch.equal(mine, theirs)
+    x = torch.randn(5, 1, H, dtype=torch.bfloat16)
+    with torch.no_grad(), InferenceMode.active():
+        assert torch.equal(a(x)[0], b(x)[0])
+    assert b.state_dict()["experts.linear_fc2.weight1"].equal(state["experts.linear_fc2.weight1"])  # stable
+
+
+def test_strict_load_without_expert_weights_reports_them_missing(cpu_megatron):
+    a, b = _two_spec_layers(cpu_megatron)
+    before = b.experts.expert_set.dequantize(torch.float32)[0].clone()
+    router_only = {"router.weight": a.state_dict()["router.weight"]}
+    with pytest.raises(RuntimeError, match=r"Missing key\(s\).*experts\.linear_fc1\.weight0.*experts\.linear_fc2\.weight3"):
+        b.load_state_dict(router_only, strict=True)
+    assert torch.equal(b.experts.expert_set.dequantize(torch.float32)[0], before)  # nothing half-loaded
+    state = a.state_dict()
+    partial_state = {"router.weight": state["router.weight"], "experts.linear_fc1.weight1": state["experts.linear_fc1.weight1"],
+                     "experts.linear_fc1.weight9": state["experts.linear_fc1.weight1"]}  # 9: not a local expert
+    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\).*weight9"):
+        b.load_state_dict(partial_state, strict=True)
+    result = b.load_state_dict(partial_state, strict=False)  # non-strict: loads what is there
+    assert torch.equal(b.experts.expert_set.dequantize(torch.float32)[0][1], a.experts.expert_set.dequantize(torch.float32)[0][1])
+    assert torch.equal(b.experts.expert_set.dequantize(torch.float32)[0][0], before[0])
+    assert len(result.missing_keys) == 2 * EXPERTS - 1 and "experts.linear_fc1.weight1" not in result.missing_keys
+    assert result.unexpected_keys == ["experts.linear_fc1.weight9"]  # reported, as torch does for parameters
+
+
+def test_sharded_state_dict_is_refused_with_the_documented_path(cpu_megatron):
+    a, _ = _two_spec_layers(cpu_megatron)
+    with pytest.raises(MXFP8InputError, match="distributed checkpoints.*swap_experts_to_mxfp8_"):
+        a.sharded_state_dict(prefix="decoder.layers.0.mlp.")
+
+
+def test_state_dict_after_the_canonical_bytes_were_released(cpu_megatron):
+    a, _ = _two_spec_layers(cpu_megatron, release_canonical=True)
+    expected = a.experts.expert_set.dequantize(torch.float32)
+    a.experts.layer.build_()
+    assert a.experts.expert_set.is_released
+    state = a.state_dict()  # read back from the reference backend's fp32 stack
+    for index in range(EXPERTS):
+        assert torch.equal(state[f"experts.linear_fc1.weight{index}"].float(), expected[0][index])
+        assert torch.equal(state[f"experts.linear_fc2.weight{index}"].float(), expected[1][index])
+
+
+@pytest.mark.parametrize("activation", ["squared_relu", "swiglu"])
+def test_state_dict_reads_back_a_released_flashinfer_routed_stack(cpu_megatron, monkeypatch, activation):
+    """The routed layout is pure tensor work: built on the CPU (launch requirement bypassed), canonical released."""
+    monkeypatch.setattr("megatron_mxfp8_moe.kernels.flashinfer_compat.require_flashinfer_routed_mxfp8",
+                        lambda *args, **kwargs: None)
+    experts = MXFP8Experts(EXPERTS, _config(False), pg_collection=cpu_megatron, backend="flashinfer_routed",
+                           caps=DeviceCaps("cpu", (10, 0), "0.7.2.post1", "3.6.0"), activation=activation).eval()
+    expected = experts.expert_set.dequantize(torch.float32)
+    experts.layer.build_()
+    assert experts.backend is Backend.FLASHINFER_ROUTED and experts.expert_set.is_released
+    state = experts.state_dict()
+    for index in range(EXPERTS):
+        assert torch.equal(state[f"linear_fc1.weight{index}"].float(), expected[0][index])
+        assert torch.equal(state[f"linear_fc2.weight{index}"].float(), expected[1][index])
+
+
+def test_requantizing_saved_bf16_weights_gives_the_same_weights():
+    """The claim 'same bytes' holds for the VALUES: a block whose max rounded down to 224 * 2**s is stored again
+    as 448 * 2**(s-1) (scale byte one lower, data doubled), the same numbers. A second round trip is byte-stable."""
+    torch.manual_seed(0)
+    first = quantize_mxfp8((torch.randn(64, 128) * 0.05).to(torch.bfloat16), backend="reference")
+    second = quantize_mxfp8(first.dequantize(torch.bfloat16), backend="reference")
+    third = quantize_mxfp8(second.dequantize(torch.bfloat16), backend="reference")
+    assert torch.equal(first.dequantize(torch.float32), second.dequantize(torch.float32))
+    changed = first.logical_scales() != second.logical_scales()
+    assert changed.any()  # the byte claim is false in general ...
+    block_max = first.data.float().abs().reshape(64, 4, 32).amax(-1)
+    assert torch.equal(block_max[changed], torch.full_like(block_max[changed], 224.0))  # ... only for these blocks
+    assert torch.equal(second.data.view(torch.uint8), third.data.view(torch.uint8))
+    assert torch.equal(second.scale_bytes(), third.scale_bytes())
+
+
+# ---- construction edge cases ---------------------------------------------------------------------------------
+
+def test_cpu_initialization_with_an_explicit_gpu_backend_resolves_for_the_gpu(cpu_megatron, monkeypatch):
+    """use_cpu_initialization builds on the CPU and model.cuda() moves later: an explicit backend is checked
+    against the current CUDA device (here a simulated Hopper), not the CPU it is built on."""
+    hopper = DeviceCaps("cuda", (9, 0), "0.7.2.post1", "3.8.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr("megatron_mxfp8_moe.megatron.experts.detect_caps",
+                        lambda device=None: hopper if torch.device(device).type == "cuda" else DeviceCaps("cpu"))
+    config = _config(False, use_cpu_initialization=True)
+    experts = MXFP8Experts(EXPERTS, config, pg_collection=cpu_megatron, backend="triton").eval()
+    assert experts.backend is Backend.TRITON and experts.expert_set.device.type == "cpu"
+    assert experts.layer.caps == hopper
+    with pytest.raises(BackendUnavailableError, match="still on cpu.*model.cuda"):
+        experts(torch.randn(3, H, dtype=torch.bfloat16), None, torch.rand(3, TOPK), routing_map=torch.zeros(3, TOPK, dtype=torch.int64))
+    with pytest.raises(BackendUnavailableError, match="flashinfer_routed. cannot run here"):  # truly cannot run on that GPU
+        MXFP8Experts(EXPERTS, config, pg_collection=cpu_megatron, backend="flashinfer_routed")
+    assert MXFP8Experts(EXPERTS, config, pg_collection=cpu_megatron, backend="auto").backend is Backend.REFERENCE
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformer_engine") is not None, reason="needs Transformer Engine absent")
+def test_default_shared_experts_without_transformer_engine_fail_clearly(cpu_megatron):
+    spec = get_mxfp8_moe_layer_spec(backend="reference")
+    spec(config=_config(False), pg_collection=cpu_megatron)  # no shared experts configured: builds
+    with pytest.raises(MXFP8InputError, match="shared_experts.*Transformer Engine"):
+        spec(config=_config(False, moe_shared_expert_intermediate_size=32), pg_collection=cpu_megatron)
 
 
 # ---- EP = 2 over two gloo processes --------------------------------------------------------------------
@@ -339,6 +471,83 @@ def _ep2_case(pgc, gated):
     return result
 
 
+def _ep2_rows_cases(pgc):
+    """Bounded rows at EP = 2 (findings: padded rows, un-agreed flags). Max |full - bounded| over the real rows."""
+    from megatron.core.transformer.moe.token_dispatcher_inference import NCCLAllGatherDispatcher
+
+    rank = dist.get_rank()
+    results = {}
+
+    def layer_with(capacity):
+        torch.manual_seed(0)
+        layer = get_mxfp8_moe_layer_spec(backend="reference", shared_experts=None, token_capacity=capacity)(
+            config=_config(False, num_moe_experts=8), pg_collection=pgc).eval()
+        torch.manual_seed(100 + rank)
+        for tensor in layer.experts.mxfp8_weights().values():
+            tensor.quantize_(torch.randn(tuple(tensor.shape)) * 0.05)
+        return layer
+
+    # NCCL graph path: a 4-row bucket per rank with 3 real tokens; bound 3 * 2 = 6 from REAL counts (rows: 8).
+    layer = layer_with(6)
+    torch.manual_seed(7 + rank)
+    x = torch.randn(4, 1, H, dtype=torch.bfloat16)
+    with torch.no_grad(), InferenceMode.active():
+        full, _ = layer(x)
+        with bounded_decode_rows(decode_only=True, ep_token_bound=3 * 2, ep_group=pgc.ep) as rows:
+            bounded, _ = layer(x)
+    results["padded_bound"] = (full.float() - bounded.float()).abs().max().item()
+    results["group_size"] = rows.group_size
+    # NCCL eager path, un-agreed flag: rank 0 decodes 2 tokens under bounded_decode_rows WITHOUT ep_group,
+    # rank 1 prefills 6 tokens; 8 gathered rows, capacity 4.
+    layer = layer_with(4)
+    torch.manual_seed(7 + rank)
+    x = torch.randn(2 if rank == 0 else 6, 1, H, dtype=torch.bfloat16)
+    NCCLAllGatherDispatcher._use_allgather_v = True
+    try:
+        with torch.no_grad(), InferenceMode.active():
+            full, _ = layer(x)
+            block = bounded_decode_rows(True, 2 * 2) if rank == 0 else contextlib.nullcontext()
+            with block:
+                bounded, _ = layer(x)
+    finally:
+        NCCLAllGatherDispatcher._use_allgather_v = False
+    results["unagreed"] = (full.float() - bounded.float()).abs().max().item()
+    # NVLS-like buffer (the experts called directly): 12 rows, rank 0 hands 2 padded rows, rank 1 3, so rows
+    # [0, 5) are valid; capacity 6. Rows 6.. are poison, row 5 is stale inside the prefix.
+    config = _config(False, num_moe_experts=8, inference_moe_token_dispatcher_type="nvls")
+    torch.manual_seed(100 + rank)
+    experts = MXFP8Experts(4, config, pg_collection=pgc, backend="reference", token_capacity=6).eval()
+    torch.manual_seed(5)  # the same gathered buffer on both ranks
+    x = torch.randn(12, H, dtype=torch.bfloat16)
+    probs = torch.rand(12, TOPK)
+    ids = torch.randint(0, 8, (12, TOPK))
+    x[6:], probs[6:] = float("nan"), float("nan")
+    x[5] = 1e4
+    local = 2 if rank == 0 else 3
+    saved = InferenceAllGatherDispatcherBase._host_valid_tokens_estimate
+    InferenceAllGatherDispatcherBase._host_valid_tokens_estimate = local * 2  # what update_metadata publishes
+    InferenceAllGatherDispatcherBase._valid_tokens_tensor.fill_(5)
+    seen_rows = []
+    original = ReferenceBackend.run
+    ReferenceBackend.run = lambda self, *a, **k: seen_rows.append(k["rows"]) or original(self, *a, **k)
+    try:
+        with torch.no_grad(), bounded_decode_rows(True, local * 2, ep_group=pgc.ep):  # padded rows x EP: agreed 6
+            out, _ = experts(x, None, probs, routing_map=ids)
+        results["nvls_rows"] = seen_rows
+        results["nvls_finite"] = bool(torch.isfinite(out).all())
+        results["nvls_error"] = relative_error(out[:5], _oracle(x[:5], ids[:5], probs[:5], experts, "squared_relu"))
+        try:
+            with torch.no_grad(), bounded_decode_rows(True, local, ep_group=pgc.ep):  # tokens, not rows: agreed 3
+                experts(x, None, probs, routing_map=ids)
+            results["nvls_short_bound"] = "accepted"
+        except MXFP8InputError as error:
+            results["nvls_short_bound"] = str(error)
+    finally:
+        ReferenceBackend.run = original
+        InferenceAllGatherDispatcherBase._host_valid_tokens_estimate = saved
+    return results
+
+
 def _ep2_worker(rank, port, result_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     undo = _apply_cpu_shim()
@@ -347,6 +556,7 @@ def _ep2_worker(rank, port, result_dir):
         parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=2)
         pgc = ProcessGroupCollection.use_mpu_process_groups()
         results = {str(gated): _ep2_case(pgc, gated) for gated in (False, True)}
+        results["rows"] = _ep2_rows_cases(pgc)
         with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as handle:
             json.dump(results, handle)
         parallel_state.destroy_model_parallel()
@@ -366,3 +576,10 @@ def test_ep2_over_gloo(tmp_path):
         if not gated:
             assert result["rows_seen"] == 6  # 2 ranks x 3 tokens gathered by the NCCL-path dispatcher
             assert result["expert_error"] <= EXPERT_BOUND
+    for rank in range(2):
+        rows = per_rank[rank]["rows"]
+        # a bound from real tokens (below the padded dispatcher rows) and an un-agreed flag give full rows
+        assert rows["padded_bound"] == 0.0 and rows["unagreed"] == 0.0 and rows["group_size"] == 2
+        # NVLS-like buffer: the agreed padded-row bound gives the prefix only, exactly
+        assert rows["nvls_rows"] == [6] and rows["nvls_finite"] and rows["nvls_error"] <= EXPERT_BOUND
+        assert "below the" in rows["nvls_short_bound"] and "dispatcher rows" in rows["nvls_short_bound"]

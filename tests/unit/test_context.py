@@ -89,6 +89,27 @@ def test_attached_context_is_weak_and_checked():
         context.attach_inference_context(object())
 
 
+def test_unagreed_rows_give_full_rows_for_an_ep_layer(caplog):
+    with context.bounded_decode_rows(True, 8) as rows:  # no ep_group: agreed by this rank alone
+        assert rows.group_size == 1
+        assert context.use_bounded_rows(8)  # fine for an EP = 1 layer
+        assert not context.use_bounded_rows(8, ep_size=2, nccl_dispatcher=True)
+        assert not context.use_bounded_rows(8, ep_size=2, nccl_dispatcher=False)
+    assert "agreed over 1 rank(s), but the layer's EP size is 2" in caplog.text
+
+
+def test_bound_below_the_required_rows(caplog):
+    with context.bounded_decode_rows(True, 8):
+        assert context.use_bounded_rows(16, required_rows=8)
+        assert not context.use_bounded_rows(16, required_rows=9)  # EP = 1: every rank falls back alike
+    assert "ep_token_bound=8 is below the 9 dispatcher rows" in caplog.text
+    ctx = FakeDynamicContext(decode_only=True, token_count=4, graph=True)
+    context.attach_inference_context(ctx)
+    assert context.current_decode_rows(ep_size=2, nccl_dispatcher=True).group_size == 2  # EP-matched graphs
+    assert context.use_bounded_rows(16, ep_size=2, nccl_dispatcher=True, required_rows=8)
+    assert not context.use_bounded_rows(16, ep_size=2, nccl_dispatcher=True, required_rows=10)
+
+
 def test_bad_bound_raises():
     with pytest.raises(MXFP8InputError, match="ep_token_bound"):
         with context.bounded_decode_rows(True, -1):
@@ -109,6 +130,12 @@ def _agreement_worker(rank, port, cases, results):
         for decode_flags, bounds in cases:
             with context.bounded_decode_rows(decode_flags[rank], bounds[rank], ep_group=group) as rows:
                 results[(rank, decode_flags, bounds)] = (rows.decode_only, rows.ep_token_bound, context.use_bounded_rows(12))
+                results[(rank, decode_flags, bounds, "group")] = rows.group_size
+                try:  # NVLS: a bound below this rank's own rows cannot fall back alone
+                    context.use_bounded_rows(64, ep_size=2, nccl_dispatcher=False, required_rows=rows.ep_token_bound + 1)
+                    results[(rank, decode_flags, bounds, "nvls")] = "accepted"
+                except MXFP8InputError as error:
+                    results[(rank, decode_flags, bounds, "nvls")] = str(error)
     finally:
         dist.destroy_process_group()
 
@@ -124,3 +151,6 @@ def test_ep_agreement_over_two_gloo_ranks():
         expected_bound = max(bounds)
         for rank in range(2):
             assert results[(rank, flags, bounds)] == (expected_decode, expected_bound, expected_decode and expected_bound <= 12)
+            assert results[(rank, flags, bounds, "group")] == 2
+            nvls = results[(rank, flags, bounds, "nvls")]
+            assert ("dispatcher rows" in nvls) if expected_decode else nvls == "accepted"

@@ -135,6 +135,27 @@ def test_permuted_contract(activation):
         layer(x, torch.tensor([3, 0, 4, 1]), probs)
 
 
+def test_permuted_out_buffer_longer_than_x_gets_the_prefix():
+    """The flex dispatcher's NCCL-EP zero-copy mode hands a persistent [recv_capacity, H] buffer for x [R, H]."""
+    layer = _layer()
+    tokens_per_expert = torch.tensor([2, 0, 3, 0])
+    x = torch.randn(5, H, dtype=torch.bfloat16)
+    probs = torch.rand(5)
+    expected = layer(x, tokens_per_expert, probs)
+    buffer = torch.full((8, H), 7.0, dtype=torch.bfloat16)
+    result = layer(x, tokens_per_expert, probs, out=buffer)
+    assert result.shape == (5, H) and result.data_ptr() == buffer.data_ptr()
+    assert torch.equal(buffer[:5], expected) and torch.equal(buffer[5:], torch.full((3, H), 7.0, dtype=torch.bfloat16))
+    aliased = torch.zeros(8, H, dtype=torch.bfloat16)  # zero copy: x is a view of the buffer itself
+    aliased[:5].copy_(x)
+    layer(aliased[:5], tokens_per_expert, probs, out=aliased)
+    assert torch.equal(aliased[:5], expected)
+    with pytest.raises(MXFP8InputError, match="out: expected a buffer"):
+        layer(x, tokens_per_expert, probs, out=torch.zeros(4, H, dtype=torch.bfloat16))
+    with pytest.raises(MXFP8InputError, match="out: expected a buffer"):
+        layer(x, tokens_per_expert, probs, out=torch.zeros(8, H + 1, dtype=torch.bfloat16))
+
+
 def test_refit_writes_reach_the_built_stack_in_place():
     layer = _layer("swiglu")
     x, probs, ids = _inputs(8)
