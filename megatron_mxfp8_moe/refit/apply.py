@@ -373,10 +373,16 @@ def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, prog
             group_found.append(resolved)
         flush()
         finish_launched()
-    except Exception as error:
-        # The module launched before the failure comes first in the stream: finish it (its own RefitError,
-        # a NaN/Inf source, then wins), so that the error lists it as applied.
-        finish_launched()
+    except BaseException as error:
+        # The module launched before the failure comes first in the stream: finish it, so that it is checked,
+        # refreshed and listed as applied. Its own RefitError (a NaN/Inf source) then wins over an Exception;
+        # an interrupt (KeyboardInterrupt, SystemExit) stays what it is, with that error logged.
+        try:
+            finish_launched()
+        except Exception:
+            if isinstance(error, Exception):
+                raise
+            logger.exception("refit_experts: finishing the module written before %s failed", type(error).__name__)
         if isinstance(error, RefitError) and not getattr(error, "applied_modules", None):
             error.applied_modules = tuple(applied)
         raise

@@ -32,6 +32,7 @@ NaN scale byte, duplicate target).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import operator
 import weakref
@@ -572,28 +573,48 @@ class RefitValidator:
         return not stack.is_released and not stack.has_write_hooks() and _quantizes_with_triton(self.backend, stack)
 
 
-def _storage_key(tensor: torch.Tensor) -> tuple:
-    return tensor.device, tensor.untyped_storage().data_ptr()
+def _byte_extent(tensor: torch.Tensor) -> tuple[int, int]:
+    """``[first, last + 1)`` byte addresses a strided tensor can touch (empty for no elements)."""
+    start = tensor.data_ptr()
+    if tensor.numel() == 0:
+        return start, start
+    span = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride())) + 1
+    return start, start + span * tensor.element_size()
 
 
 def _check_copy_sources_alias_no_target(writes: Sequence[PlannedWrite]) -> None:
-    """Raise for the first MXFP8 source that shares storage with a weight this batch writes: writes are grouped
-    per stack, not run in entry order, so it could be read after it was overwritten (or read while written)."""
-    written = set()
+    """Raise for the first MXFP8 source whose bytes overlap a weight this batch writes: writes are grouped per
+    stack, not run in entry order, so it could be read after it was overwritten (or read while written).
+    Compares address ranges per device (a copy from an expert the batch does not write is fine)."""
+    written: dict[torch.device, list[tuple[int, int]]] = {}
     for write in writes:
         target = write.target
         if not target.is_released:
-            written.add(_storage_key(target.data))
-            written.add(_storage_key(target.scale))
+            for tensor in (target.data, target.scale):
+                written.setdefault(tensor.device, []).append(_byte_extent(tensor))
+    merged = {device: sorted(ranges) for device, ranges in written.items()}
+    starts = {device: [begin for begin, _ in ranges] for device, ranges in merged.items()}
+    ends = {}
+    for device, ranges in merged.items():  # running max of the ends: does any range starting before x reach x?
+        running, out = -1, []
+        for _, end in ranges:
+            running = max(running, end)
+            out.append(running)
+        ends[device] = out
     for write in writes:
         if write.kind != COPY:
             continue
-        source = write.source
-        if _storage_key(source.data) in written or _storage_key(source.scale) in written:
-            raise refit_error(
-                write.name, "the MXFP8 source shares storage with a weight this refit writes (it could be "
-                "overwritten before it is read); pass a copy (e.g. of its data and scale) instead"
-            )
+        for tensor in (write.source.data, write.source.scale):
+            begin, end = _byte_extent(tensor)
+            device_starts = starts.get(tensor.device)
+            if begin == end or not device_starts:
+                continue
+            last = bisect.bisect_left(device_starts, end) - 1  # the last written range starting before `end`
+            if last >= 0 and ends[tensor.device][last] > begin:
+                raise refit_error(
+                    write.name, "the MXFP8 source overlaps the bytes of a weight this refit writes (it could be "
+                    "overwritten before it is read); pass a copy (e.g. of its data and scale) instead"
+                )
 
 
 def _device_check_possible(batches: Sequence[WriteBatch], backend: str) -> bool:

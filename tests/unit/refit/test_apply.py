@@ -204,6 +204,26 @@ def test_stream_finishes_the_launched_module_when_the_next_one_fails(monkeypatch
     assert caught.value.applied_modules == ()
 
 
+def test_stream_interrupted_mid_module_still_finishes_the_module_written_before():
+    """A KeyboardInterrupt from the trainer's generator while module k+1 is buffered: module k, whose writes were
+    launched, is still finished (refreshed once); module k+1 is untouched; the interrupt propagates."""
+    model = fake.FakeModel()
+    before_layer1 = model.experts(1).stack_bytes()
+    sources = fake.new_sources()
+
+    def interrupted():
+        for name, tensor in sources.items():
+            if name.startswith(E1) and name.endswith("weight2"):
+                raise KeyboardInterrupt
+            yield name, tensor
+
+    with pytest.raises(KeyboardInterrupt):
+        refit_experts(model, interrupted())
+    assert fake.same(model.experts(0).stack_bytes(), _fresh_layer(sources, 0).stack_bytes())
+    assert fake.same(model.experts(1).stack_bytes(), before_layer1)
+    assert [experts.refresh_calls for experts in model.all_experts()] == [1, 0]
+
+
 def test_stream_rejects_a_module_whose_entries_are_not_contiguous():
     model = fake.FakeModel()
     before_layer1 = model.experts(1).stack_bytes()

@@ -230,19 +230,27 @@ def test_layer_root_never_guesses_its_path_where_a_wrong_guess_would_pass():
 
 def test_an_mxfp8_source_aliasing_a_written_weight_is_rejected():
     """Writes run grouped per stack, not in entry order: copying expert 2's current bytes into expert 0 while
-    expert 2 is rewritten in the same batch could read the new bytes. Such a source is refused (nothing
-    written); the same bytes as a copy are accepted and land exactly."""
+    expert 2 is rewritten in the same batch could read the new bytes. A source whose bytes overlap a written
+    weight is refused (nothing written); a copy of them, or a source the batch does not write, is accepted."""
     model = fake.FakeModel()
     layer = model.experts(0)
     before = model.snapshot()
     view2 = layer.mxfp8_weights()["linear_fc1.weight2"]
     batch = {f"{E0}.linear_fc1.weight1": _fc1(1), f"{E0}.linear_fc1.weight0": view2,
              f"{E0}.linear_fc1.weight2": _fc1(2)}
-    with pytest.raises(RefitError, match=rf"^refit entry '{E0}.linear_fc1.weight0': the MXFP8 source shares storage"):
+    with pytest.raises(RefitError, match=rf"^refit entry '{E0}.linear_fc1.weight0': the MXFP8 source overlaps"):
         refit_experts(model, batch)
-    with pytest.raises(RefitError, match="shares storage"):  # even alone: it aliases its own stack
-        refit_experts(model, {f"{E0}.linear_fc1.weight0": view2})
+    # the same memory reached through another storage object (DLPack interop) is caught by address ranges
+    aliased = MegatronMXFP8Tensor(torch.utils.dlpack.from_dlpack(view2.data), torch.utils.dlpack.from_dlpack(
+        view2.scale.view(torch.uint8)), "triton")
+    assert aliased.data.untyped_storage().data_ptr() != view2.data.untyped_storage().data_ptr()
+    with pytest.raises(RefitError, match="overlaps"):
+        refit_experts(model, dict(batch, **{f"{E0}.linear_fc1.weight0": aliased}))
     assert fake.same(model.snapshot(), before)
+    # a copy from an expert of the same stack that the batch does not write is fine
+    refit_experts(model, {f"{E0}.linear_fc1.weight0": view2})
+    assert torch.equal(layer.expert_bytes("fc1", 0)[0], layer.expert_bytes("fc1", 2)[0])
+    before = model.snapshot()
     old2 = MXFP8Tensor(view2.data.clone(), view2.scale.clone())
     refit_experts(model, dict(batch, **{f"{E0}.linear_fc1.weight0": old2}))
     written = layer.mxfp8_weights()["linear_fc1.weight0"]
