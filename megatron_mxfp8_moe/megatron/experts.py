@@ -8,10 +8,11 @@ MoELayer -> (standard dispatcher, eval) x [R, H] permuted, tokens_per_expert [E]
 Built by MoELayer as ``experts(num_local_experts, config, pg_collection=..., name=...)``; the spec binds
 ``backend`` / ``token_capacity`` with ``functools.partial``. An inference layer: no parameters, no gradients.
 
-Checkpoints: ``state_dict()`` holds the expert weights as BF16 ``linear_fc1.weight{i}`` / ``linear_fc2.weight{i}``
-(local index, as TEGroupedMLP names them; dequantized, so quantizing them again gives the same weights) and
-``load_state_dict`` reads them back. Megatron's distributed checkpoints (``sharded_state_dict``) are not
-supported: load the BF16 checkpoint into the BF16 model and convert it (``swap_experts_to_mxfp8_``).
+Checkpoints: ``state_dict()`` holds the expert weights as BF16 CPU tensors ``linear_fc1.weight{i}`` /
+``linear_fc2.weight{i}`` (local index, as TEGroupedMLP names them; dequantized exactly, so quantizing them again
+gives the same values) and ``load_state_dict`` reads them back. Megatron's distributed checkpoints
+(``sharded_state_dict``) are not supported: load the BF16 checkpoint into the BF16 model and convert it
+(``swap_experts_to_mxfp8_``).
 """
 
 from __future__ import annotations
@@ -257,12 +258,21 @@ class MXFP8Experts(MegatronModule):
         )
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        """Adds ``prefix + "linear_fc{1,2}.weight{i}"``: BF16 dequantized weights (``[N1, H]`` / ``[H, I]``)."""
+        """Adds ``prefix + "linear_fc{1,2}.weight{i}"``: BF16 dequantized weights (``[N1, H]`` / ``[H, I]``) on the
+        CPU (a BF16 copy of every expert of a model would not fit beside its MXFP8 weights on the GPU), computed
+        one expert at a time from the canonical bytes (one stack at a time when read back from a kernel stack)."""
         super()._save_to_state_dict(destination, prefix, keep_vars)
-        stacks = dict(zip(("fc1", "fc2"), self.logical_weights()))
-        for linear, stack in stacks.items():
+        expert_set = self.layer.expert_set
+        cpu = torch.device("cpu")
+        if not expert_set.is_released:
+            for linear in ("fc1", "fc2"):
+                for index in range(self.num_local_experts):
+                    weight = expert_set.expert_weight(linear, index).dequantize(torch.bfloat16)  # exact in bf16
+                    destination[prefix + local_weight_name(linear, index)] = weight.to(cpu)
+            return
+        for linear, stack in zip(("fc1", "fc2"), self.logical_weights()):
             for index in range(self.num_local_experts):
-                destination[prefix + local_weight_name(linear, index)] = stack[index].to(torch.bfloat16)
+                destination[prefix + local_weight_name(linear, index)] = stack[index].to(cpu, torch.bfloat16)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
         """Loads every expert found under ``prefix`` (names in the class docstring); under ``strict``, absent
