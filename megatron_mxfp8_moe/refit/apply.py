@@ -269,7 +269,9 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
           is a name that resolves to no module) and all later ones are untouched. ``error.applied_modules`` lists the modules
           already written. Non-expert names skipped under ``strict=False`` do not break a group. Pipelined:
           the device writes one module while the host validates the next, so the sources of two experts
-          modules are held at a time.
+          modules are held at a time, and a module's sources are read on the current CUDA stream after the
+          generator has moved on to the next module: a generator that reuses its buffers must fill them on
+          the current stream (or wait for it) so that the reads of the previous module come first.
         - NaN/Inf: where every write goes into hook-free stacks with the triton quantizer (the Triton
           backend's stacks are the canonical storage), the sources are scanned on the device and the writes are
           predicated on that scan, with ONE host sync per batch (per module for a stream); a bad source raises
