@@ -29,7 +29,7 @@ from megatron.core.inference.quantization.mxfp8_tensor import MXFP8Tensor as Meg
 from .errors import MXFP8InputError, ReleasedWeightError
 from .format.checks import check_contiguous, check_device, check_dtype, check_finite, check_quantizable, check_shape
 from .format.constants import BLOCK_SIZE, DATA_DTYPE, SCALE_DTYPE
-from .format.scales import dequant_multiplier_from_bytes
+from .format.scales import dequantize_from_bytes
 from .format.swizzle import swizzle_scales, swizzled_scale_numel, unswizzle_scales
 from .quant.backends import QuantBackend, quantize_into, resolve_quant_backend
 
@@ -228,10 +228,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
     # -- reads ---------------------------------------------------------------------------------------
     def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
         """Logical values ``[M, K]`` / ``[E, M, K]`` in ``dtype`` (computed in float32; exact for fp32/fp64)."""
-        multiplier = dequant_multiplier_from_bytes(self.logical_scales())
-        compute = torch.float64 if dtype == torch.float64 else torch.float32
-        values = self.data.to(compute) * multiplier.to(compute).repeat_interleave(BLOCK_SIZE, dim=-1)
-        return values.to(dtype)
+        return dequantize_from_bytes(self.data, self.logical_scales(), dtype)
 
     # -- writes --------------------------------------------------------------------------------------
     def register_write_hook(self, hook: WriteHook) -> Callable[[], None]:

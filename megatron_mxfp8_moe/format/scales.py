@@ -7,7 +7,7 @@ exponent of that power of two; an all-zero block gets byte 0 and a quantization 
 
 import torch
 
-from .constants import E4M3_MAX
+from .constants import BLOCK_SIZE, E4M3_MAX
 
 
 def scale_bits_from_amax(amax: torch.Tensor) -> torch.Tensor:
@@ -30,3 +30,11 @@ def quant_multiplier_from_amax(amax: torch.Tensor) -> torch.Tensor:
 def dequant_multiplier_from_bytes(scale_bytes: torch.Tensor) -> torch.Tensor:
     """uint8 E8M0 bytes ``[...]`` -> float32 ``2 ** (byte - 127)`` (byte 0 gives 2**-127)."""
     return torch.exp2(scale_bytes.to(torch.float32) - 127.0)
+
+
+def dequantize_from_bytes(data: torch.Tensor, scale_bytes: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """fp8 e4m3 ``[..., M, K]`` + uint8 E8M0 logical scales ``[..., M, K // 32]`` -> ``dtype`` ``[..., M, K]``
+    (computed in float64 for float64, else float32: exact there)."""
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    multiplier = dequant_multiplier_from_bytes(scale_bytes).to(compute).repeat_interleave(BLOCK_SIZE, dim=-1)
+    return (data.to(compute) * multiplier).to(dtype)

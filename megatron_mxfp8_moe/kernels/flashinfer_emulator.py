@@ -19,8 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..activations import Activation, apply_activation, parse_activation
-from ..format.constants import BLOCK_SIZE
-from ..format.scales import dequant_multiplier_from_bytes
+from ..format.scales import dequantize_from_bytes
 from ..layouts.cutlass import (
     FlashInferCutlassMXFP8Weight,
     unpack_cutlass_mxfp8_weights_flashinfer_order,
@@ -32,16 +31,10 @@ from ..routing.pack import unpack_routed_mxfp8_routing
 Prepared = Union[FlashInferRoutedMXFP8Weight, FlashInferCutlassMXFP8Weight]
 
 
-def _dequantize(data: torch.Tensor, logical_scales: torch.Tensor) -> torch.Tensor:
-    """fp8 ``[..., R, C]`` + uint8 ``[..., R, C/32]`` -> float64 ``[..., R, C]``."""
-    multiplier = dequant_multiplier_from_bytes(logical_scales).to(torch.float64)
-    return data.to(torch.float64) * multiplier.repeat_interleave(BLOCK_SIZE, dim=-1)
-
-
 def _mxfp8_round_trip(values: torch.Tensor) -> torch.Tensor:
     """MXFP8-quantize ``[..., K]`` (K % 32 == 0) along K and dequantize back (float64)."""
     data, scales = quantize_logical_reference(values.to(torch.float32))
-    return _dequantize(data, scales)
+    return dequantize_from_bytes(data, scales, torch.float64)
 
 
 def _flashinfer_weights(stack: Prepared) -> torch.Tensor:
@@ -50,7 +43,7 @@ def _flashinfer_weights(stack: Prepared) -> torch.Tensor:
         data, scales = unpack_routed_mxfp8_weights(stack, flashinfer_order=True)
     else:
         data, scales = unpack_cutlass_mxfp8_weights_flashinfer_order(stack)
-    return _dequantize(data, scales)
+    return dequantize_from_bytes(data, scales, torch.float64)
 
 
 def _flashinfer_activation(fc1_out: torch.Tensor, activation: Activation) -> torch.Tensor:

@@ -35,8 +35,7 @@ from megatron.core.utils import get_pg_rank, get_pg_size
 from ..activations import Activation, parse_activation
 from ..errors import BackendUnavailableError, MXFP8InputError, ReleasedWeightError
 from ..experts import _GROUPED_NAME, _SEQUENTIAL_NAME, ExpertSet, _unwrap_mxfp8
-from ..format.constants import BLOCK_SIZE
-from ..format.scales import dequant_multiplier_from_bytes
+from ..format.scales import dequantize_from_bytes
 from ..kernels.base import Backend
 from ..kernels.caps import DeviceCaps, detect_caps
 from ..kernels.select import parse_backend_request
@@ -100,12 +99,6 @@ def _run_caps(config: TransformerConfig, backend, caps: Optional[DeviceCaps]) ->
     if wanted is None or wanted is Backend.REFERENCE:  # "auto" is re-selected after the move; reference runs anywhere
         return None
     return detect_caps(torch.device("cuda", torch.cuda.current_device()))
-
-
-def _dequantize_bytes(data: torch.Tensor, logical_scales: torch.Tensor) -> torch.Tensor:
-    """fp8 ``[..., M, K]`` + uint8 E8M0 ``[..., M, K // 32]`` -> float32 ``[..., M, K]``."""
-    multiplier = dequant_multiplier_from_bytes(logical_scales).repeat_interleave(BLOCK_SIZE, dim=-1)
-    return data.to(torch.float32) * multiplier
 
 
 class MXFP8Experts(MegatronModule):
@@ -248,9 +241,9 @@ class MXFP8Experts(MegatronModule):
         if stacks and all(isinstance(stack, torch.Tensor) for stack in stacks):  # reference: fp32 logical values
             return stacks[0].float().clone(), stacks[1].float().clone()
         if stacks and all(isinstance(stack, FlashInferRoutedMXFP8Weight) for stack in stacks):
-            return tuple(_dequantize_bytes(*unpack_routed_mxfp8_weights(stack)) for stack in stacks)
+            return tuple(dequantize_from_bytes(*unpack_routed_mxfp8_weights(stack)) for stack in stacks)
         if stacks and all(isinstance(stack, FlashInferCutlassMXFP8Weight) for stack in stacks):
-            return tuple(_dequantize_bytes(*unpack_cutlass_mxfp8_weights(stack)) for stack in stacks)
+            return tuple(dequantize_from_bytes(*unpack_cutlass_mxfp8_weights(stack)) for stack in stacks)
         raise ReleasedWeightError(
             f"{self.name or 'MXFP8Experts'}: the canonical expert bytes were released after the "
             f"{self.backend.value} stack was built (release_canonical) and that stack cannot be read back, so the "
