@@ -255,17 +255,14 @@ class ExpertSet:
         name = local_weight_name(linear, index) if linear in self._views else "linear"
         self._write_checked([(linear, index, self._checked_source(linear, index, value, name))], backend)
 
-    def load_state_dict_(self, state_dict: Mapping[str, WeightSource], prefix: str = "", backend: str = "auto") -> "ExpertSet":
-        """Load every expert from a state dict, relative to ``prefix``.
-
-        Accepted names: ``linear_fc1.weight{i}`` / ``linear_fc2.weight{i}`` (TEGroupedMLP,
-        InferenceGroupedMLP, this package) or ``local_experts.{i}.linear_fc1.weight`` (SequentialMLP).
-        Values: BF16/FP16/FP32 tensors (quantized) or MXFP8 tensors (copied). All ``2 * E`` weights must be
-        present and valid (type, dtype, shape, device of MXFP8 tensors, finiteness); every check runs before
-        anything is written.
-        """
-        found: dict[tuple[str, int], WeightSource] = {}
-        for key, value in state_dict.items():
+    def expert_keys(self, keys, prefix: str = "") -> tuple[dict[tuple[str, int], str], list[tuple[str, int]], list[str]]:
+        """Sort ``keys`` under ``prefix``: ``(found, out_of_range, missing)``, where ``found`` maps ``(linear,
+        local index)`` to the key of that expert weight, ``out_of_range`` lists ``(key, index)`` of expert-weight
+        keys whose index is ``>= E`` and ``missing`` the names (``prefix + "linear_fc{1,2}.weight{i}"``) of the absent experts.
+        Names as in ``load_state_dict_``; other keys are ignored."""
+        found: dict[tuple[str, int], str] = {}
+        out_of_range: list[tuple[str, int]] = []
+        for key in keys:
             if not key.startswith(prefix):
                 continue
             local = key[len(prefix):]
@@ -274,19 +271,36 @@ class ExpertSet:
                 continue
             index = int(match.group("index"))
             if index >= self.num_experts:
-                raise MXFP8InputError(f"{key}: local expert {index} out of range [0, {self.num_experts})")
-            found[(match.group("linear"), index)] = value
+                out_of_range.append((key, index))
+            else:
+                found[(match.group("linear"), index)] = key
         missing = [
             prefix + local_weight_name(linear, index)
             for linear in ("fc1", "fc2")
             for index in range(self.num_experts)
             if (linear, index) not in found
         ]
-        if missing:
+        return found, out_of_range, missing
+
+    def load_state_dict_(self, state_dict: Mapping[str, WeightSource], prefix: str = "", backend: str = "auto", *,
+                         partial: bool = False) -> "ExpertSet":
+        """Load every expert from a state dict, relative to ``prefix``.
+
+        Accepted names: ``linear_fc1.weight{i}`` / ``linear_fc2.weight{i}`` (TEGroupedMLP,
+        InferenceGroupedMLP, this package) or ``local_experts.{i}.linear_fc1.weight`` (SequentialMLP).
+        Values: BF16/FP16/FP32 tensors (quantized) or MXFP8 tensors (copied). All ``2 * E`` weights must be
+        present (``partial``: those present are loaded) and valid (type, dtype, shape, device of MXFP8 tensors,
+        finiteness); every check runs before anything is written.
+        """
+        found, out_of_range, missing = self.expert_keys(state_dict, prefix)
+        if out_of_range:
+            key, index = out_of_range[0]
+            raise MXFP8InputError(f"{key}: local expert {index} out of range [0, {self.num_experts})")
+        if missing and not partial:
             raise MXFP8InputError(f"state_dict: missing expert weights {missing[:4]}{'...' if len(missing) > 4 else ''}")
         checked = [
-            (linear, index, self._checked_source(linear, index, value, prefix + local_weight_name(linear, index)))
-            for (linear, index), value in sorted(found.items())
+            (linear, index, self._checked_source(linear, index, state_dict[key], prefix + local_weight_name(linear, index)))
+            for (linear, index), key in sorted(found.items())
         ]
         self._write_checked(checked, backend)
         return self

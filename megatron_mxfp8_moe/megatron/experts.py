@@ -34,7 +34,7 @@ from megatron.core.utils import get_pg_rank, get_pg_size
 
 from ..activations import Activation, parse_activation
 from ..errors import BackendUnavailableError, MXFP8InputError, ReleasedWeightError
-from ..experts import _GROUPED_NAME, _SEQUENTIAL_NAME, ExpertSet, _unwrap_mxfp8
+from ..experts import ExpertSet
 from ..format.scales import dequantize_from_bytes
 from ..kernels.base import Backend
 from ..kernels.caps import DeviceCaps, detect_caps
@@ -270,40 +270,15 @@ class MXFP8Experts(MegatronModule):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
         """Loads every expert found under ``prefix`` (names in the class docstring); under ``strict``, absent
         experts go to ``missing_keys`` (``linear_fc{1,2}.weight{i}``) and out-of-range ones to ``unexpected_keys``."""
-        found: dict[tuple[str, int], str] = {}
-        for key in state_dict:
-            if not key.startswith(prefix):
-                continue
-            match = _GROUPED_NAME.match(key[len(prefix):]) or _SEQUENTIAL_NAME.match(key[len(prefix):])
-            if match is None:
-                continue
-            index = int(match.group("index"))
-            if index >= self.num_local_experts:
-                if strict:
-                    unexpected_keys.append(key)
-                continue
-            found[(match.group("linear"), index)] = key
-        expected = [(linear, index) for linear in ("fc1", "fc2") for index in range(self.num_local_experts)]
-        missing = [prefix + local_weight_name(linear, index) for linear, index in expected if (linear, index) not in found]
+        expert_set = self.layer.expert_set
+        found, out_of_range, missing = expert_set.expert_keys(state_dict, prefix)
         if strict:
+            unexpected_keys.extend(key for key, _ in out_of_range)
             missing_keys.extend(missing)
         if not found:
             return
-        expert_set = self.layer.expert_set
-        try:
-            if not missing:
-                expert_set.load_state_dict_({key: state_dict[key] for key in found.values()}, prefix=prefix)
-                return
-            for (linear, index), key in found.items():  # partial: check every shape before writing
-                value = state_dict[key]
-                mxfp8 = _unwrap_mxfp8(value)
-                shape = tuple(mxfp8.data.shape) if mxfp8 is not None else tuple(getattr(value, "shape", ()))
-                if shape != tuple(expert_set.expert_weight(linear, index).shape):
-                    raise MXFP8InputError(
-                        f"{key}: expected shape {tuple(expert_set.expert_weight(linear, index).shape)}, got {shape}"
-                    )
-            for (linear, index), key in sorted(found.items()):
-                expert_set.load_weight_(linear, index, state_dict[key])
+        try:  # every value is checked before the first write
+            expert_set.load_state_dict_({key: state_dict[key] for key in found.values()}, prefix=prefix, partial=True)
         except MXFP8InputError as error:
             error_msgs.append(f"{prefix}: {error}")
 
