@@ -136,7 +136,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
                 f"{what}: this tensor is expert {self._parent[1]} of a stack (made by expert()) and shares its "
                 f"storage; it cannot be rebound (write with quantize_()/copy_())"
             )
-        if any(ref() is not None for refs in self._expert_views.values() for ref in refs):
+        if self._has_live_views():
             raise MXFP8InputError(
                 f"{what}: this stack's expert views (made by expert()) share its storage; it cannot be rebound "
                 f"(write with quantize_()/copy_())"
@@ -272,16 +272,14 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         if not self.is_stacked:
             return None if self._write_hooks else f"no write hook is registered, {attach}"
         if self._write_hooks:
-            if any(True for index in self._expert_views for _ in self._live_views(index)):
+            if self._has_live_views():
                 return (
                     "this stack has its own write hooks and live expert views; once released, a write through a "
                     "view cannot give the stack's hooks the whole stack's bytes. Register the hooks on the views"
                 )
             return None
-        missing = [index for index in range(self._shape[0]) if not self._expert_hooked(index)]
-        if missing:
-            return f"no write hook is registered for expert(s) {missing[:8]}{'...' if len(missing) > 8 else ''}, {attach}"
-        return None
+        missing = self._unhooked_experts(range(self._shape[0]))
+        return f"no write hook is registered for expert(s) {missing}, {attach}" if missing else None
 
     def _release(self) -> None:
         if self.is_stacked:
@@ -298,6 +296,14 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
             view = reference()
             if view is not None:
                 yield view
+
+    def _has_live_views(self) -> bool:
+        return any(reference() is not None for references in self._expert_views.values() for reference in references)
+
+    def _unhooked_experts(self, indices) -> str:
+        """The experts among ``indices`` without a hooked live view, for a message ("" when none)."""
+        missing = [index for index in indices if not self._expert_hooked(index)]
+        return f"{missing[:8]}{'...' if len(missing) > 8 else ''}" if missing else ""
 
     def _expert_hooked(self, index: int) -> bool:
         """True when a live view of expert ``index`` has a write hook."""
@@ -339,11 +345,9 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
                 f"{lost}; this stack's own write hooks take the whole stack's bytes, which a write of single experts "
                 f"cannot give: write the whole stack, or register the hooks on the experts' views"
             )
-        missing = [index for index in indices if not self._expert_hooked(index)]
+        missing = self._unhooked_experts(indices)
         if missing:
-            raise ReleasedWeightError(
-                f"{lost} and expert(s) {missing[:8]} have no write hook left: the write would reach nothing"
-            )
+            raise ReleasedWeightError(f"{lost} and expert(s) {missing} have no write hook left: the write would reach nothing")
 
     def _write_targets(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Where a write of this whole tensor goes: its storage; for a released view, its stack's slice while the
