@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import operator
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -551,7 +552,7 @@ class RefitValidator:
                                       if hit.whole else WriteBatch([write]))
                 scan_capacity = 0  # a copy (or a lone tensor) rules the device check out
         batches = tuple(batches.values())
-        if scan_capacity == 0 and any(write.kind == COPY for write in writes):
+        if scan_capacity == 0 and any(write.kind == COPY for write in writes):  # a copy zeroes scan_capacity
             _check_copy_sources_alias_no_target(writes)
         on_device = finite_on_device and _device_check_possible(batches, self.backend)
         if on_device:
@@ -592,25 +593,19 @@ def _check_copy_sources_alias_no_target(writes: Sequence[PlannedWrite]) -> None:
         if not target.is_released:
             for tensor in (target.data, target.scale):
                 written.setdefault(tensor.device, []).append(_byte_extent(tensor))
-    merged = {device: sorted(ranges) for device, ranges in written.items()}
-    starts = {device: [begin for begin, _ in ranges] for device, ranges in merged.items()}
-    ends = {}
-    for device, ranges in merged.items():  # running max of the ends: does any range starting before x reach x?
-        running, out = -1, []
-        for _, end in ranges:
-            running = max(running, end)
-            out.append(running)
-        ends[device] = out
+    # per device: the written ranges' starts, sorted, and the furthest end among the ranges up to each one
+    index = {}
+    for device, ranges in written.items():
+        ranges.sort()
+        index[device] = ([begin for begin, _ in ranges], list(itertools.accumulate((end for _, end in ranges), max)))
     for write in writes:
         if write.kind != COPY:
             continue
         for tensor in (write.source.data, write.source.scale):
             begin, end = _byte_extent(tensor)
-            device_starts = starts.get(tensor.device)
-            if begin == end or not device_starts:
-                continue
-            last = bisect.bisect_left(device_starts, end) - 1  # the last written range starting before `end`
-            if last >= 0 and ends[tensor.device][last] > begin:
+            starts, reach = index.get(tensor.device, ((), ()))
+            last = bisect.bisect_left(starts, end) - 1  # the last written range starting before `end`
+            if begin < end and last >= 0 and reach[last] > begin:
                 raise refit_error(
                     write.name, "the MXFP8 source overlaps the bytes of a weight this refit writes (it could be "
                     "overwritten before it is read); pass a copy (e.g. of its data and scale) instead"
