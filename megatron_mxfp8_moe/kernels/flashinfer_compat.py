@@ -109,12 +109,9 @@ def flashinfer_support(caps: Any, kernel: str = "routed") -> tuple[bool, str]:
             f"{title} needs the flashinfer-python package (>= {minimum}), which is not importable{detail}; "
             f"install 'flashinfer-python>={minimum},<0.8' plus flashinfer-cubin"
         )
-    try:
-        parsed = parse_flashinfer_version(version)
-    except MXFP8InputError as error:
-        return False, f"{title}: {error}"
-    if parsed < Version(minimum):
-        return False, f"{title} needs flashinfer-python >= {minimum} ({why}); found {version}"
+    too_old = _below_floor(version, minimum, title, why)
+    if too_old is not None:
+        return False, too_old
     if capability is None:
         return False, (
             f"{title} needs an SM100/SM103 Blackwell GPU; no CUDA device is visible (CPU only). "
@@ -140,16 +137,21 @@ def flashinfer_activation_support(version: Optional[str], kernel: str, activatio
     if floor is None or version is None:
         return True, "no activation-specific version floor"
     minimum, why = floor
+    too_old = _below_floor(version, minimum, f"{_KERNELS[kernel][0]} with {activation.value}", why)
+    if too_old is not None:
+        return False, too_old
+    return True, f"{activation.value} on flashinfer-python {version}"
+
+
+def _below_floor(version: str, minimum: str, title: str, why: str) -> Optional[str]:
+    """Why ``title`` cannot run on flashinfer-python ``version`` (unparsable, or older than ``minimum``), or None."""
     try:
         parsed = parse_flashinfer_version(version)
     except MXFP8InputError as error:
-        return False, f"{_KERNELS[kernel][0]}: {error}"
+        return f"{title}: {error}"
     if parsed < Version(minimum):
-        return False, (
-            f"{_KERNELS[kernel][0]} with {activation.value} needs flashinfer-python >= {minimum} ({why}); "
-            f"found {version}"
-        )
-    return True, f"{activation.value} on flashinfer-python {version}"
+        return f"{title} needs flashinfer-python >= {minimum} ({why}); found {version}"
+    return None
 
 
 def probe_flashinfer_caps() -> FlashInferCaps:
