@@ -20,6 +20,12 @@ def flashinfer_quantizer_support(device: torch.device) -> tuple[bool, str]:
     return True, "ok"
 
 
+def flashinfer_source_dtype_problem(dtype: torch.dtype) -> str:
+    """Why a ``dtype`` source cannot go to FlashInfer's quantizer (its "cuda" kernel takes no fp32, and a cast
+    would change the bytes)."""
+    return f"the flashinfer quantizer takes bf16/fp16 sources, got {dtype}; use the triton or reference quantizer"
+
+
 def quantize_into_flashinfer(source: torch.Tensor, data: torch.Tensor, scale: torch.Tensor) -> None:
     """Quantize ``[M, K]``/``[E, M, K]`` with FlashInfer and copy the bytes into ``data`` / ``scale``."""
     ok, reason = flashinfer_quantizer_support(data.device)
@@ -27,11 +33,8 @@ def quantize_into_flashinfer(source: torch.Tensor, data: torch.Tensor, scale: to
         raise BackendUnavailableError(reason)
     import flashinfer
 
-    if source.dtype not in FLASHINFER_SOURCE_DTYPES:  # its "cuda" kernel takes no fp32; a cast would change bytes
-        raise MXFP8InputError(
-            f"source: the flashinfer quantizer takes bf16/fp16 sources, got {source.dtype}; use the triton or "
-            f"reference quantizer"
-        )
+    if source.dtype not in FLASHINFER_SOURCE_DTYPES:
+        raise MXFP8InputError(f"source: {flashinfer_source_dtype_problem(source.dtype)}")
     stacked_source = source.to(device=data.device)
     stacked_source = stacked_source if source.dim() == 3 else stacked_source.unsqueeze(0)
     stacked_data = data if data.dim() == 3 else data.unsqueeze(0)

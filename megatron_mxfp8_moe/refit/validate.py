@@ -49,7 +49,7 @@ from ..format.constants import BLOCK_SIZE, SOURCE_DTYPES
 from ..format.swizzle import swizzled_scale_numel
 from ..names import ExpertWeightName, join_name, parse_expert_stack_name, parse_expert_weight_name
 from ..quant.backends import QuantBackend, resolve_quant_backend
-from ..quant.flashinfer import FLASHINFER_SOURCE_DTYPES
+from ..quant.flashinfer import FLASHINFER_SOURCE_DTYPES, flashinfer_source_dtype_problem
 from ..tensor import MXFP8Tensor
 from .device_check import DeviceScan
 
@@ -518,8 +518,7 @@ class RefitValidator:
             if kind == QUANTIZE and hit.device not in self._checked_backends:
                 self._check_backend(name, hit.device)
             if kind == QUANTIZE and self._flashinfer and source.dtype not in FLASHINFER_SOURCE_DTYPES:
-                raise refit_error(name, f"the flashinfer quantizer takes bf16/fp16 sources, got {source.dtype}; "
-                                  "use backend='triton' or 'reference'")
+                raise refit_error(name, flashinfer_source_dtype_problem(source.dtype))
             if hit.whole:
                 claimed_here.update(dict.fromkeys(hit.keys, name))
             else:
