@@ -77,10 +77,20 @@ CANDIDATES = {
     "s16l_sx": TritonMoEConfig(16, 64, 256, 4, 4, 128, 256, 8, 3, dequant="sx"),
     # run 7, prepared from compile-only register counts (not yet timed): register caps for more CTAs per SM. The
     # default 16-token FC2 (8 warps, 157 registers) fits one CTA per SM; capped at 128 (8 spilled bytes) two.
-    "s16k_sx_r": dataclasses.replace(TILES["s16k_sx"], fc2_maxnreg=128),
+    "s16k_sx_r": TILES["s16k_sx_r"],
     "s16k2_sx_r": dataclasses.replace(TILES["s16k_sx"], fc1_stages=2, fc1_maxnreg=168, fc2_maxnreg=128),
     "m32l2_sx_r": dataclasses.replace(TILES["m32l_sx"], fc1_maxnreg=168, fc2_stages=2, fc2_maxnreg=128),
+    # v6 GEMV small-T path (fc1 n/k/warps/stages, fc2 n/k/warps/stages; block_t unused): CUDA-core block sums,
+    # "c" FC2 fused with the combine (2 launches), "p" FC2 per pair + the combine kernel (3 launches); stages > 1
+    # pipeline the K loop through shared memory (cp.async), 1 loads straight to registers.
+    "g16c": TritonMoEConfig(16, 16, 512, 4, 1, 16, 256, 4, 1, direct=True, gemv="combine"),
+    "g16c3": TritonMoEConfig(16, 16, 256, 4, 3, 16, 256, 4, 3, direct=True, gemv="combine"),
+    "g16p": TritonMoEConfig(16, 16, 512, 4, 1, 32, 256, 4, 1, direct=True, gemv="pairs"),
+    "g16p3": TritonMoEConfig(16, 16, 256, 4, 3, 32, 256, 4, 3, direct=True, gemv="pairs"),
+    "g32p": TritonMoEConfig(16, 32, 256, 4, 1, 16, 256, 2, 1, direct=True, gemv="pairs"),
+    "g32p3": TritonMoEConfig(16, 32, 512, 8, 3, 16, 256, 2, 3, direct=True, gemv="pairs"),
 }
+GEMV = ["g16c", "g16c3", "g16p", "g16p3", "g32p", "g32p3"]
 
 
 def choose_config_v3(rows, hidden, intermediate, *, gated, topk, experts):
@@ -98,12 +108,12 @@ def choose_config_v3(rows, hidden, intermediate, *, gated, topk, experts):
 
 
 def candidates_for(tokens):
-    if tokens <= 1:
-        return ["d3_sx", "d4_sx", "d5_sx", "d6_sx"]
     if tokens <= 4:
-        return ["s16k_sx", "d4_sx", "d5_sx", "s16k_sx_r"]
+        return ["d4_sx"] + GEMV
+    if tokens <= 16:
+        return ["s16k_sx", "s16k_sx_r", "g16p", "g32p"]
     if tokens <= 64:
-        return ["s16k_sx", "s16l_sx", "s16k_sx_r", "s16k2_sx_r"]
+        return ["s16k_sx", "s16k_sx_r", "s16k2_sx_r"]
     if tokens <= 256:
         return ["m32j_sx", "m32l_sx", "m32k_sx", "m32l2_sx_r"]
     return ["l64b", "l128a"]
@@ -290,6 +300,15 @@ def main():
                         sweep[name] = None
                         print(f"  {name}: {type(error).__name__}: {str(error)[:200]}", flush=True)
                 row["swiglu_sweep_us"] = sweep
+                sq_sweep = {}
+                for name in candidates_for(tokens):
+                    try:
+                        sq_sweep[name] = graph_median_us(ours("squared_relu", CANDIDATES[name], hw["fc1_sq"],
+                                                              hw["fc2_sq"])) / ROTATE
+                    except Exception as error:  # noqa: BLE001 - a candidate may not compile; record why
+                        sq_sweep[name] = None
+                        print(f"  {name} (squared_relu): {type(error).__name__}: {str(error)[:200]}", flush=True)
+                row["sqrelu_sweep_us"] = sq_sweep
                 good = {k: v for k, v in sweep.items() if v is not None}
                 if good:
                     best = min(good, key=good.get)

@@ -9,6 +9,9 @@ Shape legend: T rows, H hidden, I intermediate, E local experts, N1 fc1 rows (2I
 Weights are the canonical stacks read in place: fp8 ``[E, M, K]`` and the cuBLAS 128x4-swizzled E8M0 bytes
 ``[E, Mp * Cp]``; a scale tile is addressed with the swizzle formula (``_scale_row_offsets`` + ``_scale_col_offsets``).
 v4 small-T path (``direct``): ``_fc1_direct_kernel`` + ``_fc2_combine_kernel``, no route and no combine launch.
+v6 GEMV small-T path (``direct`` + ``gemv``): ``_fc1_gemv_kernel`` + ``_fc2_combine_gemv_kernel`` (gemv="combine":
+the same two launches with CUDA-core block sums instead of MMAs), or ``_fc1_gemv_kernel`` + ``_fc2_gemv_kernel`` +
+``_combine_kernel`` (gemv="pairs": FC2 per (n tile, pair), more programs in flight, one more launch).
 """
 
 import triton
@@ -545,6 +548,236 @@ def _fc2_kernel(
         safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)
         out_ptrs = slot_ptr + pid_s.to(tl.int64) * stride_split + safe_pairs[None, :] * stride_slot + offs_n[:, None]
         tl.store(out_ptrs, acc.to(slot_ptr.dtype.element_ty), mask=token_mask[None, :] & (offs_n[:, None] < N))
+
+
+# v6 GEMV small-T path (``TritonMoEConfig.gemv``): the direct path's two launches without MMAs. At a handful of
+# tokens every (token, expert) pair is a matrix-vector product, so the MMA path dequantizes whole weight tiles
+# into bf16 MMA fragments (about 5 instructions per weight byte, mostly bit moves and shared-memory reads) for one
+# useful column of 16. Here each thread converts its weights straight from 16-byte global loads to fp32
+# (``cvt``), multiplies by the token's activations and sums each 32-wide MXFP8 block in fp32 before the block's
+# one scale multiply: no shared memory, no MMA padding, small register use (many warps per SM in flight).
+
+
+@triton.jit
+def _gemv_block_sums(w, s, v, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``acc [BLOCK_N, BLOCK_K // 32]`` fp32 ``+=`` (sum over each 32-block of ``e4m3(w) * v``) ``* 2 ** (s - 127)``.
+
+    ``w`` fp8 e4m3 ``[BLOCK_N, BLOCK_K]``, ``s`` uint8 E8M0 ``[BLOCK_N, BLOCK_K // 32]``, ``v`` ``[BLOCK_K]``
+    (bf16 activations). The e4m3 and bf16 values are exact in fp32; products and block sums round in fp32.
+    """
+    prod = w.to(tl.float32) * v.to(tl.float32)[None, :]
+    part = tl.sum(tl.reshape(prod, [BLOCK_N, BLOCK_K // 32, 32]), axis=2)
+    bits = tl.where(s == 0, 0x00400000, s.to(tl.int32) << 23)  # 2 ** (s - 127); byte 0 is the subnormal 2 ** -127
+    return acc + part * bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _fc1_gemv_kernel(
+    x_ptr,  # [T, H] bf16
+    w_ptr,  # [E, N1, H] fp8 e4m3
+    s_ptr,  # [E, Mp * Cp] uint8 swizzled E8M0
+    inter_ptr,  # [rows * topk, I] bf16 out: row = pair index t * topk + k, already times probs[t, k]
+    routing_map_ptr,  # [rows * topk] int32/int64 global expert ids, contiguous
+    probs_ptr,  # [T, topk] fp32
+    valid_tokens_ptr,  # [1] int32
+    rows,
+    N_OUT,
+    K,
+    stride_x,
+    stride_we,
+    stride_wn,
+    stride_se,
+    scale_tiles,
+    stride_inter,
+    stride_probs,
+    local_expert_offset,
+    TOPK: tl.constexpr,
+    E: tl.constexpr,
+    GATED: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    APPLY_PROB: tl.constexpr,  # write probs[t, k] * act(...) (FC2 combines in-kernel) or act(...) alone
+    STAGES: tl.constexpr,  # software-pipelining depth of the K loop (1: plain loop, loads straight to registers)
+):
+    """GEMV FC1: program ``(n tile, pair)`` writes ``[probs[t, k] *] act(fc1[e] x[t])`` into the pair's inter row,
+    like ``_fc1_direct_kernel`` (same skipped pairs), with CUDA-core block sums instead of an MMA."""
+    pid_n = tl.program_id(0)
+    pair = tl.program_id(1)
+    t = pair // TOPK
+    valid = tl.minimum(tl.load(valid_tokens_ptr), rows)
+    expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
+    if (t < valid) & (expert >= 0) & (expert < E):
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows_n = (offs_n % N_OUT).to(tl.int64)
+        offs_k = tl.arange(0, BLOCK_K)
+        offs_ks = tl.arange(0, BLOCK_K // 32)
+        e64 = expert.to(tl.int64)
+        wg_ptrs = w_ptr + e64 * stride_we + rows_n[:, None] * stride_wn + offs_k[None, :]
+        s_base = s_ptr + e64 * stride_se
+        sg_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+        x_ptrs = x_ptr + t.to(tl.int64) * stride_x + offs_k
+        acc_g = tl.zeros([BLOCK_N, BLOCK_K // 32], dtype=tl.float32)
+        if GATED:
+            wu_ptrs = wg_ptrs + N_OUT * stride_wn
+            rows_u = rows_n + N_OUT
+            su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
+            acc_u = tl.zeros([BLOCK_N, BLOCK_K // 32], dtype=tl.float32)
+        for k in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=STAGES):
+            s_cols = _scale_col_offsets(k, BLOCK_K // 32)
+            if EVEN_K:
+                v = tl.load(x_ptrs)
+                wg = tl.load(wg_ptrs)
+                sg = tl.load(sg_rows[:, None] + s_cols[None, :])
+            else:
+                k_left = K - k * BLOCK_K
+                v = tl.load(x_ptrs, mask=offs_k < k_left, other=0.0)
+                wg = tl.load(wg_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+                sg = tl.load(sg_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+            acc_g = _gemv_block_sums(wg, sg, v, acc_g, BLOCK_N, BLOCK_K)
+            if GATED:
+                if EVEN_K:
+                    wu = tl.load(wu_ptrs)
+                    su = tl.load(su_rows[:, None] + s_cols[None, :])
+                else:
+                    wu = tl.load(wu_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+                    su = tl.load(su_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+                acc_u = _gemv_block_sums(wu, su, v, acc_u, BLOCK_N, BLOCK_K)
+                wu_ptrs += BLOCK_K
+            x_ptrs += BLOCK_K
+            wg_ptrs += BLOCK_K
+        g = tl.sum(acc_g, axis=1)
+        if GATED:
+            h = _activate(g, tl.sum(acc_u, axis=1), ACTIVATION)
+        else:
+            h = _activate(g, g, ACTIVATION)
+        if APPLY_PROB:
+            h = h * tl.load(probs_ptr + t.to(tl.int64) * stride_probs + pair % TOPK)
+        tl.store(inter_ptr + pair.to(tl.int64) * stride_inter + offs_n, h.to(tl.bfloat16), mask=offs_n < N_OUT)
+
+
+@triton.jit
+def _fc2_combine_gemv_kernel(
+    inter_ptr,  # [rows * topk, I] bf16, probability-weighted rows from _fc1_gemv_kernel
+    w_ptr,  # [E, H, I] fp8 e4m3
+    s_ptr,  # [E, Mp * Cp] uint8 swizzled E8M0
+    out_ptr,  # [>= rows, H] bf16 or fp32
+    routing_map_ptr,  # [rows * topk] int32/int64, contiguous
+    valid_tokens_ptr,  # [1] int32
+    rows,
+    N,  # H
+    K,  # I
+    stride_inter,
+    stride_we,
+    stride_wn,
+    stride_se,
+    scale_tiles,
+    stride_out,
+    local_expert_offset,
+    TOPK: tl.constexpr,
+    E: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    STAGES: tl.constexpr,
+):
+    """GEMV FC2 + combine: program ``(n tile, token t)`` sums ``fc2[e_k] @ (p_k h_k)`` over its top-k experts in
+    fixed order (one loop over ``topk x K steps``, as ``_fc2_combine_kernel``) and writes ``out[t]``; non-local
+    / -1 experts and rows past ``valid_tokens`` load nothing and contribute exact zeros."""
+    pid_n = tl.program_id(0)
+    t = tl.program_id(1)
+    valid = t < tl.minimum(tl.load(valid_tokens_ptr), rows)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows_n = (offs_n % N).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_ks = tl.arange(0, BLOCK_K // 32)
+    w_rows = w_ptr + rows_n[:, None] * stride_wn + offs_k[None, :]
+    s_rows = s_ptr + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+    acc = tl.zeros([BLOCK_N, BLOCK_K // 32], dtype=tl.float32)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    for j in tl.range(0, TOPK * k_steps, num_stages=STAGES):
+        slot = j // k_steps
+        ks = j - slot * k_steps
+        pair = t.to(tl.int64) * TOPK + slot
+        expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
+        use = valid & (expert >= 0) & (expert < E)
+        e64 = tl.where(use, expert, 0).to(tl.int64)
+        w_ptrs = w_rows + e64 * stride_we + ks * BLOCK_K
+        s_ptrs = s_rows[:, None] + e64 * stride_se + _scale_col_offsets(ks, BLOCK_K // 32)[None, :]
+        a_ptrs = inter_ptr + pair * stride_inter + ks * BLOCK_K + offs_k
+        if EVEN_K:
+            w = tl.load(w_ptrs, mask=use, other=0.0)
+            s = tl.load(s_ptrs, mask=use, other=0)
+            a = tl.load(a_ptrs, mask=use, other=0.0)
+        else:
+            k_left = K - ks * BLOCK_K
+            w = tl.load(w_ptrs, mask=use & (offs_k[None, :] < k_left), other=0.0)
+            s = tl.load(s_ptrs, mask=use & (offs_ks[None, :] * 32 < k_left), other=0)
+            a = tl.load(a_ptrs, mask=use & (offs_k < k_left), other=0.0)
+        acc = _gemv_block_sums(w, s, a, acc, BLOCK_N, BLOCK_K)
+    out = tl.sum(acc, axis=1)
+    tl.store(out_ptr + t.to(tl.int64) * stride_out + offs_n, out.to(out_ptr.dtype.element_ty), mask=offs_n < N)
+
+
+@triton.jit
+def _fc2_gemv_kernel(
+    inter_ptr,  # [rows * topk, I] bf16 rows from _fc1_gemv_kernel (no probability applied)
+    w_ptr,  # [E, H, I] fp8 e4m3
+    s_ptr,  # [E, Mp * Cp] uint8 swizzled E8M0
+    slot_ptr,  # [rows * topk, H] bf16 out: row = pair index
+    routing_map_ptr,  # [rows * topk] int32/int64, contiguous
+    valid_tokens_ptr,  # [1] int32
+    rows,
+    N,  # H
+    K,  # I
+    stride_inter,
+    stride_we,
+    stride_wn,
+    stride_se,
+    scale_tiles,
+    stride_slot,
+    local_expert_offset,
+    TOPK: tl.constexpr,
+    E: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    STAGES: tl.constexpr,
+):
+    """GEMV FC2 per pair: program ``(n tile, pair)`` writes ``fc2[e] @ h`` into the pair's slot row (``_combine_kernel``
+    adds the slots); pairs of invalid rows or of non-local experts write nothing and are skipped by the combine."""
+    pid_n = tl.program_id(0)
+    pair = tl.program_id(1)
+    t = pair // TOPK
+    valid = tl.minimum(tl.load(valid_tokens_ptr), rows)
+    expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
+    if (t < valid) & (expert >= 0) & (expert < E):
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows_n = (offs_n % N).to(tl.int64)
+        offs_k = tl.arange(0, BLOCK_K)
+        offs_ks = tl.arange(0, BLOCK_K // 32)
+        e64 = expert.to(tl.int64)
+        w_ptrs = w_ptr + e64 * stride_we + rows_n[:, None] * stride_wn + offs_k[None, :]
+        s_rows = s_ptr + e64 * stride_se + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+        a_ptrs = inter_ptr + pair.to(tl.int64) * stride_inter + offs_k
+        acc = tl.zeros([BLOCK_N, BLOCK_K // 32], dtype=tl.float32)
+        for k in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=STAGES):
+            s_ptrs = s_rows[:, None] + _scale_col_offsets(k, BLOCK_K // 32)[None, :]
+            if EVEN_K:
+                w = tl.load(w_ptrs)
+                s = tl.load(s_ptrs)
+                a = tl.load(a_ptrs)
+            else:
+                k_left = K - k * BLOCK_K
+                w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+                s = tl.load(s_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
+                a = tl.load(a_ptrs, mask=offs_k < k_left, other=0.0)
+            acc = _gemv_block_sums(w, s, a, acc, BLOCK_N, BLOCK_K)
+            w_ptrs += BLOCK_K
+            a_ptrs += BLOCK_K
+        out = tl.sum(acc, axis=1)
+        tl.store(slot_ptr + pair.to(tl.int64) * stride_slot + offs_n, out.to(tl.bfloat16), mask=offs_n < N)
 
 
 @triton.jit

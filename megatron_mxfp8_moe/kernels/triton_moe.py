@@ -40,6 +40,7 @@ _ACTIVATION_CODE = {  # keep in sync with ACT_* in _triton_moe_kernel.py
     Activation.SILU: 4,
 }
 
+_GEMV_MODES = ("", "combine", "pairs")
 _DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "sx": 5}  # keep in sync with DQ_* (kernel)
 
 
@@ -68,11 +69,22 @@ class TritonMoEConfig:
     # loop over its top-k experts in fixed order, out written directly). Two launches instead of four. Each pair
     # streams its expert's weights on its own, so it only pays off while pairs rarely share an expert.
     direct: bool = False
+    # v6, with ``direct``: matrix-vector products on CUDA cores (fp32 block sums, no MMA; block_t unused).
+    # "combine": the direct path's two launches; "pairs": FC2 per (n tile, pair) into slot rows, then the
+    # combine kernel (more programs in flight, one more launch). fc1/fc2 block_n x block_k are the weight tiles
+    # one program reads per K step, fc1/fc2 stages the K loops' pipelining depth (1: none).
+    gemv: str = ""
     # ptxas register cap per thread for the FC1 / FC2 kernels (None: Triton's choice). Run 7, compile-only: the
     # default 16-token tiles take 216 (FC1) and 157 (FC2, 8 warps: one CTA per SM) registers; a cap trades
-    # a few spilled bytes for more CTAs per SM. Not yet timed on a GPU.
+    # a few spilled bytes for more CTAs per SM ("s16k_sx_r": FC2 at 128, timed faster in session 5).
     fc1_maxnreg: Optional[int] = None
     fc2_maxnreg: Optional[int] = None
+
+    def __post_init__(self):
+        if self.gemv not in _GEMV_MODES:
+            raise ValueError(f"TritonMoEConfig: gemv must be one of {_GEMV_MODES}, got {self.gemv!r}")
+        if self.gemv and not self.direct:
+            raise ValueError(f"TritonMoEConfig: gemv={self.gemv!r} is a variant of the direct path and needs direct=True")
 
     @property
     def dequant_code(self) -> int:
@@ -110,6 +122,9 @@ TILES = {
     "d4_sx": TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True),
     "s16a": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4),
     "s16k_sx": TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx"),
+    # s16k_sx with FC2 capped at 128 registers (8 bytes spilled): two FC2 CTAs per SM instead of one. Session 5
+    # sweep on the H200: 6-7% faster (SwiGLU) and 9% (squared ReLU) at 16 and 64 tokens on both shapes.
+    "s16k_sx_r": TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx", fc2_maxnreg=128),
     "m32l_sx": TritonMoEConfig(32, 64, 256, 4, 2, 128, 256, 8, 3, dequant="sx"),
     "m32a": TritonMoEConfig(32, 64, 128, 4, 3, 128, 128, 8, 3),
     "l64a": TritonMoEConfig(64, 128, 64, 8, 3, 128, 64, 8, 3),
@@ -128,7 +143,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     pairs_per_expert = rows * topk / max(experts, 1)
     # Gated (SwiGLU) at a handful of tokens: the direct path (no route kernel, FC2 fused with the combine) with the
     # "sx" dequant. Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then pipelined with the weights) with
-    # "sx". Gated at 16-24 pairs per expert: BLOCK_K 256, FC1 2 / FC2 3 stages, "sx" (run 7: 1.08x over 2 FC2
+    # "sx", FC2 capped at 128 registers (two CTAs per SM). Gated at 16-24 pairs per expert: BLOCK_K 256, FC1 2 / FC2 3 stages, "sx" (run 7: 1.08x over 2 FC2
     # stages). Squared ReLU keeps the v2 tiles where "sx"/direct were not faster for it (1 token, 256 tokens).
     # Each token block re-reads its expert's weights, so block_t covers the typical pairs per expert.
     if pairs_per_expert <= 0.25 and gated:
@@ -136,7 +151,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     if pairs_per_expert < 0.25:  # a handful of tokens: the most weight tiles in flight
         return TILES["s16a"]
     if pairs_per_expert <= 8:
-        return TILES["s16k_sx"]
+        return TILES["s16k_sx_r"]
     if pairs_per_expert <= 24:
         return TILES["m32l_sx" if gated else "m32a"]
     if pairs_per_expert <= 96 or (gated and hidden < 4096):
@@ -320,6 +335,10 @@ def triton_mxfp8_moe(
     s2, s2_stride, s2_tiles = _scale_args(fc2)
     if cfg.direct and rows * topk < 65536:  # grid axis 1 holds the pairs
         inter = torch.empty(rows * topk, n_out, dtype=torch.bfloat16, device=device)
+        if cfg.gemv:
+            _launch_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, out,
+                         routing_map, probs, valid_tokens, rows, topk, experts, activation, local_expert_offset)
+            return out
         kernels._fc1_direct_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), rows * topk)](
             x, fc1.data, s1, inter, routing_map, probs, valid_tokens,
             rows, n_out, hidden, x.stride(0),
@@ -389,6 +408,45 @@ def triton_mxfp8_moe(
         TOPK=topk, E=experts, BLOCK_H=block_h, SPLITS=split_k, num_warps=4,
     )
     return out
+
+
+def _launch_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, out, routing_map, probs, valid_tokens, rows,
+                 topk, experts, activation, local_expert_offset) -> None:
+    """The launches of the GEMV small-T path (``cfg.gemv``): FC1 per (n tile, pair) into ``inter``
+    (``[rows * topk, n_out]`` bf16), then FC2 + combine per (n tile, token) ("combine"), or FC2 per (n tile, pair)
+    into bf16 slot rows and the combine kernel ("pairs")."""
+    import triton
+
+    from . import _triton_moe_kernel as kernels
+
+    hidden, n_out, inner = x.shape[1], inter.shape[1], fc2.data.shape[2]
+    fused = cfg.gemv == "combine"
+    kernels._fc1_gemv_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), rows * topk)](
+        x, fc1.data, s1, inter, routing_map, probs, valid_tokens,
+        rows, n_out, hidden, x.stride(0),
+        fc1.data.stride(0), fc1.data.stride(1), *s1_args, inter.stride(0), probs.stride(0), local_expert_offset,
+        TOPK=topk, E=experts, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
+        BLOCK_N=cfg.fc1_block_n, BLOCK_K=cfg.fc1_block_k, EVEN_K=hidden % cfg.fc1_block_k == 0,
+        APPLY_PROB=fused, STAGES=cfg.fc1_stages, **cfg.launch_options(1),
+    )
+    fc2_args = (fc2.data.stride(0), fc2.data.stride(1), *s2_args)
+    fc2_meta = dict(TOPK=topk, E=experts, BLOCK_N=cfg.fc2_block_n, BLOCK_K=cfg.fc2_block_k,
+                    EVEN_K=inner % cfg.fc2_block_k == 0, STAGES=cfg.fc2_stages, **cfg.launch_options(2))
+    if fused:
+        kernels._fc2_combine_gemv_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), rows)](
+            inter, fc2.data, s2, out, routing_map, valid_tokens, rows, hidden, inner, inter.stride(0),
+            *fc2_args, out.stride(0), local_expert_offset, **fc2_meta)
+        return
+    slots = torch.empty(rows * topk, hidden, dtype=torch.bfloat16, device=x.device)
+    kernels._fc2_gemv_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), rows * topk)](
+        inter, fc2.data, s2, slots, routing_map, valid_tokens, rows, hidden, inner, inter.stride(0),
+        *fc2_args, slots.stride(0), local_expert_offset, **fc2_meta)
+    block_h = min(2048, _pow2_at_least(hidden))
+    kernels._combine_kernel[(rows, triton.cdiv(hidden, block_h))](
+        slots, probs, routing_map, valid_tokens, out,
+        hidden, slots.stride(0), 0, probs.stride(0), out.stride(0), local_expert_offset,
+        TOPK=topk, E=experts, BLOCK_H=block_h, SPLITS=1, num_warps=4,
+    )
 
 
 def check_triton_moe_available(device: torch.device) -> None:

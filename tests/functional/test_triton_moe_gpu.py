@@ -68,14 +68,25 @@ V4 = {
     # register-capped candidates (bench/moe_layer.py): ptxas spills a few bytes; results must not change
     "s16k2_sx_r": dataclasses.replace(TILES["s16k_sx"], fc1_stages=2, fc1_maxnreg=168, fc2_maxnreg=128),
     "m32l2_sx_r": dataclasses.replace(TILES["m32l_sx"], fc1_maxnreg=168, fc2_stages=2, fc2_maxnreg=128),
+    "s16k_sx_r": TILES["s16k_sx_r"],  # the default at 1-8 pairs per expert since session 5
+    # v6 GEMV small-T candidates (bench/moe_layer.py "g*"): CUDA-core block sums instead of MMAs, FC2 fused with
+    # the combine ("combine") or per pair + the combine kernel ("pairs"); stages 1 (register loads) or 3 (cp.async)
+    "g16c": TritonMoEConfig(16, 16, 512, 4, 1, 16, 256, 4, 1, direct=True, gemv="combine"),
+    "g16c3": TritonMoEConfig(16, 16, 256, 4, 3, 16, 256, 4, 3, direct=True, gemv="combine"),
+    "g16p": TritonMoEConfig(16, 16, 512, 4, 1, 32, 256, 4, 1, direct=True, gemv="pairs"),
+    "g16p3": TritonMoEConfig(16, 16, 256, 4, 3, 32, 256, 4, 3, direct=True, gemv="pairs"),
+    "g32p": TritonMoEConfig(16, 32, 256, 4, 1, 16, 256, 2, 1, direct=True, gemv="pairs"),
+    "g32p3": TritonMoEConfig(16, 32, 512, 8, 3, 16, 256, 2, 3, direct=True, gemv="pairs"),
 }
+GEMV = ("g16c", "g16c3", "g16p", "g16p3", "g32p", "g32p3")
 _DECODE1, _DECODE4, _BIG16, _ODD7, _ODD33 = (128, 8, 2048, 768, 1), (128, 8, 2048, 768, 4), (32, 8, 4096, 1536, 16), \
     (6, 3, 96, 64, 7), (5, 2, 160, 96, 33)
 V4_CASES = [(v, c) for v in ("sx", "k256", "k256_sx", "m32k_sx", "m32j_sx") for c in (_DECODE4, _BIG16, _ODD33)] + \
     [(v, c) for v in ("d1", "d1_sx", "d3_sx", "d4_sx") for c in (_DECODE1, _DECODE4, _ODD7)] + \
     [("d4_sx", (128, 8, 4096, 1536, 1)), ("m32j_sx", (128, 8, 2048, 768, 256))] + \
     [("m32l_sx", c) for c in (_DECODE4, _BIG16, _ODD33, (128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 256))] + \
-    [(v, c) for v in ("s16k2_sx_r", "m32l2_sx_r") for c in (_DECODE4, _BIG16, _ODD33)]
+    [(v, c) for v in ("s16k2_sx_r", "m32l2_sx_r", "s16k_sx_r") for c in (_DECODE4, _BIG16, _ODD33)] + \
+    [(v, c) for v in GEMV for c in (_DECODE1, _ODD7, _BIG16)] + [("g16p", (128, 8, 4096, 1536, 1))]
 
 
 def _moe_inputs(experts, topk, hidden, inter, tokens, activation="swiglu"):
@@ -112,6 +123,21 @@ def test_v4_variants(variant, case):
         assert torch.equal(outs[variant], outs["cvt"]), "sx dequant differs from the cvt path"
 
 
+@pytest.mark.parametrize("variant", ["g16c", "g16p3"])
+@pytest.mark.parametrize("experts,topk,hidden,inter,tokens", [_DECODE4, _ODD7])
+def test_gemv_squared_relu(variant, experts, topk, hidden, inter, tokens):
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, 2 * inter, tokens, "squared_relu")
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+    out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
+    triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", local_expert_offset=3,
+                     valid_tokens=valid, out=out, rows=tokens, config=V4[variant])
+    torch.cuda.synchronize()
+    assert torch.isfinite(out[:tokens]).all() and torch.isnan(out[tokens:]).all()
+    ref = _reference(x, fc1, fc2, probs, ids, "squared_relu", 3, valid_rows, tokens)
+    assert relative_error(out[:tokens], ref) <= BOUND
+    assert out[valid_rows:tokens].abs().max().item() == 0 if valid_rows < tokens else True
+
+
 def _graph_replay_of(config_for, tokens: int, valid_counts) -> None:
     """A qwen3-30b-a3b-shaped SwiGLU call with tiles ``config_for(tokens, hidden, inter, topk, experts)``,
     captured once and replayed with new routing and ``valid_counts`` (``_check_graph_replay``)."""
@@ -129,7 +155,7 @@ def _graph_replay_of(config_for, tokens: int, valid_counts) -> None:
     _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, valid_counts)
 
 
-@pytest.mark.parametrize("variant", ["d1_sx", "d4_sx", "k256_sx"])
+@pytest.mark.parametrize("variant", ["d1_sx", "d4_sx", "k256_sx", "g16c", "g16p3"])
 def test_v4_cuda_graph_replay(variant):
     _graph_replay_of(lambda *shape: V4[variant], 4, (4, 2, 1))
 

@@ -52,12 +52,22 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    assert picked <= set(TILES) and {"d4_sx", "s16k_sx", "m32l_sx", "l128a"} <= picked
+    assert picked <= set(TILES) and {"d4_sx", "s16k_sx_r", "m32l_sx", "l128a"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
     capped = dataclasses.replace(tile, fc2_maxnreg=128)
     assert capped.launch_options(2) == {"num_warps": tile.fc2_warps, "num_stages": tile.fc2_stages, "maxnreg": 128}
     assert capped.launch_options(1) == tile.launch_options(1)
+    assert capped == TILES["s16k_sx_r"]
+
+
+def test_gemv_config_is_checked():
+    tile = TILES["d4_sx"]
+    assert dataclasses.replace(tile, gemv="pairs").gemv == "pairs"
+    with pytest.raises(ValueError, match="needs direct=True"):
+        dataclasses.replace(TILES["s16k_sx"], gemv="combine")
+    with pytest.raises(ValueError, match="gemv must be one of"):
+        dataclasses.replace(tile, gemv="yes")
 
 
 def test_capacity_bounds_any_routing():
@@ -192,6 +202,10 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         "bits_int_splitk3": dict(dequant_fp32=False, dequant="bits_int", fc2_split_k=3),
         "direct": dict(direct=True),
         "direct_k32": dict(direct=True, fc1_block_k=32, fc2_block_k=32),
+        "gemv": dict(direct=True, gemv="combine"),
+        "gemv_k32": dict(direct=True, gemv="combine", fc1_block_k=32, fc2_block_k=32, fc2_block_n=8),
+        "gemv_pairs": dict(direct=True, gemv="pairs", fc1_stages=2, fc2_stages=3),
+        "gemv_pairs_k32": dict(direct=True, gemv="pairs", fc1_block_k=32, fc2_block_k=32, fc1_block_n=8),
     }
     for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32), ("geglu", 160, 96),
                                       ("swiglu", 160, 96)):
@@ -220,8 +234,8 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     probs, ids = random_routing(rows, experts, topk)
     ids = ids + 1
     pointers = (fc1.data.data_ptr(), fc1.scale.data_ptr(), fc2.data.data_ptr(), fc2.scale.data_ptr())
-    for path in ("routed", "direct"):
-        c = dataclasses.replace(cfg, direct=path == "direct")
+    for path in ("routed", "direct", "gemv", "pairs"):
+        c = dataclasses.replace(cfg, direct=path != "routed", gemv={"gemv": "combine", "pairs": "pairs"}.get(path, ""))
         before = run(x, probs, ids, fc1, fc2, activation, rows, rows, c)
         new1 = random_weights((2, 2 * inter, hidden), scale=0.1)
         fc1.quantize_experts_([0, 2], [new1[0], new1[1]], backend="reference")
@@ -250,12 +264,13 @@ def test_kernels_under_triton_interpreter():
     assert result["blocks"][0] == result["blocks"][1]
     assert result["block_expert_equal"] and result["pairs_equal"]
     for key in _LAYER_KEYS:
-        for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3", "_direct", "_direct_k32"):
+        for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3", "_direct", "_direct_k32", "_gemv", "_gemv_k32",
+                       "_gemv_pairs", "_gemv_pairs_k32"):
             check = result[key + suffix]
             assert check["err"] <= 1e-2, (key + suffix, check)
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
         assert result[key + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
-    for path in ("routed", "direct"):
+    for path in ("routed", "direct", "gemv", "pairs"):
         refit = result["refit_" + path]
         assert refit["changed"] and refit["err"] <= 1e-2, refit
         assert refit["hooks"] == 0 and refit["same_storage"], refit
