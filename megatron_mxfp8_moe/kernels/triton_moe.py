@@ -114,11 +114,17 @@ def triton_moe_support(capability, triton_version: Optional[str] = None) -> tupl
     return True, f"SM{major}{minor} Hopper: weight-only MXFP8 Triton MoE available"
 
 
-# The tile sets ``choose_config`` returns, by the names ``bench/moe_layer.py`` and the GPU tests use (fields:
+# The tile sets ``choose_config`` returns (and earlier defaults the tests and benchmarks still name), by the names
+# ``bench/moe_layer.py`` and the GPU tests use (fields:
 # block_t, fc1 n / k / warps / stages, fc2 n / k / warps / stages). Measured and GPU-tested on an H200 (runs 5 and 7,
 # bench/NOTES_triton_moe.md): "d" direct small-T path, "s"/"m"/"l" token tiles of 16/32/64-128, "_sx" the
 # sign-extending dequant (the others convert with cvt).
 TILES = {
+    # v6 GEMV small-T path (session 5 sweep on the H200, bench/NOTES_triton_moe.md): "p" = FC2 per pair + combine
+    # kernel, "3" = K loops pipelined 3 deep through shared memory; block_t is unused there.
+    "g16p3": TritonMoEConfig(16, 16, 256, 4, 3, 32, 256, 4, 3, direct=True, gemv="pairs"),
+    "g16p": TritonMoEConfig(16, 16, 512, 4, 1, 32, 256, 4, 1, direct=True, gemv="pairs"),
+    "g32p": TritonMoEConfig(16, 32, 256, 4, 1, 16, 256, 2, 1, direct=True, gemv="pairs"),
     "d4_sx": TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True),
     "s16a": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4),
     "s16k_sx": TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx"),
@@ -141,15 +147,21 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     wide tiles so each dequantized weight tile is reused by many tokens.
     """
     pairs_per_expert = rows * topk / max(experts, 1)
-    # Gated (SwiGLU) at a handful of tokens: the direct path (no route kernel, FC2 fused with the combine) with the
-    # "sx" dequant. Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then pipelined with the weights) with
-    # "sx", FC2 capped at 128 registers (two CTAs per SM). Gated at 16-24 pairs per expert: BLOCK_K 256, FC1 2 / FC2 3 stages, "sx" (run 7: 1.08x over 2 FC2
-    # stages). Squared ReLU keeps the v2 tiles where "sx"/direct were not faster for it (1 token, 256 tokens).
-    # Each token block re-reads its expert's weights, so block_t covers the typical pairs per expert.
-    if pairs_per_expert <= 0.25 and gated:
-        return TILES["d4_sx"]
-    if pairs_per_expert < 0.25:  # a handful of tokens: the most weight tiles in flight
-        return TILES["s16a"]
+    # Up to about one pair per expert (session 5): the GEMV path. Every (token, expert) pair is then a
+    # matrix-vector product; CUDA-core block sums stream the weights at 43-77% of the roofline where the MMA path
+    # (one useful column of 16) reached 20-60%. Gated: g16p3 at 1-2 tokens, g32p up to one pair per expert (also
+    # faster than the MMA tiles at 16 tokens on qwen3-30b, equal on 235b). Squared ReLU: g16p up to 4 tokens; at
+    # 16 tokens the MMA tiles won on 235b. Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then pipelined
+    # with the weights), "sx" dequant, FC2 capped at 128 registers (two CTAs per SM). Gated at 16-24 pairs per
+    # expert: BLOCK_K 256, FC1 2 / FC2 3 stages, "sx" (run 7: 1.08x over 2 FC2 stages). Squared ReLU keeps the v2
+    # tiles at 256 tokens, where "sx" was not faster for it. Each token block re-reads its expert's weights, so
+    # block_t covers the typical pairs per expert.
+    if gated and pairs_per_expert <= 0.125:
+        return TILES["g16p3"]
+    if gated and pairs_per_expert <= 1:
+        return TILES["g32p"]
+    if pairs_per_expert <= 0.25:
+        return TILES["g16p"]
     if pairs_per_expert <= 8:
         return TILES["s16k_sx_r"]
     if pairs_per_expert <= 24:

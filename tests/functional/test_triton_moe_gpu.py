@@ -73,9 +73,9 @@ V4 = {
     # the combine ("combine") or per pair + the combine kernel ("pairs"); stages 1 (register loads) or 3 (cp.async)
     "g16c": TritonMoEConfig(16, 16, 512, 4, 1, 16, 256, 4, 1, direct=True, gemv="combine"),
     "g16c3": TritonMoEConfig(16, 16, 256, 4, 3, 16, 256, 4, 3, direct=True, gemv="combine"),
-    "g16p": TritonMoEConfig(16, 16, 512, 4, 1, 32, 256, 4, 1, direct=True, gemv="pairs"),
-    "g16p3": TritonMoEConfig(16, 16, 256, 4, 3, 32, 256, 4, 3, direct=True, gemv="pairs"),
-    "g32p": TritonMoEConfig(16, 32, 256, 4, 1, 16, 256, 2, 1, direct=True, gemv="pairs"),
+    "g16p": TILES["g16p"],  # g16p3 / g32p / g16p: the defaults up to about one pair per expert since session 5
+    "g16p3": TILES["g16p3"],
+    "g32p": TILES["g32p"],
     "g32p3": TritonMoEConfig(16, 32, 512, 8, 3, 16, 256, 2, 3, direct=True, gemv="pairs"),
 }
 GEMV = ("g16c", "g16c3", "g16p", "g16p3", "g32p", "g32p3")
