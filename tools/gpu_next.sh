@@ -4,8 +4,9 @@
 #                                   # then the MoE sweep at 1-16 tokens that times them beside the defaults
 #   bash tools/gpu_next.sh refit    # GPU tests of quantize/refit/memory (the pipelined stream's first GPU run),
 #                                   # the refit benchmark alone (multi-layer stream rows), the bounded-row bench
-# A candidate becomes a default only if its tests pass AND the sweep shows it faster; then rerun the full
-# benchmark (bench/moe_layer.py --warm 14) for the PERFORMANCE tables.
+#   bash tools/gpu_next.sh final    # GPU tests of the default tiles and the layer CUDA graphs, the demo, and the
+#                                   # full MoE benchmark (bench/moe_layer.py --warm 14) for the PERFORMANCE tables
+# A candidate becomes a default only if its tests pass AND the sweep shows it faster; then run "final".
 set -u
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -29,5 +30,18 @@ case "${1:-}" in
     timeout 60 python3 bench/bounded_rows.py --out $OUT > $OUT/bounded.log 2>&1
     echo "bounded rc=$?" >> $OUT/bounded.log
     tail -3 $OUT/gpu_tests.log; tail -2 $OUT/refit.log; tail -3 $OUT/bounded.log; cat $OUT/refit.md ;;
-  *) echo "usage: bash tools/gpu_next.sh kernels|refit" >&2; exit 2 ;;
+  final)
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+    timeout 230 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      tests/functional/test_layer_cuda_graph_gpu.py \
+      -k "matches_float64 or new_routing or fp32_out or rejects or refit_reaches or layer_cuda_graph or graph_replay_matches or row_bound or refit_after" \
+      > $OUT/kernel_tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/kernel_tests.log
+    TORCHDYNAMO_DISABLE=1 timeout 80 python3 examples/decode.py --steps 12 --batch-size 8 > $OUT/demo.log 2>&1
+    echo "demo rc=$?" >> $OUT/demo.log
+    mkdir -p $OUT/moe
+    timeout 270 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    echo "moe rc=$?" >> $OUT/moe_bench.log
+    tail -3 $OUT/kernel_tests.log; tail -6 $OUT/demo.log; tail -16 $OUT/moe_bench.log ;;
+  *) echo "usage: bash tools/gpu_next.sh kernels|refit|final" >&2; exit 2 ;;
 esac
