@@ -413,7 +413,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         resolved = resolve_quant_backend(backend, self._device)
         self._check_writes_land()
         if abort_flag is not None:
-            self._check_abort_flag(resolved, [source])
+            self._check_abort_flag(resolved, True)
             from .quant.triton import quantize_into_triton
 
             quantize_into_triton(source, self._data, self._scale, abort=abort_flag)
@@ -423,10 +423,9 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         self._after_write(data, scale)
         return self
 
-    def _check_abort_flag(self, resolved: QuantBackend, sources) -> None:
-        if resolved is not QuantBackend.TRITON or self._released or self.has_write_hooks() or (
-            len({source.dtype for source in sources}) != 1
-        ):
+    def _check_abort_flag(self, resolved: QuantBackend, one_dtype: bool) -> None:
+        """Raise unless a write predicated on an abort flag is possible (``one_dtype``: the sources share one)."""
+        if resolved is not QuantBackend.TRITON or self._released or self.has_write_hooks() or not one_dtype:
             raise MXFP8InputError(
                 "abort_flag needs the triton quantizer, one source dtype, and a tensor that holds its storage and "
                 "has no write hooks (hooks would repack bytes that were never written)"
@@ -457,10 +456,10 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         """
         if not self.is_stacked:
             raise MXFP8InputError("quantize_experts_(): this tensor is not a stack [E, M, K]")
-        indices = [int(index) for index in indices]
+        indices = list(map(int, indices))
         if len(indices) != len(sources):
             raise MXFP8InputError(f"quantize_experts_(): {len(indices)} indices but {len(sources)} sources")
-        if len(set(indices)) != len(indices) or any(not 0 <= i < self._shape[0] for i in indices):
+        if len(set(indices)) != len(indices) or (indices and not 0 <= min(indices) <= max(indices) < self._shape[0]):
             raise MXFP8InputError(f"quantize_experts_(): indices must be distinct and in [0, {self._shape[0]}), got {indices}")
         view_shape = self._shape[1:]
         for index, source in zip(indices, [] if validated else sources):
@@ -470,14 +469,15 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         resolved = resolve_quant_backend(backend, self._device)
         whole = indices == list(range(self._shape[0]))  # every expert, in order: data/scale are the whole stack
         self._check_writes_land(None if whole else indices)
+        one_dtype = len({source.dtype for source in sources}) == 1
         if abort_flag is not None:
-            self._check_abort_flag(resolved, sources)
+            self._check_abort_flag(resolved, one_dtype)
         if self._released:
             scratch = MXFP8Tensor.empty((len(indices),) + view_shape, device=self._device)
             data, scale, slots = scratch._data, scratch._scale, list(range(len(indices)))
         else:
             data, scale, slots = self._data, self._scale, indices
-        if resolved is QuantBackend.TRITON and len({source.dtype for source in sources}) == 1:
+        if resolved is QuantBackend.TRITON and one_dtype:
             from .quant.triton import quantize_experts_into_triton
 
             quantize_experts_into_triton(list(sources), slots, data, scale, abort=abort_flag)

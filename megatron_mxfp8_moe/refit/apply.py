@@ -76,8 +76,9 @@ class _Totals:
             self.bytes += first.canonical_bytes * len(batch.writes)  # one stack: one shape
             offset = first.experts.local_expert_offset
             ids = self.experts.setdefault(first.module_path, set())
-            if batch.stack is not None:
-                ids.update(offset + index for index in batch.indices)
+            if batch.stack is not None:  # a whole stack's indices are 0..E-1
+                ids.update(range(offset, offset + len(batch.indices)) if batch.whole
+                           else map(offset.__add__, batch.indices))
                 self.devices.add(batch.stack.device)
             else:
                 ids.add(first.global_index)
@@ -116,7 +117,7 @@ def _launch_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> N
     """
     written = 0
     scan = plan.device_scan if plan.finite_on_device else None  # launched during validation (device_check.py)
-    flags = None if scan is None else scan.flags
+    abort = None if scan is None else scan.flags[:1]  # any scanned source bad: the predicated kernels store nothing
     with _grad_mode(plan):
         for batch in plan.batches:
             first = batch.writes[0]
@@ -124,15 +125,14 @@ def _launch_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> N
                 if first.kind == COPY:
                     first.target.copy_(first.source, finite_checked=True)
                 elif batch.whole:
-                    batch.stack.quantize_(batch.sources[0], backend=plan.backend, finite_checked=True,
-                                          abort_flag=None if flags is None else flags[:1])
+                    batch.stack.quantize_(batch.sources[0], backend=plan.backend, finite_checked=True, abort_flag=abort)
                 elif batch.stack is None:
                     source = first.source if first.source.is_contiguous() else first.source.contiguous()
                     first.target.quantize_(source, backend=plan.backend, finite_checked=True)
                 else:
                     batch.stack.quantize_experts_(
                         batch.indices, batch.sources, backend=plan.backend, finite_checked=True, validated=True,
-                        abort_flag=None if flags is None else flags[:1],
+                        abort_flag=abort,
                     )
             except Exception as error:
                 together = (
@@ -303,6 +303,13 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
         _refit_stream(validator, weights, totals, progress)
     _synchronize(totals.devices)
     report = totals.report(time.perf_counter() - start)
+    if logger.isEnabledFor(logging.INFO):
+        _log_report(report, streamed)
+    return report
+
+
+def _log_report(report: RefitReport, streamed: bool) -> None:
+    """The one INFO line of a ``refit_experts`` call (formatted only when INFO is enabled)."""
     gigabytes_per_second = report.bytes_written / report.seconds / 1e9 if report.seconds > 0 else float("inf")
     logger.info(
         "refit_experts: %d tensors of %d experts in %d module(s), %.1f MiB canonical in %.3f s (%.2f GB/s)%s%s",
@@ -310,7 +317,6 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
         report.seconds, gigabytes_per_second, " from a stream" if streamed else "",
         f", {len(report.skipped)} non-expert name(s) skipped" if report.skipped else "",
     )
-    return report
 
 
 def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, progress: Optional[bool]) -> None:
@@ -354,9 +360,10 @@ def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, prog
         launched = plan
 
     try:
+        lookup = validator._lookup
         for position, item in enumerate(weights):
-            name, source = as_pair(item, position)
-            resolved = validator.resolve(name)
+            name, source = item if type(item) is tuple and len(item) == 2 else as_pair(item, position)
+            resolved = lookup(name) or validator.resolve(name)  # resolve: the names the fast lookup leaves
             if resolved is None:
                 pending_skips.append(name)
                 if bar is not None:

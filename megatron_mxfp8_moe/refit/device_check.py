@@ -12,6 +12,7 @@ as the scan of its sources takes the GPU.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import torch
@@ -58,23 +59,38 @@ class DeviceScan:
         """Queue ``source`` (contiguous, on ``device``) of ``write``; sources sharing ``key`` share dtype, size
         and device (one stack), so the device is checked once per key and chunk. A key's queue is launched at
         ``CHUNK`` sources, or at once for a source of ``EAGER_NUMEL`` elements or more."""
-        if not self.valid:
+        self.extend(key, (write,), (source,))
+
+    def extend(self, key: Any, writes: Sequence[Any], sources: Sequence[torch.Tensor]) -> None:
+        """Queue several ``sources`` of one ``key`` (aligned with ``writes``) at once, launching as ``add`` one by
+        one would: a plan hands over a stack's sources every ``launch_size`` entries, not per entry."""
+        if not self.valid or not sources:
             return
         pending = self._pending.get(key)
         if pending is None:
-            if source.device != self.device:
+            if sources[0].device != self.device:
                 self.valid = False
                 return
-            # the queue's launch size: CHUNK sources, or 1 for large ones (a key's sources share their size)
-            pending = self._pending[key] = ([], [], 1 if source.numel() >= EAGER_NUMEL else CHUNK)
-        if self._count >= self._capacity:
+            pending = self._pending[key] = ([], [], self.launch_size(sources[0]))
+        if self._count + len(sources) > self._capacity:
             self.valid = False
             return
-        self._count += 1
-        pending[0].append(write)
-        pending[1].append(source)
-        if len(pending[1]) >= pending[2]:
-            self._launch(key)
+        self._count += len(sources)
+        pending[0].extend(writes)
+        pending[1].extend(sources)
+        while pending is not None and len(pending[1]) >= pending[2]:
+            self._launch(key, pending[2])
+            pending = self._pending.get(key)
+
+    @staticmethod
+    def launch_size(source: torch.Tensor) -> int:
+        """Sources per scan launch for sources like ``source``: ``CHUNK``, or 1 for large ones (a stacked one)."""
+        return 1 if source.numel() >= EAGER_NUMEL else CHUNK
+
+    @property
+    def count(self) -> int:
+        """Sources queued or scanned so far."""
+        return self._count
 
     def finish(self) -> Optional[torch.Tensor]:
         """Launch what is queued; returns the flags, or None when the device check cannot cover the plan."""
@@ -94,10 +110,16 @@ class DeviceScan:
         bad = {id(self.order[k]) for k, flag in enumerate(flags[1:len(self.order) + 1]) if flag}
         return next(write for write in writes if id(write) in bad)
 
-    def _launch(self, key: Any) -> None:
+    def _launch(self, key: Any, count: Optional[int] = None) -> None:
+        """Launch the first ``count`` (None: all) queued sources of ``key``."""
         from ..quant.triton import scan_nonfinite_triton
 
-        writes, sources, _ = self._pending.pop(key)
+        writes, sources, size = self._pending[key]
+        if count is None or count >= len(sources):
+            del self._pending[key]
+        else:
+            self._pending[key] = (writes[count:], sources[count:], size)
+            writes, sources = writes[:count], sources[:count]
         scan_nonfinite_triton(sources, self.flags, first_entry=len(self.order))
         self.order += writes
 

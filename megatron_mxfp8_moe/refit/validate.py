@@ -36,6 +36,7 @@ import bisect
 import dataclasses
 import itertools
 import operator
+import sys
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional, Union
@@ -87,6 +88,10 @@ class ExpertsModule:
     local_expert_offset: int
     weights: Mapping[str, MXFP8Tensor]
     table: Mapping[str, "_Target"] = dataclasses.field(default_factory=dict)  # local name -> resolved target
+    in_range: Mapping[str, "_Target"] = dataclasses.field(default_factory=dict)  # ``table``, indices < E only
+    # full name as a validator without a guessed prefix looks it up (``[prefix.][path.]local``) -> target, for
+    # the names in ``in_range`` (one dict lookup per entry instead of splitting the name)
+    names: Mapping[str, "_Target"] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -102,29 +107,54 @@ class _Target:
     stack: Optional[MXFP8Tensor]  # the stack ``target`` is an expert view of (``target.parent``), or None
     index: int  # the view's expert index in ``stack`` (-1 without a stack or for a whole stack)
     whole: bool = False  # ``target`` is a whole stack [E, M, K] (a ``linear_fc1.weight`` entry)
-    keys: tuple = ()  # whole: the keys of its E experts (duplicates with per-expert entries are caught)
+    # whole: the keys of its E experts, in expert order, as a dict (key -> None: a claim copies their hashes)
+    keys: Mapping[Any, None] = dataclasses.field(default_factory=dict)
 
 
-# experts module -> (its mxfp8_weights() dict, local name -> _Target, the whole-stack targets); rebuilt when the
-# dict's objects change or a whole stack was released since.
-_TABLES: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[dict, dict, tuple]]" = weakref.WeakKeyDictionary()
+@dataclasses.dataclass(eq=False)
+class _Table:
+    """The lookup table of one experts module, cached per module (``_TABLES``) while ``mxfp8_weights()`` returns
+    the same names, in the same order, mapped to the same objects, and no whole stack was released since."""
+
+    weights: dict  # mxfp8_weights() when the table was built
+    targets: dict  # local name -> _Target
+    wholes: tuple  # the whole-stack targets
+    top: int  # the largest local index of a per-expert target (-1 for none)
+    _lookups: dict = dataclasses.field(default_factory=dict)  # (path, strip, E) -> ``lookups()``
+
+    def lookups(self, path: str, strip: Optional[str], num_local: int) -> tuple[dict, dict]:
+        """(local name -> target, full name -> target) of the targets with a local index below ``num_local`` (what
+        ``RefitValidator._lookup`` may resolve without a range check; other names go to ``resolve``'s error), full
+        names as ``[strip][path.]local``; built once per module path, prefix and E."""
+        key = (path, strip, num_local)
+        found = self._lookups.get(key)
+        if found is None:
+            in_range = self.targets if self.top < num_local else {
+                local: hit for local, hit in self.targets.items() if hit.parsed.local_index < num_local
+            }
+            base = (strip or "") + (path + "." if path else "")
+            found = self._lookups[key] = (in_range, {base + local: hit for local, hit in in_range.items()})
+        return found
 
 
-def _cached_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -> Optional[dict]:
+_TABLES: "weakref.WeakKeyDictionary[torch.nn.Module, _Table]" = weakref.WeakKeyDictionary()
+
+
+def _cached_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -> Optional[_Table]:
     """The cached lookup table of ``module`` when ``weights`` holds the same names, in the same order, mapped
     to the same objects as when it was built; else None."""
     cached = _TABLES.get(module)
     if cached is None:
         return None
-    old, table, wholes = cached
+    old = cached.weights
     if len(old) == len(weights) and list(old) == list(weights) and all(
         map(operator.is_, old.values(), weights.values())
-    ) and not any(hit.target.is_released for hit in wholes):  # a released stack has no whole-stack entry
-        return table
+    ) and not any(hit.target.is_released for hit in cached.wholes):  # a released stack has no whole-stack entry
+        return cached
     return None
 
 
-def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -> dict:
+def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -> _Table:
     """Local name -> ``_Target`` for ``weights`` (the caller checked they are MXFP8Tensors), cached per module."""
     table = {}
     for name, target in weights.items():
@@ -137,6 +167,7 @@ def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -
         table[name] = _Target(parsed, target, torch.Size(target.shape), target.device, key,
                               canonical_nbytes(target.shape), parent[0] if parent is not None else None,
                               parent[1] if parent is not None else -1)
+    top = max((hit.parsed.local_index for hit in table.values()), default=-1)
     for linear in ("fc1", "fc2"):  # "linear_fc1.weight": the whole stack, when the views are exactly one stack
         views = [hit for hit in table.values() if hit.parsed.linear == linear]
         stack = views[0].stack if views else None
@@ -147,13 +178,14 @@ def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -
         by_index = sorted(views, key=lambda hit: hit.index)
         table[f"linear_{linear}.weight"] = _Target(
             ExpertWeightName("", linear, 0), stack, torch.Size(stack.shape), stack.device, None,
-            sum(hit.canonical_bytes for hit in views), stack, -1, True, tuple(hit.key for hit in by_index),
+            sum(hit.canonical_bytes for hit in views), stack, -1, True, dict.fromkeys(hit.key for hit in by_index),
         )
+    built = _Table(dict(weights), table, tuple(hit for hit in table.values() if hit.whole), top)
     try:
-        _TABLES[module] = (dict(weights), table, tuple(hit for hit in table.values() if hit.whole))
+        _TABLES[module] = built
     except TypeError:  # a module that cannot be weakly referenced: no cache
         pass
-    return table
+    return built
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -295,6 +327,10 @@ class RefitValidator:
         self._strip = self._prefix + "." if self._explicit_prefix else None  # stripped from names by _lookup
         self._claimed: dict[Any, str] = {}  # target key -> entry name that claimed it
         self._checked_backends: set[torch.device] = set()
+        # the module the last successful lookup found, and its full names (a run of names of one module is looked
+        # up with one dict access each)
+        self._recent: Optional[ExpertsModule] = None
+        self._recent_names: Mapping[str, _Target] = {}
 
     # -- modules -------------------------------------------------------------------------------------
     def _experts_module(self, path: str, name: str) -> ExpertsModule:
@@ -311,16 +347,17 @@ class RefitValidator:
         weights = module.mxfp8_weights()
         if not isinstance(weights, Mapping):
             raise refit_error(name, f"{label}: mxfp8_weights() must return a dict, got {type(weights).__name__}")
-        table = _cached_table(module, weights)  # a hit: the same objects as last time, checked then
-        if table is None:
+        cached = _cached_table(module, weights)  # a hit: the same objects as last time, checked then
+        if cached is None:
             for key, value in weights.items():
                 if not isinstance(value, MXFP8Tensor):
                     raise refit_error(
                         name, f"{label}: mxfp8_weights()[{key!r}] must be a megatron_mxfp8_moe.MXFP8Tensor, "
                         f"got {type(value).__name__}"
                     )
-            table = _lookup_table(module, weights)
-        info = ExpertsModule(path, module, num_local, offset, weights, table)
+            cached = _lookup_table(module, weights)
+        in_range, names = cached.lookups(path, self._strip, num_local)
+        info = ExpertsModule(path, module, num_local, offset, weights, cached.targets, in_range, names)
         self._experts[path] = info
         return info
 
@@ -360,22 +397,28 @@ class RefitValidator:
 
     # -- entries -------------------------------------------------------------------------------------
     def _lookup(self, name: Any) -> Optional[tuple[ExpertsModule, _Target]]:
-        """Fast path: a well-formed name of a known weight (string split + table lookups), else None; anything
-        else, and every error message, goes through ``resolve``. Modules become known on their first resolve."""
+        """Fast path: a well-formed name of a known weight (a full name of the module found last, else a string
+        split + table lookups), else None; anything else, and every error message, goes through ``resolve``.
+        Modules become known on their first resolve."""
         if type(name) is not str:
             return None
+        hit = self._recent_names.get(name)
+        if hit is not None:
+            return self._recent, hit
         strip = self._strip
         relative = name[len(strip):] if strip is not None and name.startswith(strip) else name
         head, sep, _ = relative.rpartition(".linear_fc")
-        known = self._experts
-        info = known.get(head) if sep else known.get("")
-        if info is None and sep and head == self._prefix and self._root_is_experts:
-            info = known.get("")
-        if info is None:
+        if not sep:
+            info = self._experts.get("")
+            hit = None if info is None else info.in_range.get(relative)
+        else:
+            info = self._experts.get(head)
+            if info is None and head == self._prefix and self._root_is_experts:
+                info = self._experts.get("")
+            hit = None if info is None else info.in_range.get(relative[len(head) + 1:])
+        if hit is None:
             return None
-        hit = info.table.get(relative[len(head) + 1:] if sep else relative)
-        if hit is None or hit.parsed.local_index >= info.num_local_experts:
-            return None
+        self._recent, self._recent_names = info, info.names
         return info, hit
 
     def resolve(self, name: Any) -> Optional[tuple[ExpertsModule, _Target]]:
@@ -426,6 +469,7 @@ class RefitValidator:
             why = (" as one stack (its expert weights are not the views 0..E-1 of one stored stack)"
                    if stacked is not None else "")
             raise refit_error(name, f"experts module {path!r} exposes no canonical weight {local!r}{why}")
+        self._recent, self._recent_names = info, info.names
         return info, hit
 
     def check_source(self, name: str, target: MXFP8Tensor, source: Any) -> str:
@@ -469,108 +513,211 @@ class RefitValidator:
         host (one multi-tensor reduction and one host sync per device and dtype), or, with
         ``finite_on_device`` and a plan that allows it (``_device_check_possible``), on the device: scans are
         launched chunk by chunk while the entries are validated (``device_check.py``), the plan is marked
-        ``finite_on_device``, and ``apply.py`` writes with kernels predicated on the scans' flag. Names that are skipped under ``strict=False`` go to ``plan.skipped``. Raises RefitError
-        naming the first offending entry. ``resolved``: ``resolve(name)`` of every entry, when the caller has
-        it already (a stream groups its entries by module that way); not None for any of them.
+        ``finite_on_device``, and ``apply.py`` writes with kernels predicated on the scans' flag. Names that
+        are skipped under ``strict=False`` go to ``plan.skipped``. Raises RefitError naming the first offending
+        entry. ``resolved``: ``resolve(name)`` of every entry, when the caller has it already (a stream groups
+        its entries by module that way); not None for any of them.
+
+        The common entry, a logical source for an expert view that continues the run of the entry before it
+        (same stack and source dtype, whose backend checks are done), is checked and batched inline; every
+        other entry goes through ``_PlanBuilder.add``, which runs the checks in their documented order.
         """
-        writes: list[PlannedWrite] = []
-        skipped: list[str] = []
-        claimed_here: dict[Any, str] = {}
-        claimed = self._claimed
-        batches: dict[Any, WriteBatch] = {}
-        lookup = self._lookup
-        # Scan ahead: NaN/Inf scans launched chunk by chunk while the host validates the rest (harmless if
-        # the plan later fails or turns out not to allow the device check).
-        scan: Optional[DeviceScan] = None
         scan_capacity = len(entries) if finite_on_device and hasattr(entries, "__len__") else 0
-        last_stack = last_dtype = last_key = last_batch = None  # the batch of the previous entry
+        builder = _PlanBuilder(self, scan_capacity)
+        writes, claimed_here, claimed, skipped = builder.writes, builder.claimed_here, self._claimed, []
+        lookup, add, new_write, tensor = self._lookup, builder.add, PlannedWrite, torch.Tensor
+        # Runs: id(stack) -> [its batch of the latest source dtype, that dtype, the batch's next scan-ahead count]
+        # (a list, so that the count is updated in place); the current run is also held in locals.
+        runs: dict[int, list] = {}
+        run = run_stack = run_dtype = record = append_index = append_write = append_source = None
+        scan_at = _NEVER  # the run's source count at which its next sources go to the scan-ahead
         found_ahead = iter(resolved) if resolved is not None else None
+        recent_info, recent_names = self._recent, self._recent_names  # ``_lookup``'s first step, inline
         for name, source in entries:
-            found = lookup(name) if found_ahead is None else next(found_ahead)
-            if found is None:
-                found = self.resolve(name)
-                if found is None:
-                    skipped.append(name)
-                    continue
-            info, hit = found
-            if hit.whole:  # set tests, so the common no-clash case runs no Python loop over the stack's experts
-                clash = not (claimed_here.keys().isdisjoint(hit.keys) and claimed.keys().isdisjoint(hit.keys))
+            hit = recent_names.get(name) if found_ahead is None and type(name) is str else None
+            if hit is not None:
+                info = recent_info
             else:
-                clash = hit.key in claimed_here or hit.key in claimed
-            if clash:
-                for key in hit.keys if hit.whole else (hit.key,):
-                    previous = claimed_here.get(key) or claimed.get(key)
-                    if previous is not None:
-                        raise refit_error(
-                            name, f"duplicate: entry {previous!r} already writes {'an expert of ' if hit.whole else ''}"
-                            f"this weight ({join_name(info.path, hit.parsed.local_name)!r})"
-                        )
+                found = lookup(name) if found_ahead is None else next(found_ahead)
+                if found is None:
+                    found = self.resolve(name)
+                    if found is None:
+                        skipped.append(name)
+                        continue
+                info, hit = found
+                recent_info, recent_names = self._recent, self._recent_names
+            key, stack = hit.key, hit.stack
+            if stack is not run_stack and id(stack) in runs:  # entries of several stacks interleave: switch runs
+                record = runs[id(stack)]
+                run, run_dtype, scan_at = record
+                run_stack = stack
+                append_index, append_write, append_source = run.indices.append, run.writes.append, run.sources.append
             if (
-                isinstance(source, torch.Tensor)
-                and source.dtype in _SOURCE_DTYPE_SET
+                stack is run_stack
+                and hit.index >= 0  # an expert view (not a whole stack, not a lone tensor)
+                and isinstance(source, tensor)
+                and source.dtype is run_dtype
                 and source.shape == hit.shape
                 and source.device == hit.device
-                and source.layout == torch.strided
+                and source.layout is _STRIDED
+                and key not in claimed_here
+                and key not in claimed
             ):
-                kind = QUANTIZE
-            else:
-                kind = self.check_source(name, hit.target, source)
-            if kind == QUANTIZE and hit.device not in self._checked_backends:
-                self._check_backend(name, hit.device)
-            if kind == QUANTIZE and self._flashinfer and source.dtype not in FLASHINFER_SOURCE_DTYPES:
-                raise refit_error(name, flashinfer_source_dtype_problem(source.dtype))
-            if hit.whole:
-                claimed_here.update(dict.fromkeys(hit.keys, name))
-            else:
-                claimed_here[hit.key] = name
-            write = PlannedWrite(name, info, hit, source, kind)
-            writes.append(write)
-            if kind == QUANTIZE and hit.stack is not None:
-                if hit.whole:
-                    batch_key = id(write)
-                    batch = batches[batch_key] = WriteBatch([], hit.stack, list(range(hit.shape[0])), whole=True)
-                else:
-                    if hit.stack is not last_stack or source.dtype is not last_dtype:  # entries come in runs
-                        last_stack, last_dtype = hit.stack, source.dtype
-                        last_key = (id(hit.stack), source.dtype)
-                        last_batch = batches.get(last_key)
-                        if last_batch is None:
-                            last_batch = batches[last_key] = WriteBatch([], hit.stack)
-                    batch_key, batch = last_key, last_batch
-                    batch.indices.append(hit.index)
-                source = source if source.is_contiguous() else source.contiguous()
-                batch.writes.append(write)
-                batch.sources.append(source)
-                if scan_capacity:
-                    if scan is None and self._scan_ahead_possible(hit.stack):
-                        scan = DeviceScan(scan_capacity, hit.device)
-                    if scan is not None:
-                        scan.add(batch_key, write, source)
-            else:
-                batches[id(write)] = (WriteBatch([write], hit.stack, list(range(hit.shape[0])), whole=True)
-                                      if hit.whole else WriteBatch([write]))
-                scan_capacity = 0  # a copy (or a lone tensor) rules the device check out
-        batches = tuple(batches.values())
-        if scan_capacity == 0 and any(write.kind == COPY for write in writes):  # a copy zeroes scan_capacity
-            _check_copy_sources_alias_no_target(writes)
-        on_device = finite_on_device and _device_check_possible(batches, self.backend)
-        if on_device:
-            if scan is None or not scan.valid:  # entries without a length, or a source the scan could not take
-                scan = DeviceScan(len(writes), batches[0].stack.device)
-                for batch in batches:
-                    for write, source in zip(batch.writes, batch.sources):
-                        scan.add(id(batch), write, source)
-            on_device = scan.finish() is not None
-        if not on_device:
-            scan = None
-            _check_finite(writes)
-        claimed.update(claimed_here)
-        return RefitPlan(writes=tuple(writes), skipped=tuple(skipped), backend=self.backend,
-                         finite_on_device=on_device, batches=batches, device_scan=scan)
+                claimed_here[key] = name
+                write = new_write(name, info, hit, source, QUANTIZE)
+                writes.append(write)
+                append_index(hit.index)
+                append_write(write)
+                append_source(source if source.is_contiguous() else source.contiguous())
+                if len(run.sources) >= scan_at:
+                    scan_at = record[2] = builder.scan_due(run)
+                continue
+            batch = add(name, info, hit, source)
+            if batch is not None:  # this entry starts (or resumes) a run
+                record = runs[id(stack)] = [batch, source.dtype, builder.next_scan(batch)]
+                run, run_stack, run_dtype, scan_at = batch, stack, source.dtype, record[2]
+                append_index, append_write, append_source = batch.indices.append, batch.writes.append, \
+                    batch.sources.append
+        return builder.finish(finite_on_device, skipped)
 
     def _scan_ahead_possible(self, stack: MXFP8Tensor) -> bool:
         """Cheap precheck before the first scan-ahead launch (``_device_check_possible`` decides at the end)."""
         return not stack.is_released and not stack.has_write_hooks() and _quantizes_with_triton(self.backend, stack)
+
+
+_STRIDED = torch.strided
+_NEVER = sys.maxsize  # a source count no batch reaches
+
+
+def _any_claimed(claims: Mapping[Any, str], keys: Mapping[Any, None]) -> bool:
+    """Whether any of ``keys`` is in ``claims`` (a set test, skipped for no claims)."""
+    return bool(claims) and not claims.keys().isdisjoint(keys.keys())
+
+
+class _PlanBuilder:
+    """The state of one ``RefitValidator.plan`` call: its writes, the targets they claim, their batches and the
+    scan-ahead (NaN/Inf scans launched chunk by chunk while the host validates the rest; harmless if the plan
+    later fails or turns out not to allow the device check). Not thread-safe."""
+
+    def __init__(self, validator: RefitValidator, scan_capacity: int):
+        self.validator = validator
+        self.writes: list[PlannedWrite] = []
+        self.claimed_here: dict[Any, str] = {}  # target key -> entry name, for this plan
+        self.batches: dict[Any, WriteBatch] = {}
+        self.scan: Optional[DeviceScan] = None
+        self.scan_capacity = scan_capacity  # 0: no scan-ahead (not asked, unknown length, or a copy ruled it out)
+        self._scanned: dict[int, list[int]] = {}  # id(batch) -> [its sources handed to the scan, launch size]
+
+    def add(self, name: str, info: ExpertsModule, hit: _Target, source: Any) -> Optional[WriteBatch]:
+        """Check and record one entry: duplicates, the source, the backend; returns its batch when it is a
+        quantize write into an expert view (``plan`` then records that run's next entries inline), else None."""
+        validator, claimed_here, claimed = self.validator, self.claimed_here, self.validator._claimed
+        if hit.whole:  # set tests, so the common no-clash case runs no Python loop over the stack's experts
+            clash = _any_claimed(claimed_here, hit.keys) or _any_claimed(claimed, hit.keys)
+        else:
+            clash = hit.key in claimed_here or hit.key in claimed
+        if clash:
+            for key in hit.keys if hit.whole else (hit.key,):
+                previous = claimed_here.get(key) or claimed.get(key)
+                if previous is not None:
+                    raise refit_error(
+                        name, f"duplicate: entry {previous!r} already writes {'an expert of ' if hit.whole else ''}"
+                        f"this weight ({join_name(info.path, hit.parsed.local_name)!r})"
+                    )
+        if (
+            isinstance(source, torch.Tensor)
+            and source.dtype in _SOURCE_DTYPE_SET
+            and source.shape == hit.shape
+            and source.device == hit.device
+            and source.layout == torch.strided
+        ):
+            kind = QUANTIZE
+        else:
+            kind = validator.check_source(name, hit.target, source)
+        if kind == QUANTIZE and hit.device not in validator._checked_backends:
+            validator._check_backend(name, hit.device)
+        if kind == QUANTIZE and validator._flashinfer and source.dtype not in FLASHINFER_SOURCE_DTYPES:
+            raise refit_error(name, flashinfer_source_dtype_problem(source.dtype))
+        if hit.whole:
+            claimed_here.update(dict.fromkeys(hit.keys, name))
+        else:
+            claimed_here[hit.key] = name
+        write = PlannedWrite(name, info, hit, source, kind)
+        self.writes.append(write)
+        if kind != QUANTIZE or hit.stack is None:
+            self.batches[id(write)] = (WriteBatch([write], hit.stack, list(range(hit.shape[0])), whole=True)
+                                       if hit.whole else WriteBatch([write]))
+            self.scan_capacity, self.scan = 0, None  # a copy (or a lone tensor) rules the device check out
+            return None
+        if hit.whole:
+            batch = self.batches[id(write)] = WriteBatch([], hit.stack, list(range(hit.shape[0])), whole=True)
+        else:
+            batch = self.batches.get((id(hit.stack), source.dtype))
+            if batch is None:
+                batch = self.batches[(id(hit.stack), source.dtype)] = WriteBatch([], hit.stack)
+            batch.indices.append(hit.index)
+        batch.writes.append(write)
+        batch.sources.append(source if source.is_contiguous() else source.contiguous())
+        if self.scan_capacity:
+            self._scan_ahead(batch, hit)
+        return None if hit.whole else batch
+
+    def _scan_ahead(self, batch: WriteBatch, hit: _Target) -> None:
+        """Start the scan-ahead if the plan may allow it; hand ``batch``'s new source over when it is due."""
+        scan = self.scan
+        if scan is None:
+            if not self.validator._scan_ahead_possible(hit.stack):
+                return
+            scan = self.scan = DeviceScan(self.scan_capacity, hit.device)
+        if batch.whole:  # one source, launched at once when large
+            scan.add(id(batch), batch.writes[0], batch.sources[0])
+            return
+        scanned = self._scanned.get(id(batch))
+        if scanned is None:
+            scanned = self._scanned[id(batch)] = [0, scan.launch_size(batch.sources[0])]
+        if len(batch.sources) >= scanned[0] + scanned[1]:
+            self.scan_due(batch)
+
+    def next_scan(self, batch: WriteBatch) -> int:
+        """The source count of ``batch`` at which ``scan_due`` is to be called next (``_NEVER``: not scanned)."""
+        scanned = self._scanned.get(id(batch))
+        return _NEVER if scanned is None or self.scan is None else scanned[0] + scanned[1]
+
+    def scan_due(self, batch: WriteBatch) -> int:
+        """Hand the sources of ``batch`` not yet scanned to the scan-ahead; returns ``next_scan(batch)``."""
+        scanned = self._scanned.get(id(batch))
+        if scanned is None or self.scan is None:
+            return _NEVER
+        count = len(batch.sources)
+        if count > scanned[0]:
+            self.scan.extend(id(batch), batch.writes[scanned[0]:], batch.sources[scanned[0]:])
+            scanned[0] = count
+        return count + scanned[1]
+
+    def finish(self, finite_on_device: bool, skipped: list[str]) -> RefitPlan:
+        """The NaN/Inf check (on the device where the plan allows it, else on the host), then the plan."""
+        validator, writes = self.validator, self.writes
+        batches = tuple(self.batches.values())
+        if self.scan_capacity == 0 and any(write.kind == COPY for write in writes):  # a copy zeroes scan_capacity
+            _check_copy_sources_alias_no_target(writes)
+        on_device = finite_on_device and _device_check_possible(batches, validator.backend)
+        scan = self.scan
+        if on_device:
+            if scan is not None:
+                for batch in batches:
+                    self.scan_due(batch)
+            if scan is None or not scan.valid or scan.count != len(writes):
+                # entries without a length, or a source the scan could not take: scan every source now
+                scan = DeviceScan(len(writes), batches[0].stack.device)
+                for batch in batches:
+                    scan.extend(id(batch), batch.writes, batch.sources)
+            on_device = scan.finish() is not None
+        if not on_device:
+            scan = None
+            _check_finite(writes)
+        validator._claimed.update(self.claimed_here)
+        return RefitPlan(writes=tuple(writes), skipped=tuple(skipped), backend=validator.backend,
+                         finite_on_device=on_device, batches=batches, device_scan=scan)
 
 
 def _byte_extent(tensor: torch.Tensor) -> tuple[int, int]:
