@@ -555,7 +555,8 @@ def _fc2_kernel(
 # into bf16 MMA fragments (about 5 instructions per weight byte, mostly bit moves and shared-memory reads) for one
 # useful column of 16. Here each thread converts its weights straight from 16-byte global loads to fp32
 # (``cvt``), multiplies by the token's activations and sums each 32-wide MXFP8 block in fp32 before the block's
-# one scale multiply: no shared memory, no MMA padding, small register use (many warps per SM in flight).
+# one scale multiply: no MMA padding, small register use (many warps per SM in flight), and no shared memory
+# for the weights unless the K loop is pipelined (STAGES > 1: Triton stages those loads through shared memory).
 
 
 @triton.jit
@@ -576,7 +577,7 @@ def _fc1_gemv_kernel(
     x_ptr,  # [T, H] bf16
     w_ptr,  # [E, N1, H] fp8 e4m3
     s_ptr,  # [E, Mp * Cp] uint8 swizzled E8M0
-    inter_ptr,  # [rows * topk, I] bf16 out: row = pair index t * topk + k, already times probs[t, k]
+    inter_ptr,  # [rows * topk, I] bf16 out: row = pair index t * topk + k, times probs[t, k] if APPLY_PROB
     routing_map_ptr,  # [rows * topk] int32/int64 global expert ids, contiguous
     probs_ptr,  # [T, topk] fp32
     valid_tokens_ptr,  # [1] int32
@@ -782,7 +783,7 @@ def _fc2_gemv_kernel(
 
 @triton.jit
 def _combine_kernel(
-    slot_ptr,  # [rows * topk, H] bf16
+    slot_ptr,  # [rows * topk, H] bf16 rows; SPLITS > 1: SPLITS such fp32 buffers, stride_split apart
     probs_ptr,  # [T, topk] fp32
     routing_map_ptr,  # [rows * topk] int32/int64, contiguous
     valid_tokens_ptr,  # [1] int32

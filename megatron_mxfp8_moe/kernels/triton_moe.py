@@ -8,8 +8,8 @@ E8M0 bytes ``[E, Mp * Cp]``, read in place: no repacked copy, no write hook, so 
 the kernel reads), bf16 activations, fp32 accumulation. No host
 synchronization and no data-dependent shapes: the call captures in a CUDA graph and replays correctly with
 new routing and a new ``valid_tokens``. The token count ``rows`` picks the tile configuration on the host,
-which is fixed per graph. The result is deterministic: every output element is one MMA column plus a top-k
-sum in fixed order.
+which is fixed per graph. The result is deterministic: every output element is one MMA column (on the GEMV
+small-T path: fp32 block sums in a fixed order) plus a top-k sum in fixed order.
 """
 
 from __future__ import annotations

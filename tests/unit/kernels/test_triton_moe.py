@@ -154,7 +154,8 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     import torch
     from megatron_mxfp8_moe.kernels import _triton_moe_kernel as kernels
     from megatron_mxfp8_moe.kernels.reference import moe_reference
-    from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, route_reference, routing_capacity, triton_mxfp8_moe
+    from megatron_mxfp8_moe.kernels.triton_moe import (TILES, TritonMoEConfig, route_reference, routing_capacity,
+                                                     triton_mxfp8_moe)
     from megatron_mxfp8_moe.tensor import quantize_mxfp8
     from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
 
@@ -226,6 +227,35 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             out = run(x, probs, ids, fc1, fc2, activation, rows, valid, dataclasses.replace(cfg, **extra))
             check(key + "_" + name, out, ref, rows, valid, base if name == "bits_int" else None)
 
+    # The GEMV defaults exactly as choose_config returns them (BLOCK_K 256 / 512 past K = 96: masked K and scale
+    # column tails in a partial 4-column scale tile), both FC2 forms, int32 ids (one token on one expert twice,
+    # -1 and non-local ids), rows < T, valid_tokens > rows, strided x and probs, NaN in the x rows past
+    # valid_tokens and in the probs of skipped pairs (must not leak), bf16 and fp32 out, and one local expert
+    # with top-1 (the shape choose_config sends to g32p at one token).
+    for name, tile, gemv, activation, experts, topk, valid, out_dtype in (
+            ("g16p3", "g16p3", "pairs", "swiglu", 3, 2, 9, torch.float32),
+            ("g32p_combine", "g32p", "combine", "geglu", 3, 2, 3, torch.bfloat16),
+            ("g16p", "g16p", "pairs", "squared_relu", 3, 2, 3, torch.float32),
+            ("g32p_e1k1", "g32p", "pairs", "swiglu", 1, 1, 3, torch.bfloat16)):
+        hidden, inter, tokens, rows = 96, 32, 6, 5
+        n1 = inter if activation == "squared_relu" else 2 * inter
+        fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=0.1), backend="reference")
+        fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.1), backend="reference")
+        x = torch.randn(tokens, 2 * hidden).to(torch.bfloat16)[:, :hidden]
+        x[valid:] = float("nan")
+        ids = torch.randint(-1, experts + 2, (tokens, topk), dtype=torch.int32)  # offset 1: local ids 1..experts
+        ids[0] = 1
+        probs = torch.rand(tokens, 2 * topk)[:, :topk]
+        local = (ids >= 1) & (ids <= experts) & (torch.arange(tokens) < valid)[:, None]
+        probs[~local] = float("nan")
+        ref = moe_reference(x[:rows], fc1, fc2, probs[:rows], ids[:rows], activation, local_expert_offset=1,
+                            valid_tokens=valid)
+        out = torch.full((tokens + 1, hidden), float("nan"), dtype=out_dtype)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=1,
+                         valid_tokens=torch.tensor([valid], dtype=torch.int32), rows=rows, out=out,
+                         config=dataclasses.replace(TILES[tile], gemv=gemv))
+        check("edge_" + name, out, ref, rows, min(valid, rows))
+
     # Refit without hooks: quantize_experts_ / copy_ on the canonical stacks change what the kernel reads.
     activation, hidden, inter, experts, topk, rows = "swiglu", 160, 96, 4, 2, 5
     fc1 = quantize_mxfp8(random_weights((experts, 2 * inter, hidden), scale=0.1), backend="reference")
@@ -270,6 +300,9 @@ def test_kernels_under_triton_interpreter():
             assert check["err"] <= 1e-2, (key + suffix, check)
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
         assert result[key + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
+    for name in ("g16p3", "g32p_combine", "g16p", "g32p_e1k1"):
+        check = result["edge_" + name]
+        assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"], (name, check)
     for path in ("routed", "direct", "gemv", "pairs"):
         refit = result["refit_" + path]
         assert refit["changed"] and refit["err"] <= 1e-2, refit
