@@ -24,6 +24,7 @@ from ..activations import Activation, parse_activation
 from ..errors import BackendUnavailableError, MXFP8InputError
 from ..format.constants import BLOCK_SIZE, DATA_DTYPE
 from ..format.swizzle import padded_scale_shape
+from ..quant.triton import on_device
 from ..tensor import MXFP8Tensor
 
 logger = logging.getLogger(__name__)
@@ -326,10 +327,6 @@ def triton_mxfp8_moe(
 
     Returns ``out`` (or the new bf16 tensor). Graph-safe: no host sync, shapes fixed by ``rows``.
     """
-    import triton
-
-    from . import _triton_moe_kernel as kernels
-
     activation = parse_activation(activation)
     fc1, fc2 = fc1_stack, fc2_stack
     rows = x.shape[0] if rows is None else int(rows)
@@ -340,6 +337,19 @@ def triton_mxfp8_moe(
     if rows == 0:
         return out
     cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk, experts=experts)
+    with on_device(x.device):  # Triton launches on the current device
+        _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
+                experts, hidden, inner, topk)
+    return out
+
+
+def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
+            experts, hidden, inner, topk) -> None:
+    """The launches of ``triton_mxfp8_moe`` (inputs checked, ``rows`` > 0, ``out`` allocated)."""
+    import triton
+
+    from . import _triton_moe_kernel as kernels
+
     routing_map = routing_map.contiguous()
     device = x.device
     n_out = inner if activation.gated else fc1.data.shape[1]
@@ -350,7 +360,7 @@ def triton_mxfp8_moe(
         if cfg.gemv:
             _launch_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, out,
                          routing_map, probs, valid_tokens, rows, topk, experts, activation, local_expert_offset)
-            return out
+            return
         kernels._fc1_direct_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), rows * topk)](
             x, fc1.data, s1, inter, routing_map, probs, valid_tokens,
             rows, n_out, hidden, x.stride(0),
@@ -369,7 +379,7 @@ def triton_mxfp8_moe(
             EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
             **cfg.launch_options(2),
         )
-        return out
+        return
     max_sorted, max_blocks = routing_capacity(rows, topk, experts, cfg.block_t)
 
     sorted_pairs = torch.empty(max_sorted, dtype=torch.int32, device=device)
@@ -419,7 +429,6 @@ def triton_mxfp8_moe(
         hidden, slots.stride(1), slots.stride(0), probs.stride(0), out.stride(0), local_expert_offset,
         TOPK=topk, E=experts, BLOCK_H=block_h, SPLITS=split_k, num_warps=4,
     )
-    return out
 
 
 def _launch_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, out, routing_map, probs, valid_tokens, rows,

@@ -8,6 +8,7 @@ not round like the GPU's, so only the scale bytes and the write/no-write behavio
 """
 
 import array
+import contextlib
 import functools
 import operator
 import os
@@ -62,6 +63,12 @@ def triton_quantizer_support(device: torch.device) -> tuple[bool, str]:
     return True, "ok"
 
 
+def on_device(device: torch.device):
+    """Context making ``device`` current for a Triton launch (Triton launches on the CURRENT device: a tensor on
+    another GPU fails with "Pointer argument cannot be accessed"); a no-op off CUDA (the interpreter)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def _cdiv(numerator: int, denominator: int) -> int:
     """``ceil(numerator / denominator)`` (``triton.cdiv`` goes through a JIT wrapper: ~1.5 us a call)."""
     return -(-numerator // denominator)
@@ -88,25 +95,26 @@ def quantize_into_triton(
     experts, rows, cols = stacked.shape
     padded_rows, padded_cols = padded_scale_shape(rows, cols // 32)
     grid = (_cdiv(rows, _BLOCK_M), _cdiv(cols, _BLOCK_K), experts)
-    mxfp8_quantize_swizzle_kernel[grid](
-        stacked,
-        stacked,
-        stacked,
-        data,
-        scale.view(torch.uint8),
-        rows,
-        cols,
-        stacked.stride(0),
-        stacked.stride(1),
-        padded_rows * padded_cols,
-        padded_cols // 4,
-        abort if abort is not None else data,  # abort_ptr: unused without CHECK_ABORT
-        BLOCK_M=_BLOCK_M,
-        BLOCK_K=_BLOCK_K,
-        USE_TABLE=False,
-        CHECK_ABORT=abort is not None,
-        num_warps=num_warps,
-    )
+    with on_device(data.device):
+        mxfp8_quantize_swizzle_kernel[grid](
+            stacked,
+            stacked,
+            stacked,
+            data,
+            scale.view(torch.uint8),
+            rows,
+            cols,
+            stacked.stride(0),
+            stacked.stride(1),
+            padded_rows * padded_cols,
+            padded_cols // 4,
+            abort if abort is not None else data,  # abort_ptr: unused without CHECK_ABORT
+            BLOCK_M=_BLOCK_M,
+            BLOCK_K=_BLOCK_K,
+            USE_TABLE=False,
+            CHECK_ABORT=abort is not None,
+            num_warps=num_warps,
+        )
 
 
 def _low_bits(pointers: Sequence[int]) -> int:
@@ -165,27 +173,28 @@ def quantize_experts_into_triton(
     addresses = device_table(pointers, torch.int64, data.device)
     experts = device_table(list(experts), torch.int32, data.device)
     grid = (_cdiv(rows, _BLOCK_M * row_tiles), _cdiv(cols, _BLOCK_K), len(sources))
-    mxfp8_quantize_swizzle_kernel[grid](
-        sources[0],
-        addresses,
-        experts,
-        data,
-        scale.view(torch.uint8),
-        rows,
-        cols,
-        0,
-        cols,
-        padded_rows * padded_cols,
-        padded_cols // 4,
-        abort if abort is not None else experts,
-        BLOCK_M=_BLOCK_M,
-        BLOCK_K=_BLOCK_K,
-        USE_TABLE=True,
-        CHECK_ABORT=abort is not None,
-        ALIGNED=_aligned(pointers, cols * sources[0].element_size()),
-        ROW_TILES=row_tiles,
-        num_warps=num_warps,
-    )
+    with on_device(data.device):
+        mxfp8_quantize_swizzle_kernel[grid](
+            sources[0],
+            addresses,
+            experts,
+            data,
+            scale.view(torch.uint8),
+            rows,
+            cols,
+            0,
+            cols,
+            padded_rows * padded_cols,
+            padded_cols // 4,
+            abort if abort is not None else experts,
+            BLOCK_M=_BLOCK_M,
+            BLOCK_K=_BLOCK_K,
+            USE_TABLE=True,
+            CHECK_ABORT=abort is not None,
+            ALIGNED=_aligned(pointers, cols * sources[0].element_size()),
+            ROW_TILES=row_tiles,
+            num_warps=num_warps,
+        )
 
 
 def _scan_words(source: torch.Tensor, pointers: Sequence[int]) -> tuple[torch.dtype, int, int, int]:
@@ -231,7 +240,8 @@ def scan_nonfinite_triton(sources, flags: torch.Tensor, first_entry: int = 0, *,
     else:
         source = flags if word == torch.int32 else flags.view(torch.int16)  # gives the word type only
         table, aligned = device_table(pointers, torch.int64, flags.device), _aligned(pointers, 16)
-    nonfinite_scan_kernel[scan_grid(words, len(sources), block=block, iterations=iterations)](
-        source, table, flags, words, first_entry, iterations, EXPONENT=exponent, EXPONENT_ONE=exponent_one,
-        CARRY=carry, BLOCK=block, USE_TABLE=len(sources) > 1, ALIGNED=aligned, num_warps=num_warps,
-    )
+    with on_device(flags.device):
+        nonfinite_scan_kernel[scan_grid(words, len(sources), block=block, iterations=iterations)](
+            source, table, flags, words, first_entry, iterations, EXPONENT=exponent, EXPONENT_ONE=exponent_one,
+            CARRY=carry, BLOCK=block, USE_TABLE=len(sources) > 1, ALIGNED=aligned, num_warps=num_warps,
+        )
