@@ -9,9 +9,8 @@ Shape legend: T rows, H hidden, I intermediate, E local experts, N1 fc1 rows (2I
 Weights are the canonical stacks read in place: fp8 ``[E, M, K]`` and the cuBLAS 128x4-swizzled E8M0 bytes
 ``[E, Mp * Cp]``; a scale tile is addressed with the swizzle formula (``_scale_row_offsets`` + ``_scale_col_offsets``).
 v4 small-T path (``direct``): ``_fc1_direct_kernel`` + ``_fc2_combine_kernel``, no route and no combine launch.
-v6 GEMV small-T path (``direct`` + ``gemv``): ``_fc1_gemv_kernel`` + ``_fc2_combine_gemv_kernel`` (gemv="combine":
-the same two launches with CUDA-core block sums instead of MMAs), or ``_fc1_gemv_kernel`` + ``_fc2_gemv_kernel`` +
-``_combine_kernel`` (gemv="pairs": FC2 per (n tile, pair), more programs in flight, one more launch).
+v6 GEMV small-T path (``direct`` + ``gemv``): ``_fc1_gemv_kernel`` + ``_fc2_gemv_kernel`` (per (n tile, pair))
++ ``_combine_kernel``: matrix-vector products with CUDA-core block sums instead of MMAs.
 """
 
 import triton
@@ -577,9 +576,8 @@ def _fc1_gemv_kernel(
     x_ptr,  # [T, H] bf16
     w_ptr,  # [E, N1, H] fp8 e4m3
     s_ptr,  # [E, Mp * Cp] uint8 swizzled E8M0
-    inter_ptr,  # [rows * topk, I] bf16 out: row = pair index t * topk + k, times probs[t, k] if APPLY_PROB
+    inter_ptr,  # [rows * topk, I] bf16 out: row = pair index t * topk + k (no probability applied)
     routing_map_ptr,  # [rows * topk] int32/int64 global expert ids, contiguous
-    probs_ptr,  # [T, topk] fp32
     valid_tokens_ptr,  # [1] int32
     rows,
     N_OUT,
@@ -590,7 +588,6 @@ def _fc1_gemv_kernel(
     stride_se,
     scale_tiles,
     stride_inter,
-    stride_probs,
     local_expert_offset,
     TOPK: tl.constexpr,
     E: tl.constexpr,
@@ -599,11 +596,10 @@ def _fc1_gemv_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
-    APPLY_PROB: tl.constexpr,  # write probs[t, k] * act(...) (FC2 combines in-kernel) or act(...) alone
     STAGES: tl.constexpr,  # software-pipelining depth of the K loop (1: plain loop, loads straight to registers)
 ):
-    """GEMV FC1: program ``(n tile, pair)`` writes ``[probs[t, k] *] act(fc1[e] x[t])`` into the pair's inter row,
-    like ``_fc1_direct_kernel`` (same skipped pairs), with CUDA-core block sums instead of an MMA."""
+    """GEMV FC1: program ``(n tile, pair)`` writes ``act(fc1[e] x[t])`` into the pair's inter row; pairs of
+    invalid rows or of non-local experts write nothing (as ``_fc1_direct_kernel``), CUDA-core block sums."""
     pid_n = tl.program_id(0)
     pair = tl.program_id(1)
     t = pair // TOPK
@@ -653,72 +649,7 @@ def _fc1_gemv_kernel(
             h = _activate(g, tl.sum(acc_u, axis=1), ACTIVATION)
         else:
             h = _activate(g, g, ACTIVATION)
-        if APPLY_PROB:
-            h = h * tl.load(probs_ptr + t.to(tl.int64) * stride_probs + pair % TOPK)
         tl.store(inter_ptr + pair.to(tl.int64) * stride_inter + offs_n, h.to(tl.bfloat16), mask=offs_n < N_OUT)
-
-
-@triton.jit
-def _fc2_combine_gemv_kernel(
-    inter_ptr,  # [rows * topk, I] bf16, probability-weighted rows from _fc1_gemv_kernel
-    w_ptr,  # [E, H, I] fp8 e4m3
-    s_ptr,  # [E, Mp * Cp] uint8 swizzled E8M0
-    out_ptr,  # [>= rows, H] bf16 or fp32
-    routing_map_ptr,  # [rows * topk] int32/int64, contiguous
-    valid_tokens_ptr,  # [1] int32
-    rows,
-    N,  # H
-    K,  # I
-    stride_inter,
-    stride_we,
-    stride_wn,
-    stride_se,
-    scale_tiles,
-    stride_out,
-    local_expert_offset,
-    TOPK: tl.constexpr,
-    E: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    STAGES: tl.constexpr,
-):
-    """GEMV FC2 + combine: program ``(n tile, token t)`` sums ``fc2[e_k] @ (p_k h_k)`` over its top-k experts in
-    fixed order (one loop over ``topk x K steps``, as ``_fc2_combine_kernel``) and writes ``out[t]``; non-local
-    / -1 experts and rows past ``valid_tokens`` load nothing and contribute exact zeros."""
-    pid_n = tl.program_id(0)
-    t = tl.program_id(1)
-    valid = t < tl.minimum(tl.load(valid_tokens_ptr), rows)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows_n = (offs_n % N).to(tl.int64)
-    offs_k = tl.arange(0, BLOCK_K)
-    offs_ks = tl.arange(0, BLOCK_K // 32)
-    w_rows = w_ptr + rows_n[:, None] * stride_wn + offs_k[None, :]
-    s_rows = s_ptr + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
-    acc = tl.zeros([BLOCK_N, BLOCK_K // 32], dtype=tl.float32)
-    k_steps = tl.cdiv(K, BLOCK_K)
-    for j in tl.range(0, TOPK * k_steps, num_stages=STAGES):
-        slot = j // k_steps
-        ks = j - slot * k_steps
-        pair = t.to(tl.int64) * TOPK + slot
-        expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
-        use = valid & (expert >= 0) & (expert < E)
-        e64 = tl.where(use, expert, 0).to(tl.int64)
-        w_ptrs = w_rows + e64 * stride_we + ks * BLOCK_K
-        s_ptrs = s_rows[:, None] + e64 * stride_se + _scale_col_offsets(ks, BLOCK_K // 32)[None, :]
-        a_ptrs = inter_ptr + pair * stride_inter + ks * BLOCK_K + offs_k
-        if EVEN_K:
-            w = tl.load(w_ptrs, mask=use, other=0.0)
-            s = tl.load(s_ptrs, mask=use, other=0)
-            a = tl.load(a_ptrs, mask=use, other=0.0)
-        else:
-            k_left = K - ks * BLOCK_K
-            w = tl.load(w_ptrs, mask=use & (offs_k[None, :] < k_left), other=0.0)
-            s = tl.load(s_ptrs, mask=use & (offs_ks[None, :] * 32 < k_left), other=0)
-            a = tl.load(a_ptrs, mask=use & (offs_k < k_left), other=0.0)
-        acc = _gemv_block_sums(w, s, a, acc, BLOCK_N, BLOCK_K)
-    out = tl.sum(acc, axis=1)
-    tl.store(out_ptr + t.to(tl.int64) * stride_out + offs_n, out.to(out_ptr.dtype.element_ty), mask=offs_n < N)
 
 
 @triton.jit

@@ -41,7 +41,6 @@ _ACTIVATION_CODE = {  # keep in sync with ACT_* in _triton_moe_kernel.py
     Activation.SILU: 4,
 }
 
-_GEMV_MODES = ("", "combine", "pairs")
 _DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "sx": 5}  # keep in sync with DQ_* (kernel)
 
 
@@ -70,11 +69,10 @@ class TritonMoEConfig:
     # loop over its top-k experts in fixed order, out written directly). Two launches instead of four. Each pair
     # streams its expert's weights on its own, so it only pays off while pairs rarely share an expert.
     direct: bool = False
-    # v6, with ``direct``: matrix-vector products on CUDA cores (fp32 block sums, no MMA; block_t unused).
-    # "combine": the direct path's two launches; "pairs": FC2 per (n tile, pair) into slot rows, then the
-    # combine kernel (more programs in flight, one more launch). fc1/fc2 block_n x block_k are the weight tiles
-    # one program reads per K step, fc1/fc2 stages the K loops' pipelining depth (1: none).
-    gemv: str = ""
+    # v6, with ``direct``: matrix-vector products on CUDA cores (fp32 block sums, no MMA; block_t unused): FC1 per
+    # (n tile, pair), FC2 per (n tile, pair) into slot rows, then the combine kernel. fc1/fc2 block_n x block_k are
+    # the weight tiles one program reads per K step, fc1/fc2 stages the K loops' pipelining depth (1: none).
+    gemv: bool = False
     # ptxas register cap per thread for the FC1 / FC2 kernels (None: Triton's choice). Run 7, compile-only: the
     # default 16-token tiles take 216 (FC1) and 157 (FC2, 8 warps: one CTA per SM) registers; a cap trades
     # a few spilled bytes for more CTAs per SM ("s16k_sx_r": FC2 at 128, timed faster in session 5).
@@ -82,10 +80,8 @@ class TritonMoEConfig:
     fc2_maxnreg: Optional[int] = None
 
     def __post_init__(self):
-        if self.gemv not in _GEMV_MODES:
-            raise ValueError(f"TritonMoEConfig: gemv must be one of {_GEMV_MODES}, got {self.gemv!r}")
         if self.gemv and not self.direct:
-            raise ValueError(f"TritonMoEConfig: gemv={self.gemv!r} is a variant of the direct path and needs direct=True")
+            raise ValueError("TritonMoEConfig: gemv=True is a variant of the direct path and needs direct=True")
 
     @property
     def dequant_code(self) -> int:
@@ -122,10 +118,10 @@ def triton_moe_support(capability, triton_version: Optional[str] = None) -> tupl
 # sign-extending dequant (the others convert with cvt).
 TILES = {
     # v6 GEMV small-T path (session 5 sweep on the H200, bench/NOTES_triton_moe.md): "p" = FC2 per pair + combine
-    # kernel, "3" = K loops pipelined 3 deep through shared memory; block_t is unused there.
-    "g16p3": TritonMoEConfig(16, 16, 256, 4, 3, 32, 256, 4, 3, direct=True, gemv="pairs"),
-    "g16p": TritonMoEConfig(16, 16, 512, 4, 1, 32, 256, 4, 1, direct=True, gemv="pairs"),
-    "g32p": TritonMoEConfig(16, 32, 256, 4, 1, 16, 256, 2, 1, direct=True, gemv="pairs"),
+    # kernel (the only form kept), "3" = K loops pipelined 3 deep through shared memory; block_t is unused there.
+    "g16p3": TritonMoEConfig(16, 16, 256, 4, 3, 32, 256, 4, 3, direct=True, gemv=True),
+    "g16p": TritonMoEConfig(16, 16, 512, 4, 1, 32, 256, 4, 1, direct=True, gemv=True),
+    "g32p": TritonMoEConfig(16, 32, 256, 4, 1, 16, 256, 2, 1, direct=True, gemv=True),
     "d4_sx": TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True),
     "s16a": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4),
     "s16k_sx": TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx"),
@@ -433,35 +429,28 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
 
 def _launch_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, out, routing_map, probs, valid_tokens, rows,
                  topk, experts, activation, local_expert_offset) -> None:
-    """The launches of the GEMV small-T path (``cfg.gemv``): FC1 per (n tile, pair) into ``inter``
-    (``[rows * topk, n_out]`` bf16), then FC2 + combine per (n tile, token) ("combine"), or FC2 per (n tile, pair)
-    into bf16 slot rows and the combine kernel ("pairs")."""
+    """The three launches of the GEMV small-T path (``cfg.gemv``): FC1 per (n tile, pair) into ``inter``
+    (``[rows * topk, n_out]`` bf16), FC2 per (n tile, pair) into bf16 slot rows, and the combine kernel."""
     import triton
 
     from . import _triton_moe_kernel as kernels
 
     hidden, n_out, inner = x.shape[1], inter.shape[1], fc2.data.shape[2]
-    fused = cfg.gemv == "combine"
     kernels._fc1_gemv_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), rows * topk)](
-        x, fc1.data, s1, inter, routing_map, probs, valid_tokens,
+        x, fc1.data, s1, inter, routing_map, valid_tokens,
         rows, n_out, hidden, x.stride(0),
-        fc1.data.stride(0), fc1.data.stride(1), *s1_args, inter.stride(0), probs.stride(0), local_expert_offset,
+        fc1.data.stride(0), fc1.data.stride(1), *s1_args, inter.stride(0), local_expert_offset,
         TOPK=topk, E=experts, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
         BLOCK_N=cfg.fc1_block_n, BLOCK_K=cfg.fc1_block_k, EVEN_K=hidden % cfg.fc1_block_k == 0,
-        APPLY_PROB=fused, STAGES=cfg.fc1_stages, **cfg.launch_options(1),
+        STAGES=cfg.fc1_stages, **cfg.launch_options(1),
     )
-    fc2_args = (fc2.data.stride(0), fc2.data.stride(1), *s2_args)
-    fc2_meta = dict(TOPK=topk, E=experts, BLOCK_N=cfg.fc2_block_n, BLOCK_K=cfg.fc2_block_k,
-                    EVEN_K=inner % cfg.fc2_block_k == 0, STAGES=cfg.fc2_stages, **cfg.launch_options(2))
-    if fused:
-        kernels._fc2_combine_gemv_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), rows)](
-            inter, fc2.data, s2, out, routing_map, valid_tokens, rows, hidden, inner, inter.stride(0),
-            *fc2_args, out.stride(0), local_expert_offset, **fc2_meta)
-        return
     slots = torch.empty(rows * topk, hidden, dtype=torch.bfloat16, device=x.device)
     kernels._fc2_gemv_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), rows * topk)](
         inter, fc2.data, s2, slots, routing_map, valid_tokens, rows, hidden, inner, inter.stride(0),
-        *fc2_args, slots.stride(0), local_expert_offset, **fc2_meta)
+        fc2.data.stride(0), fc2.data.stride(1), *s2_args, slots.stride(0), local_expert_offset,
+        TOPK=topk, E=experts, BLOCK_N=cfg.fc2_block_n, BLOCK_K=cfg.fc2_block_k, EVEN_K=inner % cfg.fc2_block_k == 0,
+        STAGES=cfg.fc2_stages, **cfg.launch_options(2),
+    )
     block_h = min(2048, _pow2_at_least(hidden))
     kernels._combine_kernel[(rows, triton.cdiv(hidden, block_h))](
         slots, probs, routing_map, valid_tokens, out,

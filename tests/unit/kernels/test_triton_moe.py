@@ -63,11 +63,9 @@ def test_choose_config_returns_named_tiles_and_launch_options():
 
 def test_gemv_config_is_checked():
     tile = TILES["d4_sx"]
-    assert dataclasses.replace(tile, gemv="pairs").gemv == "pairs"
+    assert dataclasses.replace(tile, gemv=True).gemv
     with pytest.raises(ValueError, match="needs direct=True"):
-        dataclasses.replace(TILES["s16k_sx"], gemv="combine")
-    with pytest.raises(ValueError, match="gemv must be one of"):
-        dataclasses.replace(tile, gemv="yes")
+        dataclasses.replace(TILES["s16k_sx"], gemv=True)
 
 
 def test_capacity_bounds_any_routing():
@@ -203,10 +201,10 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         "bits_int_splitk3": dict(dequant_fp32=False, dequant="bits_int", fc2_split_k=3),
         "direct": dict(direct=True),
         "direct_k32": dict(direct=True, fc1_block_k=32, fc2_block_k=32),
-        "gemv": dict(direct=True, gemv="combine"),
-        "gemv_k32": dict(direct=True, gemv="combine", fc1_block_k=32, fc2_block_k=32, fc2_block_n=8),
-        "gemv_pairs": dict(direct=True, gemv="pairs", fc1_stages=2, fc2_stages=3),
-        "gemv_pairs_k32": dict(direct=True, gemv="pairs", fc1_block_k=32, fc2_block_k=32, fc1_block_n=8),
+        "gemv": dict(direct=True, gemv=True),
+        "gemv_k32": dict(direct=True, gemv=True, fc1_block_k=32, fc2_block_k=32, fc2_block_n=8),
+        "gemv_pairs": dict(direct=True, gemv=True, fc1_stages=2, fc2_stages=3),
+        "gemv_pairs_k32": dict(direct=True, gemv=True, fc1_block_k=32, fc2_block_k=32, fc1_block_n=8),
     }
     for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32), ("geglu", 160, 96),
                                       ("swiglu", 160, 96)):
@@ -228,15 +226,15 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             check(key + "_" + name, out, ref, rows, valid, base if name == "bits_int" else None)
 
     # The GEMV defaults exactly as choose_config returns them (BLOCK_K 256 / 512 past K = 96: masked K and scale
-    # column tails in a partial 4-column scale tile), both FC2 forms, int32 ids (one token on one expert twice,
+    # column tails in a partial 4-column scale tile), int32 ids (one token on one expert twice,
     # -1 and non-local ids), rows < T, valid_tokens > rows, strided x and probs, NaN in the x rows past
     # valid_tokens and in the probs of skipped pairs (must not leak), bf16 and fp32 out, and one local expert
     # with top-1 (the shape choose_config sends to g32p at one token).
-    for name, tile, gemv, activation, experts, topk, valid, out_dtype in (
-            ("g16p3", "g16p3", "pairs", "swiglu", 3, 2, 9, torch.float32),
-            ("g32p_combine", "g32p", "combine", "geglu", 3, 2, 3, torch.bfloat16),
-            ("g16p", "g16p", "pairs", "squared_relu", 3, 2, 3, torch.float32),
-            ("g32p_e1k1", "g32p", "pairs", "swiglu", 1, 1, 3, torch.bfloat16)):
+    for name, tile, activation, experts, topk, valid, out_dtype in (
+            ("g16p3", "g16p3", "swiglu", 3, 2, 9, torch.float32),
+            ("g32p_geglu", "g32p", "geglu", 3, 2, 3, torch.bfloat16),
+            ("g16p", "g16p", "squared_relu", 3, 2, 3, torch.float32),
+            ("g32p_e1k1", "g32p", "swiglu", 1, 1, 3, torch.bfloat16)):
         hidden, inter, tokens, rows = 96, 32, 6, 5
         n1 = inter if activation == "squared_relu" else 2 * inter
         fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=0.1), backend="reference")
@@ -253,7 +251,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         out = torch.full((tokens + 1, hidden), float("nan"), dtype=out_dtype)
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=1,
                          valid_tokens=torch.tensor([valid], dtype=torch.int32), rows=rows, out=out,
-                         config=dataclasses.replace(TILES[tile], gemv=gemv))
+                         config=TILES[tile])
         check("edge_" + name, out, ref, rows, min(valid, rows))
 
     # Refit without hooks: quantize_experts_ / copy_ on the canonical stacks change what the kernel reads.
@@ -265,7 +263,8 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     ids = ids + 1
     pointers = (fc1.data.data_ptr(), fc1.scale.data_ptr(), fc2.data.data_ptr(), fc2.scale.data_ptr())
     for path in ("routed", "direct", "gemv", "pairs"):
-        c = dataclasses.replace(cfg, direct=path != "routed", gemv={"gemv": "combine", "pairs": "pairs"}.get(path, ""))
+        c = dataclasses.replace(cfg, direct=path != "routed", gemv=path in ("gemv", "pairs"),
+                                fc2_stages=3 if path == "pairs" else cfg.fc2_stages)
         before = run(x, probs, ids, fc1, fc2, activation, rows, rows, c)
         new1 = random_weights((2, 2 * inter, hidden), scale=0.1)
         fc1.quantize_experts_([0, 2], [new1[0], new1[1]], backend="reference")
@@ -300,7 +299,7 @@ def test_kernels_under_triton_interpreter():
             assert check["err"] <= 1e-2, (key + suffix, check)
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
         assert result[key + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
-    for name in ("g16p3", "g32p_combine", "g16p", "g32p_e1k1"):
+    for name in ("g16p3", "g32p_geglu", "g16p", "g32p_e1k1"):
         check = result["edge_" + name]
         assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"], (name, check)
     for path in ("routed", "direct", "gemv", "pairs"):
