@@ -88,6 +88,15 @@ V4_CASES = [(v, c) for v in ("sx", "k256", "k256_sx", "m32k_sx", "m32j_sx") for 
     [(v, c) for v in GEMV for c in (_DECODE1, _ODD7, _BIG16)] + [("g16p", (128, 8, 4096, 1536, 1))]
 
 
+def _mma_config(tokens, hidden, inter, topk, experts):
+    """choose_config (gated), or where it now picks a GEMV tile the MMA tiles it picked before (d4_sx up to 0.25
+    pairs per expert, s16k_sx_r above): the dequant variants these tests compare exist on the MMA path only."""
+    base = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
+    if not base.gemv:
+        return base
+    return TILES["d4_sx"] if tokens * topk <= 0.25 * experts else TILES["s16k_sx_r"]
+
+
 def _moe_inputs(experts, topk, hidden, inter, tokens, activation="swiglu"):
     fc1, fc2 = _layer(experts, hidden, inter, activation)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
@@ -103,7 +112,7 @@ def test_v4_variants(variant, case):
     experts, topk, hidden, inter, tokens = case
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens)
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
-    base = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
+    base = _mma_config(tokens, hidden, inter, topk, experts)
     cvt = dataclasses.replace(base, dequant="cvt", direct=False)
     cfg = dataclasses.replace(cvt, dequant="sx") if V4[variant] is None else V4[variant]
     outs = {}
@@ -297,8 +306,7 @@ def test_v3_variants(experts, topk, hidden, inter, tokens, variant):
     ids[::3, 0] = -1
     valid_rows = max(1, tokens - 2)
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
-    base = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
-    base = dataclasses.replace(base, dequant="cvt", fc2_split_k=1)
+    base = dataclasses.replace(_mma_config(tokens, hidden, inter, topk, experts), dequant="cvt", fc2_split_k=1)
     outs = {}
     for name, cfg in (("cvt", base), (variant, dataclasses.replace(base, **_V3[variant]))):
         out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -338,7 +346,6 @@ def test_v3_bits_exact_with_scales_above_2_pow_7():
 @pytest.mark.parametrize("variant", ["bits", "bits_sk2"])
 def test_v3_cuda_graph_replay(variant):
     def config_for(tokens, hidden, inter, topk, experts):
-        base = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
-        return dataclasses.replace(base, **_V3[variant])
+        return dataclasses.replace(_mma_config(tokens, hidden, inter, topk, experts), **_V3[variant])
 
     _graph_replay_of(config_for, 16, (16, 5, 1))
