@@ -571,6 +571,42 @@ def _gemv_block_sums(w, s, v, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr)
     return acc + part * bits.to(tl.float32, bitcast=True)
 
 
+
+@triton.jit
+def _local_pair(pair, routing_map_ptr, valid_tokens_ptr, rows, local_expert_offset, TOPK: tl.constexpr,
+                E: tl.constexpr):
+    """``(token, local expert, live)`` of a pair index; ``live``: the token is below ``valid_tokens`` (and
+    ``rows``) and the expert is local."""
+    t = pair // TOPK
+    valid = tl.minimum(tl.load(valid_tokens_ptr), rows)
+    expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
+    return t, expert, (t < valid) & (expert >= 0) & (expert < E)
+
+
+@triton.jit
+def _expert_rows(w_ptr, s_ptr, expert, rows, stride_we, stride_wn, stride_se, scale_tiles, BLOCK_K: tl.constexpr):
+    """Pointers to K step 0 of weight ``rows`` (int64 ``[BLOCK_N]``) of ``expert``: fp8 ``[BLOCK_N, BLOCK_K]`` and
+    the rows' scale bytes (column 0) in the expert's 128x4-swizzled scales ``[BLOCK_N]``."""
+    e64 = expert.to(tl.int64)
+    w_ptrs = w_ptr + e64 * stride_we + rows[:, None] * stride_wn + tl.arange(0, BLOCK_K)[None, :]
+    s_rows = s_ptr + e64 * stride_se + (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
+    return w_ptrs, s_rows
+
+
+@triton.jit
+def _weight_step(w_ptrs, s_rows, k, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """The fp8 tile at ``w_ptrs`` and its E8M0 tile ``[BLOCK_N, BLOCK_K // 32]`` for K step ``k`` (zeros past K)."""
+    s_ptrs = s_rows[:, None] + _scale_col_offsets(k, BLOCK_K // 32)[None, :]
+    if EVEN_K:
+        w = tl.load(w_ptrs)
+        s = tl.load(s_ptrs)
+    else:
+        k_left = K - k * BLOCK_K
+        w = tl.load(w_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
+        s = tl.load(s_ptrs, mask=tl.arange(0, BLOCK_K // 32)[None, :] * 32 < k_left, other=0)
+    return w, s
+
+
 @triton.jit
 def _fc1_gemv_kernel(
     x_ptr,  # [T, H] bf16
@@ -602,44 +638,29 @@ def _fc1_gemv_kernel(
     invalid rows or of non-local experts write nothing (as ``_fc1_direct_kernel``), CUDA-core block sums."""
     pid_n = tl.program_id(0)
     pair = tl.program_id(1)
-    t = pair // TOPK
-    valid = tl.minimum(tl.load(valid_tokens_ptr), rows)
-    expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
-    if (t < valid) & (expert >= 0) & (expert < E):
+    t, expert, live = _local_pair(pair, routing_map_ptr, valid_tokens_ptr, rows, local_expert_offset, TOPK, E)
+    if live:
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        rows_n = (offs_n % N_OUT).to(tl.int64)
+        rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
         offs_k = tl.arange(0, BLOCK_K)
-        offs_ks = tl.arange(0, BLOCK_K // 32)
-        e64 = expert.to(tl.int64)
-        wg_ptrs = w_ptr + e64 * stride_we + rows_n[:, None] * stride_wn + offs_k[None, :]
-        s_base = s_ptr + e64 * stride_se
-        sg_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+        wg_ptrs, sg_rows = _expert_rows(w_ptr, s_ptr, expert, rows_n, stride_we, stride_wn, stride_se, scale_tiles,
+                                        BLOCK_K)
         x_ptrs = x_ptr + t.to(tl.int64) * stride_x + offs_k
         acc_g = tl.zeros([BLOCK_N, BLOCK_K // 32], dtype=tl.float32)
         if GATED:
             wu_ptrs = wg_ptrs + N_OUT * stride_wn
-            rows_u = rows_n + N_OUT
-            su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
+            _, su_rows = _expert_rows(w_ptr, s_ptr, expert, rows_n + N_OUT, stride_we, stride_wn, stride_se,
+                                      scale_tiles, BLOCK_K)
             acc_u = tl.zeros([BLOCK_N, BLOCK_K // 32], dtype=tl.float32)
         for k in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=STAGES):
-            s_cols = _scale_col_offsets(k, BLOCK_K // 32)
             if EVEN_K:
                 v = tl.load(x_ptrs)
-                wg = tl.load(wg_ptrs)
-                sg = tl.load(sg_rows[:, None] + s_cols[None, :])
             else:
-                k_left = K - k * BLOCK_K
-                v = tl.load(x_ptrs, mask=offs_k < k_left, other=0.0)
-                wg = tl.load(wg_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-                sg = tl.load(sg_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+                v = tl.load(x_ptrs, mask=offs_k < K - k * BLOCK_K, other=0.0)
+            wg, sg = _weight_step(wg_ptrs, sg_rows, k, K, BLOCK_K, EVEN_K)
             acc_g = _gemv_block_sums(wg, sg, v, acc_g, BLOCK_N, BLOCK_K)
             if GATED:
-                if EVEN_K:
-                    wu = tl.load(wu_ptrs)
-                    su = tl.load(su_rows[:, None] + s_cols[None, :])
-                else:
-                    wu = tl.load(wu_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-                    su = tl.load(su_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+                wu, su = _weight_step(wu_ptrs, su_rows, k, K, BLOCK_K, EVEN_K)
                 acc_u = _gemv_block_sums(wu, su, v, acc_u, BLOCK_N, BLOCK_K)
                 wu_ptrs += BLOCK_K
             x_ptrs += BLOCK_K
@@ -681,30 +702,20 @@ def _fc2_gemv_kernel(
     adds the slots); pairs of invalid rows or of non-local experts write nothing and are skipped by the combine."""
     pid_n = tl.program_id(0)
     pair = tl.program_id(1)
-    t = pair // TOPK
-    valid = tl.minimum(tl.load(valid_tokens_ptr), rows)
-    expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
-    if (t < valid) & (expert >= 0) & (expert < E):
+    t, expert, live = _local_pair(pair, routing_map_ptr, valid_tokens_ptr, rows, local_expert_offset, TOPK, E)
+    if live:
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        rows_n = (offs_n % N).to(tl.int64)
         offs_k = tl.arange(0, BLOCK_K)
-        offs_ks = tl.arange(0, BLOCK_K // 32)
-        e64 = expert.to(tl.int64)
-        w_ptrs = w_ptr + e64 * stride_we + rows_n[:, None] * stride_wn + offs_k[None, :]
-        s_rows = s_ptr + e64 * stride_se + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+        w_ptrs, s_rows = _expert_rows(w_ptr, s_ptr, expert, (offs_n % N).to(tl.int64), stride_we, stride_wn,
+                                      stride_se, scale_tiles, BLOCK_K)
         a_ptrs = inter_ptr + pair.to(tl.int64) * stride_inter + offs_k
         acc = tl.zeros([BLOCK_N, BLOCK_K // 32], dtype=tl.float32)
         for k in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=STAGES):
-            s_ptrs = s_rows[:, None] + _scale_col_offsets(k, BLOCK_K // 32)[None, :]
+            w, s = _weight_step(w_ptrs, s_rows, k, K, BLOCK_K, EVEN_K)
             if EVEN_K:
-                w = tl.load(w_ptrs)
-                s = tl.load(s_ptrs)
                 a = tl.load(a_ptrs)
             else:
-                k_left = K - k * BLOCK_K
-                w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-                s = tl.load(s_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
-                a = tl.load(a_ptrs, mask=offs_k < k_left, other=0.0)
+                a = tl.load(a_ptrs, mask=offs_k < K - k * BLOCK_K, other=0.0)
             acc = _gemv_block_sums(w, s, a, acc, BLOCK_N, BLOCK_K)
             w_ptrs += BLOCK_K
             a_ptrs += BLOCK_K
