@@ -6,6 +6,8 @@
 #                                   # the refit benchmark alone (multi-layer stream rows), the bounded-row bench
 #   bash tools/gpu_next.sh final    # GPU tests of the default tiles and the layer CUDA graphs, the demo, and the
 #                                   # full MoE benchmark (bench/moe_layer.py --warm 14) for the PERFORMANCE tables
+#   bash tools/gpu_next.sh verify   # FIRST next session: the GPU tests changed after session 5's last call, and a
+#                                   # probe of the GEMV defaults (compare with docs/PERFORMANCE.md 2a)
 # A candidate becomes a default only if its tests pass AND the sweep shows it faster; then run "final".
 set -u
 OUT=${OUT:-/tmp/out}
@@ -43,5 +45,15 @@ case "${1:-}" in
     timeout 270 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
     echo "moe rc=$?" >> $OUT/moe_bench.log
     tail -3 $OUT/kernel_tests.log; tail -6 $OUT/demo.log; tail -16 $OUT/moe_bench.log ;;
-  *) echo "usage: bash tools/gpu_next.sh kernels|refit|final" >&2; exit 2 ;;
+  verify)
+    # what changed after session 5's last GPU call: the dequant-variant tests' MMA baselines, the GEMV kernels'
+    # shared helpers (and the removed fused form); then the GEMV defaults' timing against the final table
+    timeout 400 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "v4_variants or v3_variants or v3_cuda_graph or v4_cuda_graph or gemv or matches_float64" \
+      > $OUT/verify_tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/verify_tests.log
+    timeout 120 python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 1,4,16 --configs g16p3,g32p,g16p \
+      > $OUT/probe.jsonl 2>&1
+    tail -3 $OUT/verify_tests.log; grep '^{' $OUT/probe.jsonl ;;
+  *) echo "usage: bash tools/gpu_next.sh kernels|refit|final|verify" >&2; exit 2 ;;
 esac
