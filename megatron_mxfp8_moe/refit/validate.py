@@ -617,12 +617,13 @@ class _PlanBuilder:
         else:
             clash = hit.key in claimed_here or hit.key in claimed
         if clash:
-            for key in hit.keys if hit.whole else (hit.key,):
+            for index, key in enumerate(hit.keys if hit.whole else (hit.key,)):
                 previous = claimed_here.get(key) or claimed.get(key)
                 if previous is not None:
+                    weight = f"linear_{hit.parsed.linear}.weight{index}" if hit.whole else hit.parsed.local_name
                     raise refit_error(
                         name, f"duplicate: entry {previous!r} already writes {'an expert of ' if hit.whole else ''}"
-                        f"this weight ({join_name(info.path, hit.parsed.local_name)!r})"
+                        f"this weight ({join_name(info.path, weight)!r})"
                     )
         if (
             isinstance(source, torch.Tensor)

@@ -58,7 +58,7 @@ def test_a_bad_source_inside_a_run_gives_the_general_paths_error(case):
 
 
 def test_duplicates_inside_runs_and_against_whole_stacks_are_named():
-    """(A whole-stack entry's weight is named by expert 0's local name in these messages, as before.)"""
+    """A whole-stack entry that clashes names the first expert it shares with an earlier entry."""
     module = _module()
     fc1 = [("linear_fc1.weight0", _source("fc1")), ("linear_fc1.weight1", _source("fc1"))]
     whole_fc1 = ("linear_fc1.weight", torch.randn(4, M, K).to(torch.bfloat16))
@@ -73,6 +73,9 @@ def test_duplicates_inside_runs_and_against_whole_stacks_are_named():
                                                                                     _source("fc2"))]) == (
         "refit entry 'linear_fc2.weight3': duplicate: entry 'linear_fc2.weight' already writes this weight "
         "('linear_fc2.weight3')")
+    assert _error(module, [("linear_fc1.weight2", _source("fc1")), whole_fc1]) == (
+        "refit entry 'linear_fc1.weight': duplicate: entry 'linear_fc1.weight2' already writes an expert of this "
+        "weight ('linear_fc1.weight2')")
     assert _error(module, [whole_fc1, whole_fc1]) == (
         "refit entry 'linear_fc1.weight': duplicate: entry 'linear_fc1.weight' already writes an expert of this "
         "weight ('linear_fc1.weight0')")
