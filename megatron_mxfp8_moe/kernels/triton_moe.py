@@ -419,12 +419,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         **cfg.launch_options(2),
     )
 
-    block_h = min(2048, _pow2_at_least(hidden))
-    kernels._combine_kernel[(rows, triton.cdiv(hidden, block_h))](
-        slots, probs, routing_map, valid_tokens, out,
-        hidden, slots.stride(1), slots.stride(0), probs.stride(0), out.stride(0), local_expert_offset,
-        TOPK=topk, E=experts, BLOCK_H=block_h, SPLITS=split_k, num_warps=4,
-    )
+    _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
 
 
 def _launch_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, out, routing_map, probs, valid_tokens, rows,
@@ -444,18 +439,29 @@ def _launch_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, out, routing
         BLOCK_N=cfg.fc1_block_n, BLOCK_K=cfg.fc1_block_k, EVEN_K=hidden % cfg.fc1_block_k == 0,
         STAGES=cfg.fc1_stages, **cfg.launch_options(1),
     )
-    slots = torch.empty(rows * topk, hidden, dtype=torch.bfloat16, device=x.device)
+    slots = torch.empty(1, rows * topk, hidden, dtype=torch.bfloat16, device=x.device)
     kernels._fc2_gemv_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), rows * topk)](
         inter, fc2.data, s2, slots, routing_map, valid_tokens, rows, hidden, inner, inter.stride(0),
-        fc2.data.stride(0), fc2.data.stride(1), *s2_args, slots.stride(0), local_expert_offset,
+        fc2.data.stride(0), fc2.data.stride(1), *s2_args, slots.stride(1), local_expert_offset,
         TOPK=topk, E=experts, BLOCK_N=cfg.fc2_block_n, BLOCK_K=cfg.fc2_block_k, EVEN_K=inner % cfg.fc2_block_k == 0,
         STAGES=cfg.fc2_stages, **cfg.launch_options(2),
     )
+    _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
+
+
+def _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset) -> None:
+    """``out[:rows]`` = the probability-weighted sum of each token's slot rows (``slots``: ``[splits, rows * topk,
+    H]``, split-K partials added in order), zeros past ``valid_tokens``: ``_combine_kernel``."""
+    import triton
+
+    from . import _triton_moe_kernel as kernels
+
+    splits, _, hidden = slots.shape
     block_h = min(2048, _pow2_at_least(hidden))
     kernels._combine_kernel[(rows, triton.cdiv(hidden, block_h))](
         slots, probs, routing_map, valid_tokens, out,
-        hidden, slots.stride(0), 0, probs.stride(0), out.stride(0), local_expert_offset,
-        TOPK=topk, E=experts, BLOCK_H=block_h, SPLITS=1, num_warps=4,
+        hidden, slots.stride(1), slots.stride(0), probs.stride(0), out.stride(0), local_expert_offset,
+        TOPK=routing_map.shape[1], E=experts, BLOCK_H=block_h, SPLITS=splits, num_warps=4,
     )
 
 
