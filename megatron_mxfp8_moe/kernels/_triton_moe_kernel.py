@@ -390,10 +390,8 @@ def _fc1_direct_kernel(
     Pairs of invalid rows or of non-local experts write nothing (the FC2 side skips them the same way)."""
     pid_n = tl.program_id(0)
     pair = tl.program_id(1)
-    t = pair // TOPK
-    valid = tl.minimum(tl.load(valid_tokens_ptr), rows)
-    expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
-    if (t < valid) & (expert >= 0) & (expert < E):
+    t, expert, live = _local_pair(pair, routing_map_ptr, valid_tokens_ptr, rows, local_expert_offset, TOPK, E)
+    if live:
         cols = tl.arange(0, BLOCK_T)
         token_mask = cols == 0
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
