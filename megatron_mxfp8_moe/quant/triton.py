@@ -51,10 +51,14 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _device_type(device) -> str:
+    """``torch.device(device).type`` without building a device object when ``device`` already is one."""
+    return device.type if isinstance(device, torch.device) else torch.device(device).type
+
+
 def triton_quantizer_support(device: torch.device) -> tuple[bool, str]:
     """(ok, reason): the Triton quantizer needs a CUDA tensor and an importable Triton."""
-    device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
-    if device_type != "cuda" and not _interpreting():
+    if _device_type(device) != "cuda" and not _interpreting():
         return False, f"the triton quantizer needs a CUDA device, got {device}"
     try:
         import triton  # noqa: F401
@@ -66,7 +70,7 @@ def triton_quantizer_support(device: torch.device) -> tuple[bool, str]:
 def on_device(device: torch.device):
     """Context making ``device`` current for a Triton launch (Triton launches on the CURRENT device: a tensor on
     another GPU fails with "Pointer argument cannot be accessed"); a no-op off CUDA (the interpreter)."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    return torch.cuda.device(device) if _device_type(device) == "cuda" else contextlib.nullcontext()
 
 
 def _cdiv(numerator: int, denominator: int) -> int:
@@ -141,7 +145,7 @@ def device_table(values: Sequence[int], dtype: torch.dtype, device: torch.device
         host = torch.tensor(values, dtype=dtype)
     else:
         host = torch.frombuffer(array.array(typecode, values), dtype=dtype)  # shares (and keeps) the array
-    if (device.type if isinstance(device, torch.device) else torch.device(device).type) != "cuda":
+    if _device_type(device) != "cuda":
         return host
     return host.pin_memory().to(device, non_blocking=True)
 
