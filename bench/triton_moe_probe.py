@@ -53,8 +53,8 @@ def main():
                 torch.cuda.synchronize()
                 continue
             us = graph_median_us(run) / ROTATE
-            print(json.dumps(dict(shape=args.shape, tokens=tokens, config=name, us=round(us, 1),
-                                  mma_v3=os.environ.get("DISABLE_MMA_V3") != "1")), flush=True)
+            print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
+                                  us=round(us, 1), mma_v3=os.environ.get("DISABLE_MMA_V3") != "1")), flush=True)
 
 
 if __name__ == "__main__":

@@ -55,5 +55,17 @@ case "${1:-}" in
     timeout 120 python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 1,4,16 --configs g16p3,g32p,g16p \
       > $OUT/probe.jsonl 2>&1
     tail -3 $OUT/verify_tests.log; grep '^{' $OUT/probe.jsonl ;;
-  *) echo "usage: bash tools/gpu_next.sh kernels|refit|final|verify" >&2; exit 2 ;;
+  group)
+    # session 6: the verify tests above plus the v7 grouped-GEMV candidates (q*) against the float64 oracle, then
+    # a probe of the candidates beside the defaults on both shapes, both activations, 1-64 tokens
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+    timeout 290 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "v4_variants or v4_cuda_graph or gemv or matches_float64" > $OUT/group_tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/group_tests.log
+    for act in swiglu squared_relu; do for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 66 python3 bench/triton_moe_probe.py --shape $shape --activation $act --tokens 1,4,16,64 \
+        --configs g16p3,g32p,g16p,s16k_sx_r,q1,q2,q2n,q2s3,q3,q4 >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done; done
+    tail -5 $OUT/group_tests.log; grep -c '^{' $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  *) echo "usage: bash tools/gpu_next.sh kernels|refit|final|verify|group" >&2; exit 2 ;;
 esac

@@ -64,8 +64,10 @@ def test_choose_config_returns_named_tiles_and_launch_options():
 def test_gemv_config_is_checked():
     tile = TILES["d4_sx"]
     assert dataclasses.replace(tile, gemv=True).gemv
-    with pytest.raises(ValueError, match="needs direct=True"):
-        dataclasses.replace(TILES["s16k_sx"], gemv=True)
+    with pytest.raises(ValueError, match="1..4 pairs per program"):
+        dataclasses.replace(TILES["s16k_sx"], gemv=True)  # grouped GEMV with block_t 16
+    for block_t in (1, 2, 3, 4):
+        assert dataclasses.replace(TILES["s16k_sx"], gemv=True, block_t=block_t).block_t == block_t
 
 
 def test_capacity_bounds_any_routing():
@@ -205,6 +207,10 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         "gemv_k32": dict(direct=True, gemv=True, fc1_block_k=32, fc2_block_k=32, fc2_block_n=8),
         "gemv_pairs": dict(direct=True, gemv=True, fc1_stages=2, fc2_stages=3),
         "gemv_pairs_k32": dict(direct=True, gemv=True, fc1_block_k=32, fc2_block_k=32, fc1_block_n=8),
+        "group1": dict(gemv=True, block_t=1),
+        "group2": dict(gemv=True, block_t=2, fc1_block_k=32, fc2_block_k=32),
+        "group3": dict(gemv=True, block_t=3, fc2_block_n=8),
+        "group4": dict(gemv=True, block_t=4, fc1_block_n=8, fc1_block_k=128),
     }
     for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32), ("geglu", 160, 96),
                                       ("swiglu", 160, 96)):
@@ -234,7 +240,11 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             ("g16p3", "g16p3", "swiglu", 3, 2, 9, torch.float32),
             ("g32p_geglu", "g32p", "geglu", 3, 2, 3, torch.bfloat16),
             ("g16p", "g16p", "squared_relu", 3, 2, 3, torch.float32),
-            ("g32p_e1k1", "g32p", "swiglu", 1, 1, 3, torch.bfloat16)):
+            ("g32p_e1k1", "g32p", "swiglu", 1, 1, 3, torch.bfloat16),
+            ("q2", "q2", "swiglu", 3, 2, 9, torch.bfloat16),
+            ("q3_geglu", "q3", "geglu", 3, 2, 4, torch.float32),
+            ("q4_sq", "q4", "squared_relu", 2, 2, 3, torch.bfloat16),
+            ("q2_e1k1", "q2", "swiglu", 1, 1, 4, torch.float32)):
         hidden, inter, tokens, rows = 96, 32, 6, 5
         n1 = inter if activation == "squared_relu" else 2 * inter
         fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=0.1), backend="reference")
@@ -262,9 +272,10 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     probs, ids = random_routing(rows, experts, topk)
     ids = ids + 1
     pointers = (fc1.data.data_ptr(), fc1.scale.data_ptr(), fc2.data.data_ptr(), fc2.scale.data_ptr())
-    for path in ("routed", "direct", "gemv", "pairs"):
-        c = dataclasses.replace(cfg, direct=path != "routed", gemv=path in ("gemv", "pairs"),
-                                fc2_stages=3 if path == "pairs" else cfg.fc2_stages)
+    for path in ("routed", "direct", "gemv", "pairs", "group"):
+        c = dataclasses.replace(cfg, direct=path not in ("routed", "group"), gemv=path in ("gemv", "pairs", "group"),
+                                fc2_stages=3 if path == "pairs" else cfg.fc2_stages,
+                                block_t=3 if path == "group" else cfg.block_t)
         before = run(x, probs, ids, fc1, fc2, activation, rows, rows, c)
         new1 = random_weights((2, 2 * inter, hidden), scale=0.1)
         fc1.quantize_experts_([0, 2], [new1[0], new1[1]], backend="reference")
@@ -294,15 +305,15 @@ def test_kernels_under_triton_interpreter():
     assert result["block_expert_equal"] and result["pairs_equal"]
     for key in _LAYER_KEYS:
         for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3", "_direct", "_direct_k32", "_gemv", "_gemv_k32",
-                       "_gemv_pairs", "_gemv_pairs_k32"):
+                       "_gemv_pairs", "_gemv_pairs_k32", "_group1", "_group2", "_group3", "_group4"):
             check = result[key + suffix]
             assert check["err"] <= 1e-2, (key + suffix, check)
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
         assert result[key + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
-    for name in ("g16p3", "g32p_geglu", "g16p", "g32p_e1k1"):
+    for name in ("g16p3", "g32p_geglu", "g16p", "g32p_e1k1", "q2", "q3_geglu", "q4_sq", "q2_e1k1"):
         check = result["edge_" + name]
         assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"], (name, check)
-    for path in ("routed", "direct", "gemv", "pairs"):
+    for path in ("routed", "direct", "gemv", "pairs", "group"):
         refit = result["refit_" + path]
         assert refit["changed"] and refit["err"] <= 1e-2, refit
         assert refit["hooks"] == 0 and refit["same_storage"], refit
