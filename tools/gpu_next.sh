@@ -67,5 +67,24 @@ case "${1:-}" in
         --configs g16p3,g32p,g16p,s16k_sx_r,q1,q2,q2n,q2s3,q3,q4 >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done; done
     tail -5 $OUT/group_tests.log; grep -c '^{' $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
-  *) echo "usage: bash tools/gpu_next.sh kernels|refit|final|verify|group" >&2; exit 2 ;;
+  final6)
+    # session 6, after the q1 default: its GPU tests with the default-tile and layer-graph tests, the full MoE
+    # benchmark (PERFORMANCE tables), a probe around the new thresholds (8-32 tokens), the demo
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+    timeout 280 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      tests/functional/test_layer_cuda_graph_gpu.py \
+      -k "q1 or matches_float64 or new_routing or fp32_out or rejects or refit_reaches or layer_cuda_graph or graph_replay_matches or row_bound or refit_after" \
+      > $OUT/kernel_tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/kernel_tests.log
+    mkdir -p $OUT/moe
+    timeout 170 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    echo "moe rc=$?" >> $OUT/moe_bench.log
+    for spec in "qwen3-30b-a3b swiglu" "qwen3-235b-a22b swiglu" "qwen3-30b-a3b squared_relu"; do set -- $spec
+      timeout 40 python3 bench/triton_moe_probe.py --shape $1 --activation $2 --tokens 8,24,32 \
+        --configs g32p,g16p,q1,q1s3,q1b,s16k_sx_r >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    TORCHDYNAMO_DISABLE=1 timeout 40 python3 examples/decode.py --steps 12 --batch-size 8 > $OUT/demo.log 2>&1
+    echo "demo rc=$?" >> $OUT/demo.log
+    tail -3 $OUT/kernel_tests.log; tail -4 $OUT/demo.log; grep -c '^{' $OUT/probe.jsonl; tail -16 $OUT/moe_bench.log ;;
+  *) echo "usage: bash tools/gpu_next.sh kernels|refit|final|verify|group|final6" >&2; exit 2 ;;
 esac

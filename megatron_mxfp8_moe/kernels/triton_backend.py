@@ -83,6 +83,7 @@ class TritonBackend(MoEBackend):
             valid_tokens=valid_tokens,
             rows=rows,
             out=out,
+            num_global_experts=num_global_experts,
         )
         return write_result(result[:rows], x.shape[0], out) if result is not out else out
 

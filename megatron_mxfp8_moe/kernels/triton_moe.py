@@ -126,13 +126,10 @@ TILES = {
     "g16p3": TritonMoEConfig(16, 16, 256, 4, 3, 32, 256, 4, 3, direct=True, gemv=True),
     "g16p": TritonMoEConfig(16, 16, 512, 4, 1, 32, 256, 4, 1, direct=True, gemv=True),
     "g32p": TritonMoEConfig(16, 32, 256, 4, 1, 16, 256, 2, 1, direct=True, gemv=True),
-    # v7 grouped GEMV candidates ("q" + pairs per program): route by expert, weights read once per block of
-    # block_t pairs (session 6, compile-only: 72-121 registers, no spills; not yet timed).
+    # v7 grouped GEMV ("q" + pairs per program): route by expert, then g32p's tiles per pair. Pairs of one expert
+    # run side by side and share weight reads in L2 (session 6 probe on the H200: 8-17% faster than g32p at 16
+    # tokens). The 2-4 pair blocks (bench/moe_layer.py q2-q4) were slower: their CUDA-core FMAs bound them.
     "q1": TritonMoEConfig(1, 32, 256, 4, 1, 16, 256, 2, 1, gemv=True),
-    "q2": TritonMoEConfig(2, 32, 256, 8, 1, 16, 256, 2, 1, gemv=True),
-    "q2n": TritonMoEConfig(2, 16, 256, 4, 1, 16, 256, 4, 1, gemv=True),
-    "q3": TritonMoEConfig(3, 16, 256, 4, 1, 16, 256, 4, 1, gemv=True),
-    "q4": TritonMoEConfig(4, 16, 128, 4, 1, 16, 256, 4, 1, gemv=True),
     "d4_sx": TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True),
     "s16a": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4),
     "s16k_sx": TritonMoEConfig(16, 64, 256, 4, 3, 128, 256, 8, 3, dequant="sx"),
@@ -152,24 +149,32 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
 
     Small batches are weight-bandwidth bound: narrow token tiles (16) to limit per-expert padding, narrow
     weight tiles so that every SM streams weights, deep K tiles and pipelines. Large batches are MMA bound:
-    wide tiles so each dequantized weight tile is reused by many tokens.
+    wide tiles so each dequantized weight tile is reused by many tokens. ``experts``: the experts the routing
+    spreads the ``rows * topk`` pairs over, i.e. the GLOBAL count under expert parallelism (a rank that sees all
+    tokens but holds E / EP experts gets about ``rows * topk / experts`` pairs per local expert).
     """
     pairs_per_expert = rows * topk / max(experts, 1)
     # Up to about one pair per expert (session 5): the GEMV path. Every (token, expert) pair is then a
     # matrix-vector product; CUDA-core block sums stream the weights at 43-77% of the roofline where the MMA path
-    # (one useful column of 16) reached 20-60%. Gated: g16p3 at 1-2 tokens, g32p up to one pair per expert (also
-    # faster than the MMA tiles at 16 tokens on qwen3-30b, equal on 235b). Squared ReLU: g16p up to 4 tokens; at
-    # 16 tokens the MMA tiles won on 235b. Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then pipelined
+    # (one useful column of 16) reached 20-60%. Gated: g16p3 at 1-2 tokens, g32p up to 0.5 pairs per expert.
+    # Squared ReLU: g16p up to 4 tokens. Then up to 1.25 pairs per expert, q1 (session 6 probe, both shapes and
+    # activations at 16 tokens: 8-17% faster than g32p and 10-19% faster than s16k_sx_r; at 4 tokens g32p/g16p3
+    # were faster, at 64 tokens s16k_sx_r by 1.5-2x; 1.25 lies below the crossovers estimated from those points,
+    # 1.2-1.6). Its pairs come sorted by expert, so pairs of one expert run side by side and share their weight
+    # reads in L2. Grouped tiles that convert each weight once for 2-4 pairs (q2-q4) were slower: CUDA-core
+    # FMAs per weight, not bytes, set their time. Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then pipelined
     # with the weights), "sx" dequant, FC2 capped at 128 registers (two CTAs per SM). Gated at 16-24 pairs per
     # expert: BLOCK_K 256, FC1 2 / FC2 3 stages, "sx" (run 7: 1.08x over 2 FC2 stages). Squared ReLU keeps the v2
     # tiles at 256 tokens, where "sx" was not faster for it. Each token block re-reads its expert's weights, so
     # block_t covers the typical pairs per expert.
     if gated and pairs_per_expert <= 0.125:
         return TILES["g16p3"]
-    if gated and pairs_per_expert <= 1:
+    if gated and pairs_per_expert <= 0.5:
         return TILES["g32p"]
-    if pairs_per_expert <= 0.25:
+    if not gated and pairs_per_expert <= 0.25:
         return TILES["g16p"]
+    if pairs_per_expert <= 1.25:
+        return TILES["q1"]
     if pairs_per_expert <= 8:
         return TILES["s16k_sx_r"]
     if pairs_per_expert <= 24:
@@ -315,6 +320,7 @@ def triton_mxfp8_moe(
     rows: Optional[int] = None,
     out: Optional[torch.Tensor] = None,
     config: Optional[TritonMoEConfig] = None,
+    num_global_experts: Optional[int] = None,
 ) -> torch.Tensor:
     """Weight-only MXFP8 MoE on Hopper: ``out[t] = sum_k probs[t, k] * fc2[e] @ act(fc1[e] @ x[t])``.
 
@@ -331,6 +337,9 @@ def triton_mxfp8_moe(
         rows: processed prefix (default ``T``); ``out[:rows]`` is written, nothing else.
         out: optional bf16/fp32 ``[>= rows, H]`` destination; default a new bf16 ``[rows, H]``.
         config: tile override (benchmarks); default ``choose_config(rows, ...)``.
+        num_global_experts: experts over all EP ranks (default: the local E). The tile choice uses it for the
+            expected pairs per local expert; with E local of ``num_global_experts`` the map routes about
+            ``rows * topk * E / num_global_experts`` pairs here.
 
     Returns ``out`` (or the new bf16 tensor). Graph-safe: no host sync, shapes fixed by ``rows``.
     """
@@ -338,12 +347,15 @@ def triton_mxfp8_moe(
     fc1, fc2 = fc1_stack, fc2_stack
     rows = x.shape[0] if rows is None else int(rows)
     experts, hidden, inner = _check_inputs(x, probs, routing_map, fc1, fc2, activation, rows, valid_tokens, out)
+    if num_global_experts is not None and num_global_experts < experts:
+        raise MXFP8InputError(f"num_global_experts: {num_global_experts} is below the {experts} local experts")
     topk = routing_map.shape[1]
     if out is None:
         out = torch.empty(rows, hidden, dtype=torch.bfloat16, device=x.device)
     if rows == 0:
         return out
-    cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk, experts=experts)
+    cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk,
+                                  experts=num_global_experts or experts)
     with on_device(x.device):  # Triton launches on the current device
         _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
                 experts, hidden, inner, topk)

@@ -38,7 +38,7 @@ def test_support_is_a_pure_function_of_capability():
     assert triton_moe_support((9, 0), "3.6.0")[0]
 
 
-@pytest.mark.parametrize("rows,block_t", [(1, 16), (16, 16), (64, 16), (256, 32), (1024, 64), (4096, 128)])
+@pytest.mark.parametrize("rows,block_t", [(1, 16), (16, 1), (64, 16), (256, 32), (1024, 64), (4096, 128)])
 def test_config_grows_with_rows(rows, block_t):
     cfg = choose_config(rows, 4096, 1536, gated=True, topk=8, experts=128)
     assert cfg.block_t == block_t
@@ -52,13 +52,47 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "s16k_sx_r", "m32l_sx", "l128a"} <= picked
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k_sx_r", "m32l_sx", "l128a"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
     capped = dataclasses.replace(tile, fc2_maxnreg=128)
     assert capped.launch_options(2) == {"num_warps": tile.fc2_warps, "num_stages": tile.fc2_stages, "maxnreg": 128}
     assert capped.launch_options(1) == tile.launch_options(1)
     assert capped == TILES["s16k_sx_r"]
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_choice_by_pairs_per_expert(gated):
+    """The regions of ``choose_config`` at top-8 over 128 experts (bounds from the session 5/6 H200 probes)."""
+    def pick(rows, experts=128):
+        cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
+        return next(name for name, tile in TILES.items() if tile is cfg)
+    assert [pick(rows) for rows in (1, 2, 4, 8, 16, 20, 21, 64)] == (
+        ["g16p3", "g16p3", "g32p", "g32p", "q1", "q1", "s16k_sx_r", "s16k_sx_r"] if gated else
+        ["g16p", "g16p", "g16p", "q1", "q1", "q1", "s16k_sx_r", "s16k_sx_r"])
+    assert pick(16, experts=16) == "s16k_sx_r"  # 8 pairs per expert when only 16 experts share the pairs
+
+
+def test_tile_choice_uses_the_global_expert_count(monkeypatch):
+    """Under EP the map spreads rows * topk pairs over ALL experts: a rank with 16 of 128 experts at 16 tokens
+    expects one pair per local expert (q1), not eight (the MMA tiles)."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    chosen = []
+    monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: chosen.append(cfg))
+    local, hidden, inter, tokens = 16, 64, 32, 16
+    fc1 = quantize_mxfp8(random_weights((local, 2 * inter, hidden), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((local, hidden, inter), scale=0.1), backend="reference")
+    x = torch.randn(tokens, hidden).to(torch.bfloat16)
+    ids = torch.randint(0, 128, (tokens, 8), dtype=torch.int32)
+    probs = torch.rand(tokens, 8)
+    valid = torch.tensor([tokens], dtype=torch.int32)
+    for global_experts in (None, 128):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, local_expert_offset=32, valid_tokens=valid,
+                         num_global_experts=global_experts)
+    assert chosen == [TILES["s16k_sx_r"], TILES["q1"]]
+    with pytest.raises(MXFP8InputError, match="num_global_experts"):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, num_global_experts=8)
 
 
 def test_gemv_config_is_checked():
@@ -241,10 +275,10 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             ("g32p_geglu", "g32p", "geglu", 3, 2, 3, torch.bfloat16),
             ("g16p", "g16p", "squared_relu", 3, 2, 3, torch.float32),
             ("g32p_e1k1", "g32p", "swiglu", 1, 1, 3, torch.bfloat16),
-            ("q2", "q2", "swiglu", 3, 2, 9, torch.bfloat16),
-            ("q3_geglu", "q3", "geglu", 3, 2, 4, torch.float32),
-            ("q4_sq", "q4", "squared_relu", 2, 2, 3, torch.bfloat16),
-            ("q2_e1k1", "q2", "swiglu", 1, 1, 4, torch.float32)):
+            ("q1", "q1", "swiglu", 3, 2, 9, torch.bfloat16),
+            ("q1_geglu", "q1", "geglu", 3, 2, 4, torch.float32),
+            ("q1_sq", "q1", "squared_relu", 2, 2, 3, torch.bfloat16),
+            ("q1_e1k1", "q1", "swiglu", 1, 1, 4, torch.float32)):
         hidden, inter, tokens, rows = 96, 32, 6, 5
         n1 = inter if activation == "squared_relu" else 2 * inter
         fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=0.1), backend="reference")
@@ -310,7 +344,7 @@ def test_kernels_under_triton_interpreter():
             assert check["err"] <= 1e-2, (key + suffix, check)
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
         assert result[key + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
-    for name in ("g16p3", "g32p_geglu", "g16p", "g32p_e1k1", "q2", "q3_geglu", "q4_sq", "q2_e1k1"):
+    for name in ("g16p3", "g32p_geglu", "g16p", "g32p_e1k1", "q1", "q1_geglu", "q1_sq", "q1_e1k1"):
         check = result["edge_" + name]
         assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"], (name, check)
     for path in ("routed", "direct", "gemv", "pairs", "group"):
