@@ -67,8 +67,8 @@ def test_choice_by_pairs_per_expert(gated):
     def pick(rows, experts=128):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
         return next(name for name, tile in TILES.items() if tile is cfg)
-    assert [pick(rows) for rows in (1, 2, 4, 8, 16, 20, 21, 64)] == (
-        ["g16p3", "g16p3", "g32p", "g32p", "q1", "q1", "s16k_sx_r", "s16k_sx_r"] if gated else
+    assert [pick(rows) for rows in (1, 2, 4, 8, 16, 24, 25, 64)] == (
+        ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", "s16k_sx_r", "s16k_sx_r"] if gated else
         ["g16p", "g16p", "g16p", "q1", "q1", "q1", "s16k_sx_r", "s16k_sx_r"])
     assert pick(16, experts=16) == "s16k_sx_r"  # 8 pairs per expert when only 16 experts share the pairs
 
