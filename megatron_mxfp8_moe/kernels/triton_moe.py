@@ -127,7 +127,7 @@ TILES = {
     "g16p": TritonMoEConfig(16, 16, 512, 4, 1, 32, 256, 4, 1, direct=True, gemv=True),
     "g32p": TritonMoEConfig(16, 32, 256, 4, 1, 16, 256, 2, 1, direct=True, gemv=True),
     # v7 grouped GEMV ("q" + pairs per program): route by expert, then g32p's tiles per pair. Pairs of one expert
-    # run side by side and share weight reads in L2 (session 6 probe on the H200: 8-17% faster than g32p at 16
+    # run side by side and share weight reads in L2 (session 6 probe on the H200: 8-18% faster than g32p at 16
     # tokens). The 2-4 pair blocks (bench/moe_layer.py q2-q4) were slower: their CUDA-core FMAs bound them.
     "q1": TritonMoEConfig(1, 32, 256, 4, 1, 16, 256, 2, 1, gemv=True),
     "d4_sx": TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True),
@@ -158,7 +158,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # matrix-vector product; CUDA-core block sums stream the weights at 43-77% of the roofline where the MMA path
     # (one useful column of 16) reached 20-60%. Gated: g16p3 at 1-2 tokens, g32p up to 0.25 pairs per expert.
     # Squared ReLU: g16p up to 4 tokens. Then up to 1.5 pairs per expert, q1 (session 6 probes at 8-32 tokens on
-    # both shapes: at 16 tokens 8-17% faster than g32p and 10-19% faster than s16k_sx_r; at 8 tokens 11% faster
+    # both shapes: at 16 tokens 8-18% faster than g32p and 9-19% faster than s16k_sx_r; at 8 tokens 11% faster
     # than g32p on 235b, 4% slower on 30b; at 24 tokens equal to s16k_sx_r on 235b, 5-13% faster on 30b; at 32
     # tokens s16k_sx_r won by 4-16%). Its pairs come sorted by expert, so pairs of one expert run side by side and
     # share their weight reads in L2. Tiles that convert each weight once for 2-4 pairs (q2-q4) were slower:
