@@ -95,13 +95,6 @@ CANDIDATES = {
     "q2s3": TritonMoEConfig(2, 32, 256, 8, 3, 16, 256, 2, 3, gemv=True),
     "q3": TritonMoEConfig(3, 16, 256, 4, 1, 16, 256, 4, 1, gemv=True),
     "q4": TritonMoEConfig(4, 16, 128, 4, 1, 16, 256, 4, 1, gemv=True),
-    # v8 fp16 MMAs (session 6): FC1 (and with "b" FC2) as fp16 MMAs on rows pre-scaled to f16, weights cvt e4m3x2
-    # -> f16x2 times one relative power of two (compile-only: 3.3-4.1 instead of 5.0-8.1 instructions per weight).
-    "s16k_f16": dataclasses.replace(TILES["s16k_sx_r"], dequant="f16"),
-    "s16k_f16b": dataclasses.replace(TILES["s16k_sx"], dequant="f16", fc2_dequant="f16"),
-    "m32l_f16b": dataclasses.replace(TILES["m32l_sx"], dequant="f16", fc2_dequant="f16"),
-    "l64b_f16b": dataclasses.replace(TILES["l64b"], dequant="f16", fc2_dequant="f16"),
-    "l128a_f16b": dataclasses.replace(TILES["l128a"], dequant="f16", fc2_dequant="f16"),
 }
 GEMV = ["g16p", "g16p3", "g32p", "g32p3"]
 GROUPED = ["q1", "q1s3", "q1b", "q2", "q2n", "q2s3", "q3", "q4"]
@@ -123,12 +116,14 @@ def choose_config_v3(rows, hidden, intermediate, *, gated, topk, experts):
 
 def candidates_for(tokens):
     if tokens <= 4:
-        return []
+        return ["g16p", "g16p3", "g32p", "q1", "q2"]
+    if tokens <= 16:
+        return ["s16k_sx_r", "g16p", "g32p"] + GROUPED
     if tokens <= 64:
-        return ["s16k_f16", "s16k_f16b"]
+        return ["s16k_sx_r", "q1", "q2", "q3", "q4"]
     if tokens <= 256:
-        return ["m32l_f16b", "s16k_f16b"]
-    return ["l64b_f16b", "l128a_f16b"]
+        return ["m32j_sx", "m32l_sx", "m32k_sx", "m32l2_sx_r"]
+    return ["l64b", "l128a"]
 
 
 def rotated_inputs(tokens, hidden, experts, topk, device):

@@ -86,16 +86,5 @@ case "${1:-}" in
     TORCHDYNAMO_DISABLE=1 timeout 40 python3 examples/decode.py --steps 12 --batch-size 8 > $OUT/demo.log 2>&1
     echo "demo rc=$?" >> $OUT/demo.log
     tail -3 $OUT/kernel_tests.log; tail -4 $OUT/demo.log; grep -c '^{' $OUT/probe.jsonl; tail -16 $OUT/moe_bench.log ;;
-  f16)
-    # session 6, v8 fp16-MMA candidates: their GPU tests (float64 oracle, extreme row ranges, graph replay), then
-    # the full MoE benchmark with --sweep (candidates beside the defaults and the BF16 baselines in one run)
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
-    timeout 230 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "f16" \
-      > $OUT/f16_tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/f16_tests.log
-    mkdir -p $OUT/sweep
-    timeout 280 python3 bench/moe_layer.py --sweep --warm 14 --out $OUT/sweep > $OUT/sweep.log 2>&1
-    echo "sweep rc=$?" >> $OUT/sweep.log
-    tail -4 $OUT/f16_tests.log; grep -v '^{' $OUT/sweep.log | tail -4 ;;
-  *) echo "usage: bash tools/gpu_next.sh kernels|refit|final|verify|group|final6|f16" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh kernels|refit|final|verify|group|final6" >&2; exit 2 ;;
 esac

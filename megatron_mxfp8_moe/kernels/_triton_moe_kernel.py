@@ -90,10 +90,6 @@ DQ_FP32 = tl.constexpr(1)  # fp32 convert and multiply (Triton interpreter: its 
 DQ_BITS = tl.constexpr(2)  # bit trick in inline PTX (prmt/shift/and/or), two exact bf16 multiplies
 DQ_BITS_INT = tl.constexpr(3)  # the same bit trick in plain Triton integer ops, fp32 scale (interpreter check)
 DQ_SX = tl.constexpr(5)  # v4: sign-extending prmt + shift + and (3 int ops per 2 weights), two exact bf16 multiplies
-# v8 (FC1 only; FC2 runs DQ_SX): fp16 MMA. The weight tile is cvt e4m3x2 -> f16x2 times 2 ** (s - s_row) in f16
-# (s_row: the row's largest scale byte over K), the tokens come pre-scaled to f16 by ``_x_to_f16_kernel``, and the
-# two power-of-two factors are applied to the fp32 accumulator.
-DQ_F16 = tl.constexpr(6)
 
 
 @triton.jit
@@ -206,72 +202,6 @@ def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: t
 
 
 @triton.jit
-def _dequant_f16(w, s, s_row, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """fp8 e4m3 ``[BLOCK_N, BLOCK_K]`` -> f16 ``e4m3 * 2 ** (s - s_row)`` (``s`` E8M0 ``[BLOCK_N, BLOCK_K // 32]``,
-    ``s_row`` int32 ``[BLOCK_N]`` >= every ``s`` of the row). The factor ``2 ** -d`` (``d = s_row - s``) is a normal
-    f16 for d <= 14 and a subnormal for d <= 24 (0 beyond); the products are exact for d <= 15, i.e. unless the
-    row's block scales span more than 15 octaves (then only blocks below 2 ** -15 of the row's largest round).
-    """
-    d = s_row[:, None] - s.to(tl.int32)
-    bits = tl.where(d <= 14, (15 - d) << 10, tl.where(d <= 24, 1 << tl.maximum(24 - d, 0), 0))
-    factor = bits.to(tl.int16).to(tl.float16, bitcast=True)
-    values = tl.reshape(w.to(tl.float16), [BLOCK_N, BLOCK_K // 32, 32]) * tl.reshape(factor, [BLOCK_N, BLOCK_K // 32, 1])
-    return tl.reshape(values, [BLOCK_N, BLOCK_K])
-
-
-@triton.jit
-def _row_scale_max(s_rows, K, BLOCK_K: tl.constexpr):
-    """``[BLOCK_N]`` int32: the largest E8M0 byte of each row over all K (``s_rows``: the rows' scale column 0)."""
-    s_max = tl.zeros(s_rows.shape, dtype=tl.int32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        cols = _scale_col_offsets(k, BLOCK_K // 32)
-        s = tl.load(s_rows[:, None] + cols[None, :], mask=(k * BLOCK_K + tl.arange(0, BLOCK_K // 32) * 32)[None, :] < K,
-                    other=0)
-        s_max = tl.maximum(s_max, tl.max(s.to(tl.int32), axis=1))
-    return s_max
-
-
-@triton.jit
-def _pow2_f32(e):
-    """fp32 ``2 ** e`` for integer ``e`` in [-127, 127] (``e = -127`` gives the subnormal ``2 ** -127``)."""
-    return tl.where(e <= -127, 0x00400000, (e + 127) << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _x_to_f16_kernel(
-    x_ptr,  # [T, H] bf16
-    xh_ptr,  # [rows, H] f16 out: x[t] * 2 ** -e[t]
-    e_ptr,  # [rows] int32 out: e[t], the row's power-of-two scale
-    limit_ptr,  # [1] int32 route blocks in use (ROW_GROUP > 0): rows >= limit * ROW_GROUP are skipped
-    H,
-    stride_x,
-    stride_xh,
-    BLOCK_H: tl.constexpr,
-    ROW_GROUP: tl.constexpr,  # 0: convert every row (FC1's tokens); BLOCK_T: FC1's padded rows of used blocks
-):
-    """Row ``t``: ``e = floor(log2(max |x[t]|)) - 14`` (clamped to [-126, 127]) so that the row's largest value lands
-    in [2 ** 14, 2 ** 15) of f16; bf16 values down to 2 ** -30 of that maximum keep every bit."""
-    t = tl.program_id(0).to(tl.int64)
-    if ROW_GROUP > 0:
-        if t >= tl.load(limit_ptr) * ROW_GROUP:
-            return
-    offs = tl.arange(0, BLOCK_H)
-    amax = tl.zeros([BLOCK_H], dtype=tl.float32)
-    for start in range(0, H, BLOCK_H):
-        v = tl.load(x_ptr + t * stride_x + start + offs, mask=start + offs < H, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.abs(v))
-    top = tl.max(amax, axis=0)
-    exponent = ((top.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127  # floor(log2) for normal values
-    e = tl.minimum(tl.maximum(exponent - 14, -126), 127)
-    e = tl.where(top > 0, e, 0)
-    tl.store(e_ptr + t, e)
-    factor = _pow2_f32(-e)
-    for start in range(0, H, BLOCK_H):
-        v = tl.load(x_ptr + t * stride_x + start + offs, mask=start + offs < H, other=0.0).to(tl.float32)
-        tl.store(xh_ptr + t * stride_xh + start + offs, (v * factor).to(tl.float16), mask=start + offs < H)
-
-
-@triton.jit
 def _scale_row_offsets(rows):
     """Byte offset of scale column 0 of each weight row inside one expert's 128x4-swizzled scales.
 
@@ -329,7 +259,6 @@ def _fc1_tile(
     K,
     stride_wn,
     scale_tiles,
-    col_scale,  # [BLOCK_T] fp32 2 ** e of each token column (DQ_F16 only)
     GATED: tl.constexpr,
     ACTIVATION: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -339,11 +268,7 @@ def _fc1_tile(
     DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,
 ):
-    """``act(W_gate x) [* W_up x]`` for one ``[BLOCK_N, BLOCK_T]`` tile (fp32), the K loop software-pipelined.
-
-    DQ_F16: ``x_ptrs`` point at the f16 tokens of ``_x_to_f16_kernel`` and ``col_scale`` ``[BLOCK_T]`` holds their
-    ``2 ** e`` (fp32); the row factors ``2 ** (s_row - 127)`` are applied to the accumulators before the activation.
-    """
+    """``act(W_gate x) [* W_up x]`` for one ``[BLOCK_N, BLOCK_T]`` tile (fp32), the K loop software-pipelined."""
     rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
     offs_k = tl.arange(0, BLOCK_K)
     offs_ks = tl.arange(0, BLOCK_K // 32)
@@ -355,10 +280,6 @@ def _fc1_tile(
         rows_u = rows_n + N_OUT
         su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
         acc_u = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-    if DEQUANT == DQ_F16:
-        sg_max = _row_scale_max(sg_rows, K, BLOCK_K)
-        if GATED:
-            su_max = _row_scale_max(su_rows, K, BLOCK_K)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         s_cols = _scale_col_offsets(k, BLOCK_K // 32)
         if EVEN_K:
@@ -370,10 +291,7 @@ def _fc1_tile(
             x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
             wg = tl.load(wg_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
             sg = tl.load(sg_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
-        if DEQUANT == DQ_F16:
-            acc_g = _mma(_dequant_f16(wg, sg, sg_max, BLOCK_N, BLOCK_K), x, acc_g, FP32_DOT)
-        else:
-            acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT), x, acc_g, FP32_DOT)
+        acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT), x, acc_g, FP32_DOT)
         if GATED:
             if EVEN_K:
                 wu = tl.load(wu_ptrs)
@@ -381,17 +299,10 @@ def _fc1_tile(
             else:
                 wu = tl.load(wu_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
                 su = tl.load(su_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
-            if DEQUANT == DQ_F16:
-                acc_u = _mma(_dequant_f16(wu, su, su_max, BLOCK_N, BLOCK_K), x, acc_u, FP32_DOT)
-            else:
-                acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT), x, acc_u, FP32_DOT)
+            acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT), x, acc_u, FP32_DOT)
             wu_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
         wg_ptrs += BLOCK_K
-    if DEQUANT == DQ_F16:
-        acc_g = acc_g * _pow2_f32(sg_max - 127)[:, None] * col_scale[None, :]
-        if GATED:
-            acc_u = acc_u * _pow2_f32(su_max - 127)[:, None] * col_scale[None, :]
     if GATED:
         h = _activate(acc_g, acc_u, ACTIVATION)
     else:
@@ -408,7 +319,6 @@ def _fc1_kernel(
     sorted_pairs_ptr,  # [max_sorted] int32
     block_expert_ptr,  # [max_blocks] int32
     num_blocks_ptr,  # [1] int32
-    x_exp_ptr,  # [T] int32 from _x_to_f16_kernel (DQ_F16 only; x_ptr then holds its f16 rows)
     N_OUT,  # I (gated) or N1: columns of inter
     K,  # H
     stride_x,
@@ -438,12 +348,8 @@ def _fc1_kernel(
         tokens = tl.where(token_mask, pairs // TOPK, 0).to(tl.int64)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         x_ptrs = x_ptr + tokens[None, :] * stride_x + tl.arange(0, BLOCK_K)[:, None]  # [BLOCK_K, BLOCK_T]
-        col_scale = tl.full([BLOCK_T], 1.0, dtype=tl.float32)
-        if DEQUANT == DQ_F16:
-            col_scale = _pow2_f32(tl.load(x_exp_ptr + tokens))
         h = _fc1_tile(x_ptrs, token_mask, w_ptr + expert * stride_we, s_ptr + expert * stride_se, offs_n, N_OUT, K,
-                      stride_wn, scale_tiles, col_scale, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT,
-                      FP32_DOT)
+                      stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         out_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + offs_n[:, None]
         tl.store(out_ptrs, h.to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N_OUT))
 
@@ -492,8 +398,7 @@ def _fc1_direct_kernel(
         x_ptrs = x_ptr + t.to(tl.int64) * stride_x + tl.arange(0, BLOCK_K)[:, None] + cols[None, :] * 0
         e64 = expert.to(tl.int64)
         h = _fc1_tile(x_ptrs, token_mask, w_ptr + e64 * stride_we, s_ptr + e64 * stride_se, offs_n, N_OUT, K,
-                      stride_wn, scale_tiles, tl.full([BLOCK_T], 1.0, dtype=tl.float32), GATED, ACTIVATION, BLOCK_N,
-                      BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
+                      stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         p = tl.load(probs_ptr + t.to(tl.int64) * stride_probs + pair % TOPK)
         out_ptrs = inter_ptr + pair.to(tl.int64) * stride_inter + offs_n[:, None] + cols[None, :] * 0
         tl.store(out_ptrs, (h * p).to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N_OUT))
@@ -577,7 +482,6 @@ def _fc2_kernel(
     sorted_pairs_ptr,
     block_expert_ptr,
     num_blocks_ptr,
-    a_exp_ptr,  # [max_sorted] int32 (DQ_F16 only: inter_ptr then holds f16 rows inter * 2 ** -a_exp)
     N,  # H
     K,  # I
     stride_inter,
@@ -616,8 +520,6 @@ def _fc2_kernel(
         w_ptrs = w_ptr + expert * stride_we + rows_n[:, None] * stride_wn + offs_k[None, :]
         s_rows = s_ptr + expert * stride_se + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
         acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-        if DEQUANT == DQ_F16:
-            s_max = _row_scale_max(s_rows, K, BLOCK_K)  # over all K, so that every split scales alike
         k_steps = tl.cdiv(K, BLOCK_K)
         k_first = 0
         if SPLIT_K > 1:
@@ -637,15 +539,9 @@ def _fc2_kernel(
                 a = tl.load(a_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
                 w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
                 s = tl.load(s_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
-            if DEQUANT == DQ_F16:
-                acc = _mma(_dequant_f16(w, s, s_max, BLOCK_N, BLOCK_K), a, acc, FP32_DOT)
-            else:
-                acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT), a, acc, FP32_DOT)
+            acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT), a, acc, FP32_DOT)
             a_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
-        if DEQUANT == DQ_F16:
-            a_exp = tl.load(a_exp_ptr + positions, mask=token_mask, other=0)
-            acc = acc * _pow2_f32(s_max - 127)[:, None] * _pow2_f32(a_exp)[None, :]
         safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)
         out_ptrs = slot_ptr + pid_s.to(tl.int64) * stride_split + safe_pairs[None, :] * stride_slot + offs_n[:, None]
         tl.store(out_ptrs, acc.to(slot_ptr.dtype.element_ty), mask=token_mask[None, :] & (offs_n[:, None] < N))

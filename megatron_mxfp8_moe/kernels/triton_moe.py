@@ -41,7 +41,7 @@ _ACTIVATION_CODE = {  # keep in sync with ACT_* in _triton_moe_kernel.py
     Activation.SILU: 4,
 }
 
-_DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "sx": 5, "f16": 6}  # keep in sync with DQ_* (kernel)
+_DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "sx": 5}  # keep in sync with DQ_* (kernel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +61,7 @@ class TritonMoEConfig:
     fp32_dot: bool = False  # fp32 MMA operands: only for the Triton interpreter (CPU tests), slow on a GPU
     # "cvt" (v1/v2: cvt chains), "bits" (v3: bit-moving fp8 -> bf16 in inline PTX, GPU only), "bits_int" (the
     # same bit trick in plain Triton integer ops with an fp32 scale: runs under the interpreter), "sx" (v4:
-    # sign-extending prmt, 3 integer ops per 2 weights; the default where it was faster), "f16" (v8, routed MMA
-    # path only: FC1 as an fp16 MMA on tokens pre-scaled to f16 per row, weights cvt e4m3x2 -> f16x2 times one
-    # relative power of two; FC2 runs "sx").
+    # sign-extending prmt, 3 integer ops per 2 weights; the default where it was faster).
     dequant: str = "cvt"
     fc2_split_k: int = 1  # > 1: FC2 splits K (= I) over programs, fp32 partials summed in the combine
     # v4 small-T path (meant for a handful of tokens): no route kernel (FC1 program per (n tile, (token, k) pair),
@@ -83,18 +81,8 @@ class TritonMoEConfig:
     # a few spilled bytes for more CTAs per SM ("s16k_sx_r": FC2 at 128, timed faster in session 5).
     fc1_maxnreg: Optional[int] = None
     fc2_maxnreg: Optional[int] = None
-    # FC2's dequant where it differs from ``dequant``; "f16" converts FC1's bf16 rows to f16 (per-row power of
-    # two, one more launch) before an fp16-MMA FC2.
-    fc2_dequant: Optional[str] = None
 
     def __post_init__(self):
-        if self.dequant not in _DEQUANT_CODE:
-            raise ValueError(f"TritonMoEConfig: dequant must be one of {sorted(_DEQUANT_CODE)}, got {self.dequant!r}")
-        if self.fc2_dequant is not None and self.fc2_dequant not in _DEQUANT_CODE:
-            raise ValueError(f"TritonMoEConfig: fc2_dequant must be one of {sorted(_DEQUANT_CODE)}, "
-                             f"got {self.fc2_dequant!r}")
-        if "f16" in (self.dequant, self.fc2_dequant) and (self.direct or self.gemv):
-            raise ValueError("TritonMoEConfig: dequant='f16' runs on the routed MMA path only (direct=gemv=False)")
         if self.gemv and not self.direct and not 1 <= self.block_t <= 4:
             raise ValueError(f"TritonMoEConfig: the grouped GEMV path (gemv without direct) takes 1..4 pairs per "
                              f"program, got block_t={self.block_t}")
@@ -102,13 +90,6 @@ class TritonMoEConfig:
     @property
     def dequant_code(self) -> int:
         return _DEQUANT_CODE["fp32" if self.dequant_fp32 else self.dequant]
-
-    @property
-    def fc2_dequant_code(self) -> int:
-        """FC2's dequant: ``fc2_dequant`` if set, else ``dequant`` ("f16" is FC1 only: FC2 then runs "sx")."""
-        if self.dequant_fp32:
-            return _DEQUANT_CODE["fp32"]
-        return _DEQUANT_CODE[self.fc2_dequant or ("sx" if self.dequant == "f16" else self.dequant)]
 
     def launch_options(self, fc: int) -> dict:
         """Triton launch options of the FC1 (``fc=1``) or FC2 (``fc=2``) kernel."""
@@ -434,9 +415,6 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
 
     inter = torch.empty(max_sorted, n_out, dtype=torch.bfloat16, device=device)
     route = (sorted_pairs, block_expert, num_blocks)
-    x_exp = num_blocks  # unused unless dequant == "f16"
-    if cfg.dequant_code == _DEQUANT_CODE["f16"]:
-        x, x_exp = _rows_to_f16(x, rows)
     if cfg.gemv:
         _launch_group_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, route,
                            max_blocks, out, routing_map, probs, valid_tokens, rows, topk, experts, activation,
@@ -444,7 +422,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         return
     fc1_grid = (triton.cdiv(n_out, cfg.fc1_block_n), max_blocks)
     kernels._fc1_kernel[fc1_grid](
-        x, fc1.data, s1, inter, sorted_pairs, block_expert, num_blocks, x_exp,
+        x, fc1.data, s1, inter, sorted_pairs, block_expert, num_blocks,
         n_out, hidden, x.stride(0),
         fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, inter.stride(0),
         TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
@@ -453,9 +431,6 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         **cfg.launch_options(1),
     )
 
-    inter_exp = num_blocks  # unused unless FC2 runs "f16"
-    if cfg.fc2_dequant_code == _DEQUANT_CODE["f16"]:
-        inter, inter_exp = _rows_to_f16(inter, max_sorted, num_blocks, cfg.block_t)
     split_k = max(1, min(cfg.fc2_split_k, triton.cdiv(inner, cfg.fc2_block_k)))
     if split_k > 1:  # fp32 partial rows per split, added in split order by the combine
         slots = torch.empty(split_k, rows * topk, hidden, dtype=torch.float32, device=device)
@@ -463,12 +438,12 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         slots = torch.empty(1, rows * topk, hidden, dtype=torch.bfloat16, device=device)
     fc2_grid = (triton.cdiv(hidden, cfg.fc2_block_n), max_blocks, split_k)
     kernels._fc2_kernel[fc2_grid](
-        inter, fc2.data, s2, slots, sorted_pairs, block_expert, num_blocks, inter_exp,
+        inter, fc2.data, s2, slots, sorted_pairs, block_expert, num_blocks,
         hidden, inner, inter.stride(0),
         fc2.data.stride(0), fc2.data.stride(1), s2_stride, s2_tiles,
         slots.stride(1), slots.stride(0),
         BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
-        EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.fc2_dequant_code, FP32_DOT=cfg.fp32_dot, SPLIT_K=split_k,
+        EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot, SPLIT_K=split_k,
         **cfg.launch_options(2),
     )
 
@@ -500,22 +475,6 @@ def _launch_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, out, routing
         STAGES=cfg.fc2_stages, **cfg.launch_options(2),
     )
     _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
-
-
-def _rows_to_f16(x: torch.Tensor, rows: int, num_blocks: Optional[torch.Tensor] = None,
-                 block_t: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(xh, e)``: f16 ``[rows, H]`` rows ``x[t] * 2 ** -e[t]`` and int32 ``[rows]`` exponents (``_x_to_f16_kernel``)
-    for an "f16" GEMM. FC1's tokens: every row (rows past valid_tokens too; they are never routed). FC1's output
-    (``num_blocks``, ``block_t``): only the padded rows of the route blocks in use."""
-    from . import _triton_moe_kernel as kernels
-
-    hidden = x.shape[1]
-    xh = torch.empty(rows, hidden, dtype=torch.float16, device=x.device)
-    exponents = torch.empty(rows, dtype=torch.int32, device=x.device)
-    limit = exponents if num_blocks is None else num_blocks
-    kernels._x_to_f16_kernel[(rows,)](x, xh, exponents, limit, hidden, x.stride(0), xh.stride(0),
-                                      BLOCK_H=min(2048, _pow2_at_least(hidden)), ROW_GROUP=block_t, num_warps=4)
-    return xh, exponents
 
 
 def _launch_group_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, route, max_blocks, out, routing_map, probs,
