@@ -393,3 +393,26 @@ def test_sign_extend_dequant_equals_the_bit_trick_for_every_byte_pair():
     want = lambda b: ((b & 0x80) << 8) | ((b & 0x7F) << 4)  # noqa: E731
     assert torch.equal(word & 0xFFFF, want(b0))
     assert torch.equal(word >> 16, want(b1))
+
+
+def test_triton_backend_passes_the_global_expert_count(monkeypatch):
+    """The layer's ``num_global_experts`` reaches the tile choice through the Triton backend."""
+    from megatron_mxfp8_moe.activations import Activation
+    from megatron_mxfp8_moe.kernels import triton_moe
+    from megatron_mxfp8_moe.kernels.base import StackState
+    from megatron_mxfp8_moe.kernels.triton_backend import TritonBackend
+
+    seen = {}
+
+    def fake(x, probs, routing_map, fc1, fc2, **kwargs):
+        seen.update(kwargs)
+        return kwargs["out"]
+
+    monkeypatch.setattr(triton_moe, "triton_mxfp8_moe", fake)
+    fc1 = quantize_mxfp8(random_weights((2, 64, 64), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((2, 64, 32), scale=0.1), backend="reference")
+    state = StackState(backend=TritonBackend.backend, fc1=fc1, fc2=fc2, shares_canonical=True)
+    x = torch.randn(4, 64).to(torch.bfloat16)
+    TritonBackend().run(state, x, torch.rand(4, 2), torch.zeros(4, 2, dtype=torch.int64),
+                        activation=Activation.SWIGLU, local_expert_offset=6, num_global_experts=16)
+    assert seen["num_global_experts"] == 16 and seen["local_expert_offset"] == 6
