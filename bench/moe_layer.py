@@ -85,19 +85,14 @@ CANDIDATES = {
     # loads straight to registers. TILES holds g16p3, g16p and g32p (the defaults). Session 5 also timed a form
     # with FC2 fused into the combine ("g16c", "g16c3"): slower everywhere, removed.
     "g32p3": TritonMoEConfig(16, 32, 512, 8, 3, 16, 256, 2, 3, direct=True, gemv=True),
-    # v7 grouped GEMV (session 6): route by expert, one weight tile read per block of block_t pairs ("q" + pairs;
-    # TILES holds q1, the default near one pair per expert). "q1s3" / "q1b": q1 with g16p3's / g16p's tiles;
-    # "q2s3": q2 with both K loops pipelined 3 deep (cp.async). q2-q4 were slower than q1 in the first probe.
+    # v7 routed GEMV (session 6): pairs sorted by expert, then the GEMV per pair (TILES holds q1, the default near
+    # one pair per expert). "q1s3" / "q1b": q1 with g16p3's / g16p's tiles. Programs that converted each weight
+    # once for 2-4 pairs ("q2"-"q4", session 6 call 1) were slower; their code was removed.
     "q1s3": TritonMoEConfig(1, 16, 256, 4, 3, 32, 256, 4, 3, gemv=True),
     "q1b": TritonMoEConfig(1, 16, 512, 4, 1, 32, 256, 4, 1, gemv=True),
-    "q2": TritonMoEConfig(2, 32, 256, 8, 1, 16, 256, 2, 1, gemv=True),
-    "q2n": TritonMoEConfig(2, 16, 256, 4, 1, 16, 256, 4, 1, gemv=True),
-    "q2s3": TritonMoEConfig(2, 32, 256, 8, 3, 16, 256, 2, 3, gemv=True),
-    "q3": TritonMoEConfig(3, 16, 256, 4, 1, 16, 256, 4, 1, gemv=True),
-    "q4": TritonMoEConfig(4, 16, 128, 4, 1, 16, 256, 4, 1, gemv=True),
 }
 GEMV = ["g16p", "g16p3", "g32p", "g32p3"]
-GROUPED = ["q1", "q1s3", "q1b", "q2", "q2n", "q2s3", "q3", "q4"]
+ROUTED_GEMV = ["q1", "q1s3", "q1b"]
 
 
 def choose_config_v3(rows, hidden, intermediate, *, gated, topk, experts):
@@ -116,11 +111,11 @@ def choose_config_v3(rows, hidden, intermediate, *, gated, topk, experts):
 
 def candidates_for(tokens):
     if tokens <= 4:
-        return ["g16p", "g16p3", "g32p", "q1", "q2"]
+        return ["g16p", "g16p3", "g32p", "q1"]
     if tokens <= 16:
-        return ["s16k_sx_r", "g16p", "g32p"] + GROUPED
+        return ["s16k_sx_r", "g16p", "g32p"] + ROUTED_GEMV
     if tokens <= 64:
-        return ["s16k_sx_r", "q1", "q2", "q3", "q4"]
+        return ["s16k_sx_r", "q1"]
     if tokens <= 256:
         return ["m32j_sx", "m32l_sx", "m32k_sx", "m32l2_sx_r"]
     return ["l64b", "l128a"]

@@ -10,7 +10,8 @@ Weights are the canonical stacks read in place: fp8 ``[E, M, K]`` and the cuBLAS
 ``[E, Mp * Cp]``; a scale tile is addressed with the swizzle formula (``_scale_row_offsets`` + ``_scale_col_offsets``).
 v4 small-T path (``direct``): ``_fc1_direct_kernel`` + ``_fc2_combine_kernel``, no route and no combine launch.
 v6 GEMV small-T path (``direct`` + ``gemv``): ``_fc1_gemv_kernel`` + ``_fc2_gemv_kernel`` (per (n tile, pair))
-+ ``_combine_kernel``: matrix-vector products with CUDA-core block sums instead of MMAs.
++ ``_combine_kernel``: matrix-vector products with CUDA-core block sums instead of MMAs. v7 routed GEMV (``gemv``
+without ``direct``): route (block_t 1) + ``_fc1_routed_gemv_kernel`` + ``_fc2_routed_gemv_kernel`` + combine.
 """
 
 import triton
@@ -721,23 +722,22 @@ def _fc2_gemv_kernel(
         tl.store(slot_ptr + pair.to(tl.int64) * stride_slot + offs_n, out.to(tl.bfloat16), mask=offs_n < N)
 
 
-# v7 grouped GEMV (``TritonMoEConfig.gemv`` without ``direct``): the route kernel groups the pairs by expert into
-# blocks of BLOCK_T (<= 4); one program per (n tile, block) loads each weight tile once and runs the per-pair GEMV
-# block sums for each of the block's tokens on it (the conversions are shared: one inlined ``w.to(float32)``).
-# Between one and a few pairs per expert this reads each touched expert's weights about once (the per-pair GEMV
-# reads them once per pair) without the MMA path's bf16 dequant through shared memory. The accumulators are
-# separate variables per token (``acc0`` .. ``acc3``): a 3-D [tokens, rows, K] product makes Triton lay the
-# 32-wide block sums across lanes (shuffles for every product), compile-only, Triton 3.6.
+# v7 routed GEMV (``TritonMoEConfig.gemv`` without ``direct``, tile "q1"): the route kernel sorts the pairs by
+# expert (block_t 1: one padded position per pair), then the GEMV kernels run one program per (n tile, position).
+# Pairs of one expert land in neighbouring programs and share their weight reads in L2; near one pair per expert
+# this beat the unsorted GEMV path by 8-18% (session 6). Session 6 also timed programs that convert each weight
+# once for 2-4 pairs of an expert: slower (CUDA-core FMAs, not bytes, bound them; bench/NOTES_triton_moe.md,
+# code at commit ec0d347: ``_fc1_group_kernel`` / ``_fc2_group_kernel`` with BLOCK_T 2-4).
 
 
 @triton.jit
-def _group_token(sorted_pairs_ptr, src_ptr, position, stride_src, offs_k, BY_PAIR: tl.constexpr,
+def _routed_pair(sorted_pairs_ptr, src_ptr, position, stride_src, offs_k, BY_POSITION: tl.constexpr,
                  TOPK: tl.constexpr):
     """``(pair, live, row pointers [BLOCK_K])`` of padded ``position``: the source row is the pair's token
-    (``BY_PAIR`` False: FC1 reads x) or the padded position itself (``BY_PAIR`` True: FC2 reads inter)."""
+    (``BY_POSITION`` False: FC1 reads x) or the position itself (``BY_POSITION`` True: FC2 reads inter)."""
     pair = tl.load(sorted_pairs_ptr + position)
     live = pair >= 0
-    if BY_PAIR:
+    if BY_POSITION:
         row = position.to(tl.int64)
     else:
         row = (tl.maximum(pair, 0) // TOPK).to(tl.int64)
@@ -745,20 +745,20 @@ def _group_token(sorted_pairs_ptr, src_ptr, position, stride_src, offs_k, BY_PAI
 
 
 @triton.jit
-def _group_vector(ptrs, live, k, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
-    """One token's activations ``[BLOCK_K]`` for K step ``k`` (zeros for padding and past K)."""
+def _pair_vector(ptrs, live, k, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """One pair's activations ``[BLOCK_K]`` for K step ``k`` (zeros for padding and past K)."""
     if EVEN_K:
         return tl.load(ptrs, mask=live & (tl.arange(0, BLOCK_K) >= 0), other=0.0)
     return tl.load(ptrs, mask=live & (tl.arange(0, BLOCK_K) < K - k * BLOCK_K), other=0.0)
 
 
 @triton.jit
-def _fc1_group_kernel(
+def _fc1_routed_gemv_kernel(
     x_ptr,  # [T, H] bf16
     w_ptr,  # [E, N1, H] fp8 e4m3
     s_ptr,  # [E, Mp * Cp] uint8 swizzled E8M0
     inter_ptr,  # [max_sorted, I] bf16 out, row = padded position (no probability applied)
-    sorted_pairs_ptr,  # [max_sorted] int32 from _route_kernel
+    sorted_pairs_ptr,  # [max_sorted] int32 from _route_kernel (block_t 1)
     block_expert_ptr,  # [max_blocks] int32
     num_blocks_ptr,  # [1] int32
     N_OUT,
@@ -773,17 +773,15 @@ def _fc1_group_kernel(
     GATED: tl.constexpr,
     ACTIVATION: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr,  # 1..4 pairs per program
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
     STAGES: tl.constexpr,
 ):
-    """Grouped GEMV FC1: program ``(n tile, route block)`` writes ``act(fc1[e] x[t])`` for the block's pairs."""
-    tl.static_assert(BLOCK_T <= 4)
+    """Routed GEMV FC1: program ``(n tile, position)`` writes ``act(fc1[e] x[t])`` for the position's pair."""
     pid_n = tl.program_id(0)
-    block = tl.program_id(1)
-    if block < tl.load(num_blocks_ptr):
-        expert = tl.load(block_expert_ptr + block)
+    position = tl.program_id(1)
+    if position < tl.load(num_blocks_ptr):
+        expert = tl.load(block_expert_ptr + position)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rows_n = (offs_n % N_OUT).to(tl.int64)
         offs_k = tl.arange(0, BLOCK_K)
@@ -793,79 +791,33 @@ def _fc1_group_kernel(
             wu_ptrs = wg_ptrs + N_OUT * stride_wn
             _, su_rows = _expert_rows(w_ptr, s_ptr, expert, rows_n + N_OUT, stride_we, stride_wn, stride_se,
                                       scale_tiles, BLOCK_K)
-        first = block * BLOCK_T
         zeros = tl.zeros([BLOCK_N, BLOCK_K // 32], dtype=tl.float32)
-        p0, l0, x0 = _group_token(sorted_pairs_ptr, x_ptr, first, stride_x, offs_k, False, TOPK)
-        g0 = zeros
-        u0 = zeros
-        if BLOCK_T > 1:
-            p1, l1, x1 = _group_token(sorted_pairs_ptr, x_ptr, first + 1, stride_x, offs_k, False, TOPK)
-            g1 = zeros
-            u1 = zeros
-        if BLOCK_T > 2:
-            p2, l2, x2 = _group_token(sorted_pairs_ptr, x_ptr, first + 2, stride_x, offs_k, False, TOPK)
-            g2 = zeros
-            u2 = zeros
-        if BLOCK_T > 3:
-            p3, l3, x3 = _group_token(sorted_pairs_ptr, x_ptr, first + 3, stride_x, offs_k, False, TOPK)
-            g3 = zeros
-            u3 = zeros
+        _, live, x_row = _routed_pair(sorted_pairs_ptr, x_ptr, position, stride_x, offs_k, False, TOPK)
+        acc_g = zeros
+        acc_u = zeros
         for k in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=STAGES):
             wg, sg = _weight_step(wg_ptrs, sg_rows, k, K, BLOCK_K, EVEN_K)
             if GATED:
                 wu, su = _weight_step(wu_ptrs, su_rows, k, K, BLOCK_K, EVEN_K)
-            v = _group_vector(x0 + k * BLOCK_K, l0, k, K, BLOCK_K, EVEN_K)
-            g0 = _gemv_block_sums(wg, sg, v, g0, BLOCK_N, BLOCK_K)
+            v = _pair_vector(x_row + k * BLOCK_K, live, k, K, BLOCK_K, EVEN_K)
+            acc_g = _gemv_block_sums(wg, sg, v, acc_g, BLOCK_N, BLOCK_K)
             if GATED:
-                u0 = _gemv_block_sums(wu, su, v, u0, BLOCK_N, BLOCK_K)
-            if BLOCK_T > 1:
-                v = _group_vector(x1 + k * BLOCK_K, l1, k, K, BLOCK_K, EVEN_K)
-                g1 = _gemv_block_sums(wg, sg, v, g1, BLOCK_N, BLOCK_K)
-                if GATED:
-                    u1 = _gemv_block_sums(wu, su, v, u1, BLOCK_N, BLOCK_K)
-            if BLOCK_T > 2:
-                v = _group_vector(x2 + k * BLOCK_K, l2, k, K, BLOCK_K, EVEN_K)
-                g2 = _gemv_block_sums(wg, sg, v, g2, BLOCK_N, BLOCK_K)
-                if GATED:
-                    u2 = _gemv_block_sums(wu, su, v, u2, BLOCK_N, BLOCK_K)
-            if BLOCK_T > 3:
-                v = _group_vector(x3 + k * BLOCK_K, l3, k, K, BLOCK_K, EVEN_K)
-                g3 = _gemv_block_sums(wg, sg, v, g3, BLOCK_N, BLOCK_K)
-                if GATED:
-                    u3 = _gemv_block_sums(wu, su, v, u3, BLOCK_N, BLOCK_K)
+                acc_u = _gemv_block_sums(wu, su, v, acc_u, BLOCK_N, BLOCK_K)
             wg_ptrs += BLOCK_K
             if GATED:
                 wu_ptrs += BLOCK_K
-        _group_fc1_store(inter_ptr, first, stride_inter, offs_n, N_OUT, l0, g0, u0, GATED, ACTIVATION)
-        if BLOCK_T > 1:
-            _group_fc1_store(inter_ptr, first + 1, stride_inter, offs_n, N_OUT, l1, g1, u1, GATED, ACTIVATION)
-        if BLOCK_T > 2:
-            _group_fc1_store(inter_ptr, first + 2, stride_inter, offs_n, N_OUT, l2, g2, u2, GATED, ACTIVATION)
-        if BLOCK_T > 3:
-            _group_fc1_store(inter_ptr, first + 3, stride_inter, offs_n, N_OUT, l3, g3, u3, GATED, ACTIVATION)
+        g = tl.sum(acc_g, axis=1)
+        if GATED:
+            h = _activate(g, tl.sum(acc_u, axis=1), ACTIVATION)
+        else:
+            h = _activate(g, g, ACTIVATION)
+        tl.store(inter_ptr + position.to(tl.int64) * stride_inter + offs_n, h.to(tl.bfloat16),
+                 mask=live & (offs_n < N_OUT))
 
 
 @triton.jit
-def _group_fc1_store(inter_ptr, position, stride_inter, offs_n, N_OUT, live, acc_g, acc_u, GATED: tl.constexpr,
-                     ACTIVATION: tl.constexpr):
-    """``act(sum(acc_g)) [* sum(acc_u)]`` into inter row ``position`` (nothing for padding)."""
-    g = tl.sum(acc_g, axis=1)
-    if GATED:
-        h = _activate(g, tl.sum(acc_u, axis=1), ACTIVATION)
-    else:
-        h = _activate(g, g, ACTIVATION)
-    tl.store(inter_ptr + position.to(tl.int64) * stride_inter + offs_n, h.to(tl.bfloat16), mask=live & (offs_n < N_OUT))
-
-
-@triton.jit
-def _group_fc2_store(slot_ptr, pair, stride_slot, offs_n, N, live, acc):
-    tl.store(slot_ptr + tl.maximum(pair, 0).to(tl.int64) * stride_slot + offs_n, tl.sum(acc, axis=1).to(tl.bfloat16),
-             mask=live & (offs_n < N))
-
-
-@triton.jit
-def _fc2_group_kernel(
-    inter_ptr,  # [max_sorted, I] bf16 rows from _fc1_group_kernel, row = padded position
+def _fc2_routed_gemv_kernel(
+    inter_ptr,  # [max_sorted, I] bf16 rows from _fc1_routed_gemv_kernel, row = padded position
     w_ptr,  # [E, H, I] fp8 e4m3
     s_ptr,  # [E, Mp * Cp] uint8 swizzled E8M0
     slot_ptr,  # [rows * topk, H] bf16 out: row = pair index
@@ -881,55 +833,29 @@ def _fc2_group_kernel(
     scale_tiles,
     stride_slot,
     BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr,  # 1..4
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
     STAGES: tl.constexpr,
 ):
-    """Grouped GEMV FC2: program ``(n tile, route block)`` writes ``fc2[e] @ h`` into each pair's slot row."""
-    tl.static_assert(BLOCK_T <= 4)
+    """Routed GEMV FC2: program ``(n tile, position)`` writes ``fc2[e] @ h`` into the pair's slot row."""
     pid_n = tl.program_id(0)
-    block = tl.program_id(1)
-    if block < tl.load(num_blocks_ptr):
-        expert = tl.load(block_expert_ptr + block)
+    position = tl.program_id(1)
+    if position < tl.load(num_blocks_ptr):
+        expert = tl.load(block_expert_ptr + position)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         offs_k = tl.arange(0, BLOCK_K)
         w_ptrs, s_rows = _expert_rows(w_ptr, s_ptr, expert, (offs_n % N).to(tl.int64), stride_we, stride_wn,
                                       stride_se, scale_tiles, BLOCK_K)
-        first = block * BLOCK_T
         zeros = tl.zeros([BLOCK_N, BLOCK_K // 32], dtype=tl.float32)
-        p0, l0, a0 = _group_token(sorted_pairs_ptr, inter_ptr, first, stride_inter, offs_k, True, 1)
-        acc0 = zeros
-        if BLOCK_T > 1:
-            p1, l1, a1 = _group_token(sorted_pairs_ptr, inter_ptr, first + 1, stride_inter, offs_k, True, 1)
-            acc1 = zeros
-        if BLOCK_T > 2:
-            p2, l2, a2 = _group_token(sorted_pairs_ptr, inter_ptr, first + 2, stride_inter, offs_k, True, 1)
-            acc2 = zeros
-        if BLOCK_T > 3:
-            p3, l3, a3 = _group_token(sorted_pairs_ptr, inter_ptr, first + 3, stride_inter, offs_k, True, 1)
-            acc3 = zeros
+        pair, live, a_row = _routed_pair(sorted_pairs_ptr, inter_ptr, position, stride_inter, offs_k, True, 1)
+        acc = zeros
         for k in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=STAGES):
             w, s = _weight_step(w_ptrs, s_rows, k, K, BLOCK_K, EVEN_K)
-            acc0 = _gemv_block_sums(w, s, _group_vector(a0 + k * BLOCK_K, l0, k, K, BLOCK_K, EVEN_K), acc0, BLOCK_N,
-                                    BLOCK_K)
-            if BLOCK_T > 1:
-                acc1 = _gemv_block_sums(w, s, _group_vector(a1 + k * BLOCK_K, l1, k, K, BLOCK_K, EVEN_K), acc1,
-                                        BLOCK_N, BLOCK_K)
-            if BLOCK_T > 2:
-                acc2 = _gemv_block_sums(w, s, _group_vector(a2 + k * BLOCK_K, l2, k, K, BLOCK_K, EVEN_K), acc2,
-                                        BLOCK_N, BLOCK_K)
-            if BLOCK_T > 3:
-                acc3 = _gemv_block_sums(w, s, _group_vector(a3 + k * BLOCK_K, l3, k, K, BLOCK_K, EVEN_K), acc3,
-                                        BLOCK_N, BLOCK_K)
+            acc = _gemv_block_sums(w, s, _pair_vector(a_row + k * BLOCK_K, live, k, K, BLOCK_K, EVEN_K), acc,
+                                   BLOCK_N, BLOCK_K)
             w_ptrs += BLOCK_K
-        _group_fc2_store(slot_ptr, p0, stride_slot, offs_n, N, l0, acc0)
-        if BLOCK_T > 1:
-            _group_fc2_store(slot_ptr, p1, stride_slot, offs_n, N, l1, acc1)
-        if BLOCK_T > 2:
-            _group_fc2_store(slot_ptr, p2, stride_slot, offs_n, N, l2, acc2)
-        if BLOCK_T > 3:
-            _group_fc2_store(slot_ptr, p3, stride_slot, offs_n, N, l3, acc3)
+        tl.store(slot_ptr + tl.maximum(pair, 0).to(tl.int64) * stride_slot + offs_n, tl.sum(acc, axis=1).to(tl.bfloat16),
+                 mask=live & (offs_n < N))
 
 
 @triton.jit

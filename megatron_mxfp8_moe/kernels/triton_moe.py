@@ -72,9 +72,8 @@ class TritonMoEConfig:
     # v6, with ``direct``: matrix-vector products on CUDA cores (fp32 block sums, no MMA; block_t unused): FC1 per
     # (n tile, pair), FC2 per (n tile, pair) into slot rows, then the combine kernel. fc1/fc2 block_n x block_k are
     # the weight tiles one program reads per K step, fc1/fc2 stages the K loops' pipelining depth (1: none).
-    # v7, without ``direct`` ("grouped GEMV"): the route kernel groups pairs by expert into blocks of block_t
-    # (1..4); FC1 and FC2 run one program per (n tile, block) that reads its weight tile once for the block's
-    # tokens, then the combine kernel.
+    # v7, without ``direct`` ("routed GEMV", block_t 1): the route kernel sorts the pairs by expert; FC1 and FC2
+    # run the GEMV per (n tile, sorted position), then the combine kernel.
     gemv: bool = False
     # ptxas register cap per thread for the FC1 / FC2 kernels (None: Triton's choice). Run 7, compile-only: the
     # default 16-token tiles take 216 (FC1) and 157 (FC2, 8 warps: one CTA per SM) registers; a cap trades
@@ -83,9 +82,9 @@ class TritonMoEConfig:
     fc2_maxnreg: Optional[int] = None
 
     def __post_init__(self):
-        if self.gemv and not self.direct and not 1 <= self.block_t <= 4:
-            raise ValueError(f"TritonMoEConfig: the grouped GEMV path (gemv without direct) takes 1..4 pairs per "
-                             f"program, got block_t={self.block_t}")
+        if self.gemv and not self.direct and self.block_t != 1:
+            raise ValueError(f"TritonMoEConfig: the routed GEMV path (gemv without direct) runs one pair per "
+                             f"program and needs block_t=1, got block_t={self.block_t}")
 
     @property
     def dequant_code(self) -> int:
@@ -126,9 +125,8 @@ TILES = {
     "g16p3": TritonMoEConfig(16, 16, 256, 4, 3, 32, 256, 4, 3, direct=True, gemv=True),
     "g16p": TritonMoEConfig(16, 16, 512, 4, 1, 32, 256, 4, 1, direct=True, gemv=True),
     "g32p": TritonMoEConfig(16, 32, 256, 4, 1, 16, 256, 2, 1, direct=True, gemv=True),
-    # v7 grouped GEMV ("q" + pairs per program): route by expert, then g32p's tiles per pair. Pairs of one expert
-    # run side by side and share weight reads in L2 (session 6 probe on the H200: 8-18% faster than g32p at 16
-    # tokens). The 2-4 pair blocks (bench/moe_layer.py q2-q4) were slower: their CUDA-core FMAs bound them.
+    # v7 routed GEMV: route by expert, then g32p's tiles per pair. Pairs of one expert run side by side and share
+    # weight reads in L2 (session 6 probe on the H200: 8-18% faster than g32p at 16 tokens).
     "q1": TritonMoEConfig(1, 32, 256, 4, 1, 16, 256, 2, 1, gemv=True),
     "d4_sx": TritonMoEConfig(16, 32, 256, 2, 4, 16, 256, 1, 6, dequant="sx", direct=True),
     "s16a": TritonMoEConfig(16, 32, 128, 4, 4, 64, 128, 4, 4),
@@ -161,7 +159,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # both shapes: at 16 tokens 8-18% faster than g32p and 9-19% faster than s16k_sx_r; at 8 tokens 11% faster
     # than g32p on 235b, 4% slower on 30b; at 24 tokens equal to s16k_sx_r on 235b, 5-13% faster on 30b; at 32
     # tokens s16k_sx_r won by 4-16%). Its pairs come sorted by expert, so pairs of one expert run side by side and
-    # share their weight reads in L2. Tiles that convert each weight once for 2-4 pairs (q2-q4) were slower:
+    # share their weight reads in L2. Programs that convert each weight once for 2-4 pairs were slower:
     # CUDA-core FMAs per weight, not bytes, set their time. Up to 8 pairs per expert: BLOCK_K 256 (the scale
     # tile is then pipelined with the weights), "sx" dequant, FC2 capped at 128 registers (two CTAs per SM).
     # Gated at 16-24 pairs per
@@ -416,9 +414,9 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     inter = torch.empty(max_sorted, n_out, dtype=torch.bfloat16, device=device)
     route = (sorted_pairs, block_expert, num_blocks)
     if cfg.gemv:
-        _launch_group_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, route,
-                           max_blocks, out, routing_map, probs, valid_tokens, rows, topk, experts, activation,
-                           local_expert_offset)
+        _launch_routed_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, route,
+                            max_blocks, out, routing_map, probs, valid_tokens, rows, topk, experts, activation,
+                            local_expert_offset)
         return
     fc1_grid = (triton.cdiv(n_out, cfg.fc1_block_n), max_blocks)
     kernels._fc1_kernel[fc1_grid](
@@ -477,27 +475,28 @@ def _launch_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, out, routing
     _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
 
 
-def _launch_group_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, route, max_blocks, out, routing_map, probs,
-                       valid_tokens, rows, topk, experts, activation, local_expert_offset) -> None:
-    """FC1, FC2 and combine of the grouped GEMV path (``cfg.gemv`` without ``cfg.direct``), after the route kernel:
-    ``route`` = (sorted_pairs, block_expert, num_blocks); ``inter`` ``[max_sorted, n_out]`` bf16 by padded position."""
+def _launch_routed_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, route, max_blocks, out, routing_map,
+                        probs, valid_tokens, rows, topk, experts, activation, local_expert_offset) -> None:
+    """FC1, FC2 and combine of the routed GEMV path (``cfg.gemv`` without ``cfg.direct``), after the route kernel
+    (block_t 1): ``route`` = (sorted_pairs, block_expert, num_blocks); ``inter`` ``[max_sorted, n_out]`` bf16 by
+    sorted position; one program per (n tile, position)."""
     import triton
 
     from . import _triton_moe_kernel as kernels
 
     hidden, n_out, inner = x.shape[1], inter.shape[1], fc2.data.shape[2]
-    kernels._fc1_group_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), max_blocks)](
+    kernels._fc1_routed_gemv_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), max_blocks)](
         x, fc1.data, s1, inter, *route, n_out, hidden, x.stride(0),
         fc1.data.stride(0), fc1.data.stride(1), *s1_args, inter.stride(0),
         TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
-        BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k, EVEN_K=hidden % cfg.fc1_block_k == 0,
+        BLOCK_N=cfg.fc1_block_n, BLOCK_K=cfg.fc1_block_k, EVEN_K=hidden % cfg.fc1_block_k == 0,
         STAGES=cfg.fc1_stages, **cfg.launch_options(1),
     )
     slots = torch.empty(1, rows * topk, hidden, dtype=torch.bfloat16, device=x.device)
-    kernels._fc2_group_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), max_blocks)](
+    kernels._fc2_routed_gemv_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), max_blocks)](
         inter, fc2.data, s2, slots, *route, hidden, inner, inter.stride(0),
         fc2.data.stride(0), fc2.data.stride(1), *s2_args, slots.stride(1),
-        BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k, EVEN_K=inner % cfg.fc2_block_k == 0,
+        BLOCK_N=cfg.fc2_block_n, BLOCK_K=cfg.fc2_block_k, EVEN_K=inner % cfg.fc2_block_k == 0,
         STAGES=cfg.fc2_stages, **cfg.launch_options(2),
     )
     _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)

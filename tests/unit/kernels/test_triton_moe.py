@@ -98,10 +98,10 @@ def test_tile_choice_uses_the_global_expert_count(monkeypatch):
 def test_gemv_config_is_checked():
     tile = TILES["d4_sx"]
     assert dataclasses.replace(tile, gemv=True).gemv
-    with pytest.raises(ValueError, match="1..4 pairs per program"):
-        dataclasses.replace(TILES["s16k_sx"], gemv=True)  # grouped GEMV with block_t 16
-    for block_t in (1, 2, 3, 4):
-        assert dataclasses.replace(TILES["s16k_sx"], gemv=True, block_t=block_t).block_t == block_t
+    for block_t in (2, 16):  # the routed GEMV runs one pair per program
+        with pytest.raises(ValueError, match="needs block_t=1"):
+            dataclasses.replace(TILES["s16k_sx"], gemv=True, block_t=block_t)
+    assert dataclasses.replace(TILES["s16k_sx"], gemv=True, block_t=1).gemv
 
 
 def test_capacity_bounds_any_routing():
@@ -241,10 +241,8 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         "gemv_k32": dict(direct=True, gemv=True, fc1_block_k=32, fc2_block_k=32, fc2_block_n=8),
         "gemv_pairs": dict(direct=True, gemv=True, fc1_stages=2, fc2_stages=3),
         "gemv_pairs_k32": dict(direct=True, gemv=True, fc1_block_k=32, fc2_block_k=32, fc1_block_n=8),
-        "group1": dict(gemv=True, block_t=1),
-        "group2": dict(gemv=True, block_t=2, fc1_block_k=32, fc2_block_k=32),
-        "group3": dict(gemv=True, block_t=3, fc2_block_n=8),
-        "group4": dict(gemv=True, block_t=4, fc1_block_n=8, fc1_block_k=128),
+        "routed_gemv": dict(gemv=True, block_t=1),
+        "routed_gemv_k32": dict(gemv=True, block_t=1, fc1_block_k=32, fc2_block_k=32, fc2_block_n=8),
     }
     for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32), ("geglu", 160, 96),
                                       ("swiglu", 160, 96)):
@@ -306,10 +304,11 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     probs, ids = random_routing(rows, experts, topk)
     ids = ids + 1
     pointers = (fc1.data.data_ptr(), fc1.scale.data_ptr(), fc2.data.data_ptr(), fc2.scale.data_ptr())
-    for path in ("routed", "direct", "gemv", "pairs", "group"):
-        c = dataclasses.replace(cfg, direct=path not in ("routed", "group"), gemv=path in ("gemv", "pairs", "group"),
+    for path in ("routed", "direct", "gemv", "pairs", "routed_gemv"):
+        c = dataclasses.replace(cfg, direct=path not in ("routed", "routed_gemv"),
+                                gemv=path in ("gemv", "pairs", "routed_gemv"),
                                 fc2_stages=3 if path == "pairs" else cfg.fc2_stages,
-                                block_t=3 if path == "group" else cfg.block_t)
+                                block_t=1 if path == "routed_gemv" else cfg.block_t)
         before = run(x, probs, ids, fc1, fc2, activation, rows, rows, c)
         new1 = random_weights((2, 2 * inter, hidden), scale=0.1)
         fc1.quantize_experts_([0, 2], [new1[0], new1[1]], backend="reference")
@@ -339,7 +338,7 @@ def test_kernels_under_triton_interpreter():
     assert result["block_expert_equal"] and result["pairs_equal"]
     for key in _LAYER_KEYS:
         for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3", "_direct", "_direct_k32", "_gemv", "_gemv_k32",
-                       "_gemv_pairs", "_gemv_pairs_k32", "_group1", "_group2", "_group3", "_group4"):
+                       "_gemv_pairs", "_gemv_pairs_k32", "_routed_gemv", "_routed_gemv_k32"):
             check = result[key + suffix]
             assert check["err"] <= 1e-2, (key + suffix, check)
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
@@ -347,7 +346,7 @@ def test_kernels_under_triton_interpreter():
     for name in ("g16p3", "g32p_geglu", "g16p", "g32p_e1k1", "q1", "q1_geglu", "q1_sq", "q1_e1k1"):
         check = result["edge_" + name]
         assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"], (name, check)
-    for path in ("routed", "direct", "gemv", "pairs", "group"):
+    for path in ("routed", "direct", "gemv", "pairs", "routed_gemv"):
         refit = result["refit_" + path]
         assert refit["changed"] and refit["err"] <= 1e-2, refit
         assert refit["hooks"] == 0 and refit["same_storage"], refit
