@@ -201,6 +201,12 @@ class MXFP8ExpertLayer(torch.nn.Module):
         """Routed contract (module docstring). ``use_bounded_rows``: the caller guarantees every valid row
         lies in ``[0, token_capacity)`` this step (decode-only on every EP rank); then only that prefix is read.
         Returns ``out`` (rows past the prefix untouched) or a new fp32 ``[T, H]`` (zeros past the prefix)."""
+        return self._run(x, probs, routing_map, valid_tokens=valid_tokens, use_bounded_rows=use_bounded_rows, out=out,
+                         route_experts=self.num_global_experts)
+
+    def _run(self, x, probs, routing_map, *, valid_tokens, use_bounded_rows, out, route_experts):
+        """The backend call of both contracts; ``route_experts``: the experts the map's pairs spread over (global
+        for the routed contract, local for the permuted one), a tile-choice hint."""
         state = self.build_()
         policy = self.row_policy(x.shape[0], use_bounded_rows)
         return self._impl.run(
@@ -214,6 +220,7 @@ class MXFP8ExpertLayer(torch.nn.Module):
             valid_tokens=valid_tokens,
             rows=policy.rows,
             out=out,
+            route_experts=route_experts,
         )
 
     def forward_permuted(
@@ -245,7 +252,9 @@ class MXFP8ExpertLayer(torch.nn.Module):
         local = torch.arange(experts, device=x.device)
         ids = torch.repeat_interleave(local, tokens_per_expert.to(x.device), output_size=total)  # [R], no host sync
         routing_map = (ids + self.local_expert_offset).unsqueeze(-1)  # [R, 1] global ids
-        result = self.forward_routed(x, probs.reshape(total, 1).to(torch.float32), routing_map)
+        # every permuted row belongs to a local expert: R pairs over the local experts (not the global count)
+        result = self._run(x, probs.reshape(total, 1).to(torch.float32), routing_map, valid_tokens=None,
+                           use_bounded_rows=False, out=None, route_experts=experts)
         if out is not None:
             out[:total].copy_(result)  # x may alias out (zero-copy dispatch): result is complete before the copy
             return out[:total]

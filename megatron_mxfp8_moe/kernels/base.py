@@ -145,8 +145,14 @@ class MoEBackend(abc.ABC):
         valid_tokens: ValidTokens = None,
         rows: Optional[int] = None,
         out: Optional[torch.Tensor] = None,
+        route_experts: Optional[int] = None,
     ) -> torch.Tensor:
-        """The routed contract (module docstring); returns ``out`` or a new fp32 ``[T, H]`` tensor."""
+        """The routed contract (module docstring); returns ``out`` or a new fp32 ``[T, H]`` tensor.
+
+        ``route_experts``: how many experts the map spreads its ``rows * topk`` pairs over, a hint for tile
+        choices (default ``num_global_experts``: the dispatcher gathers every EP rank's tokens with global ids;
+        the permuted contract's rows all belong to local experts, so it passes the local count).
+        """
 
 
 def check_routed_inputs(

@@ -106,6 +106,7 @@ class _FlashInferBackend(MoEBackend):
         valid_tokens: ValidTokens = None,
         rows: Optional[int] = None,
         out: Optional[torch.Tensor] = None,
+        route_experts: Optional[int] = None,
     ) -> torch.Tensor:
         rows = check_routed_inputs(x, probs, routing_map, hidden_size=state.fc1.logical_cols, rows=rows, out=out)
         total = x.shape[0]

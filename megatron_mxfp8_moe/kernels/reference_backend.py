@@ -68,6 +68,7 @@ class ReferenceBackend(MoEBackend):
         valid_tokens: ValidTokens = None,
         rows: Optional[int] = None,
         out: Optional[torch.Tensor] = None,
+        route_experts: Optional[int] = None,
     ) -> torch.Tensor:
         fc1, fc2 = state.fc1, state.fc2
         rows = check_routed_inputs(x, probs, routing_map, hidden_size=fc1.shape[2], rows=rows, out=out)

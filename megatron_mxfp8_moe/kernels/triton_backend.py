@@ -60,6 +60,7 @@ class TritonBackend(MoEBackend):
         valid_tokens: ValidTokens = None,
         rows: Optional[int] = None,
         out: Optional[torch.Tensor] = None,
+        route_experts: Optional[int] = None,
     ) -> torch.Tensor:
         from .triton_moe import triton_mxfp8_moe
 
@@ -83,7 +84,7 @@ class TritonBackend(MoEBackend):
             valid_tokens=valid_tokens,
             rows=rows,
             out=out,
-            num_global_experts=num_global_experts,
+            route_experts=route_experts or num_global_experts,
         )
         return write_result(result[:rows], x.shape[0], out) if result is not out else out
 

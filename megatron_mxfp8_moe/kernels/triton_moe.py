@@ -189,10 +189,10 @@ def routing_capacity(rows: int, topk: int, experts: int, block_t: int) -> tuple[
     """``(max_sorted, max_blocks)``: padded positions and BLOCK_T blocks that any routing can need.
 
     Each expert with ``c > 0`` pairs takes ``ceil(c / block_t)`` blocks, so the total is at most
-    ``pairs / block_t + min(E, pairs)`` blocks.
+    ``pairs / block_t + min(E, pairs)`` blocks; with ``block_t`` 1 exactly one block per pair.
     """
     pairs = rows * topk
-    max_blocks = pairs // block_t + min(experts, pairs) + 1
+    max_blocks = max(1, pairs) if block_t == 1 else pairs // block_t + min(experts, pairs) + 1
     return max_blocks * block_t, max_blocks
 
 
@@ -317,7 +317,7 @@ def triton_mxfp8_moe(
     rows: Optional[int] = None,
     out: Optional[torch.Tensor] = None,
     config: Optional[TritonMoEConfig] = None,
-    num_global_experts: Optional[int] = None,
+    route_experts: Optional[int] = None,
 ) -> torch.Tensor:
     """Weight-only MXFP8 MoE on Hopper: ``out[t] = sum_k probs[t, k] * fc2[e] @ act(fc1[e] @ x[t])``.
 
@@ -334,9 +334,9 @@ def triton_mxfp8_moe(
         rows: processed prefix (default ``T``); ``out[:rows]`` is written, nothing else.
         out: optional bf16/fp32 ``[>= rows, H]`` destination; default a new bf16 ``[rows, H]``.
         config: tile override (benchmarks); default ``choose_config(rows, ...)``.
-        num_global_experts: experts over all EP ranks (default: the local E). The tile choice uses it for the
-            expected pairs per local expert; with E local of ``num_global_experts`` the map routes about
-            ``rows * topk * E / num_global_experts`` pairs here.
+        route_experts: the experts the map spreads its ``rows * topk`` pairs over (default: the local E): the
+            global count when every EP rank's tokens arrive with global ids (the inference dispatcher). The tile
+            choice expects ``rows * topk / route_experts`` pairs per local expert.
 
     Returns ``out`` (or the new bf16 tensor). Graph-safe: no host sync, shapes fixed by ``rows``.
     """
@@ -344,19 +344,39 @@ def triton_mxfp8_moe(
     fc1, fc2 = fc1_stack, fc2_stack
     rows = x.shape[0] if rows is None else int(rows)
     experts, hidden, inner = _check_inputs(x, probs, routing_map, fc1, fc2, activation, rows, valid_tokens, out)
-    if num_global_experts is not None and num_global_experts < experts:
-        raise MXFP8InputError(f"num_global_experts: {num_global_experts} is below the {experts} local experts")
+    if route_experts is not None and route_experts < experts:
+        raise MXFP8InputError(f"route_experts: {route_experts} is below the {experts} local experts")
     topk = routing_map.shape[1]
     if out is None:
         out = torch.empty(rows, hidden, dtype=torch.bfloat16, device=x.device)
     if rows == 0:
         return out
     cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk,
-                                  experts=num_global_experts or experts)
+                                  experts=route_experts or experts)
     with on_device(x.device):  # Triton launches on the current device
         _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
                 experts, hidden, inner, topk)
     return out
+
+
+_MAX_GRID_Y = 65535  # CUDA grid axis 1 (the pairs / positions of the direct and routed GEMV launches)
+
+
+def kernel_path(cfg: TritonMoEConfig, pairs: int) -> str:
+    """Which launch sequence runs ``cfg`` for ``pairs = rows * topk``: "direct" (v4), "gemv" (v6), "routed_gemv"
+    (v7) or "routed" (the MMA path). A direct config with more pairs than grid axis 1 holds runs the MMA path with
+    its tiles; the routed GEMV has no such fallback (block_t 1) and rejects it."""
+    if cfg.direct:
+        if pairs > _MAX_GRID_Y:
+            return "routed"
+        return "gemv" if cfg.gemv else "direct"
+    if cfg.gemv:
+        if pairs > _MAX_GRID_Y:
+            raise MXFP8InputError(
+                f"config: the routed GEMV path (gemv without direct) takes at most {_MAX_GRID_Y} (token, expert) "
+                f"pairs per call, got {pairs}; use an MMA tile (choose_config picks one)")
+        return "routed_gemv"
+    return "routed"
 
 
 def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
@@ -371,9 +391,10 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     n_out = inner if activation.gated else fc1.data.shape[1]
     s1, s1_stride, s1_tiles = _scale_args(fc1)
     s2, s2_stride, s2_tiles = _scale_args(fc2)
-    if cfg.direct and rows * topk < 65536:  # grid axis 1 holds the pairs
+    path = kernel_path(cfg, rows * topk)
+    if path in ("direct", "gemv"):
         inter = torch.empty(rows * topk, n_out, dtype=torch.bfloat16, device=device)
-        if cfg.gemv:
+        if path == "gemv":
             _launch_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, out,
                          routing_map, probs, valid_tokens, rows, topk, experts, activation, local_expert_offset)
             return
@@ -413,7 +434,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
 
     inter = torch.empty(max_sorted, n_out, dtype=torch.bfloat16, device=device)
     route = (sorted_pairs, block_expert, num_blocks)
-    if cfg.gemv:
+    if path == "routed_gemv":
         _launch_routed_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, route,
                             max_blocks, out, routing_map, probs, valid_tokens, rows, topk, experts, activation,
                             local_expert_offset)
@@ -534,6 +555,7 @@ def check_triton_moe_available(device: torch.device) -> None:
 
 __all__ = [
     "TILES",
+    "kernel_path",
     "TritonMoEConfig",
     "check_triton_moe_available",
     "choose_config",

@@ -210,3 +210,22 @@ def test_to_before_build_keeps_weights_and_after_build_is_refused_for_other_devi
     layer.build_()
     with pytest.raises(MXFP8InputError, match="after its reference stack was built"):
         layer.to("meta")
+
+
+def test_backend_gets_the_experts_the_pairs_spread_over(monkeypatch):
+    """Tile-choice hint: the routed contract's map spreads pairs over all GLOBAL experts (every EP rank's tokens,
+    global ids); the permuted contract's rows all belong to this rank's E local experts."""
+    layer = _layer()
+    calls = []
+    real_run = layer._impl.run
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs["route_experts"], kwargs["num_global_experts"]))
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(layer._impl, "run", spy)
+    x, probs, ids = _inputs(6)
+    layer.forward_routed(x, probs, ids)
+    counts = torch.tensor([2, 0, 3, 1])
+    layer.forward_permuted(torch.randn(6, H, dtype=torch.bfloat16), counts, torch.rand(6))
+    assert calls == [(GLOBAL, GLOBAL), (E, GLOBAL)]

@@ -16,6 +16,7 @@ from megatron_mxfp8_moe.errors import MXFP8InputError
 from megatron_mxfp8_moe.kernels.triton_moe import (
     TILES,
     choose_config,
+    kernel_path,
     route_reference,
     routing_capacity,
     triton_moe_support,
@@ -74,8 +75,8 @@ def test_choice_by_pairs_per_expert(gated):
 
 
 def test_tile_choice_uses_the_global_expert_count(monkeypatch):
-    """Under EP the map spreads rows * topk pairs over ALL experts: a rank with 16 of 128 experts at 16 tokens
-    expects one pair per local expert (q1), not eight (the MMA tiles)."""
+    """Under EP the map spreads rows * topk pairs over ALL experts (``route_experts``): a rank with 16 of 128
+    experts at 16 tokens expects one pair per local expert (q1), not eight (the MMA tiles)."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
     chosen = []
@@ -89,10 +90,10 @@ def test_tile_choice_uses_the_global_expert_count(monkeypatch):
     valid = torch.tensor([tokens], dtype=torch.int32)
     for global_experts in (None, 128):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, local_expert_offset=32, valid_tokens=valid,
-                         num_global_experts=global_experts)
+                         route_experts=global_experts)
     assert chosen == [TILES["s16k_sx_r"], TILES["q1"]]
-    with pytest.raises(MXFP8InputError, match="num_global_experts"):
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, num_global_experts=8)
+    with pytest.raises(MXFP8InputError, match="route_experts"):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, route_experts=8)
 
 
 def test_gemv_config_is_checked():
@@ -104,9 +105,25 @@ def test_gemv_config_is_checked():
     assert dataclasses.replace(TILES["s16k_sx"], gemv=True, block_t=1).gemv
 
 
+def test_kernel_path_by_config_and_pairs():
+    """A direct tile past the grid limit falls back to the MMA path; the routed GEMV (q1) rejects it instead of
+    running with a wrong block size (its kernels take one pair per position)."""
+    assert kernel_path(TILES["g32p"], 128) == "gemv"
+    assert kernel_path(TILES["d4_sx"], 128) == "direct"
+    assert kernel_path(TILES["q1"], 128) == "routed_gemv"
+    assert kernel_path(TILES["s16k_sx_r"], 128) == "routed"
+    for name in ("g32p", "g16p3", "d4_sx"):
+        assert kernel_path(TILES[name], 65535) != "routed" and kernel_path(TILES[name], 65536) == "routed"
+    assert kernel_path(TILES["q1"], 65535) == "routed_gemv"
+    with pytest.raises(MXFP8InputError, match="routed GEMV path"):
+        kernel_path(TILES["q1"], 65536)
+    assert routing_capacity(16, 8, 128, 1) == (128, 128)  # one position per pair, no padding
+
+
 def test_capacity_bounds_any_routing():
     gen = torch.Generator().manual_seed(0)
-    for rows, topk, experts, block_t in [(1, 8, 128, 16), (7, 2, 4, 16), (64, 8, 16, 32), (300, 4, 8, 64)]:
+    for rows, topk, experts, block_t in [(1, 8, 128, 16), (7, 2, 4, 16), (64, 8, 16, 32), (300, 4, 8, 64),
+                                         (16, 8, 128, 1), (5, 3, 2, 1)]:
         max_sorted, max_blocks = routing_capacity(rows, topk, experts, block_t)
         assert max_sorted == max_blocks * block_t
         for trial in range(3):
@@ -195,23 +212,28 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
 
     torch.manual_seed(7)
     result = {}
-    # routing kernel vs its torch twin (order inside an expert may differ: compare as sets per block)
+    # routing kernel vs its torch twin (order inside an expert may differ: compare as sets per block), at the MMA
+    # paths' block size 4 and the routed GEMV's 1 (one position per pair, capacity = pairs)
     ids = torch.randint(-1, 7, (9, 3), dtype=torch.int32)
-    max_sorted, max_blocks = routing_capacity(9, 3, 5, 4)
-    sorted_pairs = torch.empty(max_sorted, dtype=torch.int32)
-    block_expert = torch.empty(max_blocks, dtype=torch.int32)
-    blocks = torch.empty(1, dtype=torch.int32)
-    cursor = torch.empty(5, dtype=torch.int32)
-    kernels._route_kernel[(1,)](ids, torch.tensor([8], dtype=torch.int32), sorted_pairs, block_expert, blocks,
-                                cursor, 9, max_sorted, max_blocks, 1, TOPK=3, E=5, E_POW2=8, BLOCK_T=4,
-                                CHUNK=16, CHUNK_B=8)
-    ref_pairs, ref_blocks, ref_count = route_reference(ids, 8, experts=5, local_expert_offset=1, block_t=4)
-    result["blocks"] = [int(blocks), ref_count]
-    used = ref_count * 4
-    result["block_expert_equal"] = torch.equal(block_expert[:ref_count], ref_blocks[:ref_count])
-    result["pairs_equal"] = all(
-        sorted(sorted_pairs[b * 4:(b + 1) * 4].tolist()) == sorted(ref_pairs[b * 4:(b + 1) * 4].tolist())
-        for b in range(ref_count)) and bool((sorted_pairs[used:] == -1).all())
+    for block_t in (4, 1):
+        max_sorted, max_blocks = routing_capacity(9, 3, 5, block_t)
+        sorted_pairs = torch.empty(max_sorted, dtype=torch.int32)
+        block_expert = torch.empty(max_blocks, dtype=torch.int32)
+        blocks = torch.empty(1, dtype=torch.int32)
+        cursor = torch.empty(5, dtype=torch.int32)
+        kernels._route_kernel[(1,)](ids, torch.tensor([8], dtype=torch.int32), sorted_pairs, block_expert, blocks,
+                                    cursor, 9, max_sorted, max_blocks, 1, TOPK=3, E=5, E_POW2=8, BLOCK_T=block_t,
+                                    CHUNK=16, CHUNK_B=8)
+        ref_pairs, ref_blocks, ref_count = route_reference(ids, 8, experts=5, local_expert_offset=1,
+                                                           block_t=block_t)
+        used = ref_count * block_t
+        result[f"route{block_t}"] = dict(
+            blocks=[int(blocks), ref_count],
+            block_expert_equal=torch.equal(block_expert[:ref_count], ref_blocks[:ref_count]),
+            pairs_equal=all(
+                sorted(sorted_pairs[b * block_t:(b + 1) * block_t].tolist())
+                == sorted(ref_pairs[b * block_t:(b + 1) * block_t].tolist())
+                for b in range(ref_count)) and bool((sorted_pairs[used:] == -1).all()))
 
     def run(x, probs, ids, fc1, fc2, activation, rows, valid, cfg):
         out = torch.full((x.shape[0], fc2.shape[1]), float("nan"))
@@ -334,8 +356,9 @@ def test_kernels_under_triton_interpreter():
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["blocks"][0] == result["blocks"][1]
-    assert result["block_expert_equal"] and result["pairs_equal"]
+    for block_t in (4, 1):
+        route = result[f"route{block_t}"]
+        assert route["blocks"][0] == route["blocks"][1] and route["block_expert_equal"] and route["pairs_equal"], route
     for key in _LAYER_KEYS:
         for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3", "_direct", "_direct_k32", "_gemv", "_gemv_k32",
                        "_gemv_pairs", "_gemv_pairs_k32", "_routed_gemv", "_routed_gemv_k32"):
@@ -394,17 +417,17 @@ def test_sign_extend_dequant_equals_the_bit_trick_for_every_byte_pair():
     assert torch.equal(word >> 16, want(b1))
 
 
-def test_triton_backend_passes_the_global_expert_count(monkeypatch):
-    """The layer's ``num_global_experts`` reaches the tile choice through the Triton backend."""
+def test_triton_backend_passes_the_expert_spread(monkeypatch):
+    """``route_experts`` (default ``num_global_experts``) reaches the tile choice through the Triton backend."""
     from megatron_mxfp8_moe.activations import Activation
     from megatron_mxfp8_moe.kernels import triton_moe
     from megatron_mxfp8_moe.kernels.base import StackState
     from megatron_mxfp8_moe.kernels.triton_backend import TritonBackend
 
-    seen = {}
+    seen = []
 
     def fake(x, probs, routing_map, fc1, fc2, **kwargs):
-        seen.update(kwargs)
+        seen.append((kwargs["route_experts"], kwargs["local_expert_offset"]))
         return kwargs["out"]
 
     monkeypatch.setattr(triton_moe, "triton_mxfp8_moe", fake)
@@ -412,6 +435,8 @@ def test_triton_backend_passes_the_global_expert_count(monkeypatch):
     fc2 = quantize_mxfp8(random_weights((2, 64, 32), scale=0.1), backend="reference")
     state = StackState(backend=TritonBackend.backend, fc1=fc1, fc2=fc2, shares_canonical=True)
     x = torch.randn(4, 64).to(torch.bfloat16)
-    TritonBackend().run(state, x, torch.rand(4, 2), torch.zeros(4, 2, dtype=torch.int64),
-                        activation=Activation.SWIGLU, local_expert_offset=6, num_global_experts=16)
-    assert seen["num_global_experts"] == 16 and seen["local_expert_offset"] == 6
+    for route_experts in (None, 2):
+        TritonBackend().run(state, x, torch.rand(4, 2), torch.zeros(4, 2, dtype=torch.int64),
+                            activation=Activation.SWIGLU, local_expert_offset=6, num_global_experts=16,
+                            route_experts=route_experts)
+    assert seen == [(16, 6), (2, 6)]
