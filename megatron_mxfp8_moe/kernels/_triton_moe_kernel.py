@@ -854,8 +854,8 @@ def _fc2_routed_gemv_kernel(
             acc = _gemv_block_sums(w, s, _pair_vector(a_row + k * BLOCK_K, live, k, K, BLOCK_K, EVEN_K), acc,
                                    BLOCK_N, BLOCK_K)
             w_ptrs += BLOCK_K
-        tl.store(slot_ptr + tl.maximum(pair, 0).to(tl.int64) * stride_slot + offs_n, tl.sum(acc, axis=1).to(tl.bfloat16),
-                 mask=live & (offs_n < N))
+        tl.store(slot_ptr + tl.maximum(pair, 0).to(tl.int64) * stride_slot + offs_n,
+                 tl.sum(acc, axis=1).to(tl.bfloat16), mask=live & (offs_n < N))
 
 
 @triton.jit

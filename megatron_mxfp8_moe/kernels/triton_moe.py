@@ -152,20 +152,20 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     tokens but holds E / EP experts gets about ``rows * topk / experts`` pairs per local expert).
     """
     pairs_per_expert = rows * topk / max(experts, 1)
-    # Up to about one pair per expert (session 5): the GEMV path. Every (token, expert) pair is then a
+    # Up to 1.5 pairs per expert (sessions 5-6): the GEMV paths. Every (token, expert) pair is then a
     # matrix-vector product; CUDA-core block sums stream the weights at 43-77% of the roofline where the MMA path
     # (one useful column of 16) reached 20-60%. Gated: g16p3 at 1-2 tokens, g32p up to 0.25 pairs per expert.
     # Squared ReLU: g16p up to 4 tokens. Then up to 1.5 pairs per expert, q1 (session 6 probes at 8-32 tokens on
     # both shapes: at 16 tokens 8-18% faster than g32p and 9-19% faster than s16k_sx_r; at 8 tokens 11% faster
     # than g32p on 235b, 4% slower on 30b; at 24 tokens equal to s16k_sx_r on 235b, 5-13% faster on 30b; at 32
-    # tokens s16k_sx_r won by 4-16%). Its pairs come sorted by expert, so pairs of one expert run side by side and
-    # share their weight reads in L2. Programs that convert each weight once for 2-4 pairs were slower:
-    # CUDA-core FMAs per weight, not bytes, set their time. Up to 8 pairs per expert: BLOCK_K 256 (the scale
-    # tile is then pipelined with the weights), "sx" dequant, FC2 capped at 128 registers (two CTAs per SM).
-    # Gated at 16-24 pairs per
-    # expert: BLOCK_K 256, FC1 2 / FC2 3 stages, "sx" (run 7: 1.08x over 2 FC2 stages). Squared ReLU keeps the v2
-    # tiles at 256 tokens, where "sx" was not faster for it. Each token block re-reads its expert's weights, so
-    # block_t covers the typical pairs per expert.
+    # tokens q1 took 4-16% longer than s16k_sx_r). Its pairs come sorted by expert, so pairs of one expert run
+    # side by side and share their weight reads in L2. Programs that convert each weight once for 2-4 pairs were
+    # slower: CUDA-core FMAs per weight, not bytes, set their time.
+    # Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then pipelined with the weights), "sx" dequant, FC2
+    # capped at 128 registers (two CTAs per SM). Gated at 16-24 pairs per expert: BLOCK_K 256, FC1 2 / FC2 3
+    # stages, "sx" (run 7: 1.08x over 2 FC2 stages). Squared ReLU keeps the v2 tiles at 256 tokens, where "sx" was
+    # not faster for it. Each token block re-reads its expert's weights, so block_t covers the typical pairs per
+    # expert.
     if gated and pairs_per_expert <= 0.125:
         return TILES["g16p3"]
     if pairs_per_expert <= 0.25:
