@@ -161,7 +161,8 @@ def _finish_plan(plan: RefitPlan, applied_modules: Sequence[str]) -> None:
             error = nonfinite_error(bad)
             error.applied_modules = tuple(applied_modules)
             raise error
-    refresh_caches(list(dict.fromkeys(batch.writes[0].module for batch in plan.batches)))
+    # every module named by an entry: one batch may hold entries of several modules whose views share a stack
+    refresh_caches(list(dict.fromkeys(write.module for batch in plan.batches for write in batch.writes)))
 
 
 def refresh_caches(modules: Sequence[torch.nn.Module]) -> None:

@@ -406,3 +406,17 @@ def test_real_mxfp8_expert_layer_refits_like_a_fresh_build(as_stream):
     result = layer.forward_routed(x, probs, ids)
     assert torch.isfinite(result).all() and result.abs().sum() > 0
     assert torch.equal(result, fresh.forward_routed(x, probs, ids))
+
+
+@pytest.mark.parametrize("as_stream", [False, True])
+def test_every_module_that_names_a_written_stack_is_refreshed(as_stream):
+    """Two experts modules whose weights are views of ONE stack: entries of both land in one write batch, and
+    both modules' refresh_cache() runs (not only the module of the batch's first entry)."""
+    model = fake.FakeModel()
+    first, second = model.experts(0), model.experts(1)
+    second._views = dict(first._views)  # layer 1 now exposes layer 0's per-expert views (same stacks)
+    sources = {f"{E0}.linear_fc1.weight0": fake.random_weights(fake.FC1_SHAPE),
+               f"{E1}.linear_fc1.weight1": fake.random_weights(fake.FC1_SHAPE)}
+    refit_experts(model, _stream(sources) if as_stream else sources)
+    assert (first.refresh_calls, second.refresh_calls) == (1, 1)
+    assert sorted(first.hook_calls) == [("fc1", 0), ("fc1", 1)]
