@@ -494,7 +494,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
 
         ``finite=False`` skips the byte scans (for callers that already ran them): NaN data bytes and NaN bytes
         among the logical scale bytes (the 128x4 layout's padding bytes are not checked: ``copy_`` zeroes them).
-        One pass over the data and one over the scales, one host sync each.
+        One pass over the data and one over the scales, one host sync for both.
         """
         if not isinstance(other, MegatronMXFP8Tensor):
             raise MXFP8InputError(f"{name}: expected an MXFP8Tensor, got {type(other).__name__}")
@@ -509,12 +509,15 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         if other.scale.numel() != expected:
             raise MXFP8InputError(f"{name}.scale: expected {expected} swizzled bytes, got {other.scale.numel()}")
         if finite:
-            # e4m3fn has no Inf; NaN is 0x7F / 0xFF
-            if bool(((other.data.view(torch.uint8) & 0x7F) == 0x7F).any()):
-                raise MXFP8InputError(f"{name}.data: holds non-finite value(s) (the e4m3 NaN encoding)")
             scale = other.scale.view(torch.uint8).reshape(-1, per_matrix)
             logical = ~_padding_mask(rows, scale_cols, scale.device)
-            if bool(((scale == 255) & logical).any()):
+            nan_data, nan_scale = torch.stack((
+                ((other.data.view(torch.uint8) & 0x7F) == 0x7F).any(),  # e4m3fn has no Inf; NaN is 0x7F / 0xFF
+                ((scale == 255) & logical).any(),
+            )).tolist()
+            if nan_data:
+                raise MXFP8InputError(f"{name}.data: holds non-finite value(s) (the e4m3 NaN encoding)")
+            if nan_scale:
                 raise MXFP8InputError(f"{name}.scale: holds the E8M0 NaN byte 0xFF")
 
     def copy_(self, other, *, finite_checked: bool = False) -> "MXFP8Tensor":

@@ -103,8 +103,9 @@ def test_bad_copy_sources_change_nothing():
     nan_data = MegatronMXFP8Tensor(
         torch.full((32, 64), 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn), good.scale, "triton"
     )
+    both = MegatronMXFP8Tensor(nan_data.data, nan_scale.scale, "triton")  # the data error is reported first
     for bad, match in [(nan_scale, "NaN byte"), (short_scale, "swizzled bytes"), (nan_data, "non-finite"),
-                       (torch.randn(32, 64), "expected an MXFP8Tensor")]:
+                       (both, r"other\.data: holds non-finite"), (torch.randn(32, 64), "expected an MXFP8Tensor")]:
         with pytest.raises(MXFP8InputError, match=match):
             tensor.copy_(bad)
     after = _checksum(tensor)
