@@ -6,6 +6,8 @@
 #   bash tools/gpu_next.sh refit    # GPU tests of quantize/refit/memory, the refit benchmark, the bounded-row bench
 #   bash tools/gpu_next.sh final    # GPU tests of the default tiles and the layer CUDA graphs, the demo, and the
 #                                   # full MoE benchmark (bench/moe_layer.py --warm 14) for the PERFORMANCE tables
+#   bash tools/gpu_next.sh ncu64    # why the MMA path sits at 55-65% of the roofline at 64 tokens: ncu (full set,
+#                                   # stall reasons) of the default s16k_sx_r FC1 and FC2 launches, 30b, 64 tokens
 # A candidate becomes a default only if its tests pass AND the sweep shows it faster; then run "final".
 set -u
 OUT=${OUT:-/tmp/out}
@@ -48,5 +50,12 @@ case "${1:-}" in
         >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done
     tail -3 $OUT/verify_tests.log; grep '^{' $OUT/probe.jsonl ;;
-  *) echo "usage: bash tools/gpu_next.sh verify|refit|final" >&2; exit 2 ;;
+  ncu64)
+    # one warm-up and one profiled call each (triton_moe_probe.py --once); the text report comes back in $OUT
+    timeout 500 ncu --kernel-name regex:"_fc[12]_kernel" --launch-skip 2 --launch-count 2 --set full \
+      --print-details all python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 64 \
+      --configs s16k_sx_r --once > $OUT/ncu_s16k_64.txt 2>&1
+    echo "ncu rc=$?" >> $OUT/ncu_s16k_64.txt
+    grep -n "Duration\|DRAM Throughput\|Warp Cycles Per Issued\|Stall\|Achieved Occupancy" $OUT/ncu_s16k_64.txt | head -60 ;;
+  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64" >&2; exit 2 ;;
 esac
