@@ -509,16 +509,18 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         if other.scale.numel() != expected:
             raise MXFP8InputError(f"{name}.scale: expected {expected} swizzled bytes, got {other.scale.numel()}")
         if finite:
-            scale = other.scale.view(torch.uint8).reshape(-1, per_matrix)
-            logical = ~_padding_mask(rows, scale_cols, scale.device)
-            nan_data, nan_scale = torch.stack((
-                ((other.data.view(torch.uint8) & 0x7F) == 0x7F).any(),  # e4m3fn has no Inf; NaN is 0x7F / 0xFF
-                ((scale == 255) & logical).any(),
-            )).tolist()
-            if nan_data:
-                raise MXFP8InputError(f"{name}.data: holds non-finite value(s) (the e4m3 NaN encoding)")
-            if nan_scale:
-                raise MXFP8InputError(f"{name}.scale: holds the E8M0 NaN byte 0xFF")
+            raise_mxfp8_nan_bytes(name, *self.mxfp8_nan_flags(other).tolist())
+
+    def mxfp8_nan_flags(self, other) -> torch.Tensor:
+        """bool ``[2]`` on ``other``'s device, no host sync: (any e4m3 NaN data byte, any E8M0 NaN byte 0xFF among
+        the logical scale bytes). ``other`` already passed ``validate_mxfp8_source(other, finite=False)``."""
+        rows, scale_cols = self._shape[-2], self._shape[-1] // BLOCK_SIZE
+        scale = other.scale.view(torch.uint8).reshape(-1, swizzled_scale_numel(rows, scale_cols))
+        logical = ~_padding_mask(rows, scale_cols, scale.device)
+        return torch.stack((
+            ((other.data.view(torch.uint8) & 0x7F) == 0x7F).any(),  # e4m3fn has no Inf; NaN is 0x7F / 0xFF
+            ((scale == 255) & logical).any(),
+        ))
 
     def copy_(self, other, *, finite_checked: bool = False) -> "MXFP8Tensor":
         """Copy bytes in place from another MXFP8 tensor (ours or Megatron-Core's) of the same shape; the padding
@@ -535,6 +537,14 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         scale_bytes.masked_fill_(_padding_mask(rows, scale_cols, scale_bytes.device), 0)  # broadcasts over experts
         self._after_write(data, scale)
         return self
+
+
+def raise_mxfp8_nan_bytes(name: str, nan_data: bool, nan_scale: bool) -> None:
+    """Raise MXFP8InputError for the flags of ``MXFP8Tensor.mxfp8_nan_flags`` (the data error first)."""
+    if nan_data:
+        raise MXFP8InputError(f"{name}.data: holds non-finite value(s) (the e4m3 NaN encoding)")
+    if nan_scale:
+        raise MXFP8InputError(f"{name}.scale: holds the E8M0 NaN byte 0xFF")
 
 
 def quantize_mxfp8(x: torch.Tensor, backend: str = "auto") -> MXFP8Tensor:

@@ -51,7 +51,7 @@ from ..format.swizzle import swizzled_scale_numel
 from ..names import ExpertWeightName, join_name, parse_expert_stack_name, parse_expert_weight_name
 from ..quant.backends import QuantBackend, resolve_quant_backend
 from ..quant.flashinfer import FLASHINFER_SOURCE_DTYPES, flashinfer_source_dtype_problem
-from ..tensor import MXFP8Tensor
+from ..tensor import MXFP8Tensor, raise_mxfp8_nan_bytes
 from .device_check import DeviceScan
 
 Source = Union[torch.Tensor, MegatronMXFP8Tensor]
@@ -61,6 +61,11 @@ _SOURCE_DTYPE_SET = frozenset(SOURCE_DTYPES)
 
 QUANTIZE = "quantize"  # logical source -> target.quantize_(source)
 COPY = "copy"  # MXFP8 source -> target.copy_(source)
+
+
+def _source_error(name: Any, target: MXFP8Tensor, error: Exception) -> RefitError:
+    """The RefitError for a source that ``target`` cannot take (the check's message plus the target)."""
+    return refit_error(name, f"{error} (target: {target.shape[-2]}x{target.shape[-1]} on {target.device})")
 
 
 def refit_error(name: Any, reason: str, *, applied_modules: tuple[str, ...] = ()) -> RefitError:
@@ -472,12 +477,13 @@ class RefitValidator:
         self._recent, self._recent_names = info, info.names
         return info, hit
 
-    def check_source(self, name: str, target: MXFP8Tensor, source: Any) -> str:
+    def check_source(self, name: str, target: MXFP8Tensor, source: Any, *, mxfp8_bytes: bool = True) -> str:
         """Check ``source`` against ``target`` except for finiteness of logical tensors; returns the write kind.
-        (``plan`` checks the common case inline and calls this for everything else.)"""
+        (``plan`` checks the common case inline and calls this for everything else.) ``mxfp8_bytes=False``
+        leaves the NaN-byte scan of an MXFP8 source to the caller (``plan`` runs them all with one host sync)."""
         try:
             if isinstance(source, MegatronMXFP8Tensor):
-                target.validate_mxfp8_source(source, name="source")
+                target.validate_mxfp8_source(source, name="source", finite=mxfp8_bytes)
                 return COPY
             if not isinstance(source, torch.Tensor):
                 raise MXFP8InputError(
@@ -492,8 +498,7 @@ class RefitValidator:
             check_shape("source", source, target.shape)
             check_device("source", source, target.device)
         except (MXFP8Error, AttributeError, TypeError) as error:
-            raise refit_error(name, f"{error} (target: {target.shape[-2]}x{target.shape[-1]} on {target.device})") \
-                from error
+            raise _source_error(name, target, error) from error
         return QUANTIZE
 
     def _check_backend(self, name: str, device: torch.device) -> None:
@@ -607,6 +612,8 @@ class _PlanBuilder:
         self.scan: Optional[DeviceScan] = None
         self.scan_capacity = scan_capacity  # 0: no scan-ahead (not asked, unknown length, or a copy ruled it out)
         self._scanned: dict[int, list[int]] = {}  # id(batch) -> [its sources handed to the scan, launch size]
+        # MXFP8 copy sources: (write position, bool [2] device flags: NaN data byte, NaN scale byte)
+        self.copy_flags: list[tuple[int, torch.Tensor]] = []
 
     def add(self, name: str, info: ExpertsModule, hit: _Target, source: Any) -> Optional[WriteBatch]:
         """Check and record one entry: duplicates, the source, the backend; returns its batch when it is a
@@ -634,7 +641,9 @@ class _PlanBuilder:
         ):
             kind = QUANTIZE
         else:
-            kind = validator.check_source(name, hit.target, source)
+            kind = validator.check_source(name, hit.target, source, mxfp8_bytes=False)
+            if kind == COPY:  # its NaN-byte scan, launched now and read with the others in ``finish``
+                self.copy_flags.append((len(self.writes), hit.target.mxfp8_nan_flags(source)))
         if kind == QUANTIZE and hit.device not in validator._checked_backends:
             validator._check_backend(name, hit.device)
         if kind == QUANTIZE and validator._flashinfer and source.dtype not in FLASHINFER_SOURCE_DTYPES:
@@ -715,7 +724,7 @@ class _PlanBuilder:
             on_device = scan.finish() is not None
         if not on_device:
             scan = None
-            _check_finite(writes)
+            _check_finite(writes, _nan_byte_copies(self.copy_flags))
         validator._claimed.update(self.claimed_here)
         return RefitPlan(writes=tuple(writes), skipped=tuple(skipped), backend=validator.backend,
                          finite_on_device=on_device, batches=batches, device_scan=scan)
@@ -789,12 +798,25 @@ def nonfinite_error(write: PlannedWrite) -> RefitError:
     return refit_error(write.name, f"source holds {nans} NaN and {infs} Inf value(s); nothing was written")
 
 
-def _check_finite(writes: list[PlannedWrite]) -> None:
-    """Raise naming the first entry (in entry order) whose logical source holds NaN or Inf.
+def _nan_byte_copies(copy_flags: Sequence[tuple[int, torch.Tensor]]) -> dict[int, tuple[bool, bool]]:
+    """Write position -> (NaN data byte, NaN scale byte) of the MXFP8 copy sources holding NaN bytes; one host
+    sync per device for all of them (``MXFP8Tensor.mxfp8_nan_flags`` launched the scans)."""
+    by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+    for position, flags in copy_flags:
+        by_device.setdefault(flags.device, []).append((position, flags))
+    bad = {}
+    for entries in by_device.values():
+        values = torch.stack([flags for _, flags in entries]).tolist()
+        bad.update({position: tuple(pair) for (position, _), pair in zip(entries, values) if any(pair)})
+    return bad
 
-    Per (device, dtype), one multi-tensor max-abs reduction over all sources (``torch._foreach_norm`` with
-    ``ord=inf``: NaN and Inf propagate into the norm), then one host sync. MXFP8 sources were checked by
-    ``validate_mxfp8_source``.
+
+def _check_finite(writes: list[PlannedWrite], bad_copies: Optional[Mapping[int, tuple[bool, bool]]] = None) -> None:
+    """Raise naming the first entry (in entry order) whose source is not finite: a logical source holding NaN or
+    Inf, or an MXFP8 source in ``bad_copies`` (``_nan_byte_copies``: write position -> its NaN-byte flags).
+
+    Per (device, dtype), one multi-tensor max-abs reduction over all logical sources (``torch._foreach_norm``
+    with ``ord=inf``: NaN and Inf propagate into the norm), then one host sync.
     """
     groups: dict[tuple[torch.device, torch.dtype], list[tuple[int, torch.Tensor]]] = {}
     for position, write in enumerate(writes):
@@ -805,11 +827,18 @@ def _check_finite(writes: list[PlannedWrite]) -> None:
     for entries in groups.values():
         norms = torch._foreach_norm([source for _, source in entries], float("inf"))
         flags.append((entries, torch.isfinite(torch.stack(norms))))
-    bad_positions = []
+    bad_positions = list(bad_copies or ())
     for entries, ok in flags:
         bad_positions += [position for (position, _), good in zip(entries, ok.tolist()) if not good]
     if bad_positions:
-        raise nonfinite_error(writes[min(bad_positions)])
+        first = min(bad_positions)
+        if bad_copies and first in bad_copies:
+            write = writes[first]
+            try:
+                raise_mxfp8_nan_bytes("source", *bad_copies[first])
+            except MXFP8InputError as error:
+                raise _source_error(write.name, write.target, error) from error
+        raise nonfinite_error(writes[first])
 
 
 def as_entries(weights: Any) -> Iterable[tuple[Any, Any]]:

@@ -323,3 +323,32 @@ def test_the_lookup_table_follows_the_objects_mxfp8_weights_returns():
     module.views["linear_fc1.weight1"] = torch.zeros(3)  # no longer an MXFP8Tensor: checked again
     with pytest.raises(RefitError, match=r"mxfp8_weights\(\)\['linear_fc1.weight1'\] must be"):
         validate_refit(module, {"linear_fc1.weight0": source})
+
+
+def test_mxfp8_nan_bytes_are_read_once_per_plan_and_name_the_first_bad_entry(monkeypatch):
+    """The NaN-byte scans of all MXFP8 copy sources are read with one host sync at the end of the plan (like the
+    logical NaN/Inf check); the error names the first non-finite entry of either kind, in entry order."""
+    model = fake.FakeModel()
+    good = _megatron_copy(quantize_mxfp8(_fc1(), backend="reference"))
+    reads = []
+    real_stack = torch.stack
+
+    def counting_stack(tensors, *args, **kwargs):  # _nan_byte_copies stacks the per-source flags once per device
+        if len(tensors) and all(t.dtype == torch.bool and t.shape == (2,) for t in tensors):
+            reads.append(len(tensors))
+        return real_stack(tensors, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "stack", counting_stack)
+    batch = {f"{E0}.linear_fc1.weight{i}": good for i in range(3)}
+    validate_refit(model, batch)
+    assert reads == [3]  # three copy sources, one read
+    batch = {f"{E0}.linear_fc1.weight0": good, f"{E0}.linear_fc1.weight1": _nan_scale_byte(),
+             f"{E0}.linear_fc1.weight2": _with_nan(_fc1(), float("nan"))}
+    with pytest.raises(RefitError, match=r"linear_fc1.weight1': source.scale: holds the E8M0 NaN byte 0xFF \(target"):
+        validate_refit(model, batch)
+    batch = {f"{E0}.linear_fc1.weight0": _with_nan(_fc1(), float("inf")), f"{E0}.linear_fc1.weight1": _nan_scale_byte()}
+    with pytest.raises(RefitError, match=r"linear_fc1.weight0'.*1 Inf"):
+        validate_refit(model, batch)
+    batch = {f"{E0}.linear_fc2.weight0": _nan_fp8_data()}
+    with pytest.raises(RefitError, match=r"linear_fc2.weight0': source.data: holds non-finite value\(s\)"):
+        validate_refit(model, batch)
