@@ -509,7 +509,9 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         if other.scale.numel() != expected:
             raise MXFP8InputError(f"{name}.scale: expected {expected} swizzled bytes, got {other.scale.numel()}")
         if finite:
-            raise_mxfp8_nan_bytes(name, *self.mxfp8_nan_flags(other).tolist())
+            problem = mxfp8_nan_byte_problem(name, *self.mxfp8_nan_flags(other).tolist())
+            if problem:
+                raise MXFP8InputError(problem)
 
     def mxfp8_nan_flags(self, other) -> torch.Tensor:
         """bool ``[2]`` on ``other``'s device, no host sync: (any e4m3 NaN data byte, any E8M0 NaN byte 0xFF among
@@ -539,12 +541,13 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         return self
 
 
-def raise_mxfp8_nan_bytes(name: str, nan_data: bool, nan_scale: bool) -> None:
-    """Raise MXFP8InputError for the flags of ``MXFP8Tensor.mxfp8_nan_flags`` (the data error first)."""
+def mxfp8_nan_byte_problem(name: str, nan_data: bool, nan_scale: bool) -> Optional[str]:
+    """What is wrong with MXFP8 source ``name`` given its ``MXFP8Tensor.mxfp8_nan_flags`` (the data first), or None."""
     if nan_data:
-        raise MXFP8InputError(f"{name}.data: holds non-finite value(s) (the e4m3 NaN encoding)")
+        return f"{name}.data: holds non-finite value(s) (the e4m3 NaN encoding)"
     if nan_scale:
-        raise MXFP8InputError(f"{name}.scale: holds the E8M0 NaN byte 0xFF")
+        return f"{name}.scale: holds the E8M0 NaN byte 0xFF"
+    return None
 
 
 def quantize_mxfp8(x: torch.Tensor, backend: str = "auto") -> MXFP8Tensor:

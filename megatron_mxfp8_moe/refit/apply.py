@@ -161,8 +161,7 @@ def _finish_plan(plan: RefitPlan, applied_modules: Sequence[str]) -> None:
             error = nonfinite_error(bad)
             error.applied_modules = tuple(applied_modules)
             raise error
-    # every module named by an entry: one batch may hold entries of several modules whose views share a stack
-    refresh_caches(list(dict.fromkeys(write.module for batch in plan.batches for write in batch.writes)))
+    refresh_caches(list(plan.modules))  # every module an entry names, also those whose views share one stack
 
 
 def refresh_caches(modules: Sequence[torch.nn.Module]) -> None:

@@ -51,7 +51,7 @@ from ..format.swizzle import swizzled_scale_numel
 from ..names import ExpertWeightName, join_name, parse_expert_stack_name, parse_expert_weight_name
 from ..quant.backends import QuantBackend, resolve_quant_backend
 from ..quant.flashinfer import FLASHINFER_SOURCE_DTYPES, flashinfer_source_dtype_problem
-from ..tensor import MXFP8Tensor, raise_mxfp8_nan_bytes
+from ..tensor import MXFP8Tensor, mxfp8_nan_byte_problem
 from .device_check import DeviceScan
 
 Source = Union[torch.Tensor, MegatronMXFP8Tensor]
@@ -63,9 +63,9 @@ QUANTIZE = "quantize"  # logical source -> target.quantize_(source)
 COPY = "copy"  # MXFP8 source -> target.copy_(source)
 
 
-def _source_error(name: Any, target: MXFP8Tensor, error: Exception) -> RefitError:
-    """The RefitError for a source that ``target`` cannot take (the check's message plus the target)."""
-    return refit_error(name, f"{error} (target: {target.shape[-2]}x{target.shape[-1]} on {target.device})")
+def _source_error(name: Any, target: MXFP8Tensor, problem: Any) -> RefitError:
+    """The RefitError for a source that ``target`` cannot take (the check's message or error, plus the target)."""
+    return refit_error(name, f"{problem} (target: {target.shape[-2]}x{target.shape[-1]} on {target.device})")
 
 
 def refit_error(name: Any, reason: str, *, applied_modules: tuple[str, ...] = ()) -> RefitError:
@@ -280,6 +280,11 @@ class RefitPlan:
         """Paths of the experts modules the plan writes, in first-write order."""
         return tuple(dict.fromkeys(write.module_path for write in self.writes))
 
+    @property
+    def modules(self) -> tuple[torch.nn.Module, ...]:
+        """The experts modules the plan's entries name, in first-write order (several may share a stack)."""
+        return tuple(dict.fromkeys(write.module for write in self.writes))
+
 
 def canonical_nbytes(shape) -> int:
     """Canonical bytes of an MXFP8 weight of logical ``shape`` ``[M, K]``: ``M*K`` data + ``Mp*Cp`` scales."""
@@ -477,13 +482,13 @@ class RefitValidator:
         self._recent, self._recent_names = info, info.names
         return info, hit
 
-    def check_source(self, name: str, target: MXFP8Tensor, source: Any, *, mxfp8_bytes: bool = True) -> str:
-        """Check ``source`` against ``target`` except for finiteness of logical tensors; returns the write kind.
-        (``plan`` checks the common case inline and calls this for everything else.) ``mxfp8_bytes=False``
-        leaves the NaN-byte scan of an MXFP8 source to the caller (``plan`` runs them all with one host sync)."""
+    def check_source(self, name: str, target: MXFP8Tensor, source: Any) -> str:
+        """Check ``source`` against ``target`` except for finiteness (of logical tensors, and the NaN bytes of an
+        MXFP8 source: ``_PlanBuilder`` launches those scans and reads them all at the plan's end); returns the
+        write kind. (``plan`` checks the common case inline and calls this for everything else.)"""
         try:
             if isinstance(source, MegatronMXFP8Tensor):
-                target.validate_mxfp8_source(source, name="source", finite=mxfp8_bytes)
+                target.validate_mxfp8_source(source, name="source", finite=False)
                 return COPY
             if not isinstance(source, torch.Tensor):
                 raise MXFP8InputError(
@@ -641,7 +646,7 @@ class _PlanBuilder:
         ):
             kind = QUANTIZE
         else:
-            kind = validator.check_source(name, hit.target, source, mxfp8_bytes=False)
+            kind = validator.check_source(name, hit.target, source)
             if kind == COPY:  # its NaN-byte scan, launched now and read with the others in ``finish``
                 self.copy_flags.append((len(self.writes), hit.target.mxfp8_nan_flags(source)))
         if kind == QUANTIZE and hit.device not in validator._checked_backends:
@@ -834,10 +839,7 @@ def _check_finite(writes: list[PlannedWrite], bad_copies: Optional[Mapping[int, 
         first = min(bad_positions)
         if bad_copies and first in bad_copies:
             write = writes[first]
-            try:
-                raise_mxfp8_nan_bytes("source", *bad_copies[first])
-            except MXFP8InputError as error:
-                raise _source_error(write.name, write.target, error) from error
+            raise _source_error(write.name, write.target, mxfp8_nan_byte_problem("source", *bad_copies[first]))
         raise nonfinite_error(writes[first])
 
 
