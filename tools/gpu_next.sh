@@ -52,7 +52,7 @@ case "${1:-}" in
     tail -3 $OUT/verify_tests.log; grep '^{' $OUT/probe.jsonl ;;
   ncu64)
     # one warm-up and one profiled call each (triton_moe_probe.py --once); the text report comes back in $OUT
-    timeout 500 ncu --kernel-name regex:"_fc[12]_kernel" --launch-skip 2 --launch-count 2 --set full \
+    timeout ${NCU_TIMEOUT:-500} ncu --export $OUT/ncu_s16k_64 --kernel-name regex:"_fc[12]_kernel" --launch-skip 2 --launch-count 2 --set full \
       --print-details all python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 64 \
       --configs s16k_sx_r --once > $OUT/ncu_s16k_64.txt 2>&1
     echo "ncu rc=$?" >> $OUT/ncu_s16k_64.txt
