@@ -2,10 +2,12 @@
 
 ``python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 16,64 --configs s16k_sx,s_f8_64`` prints one
 JSON line per (tokens, config): us per layer (4 routings rotated, as ``bench/moe_layer.py``). ``--once`` runs each
-call once after a warm-up instead (to sit under ``ncu``). Config names are ``bench/moe_layer.py``'s CANDIDATES.
+call once after a warm-up instead (to sit under ``ncu``). Config names are ``bench/moe_layer.py``'s CANDIDATES,
+optionally with ``@<dequant>`` (``s16k_sx_r@sx_auto``: that tile with another dequant mode).
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -39,7 +41,8 @@ def main():
         xs, probs, maps, valid = rotated_inputs(tokens, hidden, experts, topk, device)
         outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
         for name in args.configs.split(","):
-            cfg = CANDIDATES[name]
+            base, _, dequant = name.partition("@")  # "s16k_sx_r@sx_auto": a candidate with another dequant
+            cfg = dataclasses.replace(CANDIDATES[base], dequant=dequant) if dequant else CANDIDATES[base]
 
             def run(count=ROTATE):
                 for i in range(count):

@@ -6,6 +6,7 @@
 #   bash tools/gpu_next.sh refit    # GPU tests of quantize/refit/memory, the refit benchmark, the bounded-row bench
 #   bash tools/gpu_next.sh final    # GPU tests of the default tiles and the layer CUDA graphs, the demo, and the
 #                                   # full MoE benchmark (bench/moe_layer.py --warm 14) for the PERFORMANCE tables
+#   bash tools/gpu_next.sh sxauto   # session 7: the one-multiply dequant, tests and a probe at 64-4096 tokens
 #   bash tools/gpu_next.sh ncu64    # why the MMA path sits at 55-65% of the roofline at 64 tokens: ncu (full set,
 #                                   # stall reasons) of the default s16k_sx_r FC1 and FC2 launches, 30b, 64 tokens
 # A candidate becomes a default only if its tests pass AND the sweep shows it faster; then run "final".
@@ -57,5 +58,51 @@ case "${1:-}" in
       --configs s16k_sx_r --once > $OUT/ncu_s16k_64.txt 2>&1
     echo "ncu rc=$?" >> $OUT/ncu_s16k_64.txt
     grep -n "Duration\|DRAM Throughput\|Warp Cycles Per Issued\|Stall\|Achieved Occupancy" $OUT/ncu_s16k_64.txt | head -60 ;;
-  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64" >&2; exit 2 ;;
+  sxauto)
+    # session 7: the one-multiply dequant ("sx_auto") against the cvt path (bit for bit, mixed scale ranges, graph
+    # replay across a refit that widens the scales), the float64 cases of the defaults; then a probe per tile
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+    timeout 280 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "s16k_sa or m32l_sa or l64b_sa or l128a_sa or sx_auto or matches_float64 or v3_bits_exact" \
+      > $OUT/sxauto_tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/sxauto_tests.log
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 50 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 \
+        --configs s16k_sx_r,s16k_sx_r@sx_auto,s16k_sx_r@sx_narrow >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      timeout 50 python3 bench/triton_moe_probe.py --shape $shape --tokens 256 \
+        --configs m32l_sx,m32l_sx@sx_auto,m32l_sx@sx_narrow >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      timeout 50 python3 bench/triton_moe_probe.py --shape $shape --tokens 1024 \
+        --configs l64b,l64b@sx,l64b@sx_auto,l128a,l128a@sx_auto >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    timeout 40 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096 \
+      --configs l128a,l128a@sx_auto >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    tail -3 $OUT/sxauto_tests.log; grep '^{' $OUT/probe.jsonl ;;
+  sxauto2)
+    # session 7, second call: l128a_sa (the new gated default above 24 pairs per expert) against the old tiles at
+    # 1024 / 4096 tokens, then its tests (bit-equal to cvt, mixed scale ranges, graph replay) and the float64 cases
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+    timeout 100 python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 1024,4096 \
+      --configs l64b,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    timeout 100 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 1024,4096 \
+      --configs l64b,l128a,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    grep '^{' $OUT/probe.jsonl
+    timeout 160 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "l64b_sa or l128a_sa or sx_auto" > $OUT/sxauto_tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/sxauto_tests.log
+    timeout 190 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "matches_float64 or v3_bits_exact" > $OUT/default_tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/default_tests.log
+    tail -15 $OUT/sxauto_tests.log; tail -8 $OUT/default_tests.log ;;
+  sxauto3)
+    # session 7, third call: l128a_sa for squared ReLU (non-gated FC1) against l64a / l128a, and its tests
+    timeout 90 python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --activation squared_relu --tokens 1024,4096 \
+      --configs l64a,l128a,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    timeout 100 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --activation squared_relu \
+      --tokens 1024,4096 --configs l64a,l128a,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    grep '^{' $OUT/probe.jsonl
+    timeout 100 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "sx_auto_squared_relu" > $OUT/sq_tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/sq_tests.log
+    tail -4 $OUT/sq_tests.log ;;
+  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3" >&2; exit 2 ;;
 esac

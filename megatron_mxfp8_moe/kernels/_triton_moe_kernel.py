@@ -91,6 +91,8 @@ DQ_FP32 = tl.constexpr(1)  # fp32 convert and multiply (Triton interpreter: its 
 DQ_BITS = tl.constexpr(2)  # bit trick in inline PTX (prmt/shift/and/or), two exact bf16 multiplies
 DQ_BITS_INT = tl.constexpr(3)  # the same bit trick in plain Triton integer ops, fp32 scale (interpreter check)
 DQ_SX = tl.constexpr(5)  # v4: sign-extending prmt + shift + and (3 int ops per 2 weights), two exact bf16 multiplies
+DQ_SX_AUTO = tl.constexpr(7)  # v8 (host mode "sx_auto"): per tile shift = max(0, max scale byte - 134), DQ_SX_SHIFT
+DQ_SX_SHIFT = tl.constexpr(8)  # the sign-extending bits times ONE bf16 factor 2 ** (s - 7 - shift) (0 if too small)
 
 
 @triton.jit
@@ -156,13 +158,15 @@ def _fp8_sx_to_bf16(w):
 
 
 @triton.jit
-def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr):
+def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr, shift=0):
     """fp8 e4m3 ``[BLOCK_N, BLOCK_K]`` and uint8 E8M0 ``[BLOCK_N, BLOCK_K // 32]`` -> exact bf16 values.
 
     DQ_CVT: e4m3 -> bf16 by cvt, times 2 ** (s - 127) as a bf16 built from bits. DQ_FP32: the same in fp32.
     DQ_BITS / DQ_SX / DQ_BITS_INT: ``_fp8_bits_to_bf16`` / ``_fp8_sx_to_bf16`` (value * 2 ** -120), times 2 ** (min(s, 134) - 7) and then
     2 ** (max(s, 134) - 134): both factors are normal bf16 for every byte s, so the product equals
     e4m3 * 2 ** (s - 127) rounded once exactly like DQ_CVT (the second factor is 1 unless s > 134, scale > 2^7).
+    DQ_SX_SHIFT: ``_fp8_sx_to_bf16`` times the one factor 2 ** (s - 7 - shift) (0 below the bf16 range), for a
+    tile-wide ``shift`` that keeps every factor of the tile normal (``_fc1_tile``; 0 for scales up to 2^7).
     """
     if DEQUANT == DQ_FP32:
         bits32 = tl.where(s == 0, 0x00400000, s.to(tl.int32) << 23)
@@ -180,6 +184,12 @@ def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: t
         values32 = tl.reshape(v32, [BLOCK_N, BLOCK_K // 32, 32]) * tl.reshape(lo32, [BLOCK_N, BLOCK_K // 32, 1])
         values32 = values32 * tl.reshape(hi32, [BLOCK_N, BLOCK_K // 32, 1])
         result = tl.reshape(values32, [BLOCK_N, BLOCK_K]).to(tl.bfloat16)
+    elif DEQUANT == DQ_SX_SHIFT:
+        v = _fp8_sx_to_bf16(w)
+        e = tl.maximum(s.to(tl.int16) + (120 - shift).to(tl.int16), 0)
+        scale = (e << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2 ** (s - 7 - shift), or 0
+        values = tl.reshape(v, [BLOCK_N, BLOCK_K // 32, 32]) * tl.reshape(scale, [BLOCK_N, BLOCK_K // 32, 1])
+        result = tl.reshape(values, [BLOCK_N, BLOCK_K])
     elif DEQUANT == DQ_BITS or DEQUANT == DQ_SX:
         if DEQUANT == DQ_SX:
             v = _fp8_sx_to_bf16(w)
@@ -250,11 +260,68 @@ def _activate(g, u, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
+def _wide_scale_max(s_base, row_first, row_last, scale_tiles, m, CHUNK: tl.constexpr):
+    """``max(m, bytes)`` over every scale byte of the 128-row tile rows that hold rows ``row_first..row_last``.
+
+    The whole 128-row tile row (all K) is a superset of the rows a tile dequantizes: a conservative bound.
+    """
+    run = scale_tiles * 512  # bytes of one 128-row tile row: all its 128x4 tiles side by side
+    for tile_row in range(row_first // 128, row_last // 128 + 1):
+        for start in range(0, run, CHUNK):
+            offs = start + tl.arange(0, CHUNK)
+            m = tl.maximum(m, tl.load(s_base + tile_row * run + offs, mask=offs < run, other=0))
+    return m
+
+
+@triton.jit
+def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, k_first, k_end, K, stride_wn,
+               scale_tiles, shift, GATED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+               DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr):
+    """K steps ``[k_first, k_end)`` of FC1, software-pipelined. ``x_rows`` [BLOCK_T]: each token column's row
+    pointer; ``rows_n`` [BLOCK_N] int64: the (gate) weight rows. Pointers are built here, from compact inputs, so
+    that two calls in a row keep no pointer tiles alive between them."""
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_ks = tl.arange(0, BLOCK_K // 32)
+    x_ptrs = x_rows[None, :] + offs_k[:, None] + k_first * BLOCK_K  # [BLOCK_K, BLOCK_T]
+    wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_k[None, :] + k_first * BLOCK_K
+    sg_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+    if GATED:
+        wu_ptrs = wg_ptrs + N_OUT * stride_wn
+        rows_u = rows_n + N_OUT
+        su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
+    for k in range(k_first, k_end):
+        s_cols = _scale_col_offsets(k, BLOCK_K // 32)
+        if EVEN_K:
+            x = tl.load(x_ptrs, mask=token_mask[None, :], other=0.0)
+            wg = tl.load(wg_ptrs)
+            sg = tl.load(sg_rows[:, None] + s_cols[None, :])
+        else:
+            k_left = K - k * BLOCK_K
+            x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
+            wg = tl.load(wg_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            sg = tl.load(sg_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+        acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT, shift), x, acc_g, FP32_DOT)
+        if GATED:
+            if EVEN_K:
+                wu = tl.load(wu_ptrs)
+                su = tl.load(su_rows[:, None] + s_cols[None, :])
+            else:
+                wu = tl.load(wu_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+                su = tl.load(su_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+            acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT, shift), x, acc_u, FP32_DOT)
+            wu_ptrs += BLOCK_K
+        x_ptrs += BLOCK_K
+        wg_ptrs += BLOCK_K
+    return acc_g, acc_u
+
+
+@triton.jit
 def _fc1_tile(
-    x_ptrs,  # [BLOCK_K, BLOCK_T] pointers to the first K step of the gathered token columns
+    x_rows,  # [BLOCK_T] row pointers of the gathered token columns
     token_mask,  # [BLOCK_T] columns that hold a token
     w_base,  # this expert's fp8 rows
     s_base,  # this expert's swizzled scale bytes
+    n_first,  # first output column of this tile (offs_n[0])
     offs_n,  # [BLOCK_N] output columns of this tile
     N_OUT,
     K,
@@ -269,41 +336,31 @@ def _fc1_tile(
     DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,
 ):
-    """``act(W_gate x) [* W_up x]`` for one ``[BLOCK_N, BLOCK_T]`` tile (fp32), the K loop software-pipelined."""
+    """``act(W_gate x) [* W_up x]`` for one ``[BLOCK_N, BLOCK_T]`` tile (fp32), the K loop software-pipelined.
+
+    DQ_SX_AUTO: one pass over the tile's scale rows gives ``shift = max(0, max byte - 134)``; the K loop then
+    dequantizes with one bf16 factor ``2 ** (s - 7 - shift)`` per weight pair (DQ_SX_SHIFT, against two for
+    DQ_SX) and the fp32 accumulators are multiplied by ``2 ** shift``. ``shift`` is 0 wherever all scales are at
+    most ``2 ** 7`` (weights below 57344 in magnitude), and the result is then bit-identical to DQ_SX / DQ_CVT.
+    """
     rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
-    offs_k = tl.arange(0, BLOCK_K)
-    offs_ks = tl.arange(0, BLOCK_K // 32)
-    wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_k[None, :]
-    sg_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
     acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-    if GATED:
-        wu_ptrs = wg_ptrs + N_OUT * stride_wn
-        rows_u = rows_n + N_OUT
-        su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
-        acc_u = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        s_cols = _scale_col_offsets(k, BLOCK_K // 32)
-        if EVEN_K:
-            x = tl.load(x_ptrs, mask=token_mask[None, :], other=0.0)
-            wg = tl.load(wg_ptrs)
-            sg = tl.load(sg_rows[:, None] + s_cols[None, :])
-        else:
-            k_left = K - k * BLOCK_K
-            x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
-            wg = tl.load(wg_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            sg = tl.load(sg_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
-        acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT), x, acc_g, FP32_DOT)
+    acc_u = acc_g
+    steps = tl.cdiv(K, BLOCK_K)
+    if DEQUANT == DQ_SX_AUTO:
+        n_last = tl.minimum(n_first + BLOCK_N, N_OUT) - 1
+        m = _wide_scale_max(s_base, n_first, n_last, scale_tiles, tl.zeros([1024], dtype=tl.uint8), 1024)
         if GATED:
-            if EVEN_K:
-                wu = tl.load(wu_ptrs)
-                su = tl.load(su_rows[:, None] + s_cols[None, :])
-            else:
-                wu = tl.load(wu_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-                su = tl.load(su_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
-            acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT), x, acc_u, FP32_DOT)
-            wu_ptrs += BLOCK_K
-        x_ptrs += BLOCK_K
-        wg_ptrs += BLOCK_K
+            m = _wide_scale_max(s_base, n_first + N_OUT, n_last + N_OUT, scale_tiles, m, 1024)
+        shift = tl.maximum(tl.max(m, axis=0).to(tl.int32) - 134, 0)
+        acc_g, acc_u = _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 0, steps, K,
+                                  stride_wn, scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DQ_SX_SHIFT, FP32_DOT)
+        unshift = ((shift + 127) << 23).to(tl.float32, bitcast=True)
+        acc_g = acc_g * unshift
+        acc_u = acc_u * unshift
+    else:
+        acc_g, acc_u = _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 0, steps, K,
+                                  stride_wn, scale_tiles, 0, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
     if GATED:
         h = _activate(acc_g, acc_u, ACTIVATION)
     else:
@@ -348,8 +405,9 @@ def _fc1_kernel(
         token_mask = pairs >= 0
         tokens = tl.where(token_mask, pairs // TOPK, 0).to(tl.int64)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        x_ptrs = x_ptr + tokens[None, :] * stride_x + tl.arange(0, BLOCK_K)[:, None]  # [BLOCK_K, BLOCK_T]
-        h = _fc1_tile(x_ptrs, token_mask, w_ptr + expert * stride_we, s_ptr + expert * stride_se, offs_n, N_OUT, K,
+        x_rows = x_ptr + tokens * stride_x  # [BLOCK_T]
+        h = _fc1_tile(x_rows, token_mask, w_ptr + expert * stride_we, s_ptr + expert * stride_se, pid_n * BLOCK_N,
+                      offs_n, N_OUT, K,
                       stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         out_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + offs_n[:, None]
         tl.store(out_ptrs, h.to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N_OUT))
@@ -396,9 +454,10 @@ def _fc1_direct_kernel(
         cols = tl.arange(0, BLOCK_T)
         token_mask = cols == 0
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        x_ptrs = x_ptr + t.to(tl.int64) * stride_x + tl.arange(0, BLOCK_K)[:, None] + cols[None, :] * 0
+        x_rows = x_ptr + t.to(tl.int64) * stride_x + cols * 0  # [BLOCK_T], column 0 used
         e64 = expert.to(tl.int64)
-        h = _fc1_tile(x_ptrs, token_mask, w_ptr + e64 * stride_we, s_ptr + e64 * stride_se, offs_n, N_OUT, K,
+        h = _fc1_tile(x_rows, token_mask, w_ptr + e64 * stride_we, s_ptr + e64 * stride_se, pid_n * BLOCK_N, offs_n,
+                      N_OUT, K,
                       stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         p = tl.load(probs_ptr + t.to(tl.int64) * stride_probs + pair % TOPK)
         out_ptrs = inter_ptr + pair.to(tl.int64) * stride_inter + offs_n[:, None] + cols[None, :] * 0
@@ -475,6 +534,33 @@ def _fc2_combine_kernel(
 
 
 @triton.jit
+def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, K, stride_wn, scale_tiles, shift,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, DEQUANT: tl.constexpr,
+               FP32_DOT: tl.constexpr):
+    """K steps ``[k_first, k_end)`` of FC2, software-pipelined (pointers built here, as in ``_fc1_steps``)."""
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_ks = tl.arange(0, BLOCK_K // 32)
+    a_ptrs = a_rows[None, :] + offs_k[:, None] + k_first * BLOCK_K  # [BLOCK_K, BLOCK_T]
+    w_ptrs = w_base + rows_n[:, None] * stride_wn + offs_k[None, :] + k_first * BLOCK_K
+    s_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+    for k in range(k_first, k_end):
+        s_ptrs = s_rows[:, None] + _scale_col_offsets(k, BLOCK_K // 32)[None, :]
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=token_mask[None, :], other=0.0)
+            w = tl.load(w_ptrs)
+            s = tl.load(s_ptrs)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
+            w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            s = tl.load(s_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
+        acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT, shift), a, acc, FP32_DOT)
+        a_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+    return acc
+
+
+@triton.jit
 def _fc2_kernel(
     inter_ptr,  # [max_sorted, I] bf16, row = padded position
     w_ptr,  # [E, H, I] fp8 e4m3, I contiguous
@@ -515,11 +601,9 @@ def _fc2_kernel(
         token_mask = pairs >= 0
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rows_n = (offs_n % N).to(tl.int64)
-        offs_k = tl.arange(0, BLOCK_K)
-        offs_ks = tl.arange(0, BLOCK_K // 32)
-        a_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
-        w_ptrs = w_ptr + expert * stride_we + rows_n[:, None] * stride_wn + offs_k[None, :]
-        s_rows = s_ptr + expert * stride_se + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+        a_rows = inter_ptr + positions.to(tl.int64) * stride_inter  # [BLOCK_T]
+        w_base = w_ptr + expert * stride_we
+        s_base = s_ptr + expert * stride_se
         acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
         k_steps = tl.cdiv(K, BLOCK_K)
         k_first = 0
@@ -527,22 +611,17 @@ def _fc2_kernel(
             per_split = tl.cdiv(k_steps, SPLIT_K)
             k_first = pid_s * per_split
             k_steps = tl.minimum(k_steps, k_first + per_split)
-            a_ptrs += k_first * BLOCK_K
-            w_ptrs += k_first * BLOCK_K
-        for k in range(k_first, k_steps):
-            s_ptrs = s_rows[:, None] + _scale_col_offsets(k, BLOCK_K // 32)[None, :]
-            if EVEN_K:
-                a = tl.load(a_ptrs, mask=token_mask[None, :], other=0.0)
-                w = tl.load(w_ptrs)
-                s = tl.load(s_ptrs)
-            else:
-                k_left = K - k * BLOCK_K
-                a = tl.load(a_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
-                w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-                s = tl.load(s_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
-            acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT), a, acc, FP32_DOT)
-            a_ptrs += BLOCK_K
-            w_ptrs += BLOCK_K
+        if DEQUANT == DQ_SX_AUTO:
+            n_first = pid_n * BLOCK_N
+            m = _wide_scale_max(s_base, n_first, tl.minimum(n_first + BLOCK_N, N) - 1, scale_tiles,
+                                tl.zeros([1024], dtype=tl.uint8), 1024)
+            shift = tl.maximum(tl.max(m, axis=0).to(tl.int32) - 134, 0)
+            acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
+                             scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DQ_SX_SHIFT, FP32_DOT)
+            acc = acc * ((shift + 127) << 23).to(tl.float32, bitcast=True)
+        else:
+            acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
+                             scale_tiles, 0, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)
         out_ptrs = slot_ptr + pid_s.to(tl.int64) * stride_split + safe_pairs[None, :] * stride_slot + offs_n[:, None]
         tl.store(out_ptrs, acc.to(slot_ptr.dtype.element_ty), mask=token_mask[None, :] & (offs_n[:, None] < N))

@@ -81,7 +81,14 @@ V4 = {
     "q1": TILES["q1"],
     "q1s3": TritonMoEConfig(1, 16, 256, 4, 3, 32, 256, 4, 3, gemv=True),
     "q1b": TritonMoEConfig(1, 16, 512, 4, 1, 32, 256, 4, 1, gemv=True),
+    # v8 "sx_auto" dequant (session 7): one bf16 multiply per weight pair where the tile's scale rows allow it; must
+    # equal the cvt path bit for bit, like "sx"
+    "s16k_sa": dataclasses.replace(TILES["s16k_sx_r"], dequant="sx_auto"),
+    "m32l_sa": dataclasses.replace(TILES["m32l_sx"], dequant="sx_auto"),
+    "l64b_sa": dataclasses.replace(TILES["l64b"], dequant="sx_auto"),
+    "l128a_sa": dataclasses.replace(TILES["l128a"], dequant="sx_auto"),
 }
+SX_AUTO = ("s16k_sa", "m32l_sa", "l64b_sa", "l128a_sa")
 GEMV = ("g16p", "g16p3", "g32p", "g32p3")
 ROUTED_GEMV = ("q1", "q1s3", "q1b")
 _DECODE1, _DECODE4, _BIG16, _ODD7, _ODD33 = (128, 8, 2048, 768, 1), (128, 8, 2048, 768, 4), (32, 8, 4096, 1536, 16), \
@@ -92,7 +99,8 @@ V4_CASES = [(v, c) for v in ("sx", "k256", "k256_sx", "m32k_sx", "m32j_sx") for 
     [("m32l_sx", c) for c in (_DECODE4, _BIG16, _ODD33, (128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 256))] + \
     [(v, c) for v in ("s16k2_sx_r", "m32l2_sx_r", "s16k_sx_r") for c in (_DECODE4, _BIG16, _ODD33)] + \
     [(v, c) for v in GEMV for c in (_DECODE1, _ODD7, _BIG16)] + [("g16p", (128, 8, 4096, 1536, 1))] + \
-    [(v, c) for v in ROUTED_GEMV for c in (_DECODE1, _ODD7, _BIG16, _ODD33, (128, 8, 2048, 768, 16))]
+    [(v, c) for v in ROUTED_GEMV for c in (_DECODE1, _ODD7, _BIG16, _ODD33, (128, 8, 2048, 768, 16))] + \
+    [(v, c) for v in SX_AUTO for c in (_ODD7, _BIG16, _ODD33, (128, 8, 2048, 768, 256))]
 
 
 def _mma_config(tokens, hidden, inter, topk, experts):
@@ -122,6 +130,8 @@ def test_v4_variants(variant, case):
     base = _mma_config(tokens, hidden, inter, topk, experts)
     cvt = dataclasses.replace(base, dequant="cvt", direct=False)
     cfg = dataclasses.replace(cvt, dequant="sx") if V4[variant] is None else V4[variant]
+    if variant in SX_AUTO:
+        cvt = dataclasses.replace(cfg, dequant="cvt")  # the same tile: bit-for-bit comparable
     outs = {}
     for name, c in (("cvt", cvt), (variant, cfg)):
         out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
@@ -134,8 +144,8 @@ def test_v4_variants(variant, case):
     ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 3, valid_rows, tokens)
     assert relative_error(outs[variant], ref) <= BOUND
     assert outs[variant][valid_rows:].abs().max().item() == 0 if valid_rows < tokens else True
-    if V4[variant] is None:
-        assert torch.equal(outs[variant], outs["cvt"]), "sx dequant differs from the cvt path"
+    if V4[variant] is None or variant in SX_AUTO:
+        assert torch.equal(outs[variant], outs["cvt"]), f"{variant} dequant differs from the cvt path"
 
 
 @pytest.mark.parametrize("variant", ["g16p", "g16p3", "q1"])
@@ -348,6 +358,98 @@ def test_v3_bits_exact_with_scales_above_2_pow_7():
         outs.append(out)
     assert torch.isfinite(outs[0]).all() and outs[0].abs().max() > 0
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
+def _mixed_scale_layer(experts, hidden, inter, wide, gated=True):
+    """fc1 / fc2 stacks (fc1 ``[gate; up]`` when ``gated``) whose scale bytes stay <= 134 except where ``wide`` puts
+    them above (weights times 1e7: amax / 448 near 2 ** 9): fc1 rows 0..63 of even experts, fc2 rows 128..255 of
+    odd experts."""
+    w1 = random_weights((experts, (2 if gated else 1) * inter, hidden), scale=0.02, device="cuda")
+    w2 = random_weights((experts, hidden, inter), scale=0.02, device="cuda")
+    if wide:
+        w1[::2, :64] *= 1e7
+        w2[1::2, 128:256] *= 1e7
+    return quantize_mxfp8(w1), quantize_mxfp8(w2)
+
+
+@pytest.mark.parametrize("variant", SX_AUTO)
+def test_sx_auto_equals_cvt_with_scales_above_2_pow_7_in_some_tiles(variant):
+    """Tiles whose scale rows hold a byte > 134 take the two-multiply dequant, the others one multiply: the
+    output equals the cvt path bit for bit either way (tiles of both kinds in one launch, in one expert too)."""
+    experts, topk, hidden, inter = 8, 2, 512, 256
+    tokens = {"s16k_sa": 24, "m32l_sa": 64, "l64b_sa": 200, "l128a_sa": 300}[variant]
+    fc1, fc2 = _mixed_scale_layer(experts, hidden, inter, wide=True)
+    assert int(fc1.scale_bytes().max()) > 134 and int(fc2.scale_bytes().max()) > 134
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
+    outs = []
+    for cfg in (dataclasses.replace(V4[variant], dequant="cvt"), V4[variant]):
+        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.float32)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
+        torch.cuda.synchronize()
+        outs.append(out)
+    assert torch.isfinite(outs[0]).all() and outs[0].abs().max() > 0
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("variant", ["l64b_sa", "l128a_sa"])
+@pytest.mark.parametrize("wide", [False, True])
+def test_sx_auto_squared_relu(variant, wide):
+    """Non-gated FC1 (squared ReLU): sx_auto equals the cvt path bit for bit, narrow or mixed scales, and
+    matches the float64 oracle on normal weights."""
+    experts, topk, hidden, inter, tokens = 16, 4, 512, 384, 300
+    fc1, fc2 = _mixed_scale_layer(experts, hidden, inter, wide=wide, gated=False)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * (1e-6 if wide else 1.0)
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens - 3], device="cuda", dtype=torch.int32)
+    outs = []
+    for cfg in (dataclasses.replace(V4[variant], dequant="cvt"), V4[variant]):
+        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.float32)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, out=out, config=cfg)
+        torch.cuda.synchronize()
+        outs.append(out)
+    assert torch.isfinite(outs[1]).all() and outs[1].abs().max() > 0
+    assert torch.equal(outs[0], outs[1])
+    if not wide:
+        ref = _reference(x, fc1, fc2, probs, ids, "squared_relu", 0, tokens - 3, tokens)
+        assert relative_error(outs[1], ref) <= BOUND
+
+
+def test_sx_auto_graph_replay_after_a_refit_that_widens_the_scales():
+    """The per-tile choice is made on the device at every launch: a graph captured on narrow scales replays
+    correctly after an in-place refit to scales above 2 ** 7 (and back)."""
+    experts, topk, hidden, inter, tokens = 8, 2, 512, 256, 24
+    cfg = V4["s16k_sa"]
+    fc1, fc2 = _mixed_scale_layer(experts, hidden, inter, wide=False)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
+    out = torch.empty(tokens, hidden, device="cuda", dtype=torch.float32)
+
+    def step():
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # compile and warm up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for wide in (True, False):
+        new1, new2 = _mixed_scale_layer(experts, hidden, inter, wide=wide)
+        fc1.copy_(new1)
+        fc2.copy_(new2)
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = torch.zeros_like(out)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=expected,
+                         config=dataclasses.replace(cfg, dequant="cvt"))
+        torch.cuda.synchronize()
+        assert (int(fc1.scale_bytes().max()) > 134) == wide
+        assert torch.isfinite(out).all() and torch.equal(out, expected)
 
 
 @pytest.mark.parametrize("variant", ["bits", "bits_sk2"])

@@ -39,7 +39,7 @@ def test_support_is_a_pure_function_of_capability():
     assert triton_moe_support((9, 0), "3.6.0")[0]
 
 
-@pytest.mark.parametrize("rows,block_t", [(1, 16), (16, 1), (64, 16), (256, 32), (1024, 64), (4096, 128)])
+@pytest.mark.parametrize("rows,block_t", [(1, 16), (16, 1), (64, 16), (256, 32), (1024, 128), (4096, 128)])
 def test_config_grows_with_rows(rows, block_t):
     cfg = choose_config(rows, 4096, 1536, gated=True, topk=8, experts=128)
     assert cfg.block_t == block_t
@@ -53,7 +53,7 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k_sx_r", "m32l_sx", "l128a"} <= picked
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k_sx_r", "m32l_sx", "m32a", "l128a_sa"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
     capped = dataclasses.replace(tile, fc2_maxnreg=128)
@@ -72,6 +72,9 @@ def test_choice_by_pairs_per_expert(gated):
         ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", "s16k_sx_r", "s16k_sx_r"] if gated else
         ["g16p", "g16p", "g16p", "q1", "q1", "q1", "s16k_sx_r", "s16k_sx_r"])
     assert pick(16, experts=16) == "s16k_sx_r"  # 8 pairs per expert when only 16 experts share the pairs
+    # 256 tokens: 16 pairs per expert; above 24, the one-multiply dequant on 128-token tiles (session 7)
+    assert [pick(rows) for rows in (256, 1024, 4096)] == (
+        ["m32l_sx", "l128a_sa", "l128a_sa"] if gated else ["m32a", "l128a_sa", "l128a_sa"])
 
 
 def test_tile_choice_uses_the_global_expert_count(monkeypatch):
@@ -415,6 +418,35 @@ def test_sign_extend_dequant_equals_the_bit_trick_for_every_byte_pair():
     want = lambda b: ((b & 0x80) << 8) | ((b & 0x7F) << 4)  # noqa: E731
     assert torch.equal(word & 0xFFFF, want(b0))
     assert torch.equal(word >> 16, want(b1))
+
+
+def _shift_dequant_reference(b: torch.Tensor, s: torch.Tensor, shift: int) -> torch.Tensor:
+    """Torch twin of DQ_SX_SHIFT times the accumulator's ``2 ** shift``: the bits ``e4m3 * 2 ** -120`` times ONE
+    bf16 factor ``2 ** (s - 7 - shift)`` (exponent field ``max(s + 120 - shift, 0)``), then exactly ``* 2 ** shift``."""
+    v = (((b & 0x80) << 8) | ((b & 0x7F) << 4)).to(torch.int16).view(torch.bfloat16)
+    factor = (torch.clamp(s + 120 - shift, min=0) << 7).to(torch.int16).view(torch.bfloat16)
+    return (v * factor).double() * 2.0**shift
+
+
+def test_one_factor_dequant_is_exact_where_its_shift_allows():
+    """``sx_auto``: a tile with scale bytes <= 134 takes shift 0 and equals the cvt rounding for every finite byte;
+    a tile with a larger byte ``m`` takes shift ``m - 134`` and equals it for every byte ``s >= shift + 3`` (all
+    blocks within 2 ** 131 of the tile's largest scale) wherever the cvt value is finite."""
+    b = torch.arange(256, dtype=torch.int32).repeat_interleave(255)
+    s = torch.arange(255, dtype=torch.int32).repeat(256)
+    e4m3 = b.to(torch.uint8).view(torch.float8_e4m3fn).double()
+    want = (e4m3 * torch.exp2(s.double() - 127)).to(torch.bfloat16).double()
+    finite = torch.isfinite(e4m3)
+    narrow = finite & (s <= 134)
+    assert torch.equal(_shift_dequant_reference(b, s, 0)[narrow], want[narrow])
+    for largest in (135, 140, 200, 254):
+        shift = largest - 134
+        inside = finite & (s <= largest) & (s >= shift + 3) & torch.isfinite(want)  # (cvt overflows bf16 past 2^128)
+        got = _shift_dequant_reference(b, s, shift)
+        assert torch.equal(got[inside], want[inside]), largest
+        # below the window the small blocks lose bits (or flush to zero): the documented limit
+        if shift > 3:
+            assert not torch.equal(got[finite & (s < shift)], want[finite & (s < shift)])
 
 
 def test_triton_backend_passes_the_expert_spread(monkeypatch):
