@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Prepared for the next session with device time (run each with timeout_s=600; carry .whl):
-#   bash tools/gpu_next.sh verify   # FIRST: the routed GEMV (q1) after session 6's last GPU call reduced its kernels
-#                                   # to one pair per program (compile-only: SASS identical to the tested build);
-#                                   # its GPU tests, the default-tile float64 cases, and a probe against run 9
+# GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh final    # GPU tests of the default tiles and the layer CUDA graphs, the demo (not run since
+#                                   # session 5 with q1 / l128a_sa), and the full MoE benchmark for the PERFORMANCE tables
 #   bash tools/gpu_next.sh refit    # GPU tests of quantize/refit/memory, the refit benchmark, the bounded-row bench
-#   bash tools/gpu_next.sh final    # GPU tests of the default tiles and the layer CUDA graphs, the demo, and the
-#                                   # full MoE benchmark (bench/moe_layer.py --warm 14) for the PERFORMANCE tables
-#   bash tools/gpu_next.sh sxauto   # session 7: the one-multiply dequant, tests and a probe at 64-4096 tokens
-#   bash tools/gpu_next.sh ncu64    # why the MMA path sits at 55-65% of the roofline at 64 tokens: ncu (full set,
-#                                   # stall reasons) of the default s16k_sx_r FC1 and FC2 launches, 30b, 64 tokens
+#                                   # (not run since session 5)
+# Run in session 7 (bench/results/run10/), kept to reproduce it:
+#   verify   # q1 after its reduction to one pair per program: GPU tests and a probe at 8-24 tokens
+#   ncu64    # ncu (full set, stall reasons) of the default s16k_sx_r FC1 and FC2 launches, 30b, 64 tokens
+#   sxauto   # "sx_auto" on the 16/32/64/128-token tiles: tests and a probe at 64-4096 tokens
+#   sxauto2  # l128a_sa against l64b / l128a at 1024 / 4096 (SwiGLU), its tests, the default float64 cases
+#   sxauto3  # the same for squared ReLU
 # A candidate becomes a default only if its tests pass AND the sweep shows it faster; then run "final".
 set -u
 OUT=${OUT:-/tmp/out}

@@ -372,6 +372,17 @@ def _mixed_scale_layer(experts, hidden, inter, wide, gated=True):
     return quantize_mxfp8(w1), quantize_mxfp8(w2)
 
 
+def _cvt_and(cfg, x, probs, ids, fc1, fc2, activation, valid):
+    """fp32 outputs (NaN-poisoned first) of ``cfg`` with dequant "cvt", then of ``cfg`` itself."""
+    outs = []
+    for c in (dataclasses.replace(cfg, dequant="cvt"), cfg):
+        out = torch.full((x.shape[0], x.shape[1]), float("nan"), device="cuda", dtype=torch.float32)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, valid_tokens=valid, out=out, config=c)
+        torch.cuda.synchronize()
+        outs.append(out)
+    return outs
+
+
 @pytest.mark.parametrize("variant", SX_AUTO)
 def test_sx_auto_equals_cvt_with_scales_above_2_pow_7_in_some_tiles(variant):
     """Tiles whose scale rows hold a byte > 134 take the two-multiply dequant, the others one multiply: the
@@ -383,12 +394,7 @@ def test_sx_auto_equals_cvt_with_scales_above_2_pow_7_in_some_tiles(variant):
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
     valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
-    outs = []
-    for cfg in (dataclasses.replace(V4[variant], dequant="cvt"), V4[variant]):
-        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.float32)
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
-        torch.cuda.synchronize()
-        outs.append(out)
+    outs = _cvt_and(V4[variant], x, probs, ids, fc1, fc2, "swiglu", valid)
     assert torch.isfinite(outs[0]).all() and outs[0].abs().max() > 0
     assert torch.equal(outs[0], outs[1])
 
@@ -403,12 +409,7 @@ def test_sx_auto_squared_relu(variant, wide):
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * (1e-6 if wide else 1.0)
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
     valid = torch.tensor([tokens - 3], device="cuda", dtype=torch.int32)
-    outs = []
-    for cfg in (dataclasses.replace(V4[variant], dequant="cvt"), V4[variant]):
-        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.float32)
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, out=out, config=cfg)
-        torch.cuda.synchronize()
-        outs.append(out)
+    outs = _cvt_and(V4[variant], x, probs, ids, fc1, fc2, "squared_relu", valid)
     assert torch.isfinite(outs[1]).all() and outs[1].abs().max() > 0
     assert torch.equal(outs[0], outs[1])
     if not wide:
