@@ -7,7 +7,8 @@
 # Run in session 7 (bench/results/run10/), kept to reproduce it:
 #   verify   # q1 after its reduction to one pair per program: GPU tests and a probe at 8-24 tokens
 #   ncu64    # ncu (full set, stall reasons) of the default s16k_sx_r FC1 and FC2 launches, 30b, 64 tokens
-#   sxauto   # "sx_auto" on the 16/32/64/128-token tiles: tests and a probe at 64-4096 tokens
+#   sxauto   # "sx_auto" on the 16/32/64/128-token tiles: tests and a probe at 64-4096 tokens (run 10 also timed an
+#            # inexact "sx_narrow" there, since removed)
 #   sxauto2  # l128a_sa against l64b / l128a at 1024 / 4096 (SwiGLU), its tests, the default float64 cases
 #   sxauto3  # the same for squared ReLU
 # A candidate becomes a default only if its tests pass AND the sweep shows it faster; then run "final".
@@ -69,9 +70,9 @@ case "${1:-}" in
     echo "pytest rc=$?" >> $OUT/sxauto_tests.log
     for shape in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 50 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 \
-        --configs s16k_sx_r,s16k_sx_r@sx_auto,s16k_sx_r@sx_narrow >> $OUT/probe.jsonl 2>> $OUT/probe.err
+        --configs s16k_sx_r,s16k_sx_r@sx_auto >> $OUT/probe.jsonl 2>> $OUT/probe.err
       timeout 50 python3 bench/triton_moe_probe.py --shape $shape --tokens 256 \
-        --configs m32l_sx,m32l_sx@sx_auto,m32l_sx@sx_narrow >> $OUT/probe.jsonl 2>> $OUT/probe.err
+        --configs m32l_sx,m32l_sx@sx_auto >> $OUT/probe.jsonl 2>> $OUT/probe.err
       timeout 50 python3 bench/triton_moe_probe.py --shape $shape --tokens 1024 \
         --configs l64b,l64b@sx,l64b@sx_auto,l128a,l128a@sx_auto >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done

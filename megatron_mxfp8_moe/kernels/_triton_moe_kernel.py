@@ -166,7 +166,9 @@ def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: t
     2 ** (max(s, 134) - 134): both factors are normal bf16 for every byte s, so the product equals
     e4m3 * 2 ** (s - 127) rounded once exactly like DQ_CVT (the second factor is 1 unless s > 134, scale > 2^7).
     DQ_SX_SHIFT: ``_fp8_sx_to_bf16`` times the one factor 2 ** (s - 7 - shift) (0 below the bf16 range), for a
-    tile-wide ``shift`` that keeps every factor of the tile normal (``_fc1_tile``; 0 for scales up to 2^7).
+    tile-wide ``shift`` that keeps every factor of the tile normal (``_fc1_tile``, ``_fc2_kernel``; 0 for scales up
+    to 2^7). Exact like DQ_CVT for blocks with ``s >= shift + 3`` where the cvt value is finite; the E8M0 NaN byte
+    255 (never written by the canonical quantizer, rejected by refit) gives a finite factor here.
     """
     if DEQUANT == DQ_FP32:
         bits32 = tl.where(s == 0, 0x00400000, s.to(tl.int32) << 23)
@@ -342,6 +344,9 @@ def _fc1_tile(
     dequantizes with one bf16 factor ``2 ** (s - 7 - shift)`` per weight pair (DQ_SX_SHIFT, against two for
     DQ_SX) and the fp32 accumulators are multiplied by ``2 ** shift``. ``shift`` is 0 wherever all scales are at
     most ``2 ** 7`` (weights below 57344 in magnitude), and the result is then bit-identical to DQ_SX / DQ_CVT.
+    With ``shift > 0`` the weights stay exact down to ``2 ** -131`` of the tile's largest scale, but products
+    scaled by ``2 ** -shift`` can underflow fp32 where the unscaled ones would not. The scan also reads the 128x4
+    layout's padding bytes, which canonical storage keeps at zero.
     """
     rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
     acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
@@ -357,7 +362,8 @@ def _fc1_tile(
                                   stride_wn, scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DQ_SX_SHIFT, FP32_DOT)
         unshift = ((shift + 127) << 23).to(tl.float32, bitcast=True)
         acc_g = acc_g * unshift
-        acc_u = acc_u * unshift
+        if GATED:
+            acc_u = acc_u * unshift
     else:
         acc_g, acc_u = _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 0, steps, K,
                                   stride_wn, scale_tiles, 0, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)

@@ -41,8 +41,8 @@ _ACTIVATION_CODE = {  # keep in sync with ACT_* in _triton_moe_kernel.py
     Activation.SILU: 4,
 }
 
-# keep in sync with DQ_* (kernel). "sx_auto": per tile one bf16 multiply per weight pair where no scale byte of the
-# tile's rows exceeds 134, else "sx" (MMA path only; the one-multiply form alone is kernel-internal: inexact above).
+# keep in sync with DQ_* (kernel). "sx_auto" (MMA path only): per tile, shift = max(0, largest scale byte of its rows
+# - 134), one bf16 factor 2 ** (s - 7 - shift) per weight pair, accumulators times 2 ** shift (``_fc1_tile``).
 _DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "sx": 5, "sx_auto": 7}
 
 
@@ -63,8 +63,9 @@ class TritonMoEConfig:
     fp32_dot: bool = False  # fp32 MMA operands: only for the Triton interpreter (CPU tests), slow on a GPU
     # "cvt" (v1/v2: cvt chains), "bits" (v3: bit-moving fp8 -> bf16 in inline PTX, GPU only), "bits_int" (the
     # same bit trick in plain Triton integer ops with an fp32 scale: runs under the interpreter), "sx" (v4:
-    # sign-extending prmt, 3 integer ops per 2 weights; the default where it was faster), "sx_auto" (v8: "sx" with
-    # one multiply per weight pair in tiles whose scale rows have no byte above 134; MMA path only).
+    # sign-extending prmt, 3 integer ops per 2 weights; the default where it was faster), "sx_auto" (v8: "sx" bits
+    # times one factor per weight pair after a per-tile scale scan; bit-identical to "cvt" while the tile's scales
+    # are <= 2 ** 7; MMA path only).
     dequant: str = "cvt"
     fc2_split_k: int = 1  # > 1: FC2 splits K (= I) over programs, fp32 partials summed in the combine
     # v4 small-T path (meant for a handful of tokens): no route kernel (FC1 program per (n tile, (token, k) pair),
@@ -85,6 +86,8 @@ class TritonMoEConfig:
     fc2_maxnreg: Optional[int] = None
 
     def __post_init__(self):
+        if self.dequant == "sx_auto" and (self.direct or self.gemv):
+            raise ValueError("TritonMoEConfig: dequant='sx_auto' is for the MMA path (direct=False, gemv=False)")
         if self.gemv and not self.direct and self.block_t != 1:
             raise ValueError(f"TritonMoEConfig: the routed GEMV path (gemv without direct) runs one pair per "
                              f"program and needs block_t=1, got block_t={self.block_t}")
@@ -142,9 +145,10 @@ TILES = {
     "l64a": TritonMoEConfig(64, 128, 64, 8, 3, 128, 64, 8, 3),
     "l64b": TritonMoEConfig(64, 64, 64, 4, 3, 128, 64, 4, 3),
     "l128a": TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3),
-    # v8 "sx_auto" (session 7): the sign-extending dequant with ONE bf16 multiply per weight pair wherever the
-    # tile's scale rows have no byte above 134 (checked per program, on the device), two elsewhere; bit-identical
-    # to "cvt". Session 7 probe on the H200 at 1024 tokens: l128a_sa 7% faster than l64b on both Qwen shapes.
+    # v8 "sx_auto" (session 7): the sign-extending dequant with ONE bf16 factor per weight pair, 2 ** (s - 7 - shift),
+    # where a per-program scan of the tile's scale rows sets shift = max(0, largest byte - 134) and the accumulators
+    # are multiplied by 2 ** shift. Bit-identical to "cvt" while the tile's scales are <= 2 ** 7 (shift 0). Session 7
+    # probes on the H200: l128a_sa 7-10% faster than l64b / l64a at 1024 tokens, 17-21% at 4096.
     "l64b_sa": TritonMoEConfig(64, 64, 64, 4, 3, 128, 64, 4, 3, dequant="sx_auto"),
     "l128a_sa": TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3, dequant="sx_auto"),
 }
@@ -173,7 +177,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # capped at 128 registers (two CTAs per SM). Gated at 16-24 pairs per expert: BLOCK_K 256, FC1 2 / FC2 3
     # stages, "sx" (run 7: 1.08x over 2 FC2 stages). Squared ReLU keeps the v2 tiles at 256 tokens, where "sx" was
     # not faster for it. Each token block re-reads its expert's weights, so block_t covers the typical pairs per
-    # expert. Above 24 pairs per expert, both activations (session 7 probes on the H200): 128-token tiles with
+    # expert. From 64 pairs per expert, both activations (session 7 probes on the H200): 128-token tiles with
     # "sx_auto", one bf16 multiply per weight pair after a per-program scan of the tile's scale rows; 7-10%
     # faster than l64b / l64a at 1024 tokens and 17-21% faster than l64b / l128a / l64a at 4096, on both shapes.
     # At 64-256 tokens the scan cost more than the multiply it saves (s16k / m32l tiles 56-65% slower).
@@ -187,6 +191,8 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
         return TILES["s16k_sx_r"]
     if pairs_per_expert <= 24:
         return TILES["m32l_sx" if gated else "m32a"]
+    if pairs_per_expert < 64:  # not timed with l128a_sa (session 7 probed 16, 64 and 256 pairs per expert)
+        return TILES["l64b" if gated else "l64a"]
     return TILES["l128a_sa"]
 
 

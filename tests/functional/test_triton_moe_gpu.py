@@ -362,8 +362,8 @@ def test_v3_bits_exact_with_scales_above_2_pow_7():
 
 def _mixed_scale_layer(experts, hidden, inter, wide, gated=True):
     """fc1 / fc2 stacks (fc1 ``[gate; up]`` when ``gated``) whose scale bytes stay <= 134 except where ``wide`` puts
-    them above (weights times 1e7: amax / 448 near 2 ** 9): fc1 rows 0..63 of even experts, fc2 rows 128..255 of
-    odd experts."""
+    them above (weights times 1e7: largest bytes about 151 in fc1 and 146 in fc2, shifts 17 and 12): fc1 rows
+    0..63 of even experts, fc2 rows 128..255 of odd experts."""
     w1 = random_weights((experts, (2 if gated else 1) * inter, hidden), scale=0.02, device="cuda")
     w2 = random_weights((experts, hidden, inter), scale=0.02, device="cuda")
     if wide:
@@ -385,8 +385,9 @@ def _cvt_and(cfg, x, probs, ids, fc1, fc2, activation, valid):
 
 @pytest.mark.parametrize("variant", SX_AUTO)
 def test_sx_auto_equals_cvt_with_scales_above_2_pow_7_in_some_tiles(variant):
-    """Tiles whose scale rows hold a byte > 134 take the two-multiply dequant, the others one multiply: the
-    output equals the cvt path bit for bit either way (tiles of both kinds in one launch, in one expert too)."""
+    """Tiles whose scale rows hold a byte > 134 run with shift > 0 (factor 2 ** (s - 7 - shift), accumulators times
+    2 ** shift), the others with shift 0: the output equals the cvt path bit for bit either way (tiles of both
+    kinds in one launch, in one expert too)."""
     experts, topk, hidden, inter = 8, 2, 512, 256
     tokens = {"s16k_sa": 24, "m32l_sa": 64, "l64b_sa": 200, "l128a_sa": 300}[variant]
     fc1, fc2 = _mixed_scale_layer(experts, hidden, inter, wide=True)
@@ -418,7 +419,7 @@ def test_sx_auto_squared_relu(variant, wide):
 
 
 def test_sx_auto_graph_replay_after_a_refit_that_widens_the_scales():
-    """The per-tile choice is made on the device at every launch: a graph captured on narrow scales replays
+    """The per-tile shift is computed on the device at every launch: a graph captured on scales <= 2 ** 7 replays
     correctly after an in-place refit to scales above 2 ** 7 (and back)."""
     experts, topk, hidden, inter, tokens = 8, 2, 512, 256, 24
     cfg = V4["s16k_sa"]

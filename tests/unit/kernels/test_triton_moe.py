@@ -72,9 +72,13 @@ def test_choice_by_pairs_per_expert(gated):
         ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", "s16k_sx_r", "s16k_sx_r"] if gated else
         ["g16p", "g16p", "g16p", "q1", "q1", "q1", "s16k_sx_r", "s16k_sx_r"])
     assert pick(16, experts=16) == "s16k_sx_r"  # 8 pairs per expert when only 16 experts share the pairs
-    # 256 tokens: 16 pairs per expert; above 24, the one-multiply dequant on 128-token tiles (session 7)
-    assert [pick(rows) for rows in (256, 1024, 4096)] == (
-        ["m32l_sx", "l128a_sa", "l128a_sa"] if gated else ["m32a", "l128a_sa", "l128a_sa"])
+    # 256 tokens: 16 pairs per expert; 512: 32; from 64 (1024 tokens) the one-multiply dequant on 128-token tiles
+    # (session 7, timed at 64 and 256 pairs per expert; 24-64 keeps the earlier tiles)
+    assert [pick(rows) for rows in (256, 512, 1023, 1024, 4096)] == (
+        ["m32l_sx", "l64b", "l64b", "l128a_sa", "l128a_sa"] if gated else
+        ["m32a", "l64a", "l64a", "l128a_sa", "l128a_sa"])
+    with pytest.raises(ValueError, match="sx_auto"):
+        dataclasses.replace(TILES["d4_sx"], dequant="sx_auto")  # the direct path's FC2 has no sx_auto form
 
 
 def test_tile_choice_uses_the_global_expert_count(monkeypatch):
