@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh final    # GPU tests of the default tiles and the layer CUDA graphs, the demo (not run since
-#                                   # session 5 with q1 / l128a_sa), and the full MoE benchmark for the PERFORMANCE tables
+#   bash tools/gpu_next.sh final    # GPU tests of the default tiles, sx_auto (test_sx_auto_shift_on_odd_shapes has not
+#                                   # run yet) and the layer CUDA graphs, the demo (not run since session 5 with q1 /
+#                                   # l128a_sa), and the full MoE benchmark for the PERFORMANCE tables
 #   bash tools/gpu_next.sh refit    # GPU tests of quantize/refit/memory, the refit benchmark, the bounded-row bench
 #                                   # (not run since session 5)
 # Run in session 7 (bench/results/run10/), kept to reproduce it:
@@ -31,7 +32,7 @@ case "${1:-}" in
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
     timeout 230 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
       tests/functional/test_layer_cuda_graph_gpu.py \
-      -k "matches_float64 or new_routing or fp32_out or rejects or refit_reaches or layer_cuda_graph or graph_replay_matches or row_bound or refit_after" \
+      -k "matches_float64 or new_routing or fp32_out or rejects or refit_reaches or layer_cuda_graph or graph_replay_matches or row_bound or refit_after or sx_auto" \
       > $OUT/kernel_tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/kernel_tests.log
     TORCHDYNAMO_DISABLE=1 timeout 80 python3 examples/decode.py --steps 12 --batch-size 8 > $OUT/demo.log 2>&1

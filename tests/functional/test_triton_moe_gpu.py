@@ -418,6 +418,23 @@ def test_sx_auto_squared_relu(variant, wide):
         assert relative_error(outs[1], ref) <= BOUND
 
 
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_sx_auto_shift_on_odd_shapes(split_k):
+    """shift > 0 where K is not a multiple of BLOCK_K (H 160, I 96), FC1 tiles wrap past N_OUT (96 rows, tiles of
+    64), and FC2 splits K: still bit-equal to the cvt path of the same tile. (Written in session 7 after its last
+    GPU call: first run with ``tools/gpu_next.sh final``.)"""
+    experts, topk, hidden, inter, tokens = 6, 2, 160, 96, 200
+    fc1, fc2 = _mixed_scale_layer(experts, hidden, inter, wide=True)
+    assert int(fc1.scale_bytes().max()) > 134 and int(fc2.scale_bytes().max()) > 134
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens - 1], device="cuda", dtype=torch.int32)
+    cfg = dataclasses.replace(V4["l128a_sa"], fc2_split_k=split_k)
+    outs = _cvt_and(cfg, x, probs, ids, fc1, fc2, "swiglu", valid)
+    assert torch.isfinite(outs[1]).all() and outs[1][: tokens - 1].abs().max() > 0
+    assert torch.equal(outs[0], outs[1])
+
+
 def test_sx_auto_graph_replay_after_a_refit_that_widens_the_scales():
     """The per-tile shift is computed on the device at every launch: a graph captured on scales <= 2 ** 7 replays
     correctly after an in-place refit to scales above 2 ** 7 (and back)."""

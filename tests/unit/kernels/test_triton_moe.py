@@ -382,6 +382,59 @@ def test_kernels_under_triton_interpreter():
         assert refit["hooks"] == 0 and refit["same_storage"], refit
 
 
+_WIDE_SCALE_SCRIPT = textwrap.dedent(
+    """
+    import json, os
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    import triton
+    import triton.language as tl
+    from megatron_mxfp8_moe.format.swizzle import swizzle_scales
+    from megatron_mxfp8_moe.kernels._triton_moe_kernel import _wide_scale_max
+
+    @triton.jit
+    def _probe(s_ptr, out_ptr, row_first, row_last, scale_tiles, CHUNK: tl.constexpr):
+        m = _wide_scale_max(s_ptr, row_first, row_last, scale_tiles, tl.zeros([CHUNK], dtype=tl.uint8), CHUNK)
+        tl.store(out_ptr, tl.max(m, axis=0).to(tl.int32))
+
+    torch.manual_seed(3)
+    checks = []
+    # 300 rows (3 tile rows, the last padded), scale columns 24 (6 tiles: 3072 bytes per tile row, 3 chunks of 1024)
+    # and 10 (Cp 12, 3 tiles: 1536 bytes, a masked second chunk)
+    for cols in (24, 10):
+        for row, col in ((5, 0), (140, cols - 1), (299, 3), (257, 7)):
+            logical = torch.randint(0, 121, (1, 300, cols), dtype=torch.uint8)
+            logical[0, row, col] = 140
+            swizzled = swizzle_scales(logical)[0].contiguous()
+            tiles = swizzled.numel() // 512 // 3
+            for first, last in ((0, 63), (64, 127), (128, 191), (192, 299), (0, 299), (250, 260)):
+                out = torch.zeros(1, dtype=torch.int32)
+                _probe[(1,)](swizzled, out, first, last, tiles, CHUNK=1024)
+                rows_covered = range(first // 128 * 128, min(300, (last // 128 + 1) * 128))
+                want = int(logical[0, rows_covered.start:rows_covered.stop].max())
+                checks.append([cols, row, col, first, last, int(out), want])
+    print(json.dumps(checks))
+    """
+)
+
+
+def test_scale_scan_covers_the_tile_rows_of_its_rows(tmp_path):
+    """``_wide_scale_max`` (sx_auto's per-program scan, Triton interpreter): the largest scale byte of every
+    128-row tile row that holds one of rows ``first..last``, read from the swizzled layout (padding bytes are 0),
+    for tile rows of 6 scale tiles (3 full chunks) and of 3 (a masked chunk)."""
+    pytest.importorskip("triton")
+    script = tmp_path / "wide_scale_probe.py"  # a file: @triton.jit needs the source of the kernel it wraps
+    script.write_text(_WIDE_SCALE_SCRIPT)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-W", "ignore", str(script)], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    checks = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(checks) == 2 * 4 * 6
+    assert all(got == want for *_, got, want in checks), [c for c in checks if c[-2] != c[-1]]
+    assert sum(want == 140 for *_, want in checks) >= 12  # the wide byte is inside the scanned rows in many cases
+
+
 def _bits_trick_reference(b: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     """Torch twin of DQ_BITS (``_fp8_bits_to_bf16`` then two bf16 factors), on int tensors of bytes."""
     bits = ((b & 0x80) << 8) | ((b & 0x7F) << 4)
