@@ -5,6 +5,7 @@
 #                                   # l128a_sa), and the full MoE benchmark for the PERFORMANCE tables
 #   bash tools/gpu_next.sh refit    # GPU tests of quantize/refit/memory, the refit benchmark, the bounded-row bench
 #                                   # (not run since session 5)
+#   bash tools/gpu_next.sh mid      # l128a_sa against l64b / l64a at 24-64 pairs per expert (512 / 768 tokens)
 # Run in session 7 (bench/results/run10/), kept to reproduce it:
 #   verify   # q1 after its reduction to one pair per program: GPU tests and a probe at 8-24 tokens
 #   ncu64    # ncu (full set, stall reasons) of the default s16k_sx_r FC1 and FC2 launches, 30b, 64 tokens
@@ -107,5 +108,15 @@ case "${1:-}" in
       -k "sx_auto_squared_relu" > $OUT/sq_tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/sq_tests.log
     tail -4 $OUT/sq_tests.log ;;
-  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3" >&2; exit 2 ;;
+  mid)
+    # next session: l128a_sa between 24 and 64 pairs per expert (512 / 768 tokens at 128 experts, top-8), where
+    # choose_config keeps l64b / l64a untimed against it
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 80 python3 bench/triton_moe_probe.py --shape $shape --tokens 512,768 --configs l64b,l128a_sa \
+        >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      timeout 80 python3 bench/triton_moe_probe.py --shape $shape --activation squared_relu --tokens 512,768 \
+        --configs l64a,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    grep '^{' $OUT/probe.jsonl ;;
+  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|mid" >&2; exit 2 ;;
 esac
