@@ -91,8 +91,9 @@ DQ_FP32 = tl.constexpr(1)  # fp32 convert and multiply (Triton interpreter: its 
 DQ_BITS = tl.constexpr(2)  # bit trick in inline PTX (prmt/shift/and/or), two exact bf16 multiplies
 DQ_BITS_INT = tl.constexpr(3)  # the same bit trick in plain Triton integer ops, fp32 scale (interpreter check)
 DQ_SX = tl.constexpr(5)  # v4: sign-extending prmt + shift + and (3 int ops per 2 weights), two exact bf16 multiplies
-DQ_SX_AUTO = tl.constexpr(7)  # v8 (host mode "sx_auto"): per tile shift = max(0, max scale byte - 134), DQ_SX_SHIFT
-DQ_SX_SHIFT = tl.constexpr(8)  # the sign-extending bits times ONE bf16 factor 2 ** (s - 7 - shift) (0 if too small)
+# v8 (host mode "sx_auto"): per tile shift = max(0, max scale byte - 134) (``_fc1_tile``, ``_fc2_kernel``), then the
+# sign-extending bits times ONE bf16 factor 2 ** (s - 7 - shift) (0 if too small), accumulators times 2 ** shift
+DQ_SX_AUTO = tl.constexpr(7)
 
 
 @triton.jit
@@ -165,7 +166,7 @@ def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: t
     DQ_BITS / DQ_SX / DQ_BITS_INT: ``_fp8_bits_to_bf16`` / ``_fp8_sx_to_bf16`` (value * 2 ** -120), times 2 ** (min(s, 134) - 7) and then
     2 ** (max(s, 134) - 134): both factors are normal bf16 for every byte s, so the product equals
     e4m3 * 2 ** (s - 127) rounded once exactly like DQ_CVT (the second factor is 1 unless s > 134, scale > 2^7).
-    DQ_SX_SHIFT: ``_fp8_sx_to_bf16`` times the one factor 2 ** (s - 7 - shift) (0 below the bf16 range), for a
+    DQ_SX_AUTO: ``_fp8_sx_to_bf16`` times the one factor 2 ** (s - 7 - shift) (0 below the bf16 range), for a
     tile-wide ``shift`` that keeps every factor of the tile normal (``_fc1_tile``, ``_fc2_kernel``; 0 for scales up
     to 2^7). Exact like DQ_CVT for blocks with ``s >= shift + 3`` where the cvt value is finite; the E8M0 NaN byte
     255 (never written by the canonical quantizer, rejected by refit) gives a finite factor here.
@@ -186,7 +187,7 @@ def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: t
         values32 = tl.reshape(v32, [BLOCK_N, BLOCK_K // 32, 32]) * tl.reshape(lo32, [BLOCK_N, BLOCK_K // 32, 1])
         values32 = values32 * tl.reshape(hi32, [BLOCK_N, BLOCK_K // 32, 1])
         result = tl.reshape(values32, [BLOCK_N, BLOCK_K]).to(tl.bfloat16)
-    elif DEQUANT == DQ_SX_SHIFT:
+    elif DEQUANT == DQ_SX_AUTO:
         v = _fp8_sx_to_bf16(w)
         e = tl.maximum(s.to(tl.int16) + (120 - shift).to(tl.int16), 0)
         scale = (e << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2 ** (s - 7 - shift), or 0
@@ -276,22 +277,22 @@ def _wide_scale_max(s_base, row_first, row_last, scale_tiles, m, CHUNK: tl.const
 
 
 @triton.jit
-def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, k_first, k_end, K, stride_wn,
-               scale_tiles, shift, GATED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K, stride_wn, scale_tiles, shift,
+               GATED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
                DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr):
-    """K steps ``[k_first, k_end)`` of FC1, software-pipelined. ``x_rows`` [BLOCK_T]: each token column's row
-    pointer; ``rows_n`` [BLOCK_N] int64: the (gate) weight rows. Pointers are built here, from compact inputs, so
-    that two calls in a row keep no pointer tiles alive between them."""
+    """The ``steps`` K steps of FC1, software-pipelined: ``(acc_g, acc_u)`` plus the tile's products (``acc_u``
+    untouched unless GATED). ``x_rows`` [BLOCK_T]: each token column's row pointer; ``rows_n`` [BLOCK_N] int64: the (gate)
+    weight rows; ``shift``: DQ_SX_AUTO's exponent shift (0 otherwise)."""
     offs_k = tl.arange(0, BLOCK_K)
     offs_ks = tl.arange(0, BLOCK_K // 32)
-    x_ptrs = x_rows[None, :] + offs_k[:, None] + k_first * BLOCK_K  # [BLOCK_K, BLOCK_T]
-    wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_k[None, :] + k_first * BLOCK_K
+    x_ptrs = x_rows[None, :] + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
+    wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_k[None, :]
     sg_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
     if GATED:
         wu_ptrs = wg_ptrs + N_OUT * stride_wn
         rows_u = rows_n + N_OUT
         su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
-    for k in range(k_first, k_end):
+    for k in range(0, steps):
         s_cols = _scale_col_offsets(k, BLOCK_K // 32)
         if EVEN_K:
             x = tl.load(x_ptrs, mask=token_mask[None, :], other=0.0)
@@ -341,7 +342,7 @@ def _fc1_tile(
     """``act(W_gate x) [* W_up x]`` for one ``[BLOCK_N, BLOCK_T]`` tile (fp32), the K loop software-pipelined.
 
     DQ_SX_AUTO: one pass over the tile's scale rows gives ``shift = max(0, max byte - 134)``; the K loop then
-    dequantizes with one bf16 factor ``2 ** (s - 7 - shift)`` per weight pair (DQ_SX_SHIFT, against two for
+    dequantizes with one bf16 factor ``2 ** (s - 7 - shift)`` per weight pair (against two for
     DQ_SX) and the fp32 accumulators are multiplied by ``2 ** shift``. ``shift`` is 0 wherever all scales are at
     most ``2 ** 7`` (weights below 57344 in magnitude), and the result is then bit-identical to DQ_SX / DQ_CVT.
     With ``shift > 0`` the weights stay exact down to ``2 ** -131`` of the tile's largest scale, but products
@@ -350,23 +351,21 @@ def _fc1_tile(
     """
     rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
     acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
-    acc_u = acc_g
     steps = tl.cdiv(K, BLOCK_K)
+    shift = 0
     if DEQUANT == DQ_SX_AUTO:
         n_last = tl.minimum(n_first + BLOCK_N, N_OUT) - 1
         m = _wide_scale_max(s_base, n_first, n_last, scale_tiles, tl.zeros([1024], dtype=tl.uint8), 1024)
         if GATED:
             m = _wide_scale_max(s_base, n_first + N_OUT, n_last + N_OUT, scale_tiles, m, 1024)
         shift = tl.maximum(tl.max(m, axis=0).to(tl.int32) - 134, 0)
-        acc_g, acc_u = _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 0, steps, K,
-                                  stride_wn, scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DQ_SX_SHIFT, FP32_DOT)
+    acc_g, acc_u = _fc1_steps(acc_g, acc_g, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K, stride_wn,
+                              scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
+    if DEQUANT == DQ_SX_AUTO:
         unshift = ((shift + 127) << 23).to(tl.float32, bitcast=True)
         acc_g = acc_g * unshift
         if GATED:
             acc_u = acc_u * unshift
-    else:
-        acc_g, acc_u = _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 0, steps, K,
-                                  stride_wn, scale_tiles, 0, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
     if GATED:
         h = _activate(acc_g, acc_u, ACTIVATION)
     else:
@@ -543,7 +542,7 @@ def _fc2_combine_kernel(
 def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, K, stride_wn, scale_tiles, shift,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, DEQUANT: tl.constexpr,
                FP32_DOT: tl.constexpr):
-    """K steps ``[k_first, k_end)`` of FC2, software-pipelined (pointers built here, as in ``_fc1_steps``)."""
+    """K steps ``[k_first, k_end)`` of FC2 (a split-K share), software-pipelined; ``shift`` as in ``_fc1_steps``."""
     offs_k = tl.arange(0, BLOCK_K)
     offs_ks = tl.arange(0, BLOCK_K // 32)
     a_ptrs = a_rows[None, :] + offs_k[:, None] + k_first * BLOCK_K  # [BLOCK_K, BLOCK_T]
@@ -617,17 +616,16 @@ def _fc2_kernel(
             per_split = tl.cdiv(k_steps, SPLIT_K)
             k_first = pid_s * per_split
             k_steps = tl.minimum(k_steps, k_first + per_split)
+        shift = 0
         if DEQUANT == DQ_SX_AUTO:
             n_first = pid_n * BLOCK_N
             m = _wide_scale_max(s_base, n_first, tl.minimum(n_first + BLOCK_N, N) - 1, scale_tiles,
                                 tl.zeros([1024], dtype=tl.uint8), 1024)
             shift = tl.maximum(tl.max(m, axis=0).to(tl.int32) - 134, 0)
-            acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
-                             scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DQ_SX_SHIFT, FP32_DOT)
+        acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
+                         scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
+        if DEQUANT == DQ_SX_AUTO:
             acc = acc * ((shift + 127) << 23).to(tl.float32, bitcast=True)
-        else:
-            acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
-                             scale_tiles, 0, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)
         out_ptrs = slot_ptr + pid_s.to(tl.int64) * stride_split + safe_pairs[None, :] * stride_slot + offs_n[:, None]
         tl.store(out_ptrs, acc.to(slot_ptr.dtype.element_ty), mask=token_mask[None, :] & (offs_n[:, None] < N))
