@@ -356,13 +356,19 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
 _LAYER_KEYS = ("swiglu_96_32", "squared_relu_64_32", "geglu_160_96", "swiglu_160_96")
 
 
+def _interpreter_json(args: list, timeout: int):
+    """Run ``python -W ignore *args`` under the Triton interpreter (a subprocess: TRITON_INTERPRET must be set
+    before triton is imported) and return the JSON of its last output line."""
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-W", "ignore", *args], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_kernels_under_triton_interpreter():
     pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", _INTERPRETER_SCRIPT], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = _interpreter_json(["-c", _INTERPRETER_SCRIPT], timeout=900)
     for block_t in (4, 1):
         route = result[f"route{block_t}"]
         assert route["blocks"][0] == route["blocks"][1] and route["block_expert_equal"] and route["pairs_equal"], route
@@ -425,11 +431,7 @@ def test_scale_scan_covers_the_tile_rows_of_its_rows(tmp_path):
     pytest.importorskip("triton")
     script = tmp_path / "wide_scale_probe.py"  # a file: @triton.jit needs the source of the kernel it wraps
     script.write_text(_WIDE_SCALE_SCRIPT)
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-W", "ignore", str(script)], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    checks = json.loads(proc.stdout.strip().splitlines()[-1])
+    checks = _interpreter_json([str(script)], timeout=600)
     assert len(checks) == 2 * 4 * 6
     assert all(got == want for *_, got, want in checks), [c for c in checks if c[-2] != c[-1]]
     assert sum(want == 140 for *_, want in checks) >= 12  # the wide byte is inside the scanned rows in many cases
