@@ -3,7 +3,9 @@
 ``python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 16,64 --configs s16k_sx,s_f8_64`` prints one
 JSON line per (tokens, config): us per layer (4 routings rotated, as ``bench/moe_layer.py``). ``--once`` runs each
 call once after a warm-up instead (to sit under ``ncu``). Config names are ``bench/moe_layer.py``'s CANDIDATES,
-optionally with ``@<dequant>`` (``s16k_sx_r@sx_auto``: that tile with another dequant mode).
+optionally with ``@<dequant>`` (``s16k_sx_r@sx_auto``: that tile with another dequant mode) and ``+field=value``
+overrides of ``TritonMoEConfig`` fields (``l128a_sa+fc1_block_k=128+fc1_stages=2``). ``--profile`` prints the mean
+duration of each kernel of one call instead (torch profiler, eager calls after a warm-up).
 """
 
 import argparse
@@ -22,6 +24,37 @@ from megatron_mxfp8_moe.kernels.triton_moe import triton_mxfp8_moe  # noqa: E402
 from megatron_mxfp8_moe.tensor import quantize_mxfp8  # noqa: E402
 
 
+def parse_config(name: str):
+    """``base[@dequant][+field=value...]`` -> a ``TritonMoEConfig`` (``base`` from ``CANDIDATES``)."""
+    head, *overrides = name.split("+")
+    base, _, dequant = head.partition("@")
+    cfg = CANDIDATES[base]
+    fields = {"dequant": dequant} if dequant else {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        current = getattr(cfg, key)  # AttributeError names an unknown field
+        fields[key] = value if isinstance(current, str) else int(value)
+    return dataclasses.replace(cfg, **fields)
+
+
+def kernel_means_us(run, reps: int = 5) -> dict:
+    """Mean CUDA time per call of each kernel ``run(ROTATE)`` launches (``reps`` profiled rounds)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            run()
+        torch.cuda.synchronize()
+    calls = reps * ROTATE
+    totals = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] = totals.get(event.name, 0.0) + event.time_range.elapsed_us()
+    return {name: round(us / calls, 1) for name, us in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", default="qwen3-30b-a3b")
@@ -29,6 +62,7 @@ def main():
     parser.add_argument("--configs", required=True)
     parser.add_argument("--activation", default="swiglu")
     parser.add_argument("--once", action="store_true")
+    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     device = torch.device("cuda")
     experts, topk, hidden, inter = SHAPES[args.shape]
@@ -41,14 +75,23 @@ def main():
         xs, probs, maps, valid = rotated_inputs(tokens, hidden, experts, topk, device)
         outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
         for name in args.configs.split(","):
-            base, _, dequant = name.partition("@")  # "s16k_sx_r@sx_auto": a candidate with another dequant
-            cfg = dataclasses.replace(CANDIDATES[base], dequant=dequant) if dequant else CANDIDATES[base]
+            cfg = parse_config(name)
 
             def run(count=ROTATE):
                 for i in range(count):
                     triton_mxfp8_moe(xs[i], probs[i], maps[i], fc1, fc2, activation=args.activation,
                                      valid_tokens=valid, out=outs[i], config=cfg)
 
+            if args.profile:
+                print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
+                                      kernels_us=kernel_means_us(run))), flush=True)
+                continue
+            try:
+                run(1)  # compile; a tile that does not fit (registers, shared memory) is reported, not fatal
+            except Exception as exc:  # noqa: BLE001 - a probe reports every failure and goes on
+                print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
+                                      error=f"{type(exc).__name__}: {str(exc)[:200]}")), flush=True)
+                continue
             if args.once:
                 run(1)
                 torch.cuda.synchronize()

@@ -6,6 +6,7 @@
 #   bash tools/gpu_next.sh refit    # GPU tests of quantize/refit/memory, the refit benchmark, the bounded-row bench
 #                                   # (not run since session 5)
 #   bash tools/gpu_next.sh mid      # l128a_sa against l64b / l64a at 24-64 pairs per expert (512 / 768 tokens)
+#   bash tools/gpu_next.sh s8a      # session 8, call 1 (see the mode)
 # Run in session 7 (bench/results/run10/), kept to reproduce it:
 #   verify   # q1 after its reduction to one pair per program: GPU tests and a probe at 8-24 tokens
 #   ncu64    # ncu (full set, stall reasons) of the default s16k_sx_r FC1 and FC2 launches, 30b, 64 tokens
@@ -108,6 +109,33 @@ case "${1:-}" in
       -k "sx_auto_squared_relu" > $OUT/sq_tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/sq_tests.log
     tail -4 $OUT/sq_tests.log ;;
+  s8a)
+    # session 8, call 1: the owed sx_auto test on odd shapes (with the other sx_auto tests) while the tile variants
+    # compile in parallel; then per-kernel profiles at 1024 / 4096, a sweep of l128a_sa variants, the 'mid' probe
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+    (timeout 280 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "sx_auto" \
+      > $OUT/sxauto_tests.log 2>&1; echo "pytest rc=$?" >> $OUT/sxauto_tests.log) &
+    V="l128a_sa l128a_sa+fc1_block_k=128+fc1_stages=2 l128a_sa+fc1_block_n=128+fc1_warps=8 l128a_sa+fc1_stages=4
+       l128a_sa+fc1_warps=8 l128a_sa+fc2_block_n=256 l128a_sa+fc2_block_k=128+fc2_stages=2
+       l128a_sa+fc2_block_n=64+fc2_warps=4 l128a_sa+fc2_stages=4 l128a_sa+fc2_warps=4
+       l128a_sa+block_t=256+fc1_warps=8 m32l_sx l64b_sa l64b"
+    for v in $V; do
+      timeout 200 python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 4096 --configs $v --once \
+        > $OUT/compile_$(echo $v | tr '+=@' '_-_').log 2>&1 &
+    done
+    wait
+    tail -2 $OUT/sxauto_tests.log
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 60 python3 bench/triton_moe_probe.py --shape $shape --tokens 1024,4096 --profile \
+        --configs l128a_sa,m32l_sx,l64b_sa >> $OUT/profile.jsonl 2>> $OUT/probe.err
+    done
+    grep '^{' $OUT/profile.jsonl
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 150 python3 bench/triton_moe_probe.py --shape $shape --tokens 4096,1024 \
+        --configs $(echo $V | tr ' ' ',') >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    grep '^{' $OUT/probe.jsonl
+    timeout 100 bash tools/gpu_next.sh mid > /dev/null 2>&1 ;;
   mid)
     # next session: l128a_sa between 24 and 64 pairs per expert (512 / 768 tokens at 128 experts, top-8), where
     # choose_config keeps l64b / l64a untimed against it
