@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import graph_median_us  # noqa: E402
 from bench.moe_layer import CANDIDATES, ROTATE, SHAPES, rotated_inputs  # noqa: E402
+from megatron_mxfp8_moe.kernels import triton_moe  # noqa: E402
 from megatron_mxfp8_moe.kernels.triton_moe import triton_mxfp8_moe  # noqa: E402
 from megatron_mxfp8_moe.tensor import quantize_mxfp8  # noqa: E402
 
@@ -63,7 +64,11 @@ def main():
     parser.add_argument("--activation", default="swiglu")
     parser.add_argument("--once", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--route-one-program-max", type=int, default=None,
+                        help="override the pair count up to which one program runs the whole route")
     args = parser.parse_args()
+    if args.route_one_program_max is not None:
+        triton_moe._ROUTE_ONE_PROGRAM_PAIRS = args.route_one_program_max
     device = torch.device("cuda")
     experts, topk, hidden, inter = SHAPES[args.shape]
     gated = args.activation == "swiglu"
@@ -84,7 +89,8 @@ def main():
 
             if args.profile:
                 print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
-                                      kernels_us=kernel_means_us(run))), flush=True)
+                                  route_one_program_max=triton_moe._ROUTE_ONE_PROGRAM_PAIRS,
+                                  kernels_us=kernel_means_us(run))), flush=True)
                 continue
             try:
                 run(1)  # compile; a tile that does not fit (registers, shared memory) is reported, not fatal

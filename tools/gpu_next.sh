@@ -7,6 +7,7 @@
 #                                   # (not run since session 5)
 #   bash tools/gpu_next.sh mid      # l128a_sa against l64b / l64a at 24-64 pairs per expert (512 / 768 tokens)
 #   bash tools/gpu_next.sh s8a      # session 8, call 1 (see the mode)
+#   bash tools/gpu_next.sh s8b      # session 8, call 2: chunked route + tail tiles, tests and probes
 # Run in session 7 (bench/results/run10/), kept to reproduce it:
 #   verify   # q1 after its reduction to one pair per program: GPU tests and a probe at 8-24 tokens
 #   ncu64    # ncu (full set, stall reasons) of the default s16k_sx_r FC1 and FC2 launches, 30b, 64 tokens
@@ -136,6 +137,50 @@ case "${1:-}" in
     done
     grep '^{' $OUT/probe.jsonl
     timeout 100 bash tools/gpu_next.sh mid > /dev/null 2>&1 ;;
+  s8b)
+    # session 8, call 2: the chunked route and the tail tiles. GPU tests (two pytest processes) while the probe's
+    # tiles compile; then per-kernel profiles, the tail-tile probe (SwiGLU 1024-4096, squared ReLU) and 512 / 768.
+    # Few files under $OUT (a call brings back a limited number).
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+    T=/tmp/s8b; mkdir -p $T
+    (timeout 330 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "route or tail" > $T/tests_a.log 2>&1; echo "pytest A rc=$?" >> $T/tests_a.log) &
+    (timeout 330 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      tests/functional/test_layer_cuda_graph_gpu.py \
+      -k "matches_float64 or new_routing or graph_replay_matches or layer_cuda_graph or sx_auto_equals" \
+      > $T/tests_b.log 2>&1; echo "pytest B rc=$?" >> $T/tests_b.log) &
+    SW="l128a_sa,l128a_sa_t16,l128a_sa_t32,l128a_sa_t64"
+    SQ="l128a_sa,l128a_sa_t32a,l128a_sa_t64"
+    for v in $(echo $SW | tr ',' ' '); do
+      timeout 250 python3 bench/triton_moe_probe.py --tokens 4096 --configs $v --once > $T/c_sw_$v.log 2>&1 &
+    done
+    for v in l128a_sa_t32a l128a_sa_t64 l128a_sa; do
+      timeout 250 python3 bench/triton_moe_probe.py --tokens 4096 --configs $v --once --activation squared_relu \
+        > $T/c_sq_$v.log 2>&1 &
+    done
+    timeout 250 python3 bench/triton_moe_probe.py --tokens 128,512 --configs s16k_sx_r,l64b --once > $T/c_s.log 2>&1 &
+    wait
+    cat $T/tests_a.log $T/tests_b.log > $OUT/tests.log
+    tail -3 $T/tests_a.log; tail -3 $T/tests_b.log
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 40 python3 bench/triton_moe_probe.py --shape $shape --tokens 1024,4096 --profile \
+        --configs l128a_sa,l128a_sa_t32 >> $OUT/profile.jsonl 2>> $T/err.log
+    done
+    for m in 1024 4096; do
+      timeout 40 python3 bench/triton_moe_probe.py --tokens 128,256,512 --profile --configs s16k_sx_r \
+        --route-one-program-max $m >> $OUT/profile.jsonl 2>> $T/err.log
+    done
+    grep '^{' $OUT/profile.jsonl | cut -c1-400
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 70 python3 bench/triton_moe_probe.py --shape $shape --tokens 4096,2048,1024 --configs $SW \
+        >> $OUT/probe.jsonl 2>> $T/err.log
+      timeout 50 python3 bench/triton_moe_probe.py --shape $shape --tokens 4096,1024 --configs $SQ \
+        --activation squared_relu >> $OUT/probe.jsonl 2>> $T/err.log
+      timeout 40 python3 bench/triton_moe_probe.py --shape $shape --tokens 512,768 --configs l64b,l128a_sa,l128a_sa_t64 \
+        >> $OUT/probe.jsonl 2>> $T/err.log
+    done
+    grep '^{' $OUT/probe.jsonl; tail -5 $T/err.log
+    echo done ;;
   mid)
     # next session: l128a_sa between 24 and 64 pairs per expert (512 / 768 tokens at 128 experts, top-8), where
     # choose_config keeps l64b / l64a untimed against it

@@ -1,6 +1,7 @@
 """@triton.jit bodies of the Hopper weight-only MXFP8 MoE (host side: ``triton_moe.py``).
 
-route (1 program: histogram, padded offsets, block -> expert, scatter) -> FC1 (+activation) -> FC2 -> combine.
+route (per-chunk histograms, padded offsets and block -> expert, per-chunk scatter; one program or three
+launches) -> FC1 (+activation) -> FC2 -> combine.
 
 Swap A/B: every GEMM computes ``out^T [BLOCK_N, BLOCK_T] = W [BLOCK_N, K] @ X^T [K, BLOCK_T]``: the weight tile,
 dequantized in registers (``e4m3 -> bf16``, times the exact ``2 ** (byte - 127)`` as a bf16 built from bits),
@@ -25,64 +26,162 @@ ACT_RELU = tl.constexpr(3)
 ACT_SILU = tl.constexpr(4)
 
 
+# -- route: the padded, expert-sorted pair table -------------------------------------------------------------
+# The valid pairs are cut into n_chunks chunks of CHUNK pairs. (1) per chunk: histogram of local experts into
+# counts[chunk, :] (and the -1 padding fill of a slice of sorted_pairs); (2) one program: per expert its blocks and
+# first position, num_blocks, block -> expert, and per (chunk, expert) the rank its first pair takes among the
+# expert's pairs; (3) per chunk: each local pair takes the next rank of its (chunk, expert) cursor (an atomic add),
+# which maps to a position. Small pair counts run the three steps in one program over one chunk (``_route_kernel``);
+# larger ones as three launches over the chunks (``_route_count_kernel``, ``_route_plan_kernel``,
+# ``_route_scatter_kernel``).
+# Tail blocks (TAIL_T > 0): an expert whose count leaves 1..TAIL_T pairs past its last full BLOCK_T block puts them
+# in one TAIL_T block of a second table (positions from max_sorted, blocks from tail_block_offset, its count in
+# num_blocks[4]) that narrower tiles process; a larger remainder takes one more BLOCK_T block.
+# Scratch int32: counts [n_chunks, E_POW2], cursors [n_chunks, E_POW2], then per expert first position, positions
+# in BLOCK_T blocks (cap), first tail position ([3, E_POW2]).
+
+
 @triton.jit
-def _route_kernel(
-    routing_map_ptr,  # [rows * topk] int32/int64 global expert ids, row-major (t * topk + k)
-    valid_tokens_ptr,  # [1] int32: rows >= valid_tokens are ignored
-    sorted_pairs_ptr,  # [max_sorted] int32 out: pair index t * topk + k per padded position, -1 for padding
-    block_expert_ptr,  # [max_blocks] int32 out: local expert of each BLOCK_T block of positions
-    num_blocks_ptr,  # [1] int32 out: blocks in use this step
-    cursor_ptr,  # [E] int32 scratch: next free position per expert
-    rows,  # host int: rows processed (prefix of the buffer)
-    max_sorted,  # host int: capacity of sorted_pairs
-    max_blocks,  # host int: capacity of block_expert
-    local_expert_offset,  # host int: first global expert id on this rank
-    TOPK: tl.constexpr,
-    E: tl.constexpr,
-    E_POW2: tl.constexpr,  # next power of two >= E
-    BLOCK_T: tl.constexpr,
-    CHUNK: tl.constexpr,
-    CHUNK_B: tl.constexpr,
-):
-    """One program builds the padded, expert-sorted pair table; no host sync, graph-safe."""
-    valid = tl.minimum(tl.load(valid_tokens_ptr), rows)
-    valid_pairs = valid * TOPK
+def _route_count(routing_map_ptr, valid_pairs, sorted_pairs_ptr, counts_ptr, chunk, fill_first, fill_end,
+                 local_expert_offset, E: tl.constexpr, E_POW2: tl.constexpr, CHUNK: tl.constexpr):
+    """Padding marker -1 on ``sorted_pairs[fill_first:fill_end]``; histogram of chunk ``chunk``'s local experts."""
     lanes = tl.arange(0, CHUNK)
-    # 1. padding marker everywhere (positions past the used blocks are never read).
-    for start in range(0, max_sorted, CHUNK):
+    for start in range(fill_first, fill_end, CHUNK):
         offs = start + lanes
-        tl.store(sorted_pairs_ptr + offs, tl.full([CHUNK], -1, tl.int32), mask=offs < max_sorted)
-    # 2. histogram of local experts over valid pairs.
-    counts = tl.zeros([E_POW2], dtype=tl.int32)
-    for start in range(0, valid_pairs, CHUNK):
-        offs = start + lanes
-        in_range = offs < valid_pairs
-        local = tl.load(routing_map_ptr + offs, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
-        is_local = in_range & (local >= 0) & (local < E)
-        counts += tl.histogram(tl.where(is_local, local, 0), E_POW2, mask=is_local)
+        tl.store(sorted_pairs_ptr + offs, tl.full([CHUNK], -1, tl.int32), mask=offs < fill_end)
+    offs = chunk * CHUNK + lanes
+    in_range = offs < valid_pairs
+    local = tl.load(routing_map_ptr + offs, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
+    is_local = in_range & (local >= 0) & (local < E)
+    counts = tl.histogram(tl.where(is_local, local, 0), E_POW2, mask=is_local)
+    tl.store(counts_ptr + chunk * E_POW2 + tl.arange(0, E_POW2), counts)
+
+
+@triton.jit
+def _route_plan(counts_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks_ptr, n_chunks, max_sorted,
+                max_blocks, tail_block_offset, E: tl.constexpr, E_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
+                TAIL_T: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK_B: tl.constexpr):
+    """Blocks per expert (experts in order), ``num_blocks``, ``block_expert``, the per-expert position tables and
+    the (chunk, expert) cursors (the pairs of that expert in earlier chunks)."""
+    chunks = tl.arange(0, CHUNKS_POW2)
     experts = tl.arange(0, E_POW2)
-    counts = tl.where(experts < E, counts, 0)
-    blocks = (counts + BLOCK_T - 1) // BLOCK_T
+    at = chunks[:, None] * E_POW2 + experts[None, :]
+    counts = tl.load(counts_ptr + at, mask=(chunks[:, None] < n_chunks) & (experts[None, :] < E), other=0)
+    totals = tl.sum(counts, axis=0)  # [E_POW2]
+    full = totals // BLOCK_T
+    rest = totals - full * BLOCK_T
+    if TAIL_T > 0:
+        has_tail = ((rest > 0) & (rest <= TAIL_T)).to(tl.int32)
+        blocks = full + (rest > TAIL_T).to(tl.int32)
+    else:
+        has_tail = tl.zeros([E_POW2], dtype=tl.int32)
+        blocks = full + (rest > 0).to(tl.int32)
     block_end = tl.cumsum(blocks, axis=0)  # [E_POW2]: first block after expert e
     total_blocks = tl.sum(blocks, axis=0)
     tl.store(num_blocks_ptr, total_blocks)
-    tl.store(cursor_ptr + experts, (block_end - blocks) * BLOCK_T, mask=experts < E)
-    # 3. block -> expert: the number of experts whose blocks end at or before block b.
+    tail_index = tl.cumsum(has_tail, axis=0) - has_tail
+    tl.store(tables_ptr + experts, (block_end - blocks) * BLOCK_T)
+    tl.store(tables_ptr + E_POW2 + experts, blocks * BLOCK_T)
+    tl.store(tables_ptr + 2 * E_POW2 + experts, max_sorted + tail_index * TAIL_T)
+    tl.store(cursor_ptr + at, tl.cumsum(counts, axis=0) - counts, mask=chunks[:, None] < n_chunks)
+    # block -> expert: the number of experts whose blocks end at or before block b.
     block_lanes = tl.arange(0, CHUNK_B)
     for start in range(0, max_blocks, CHUNK_B):
         b = start + block_lanes
         owner = tl.sum((block_end[None, :] <= b[:, None]).to(tl.int32), axis=1)
         owner = tl.where(b < total_blocks, owner, 0)
         tl.store(block_expert_ptr + b, owner, mask=b < max_blocks)
-    tl.debug_barrier()  # the -1 fill and the cursors are visible to every thread before the scatter
-    # 4. scatter: each local pair takes the next position of its expert.
-    for start in range(0, valid_pairs, CHUNK):
-        offs = start + lanes
-        in_range = offs < valid_pairs
-        local = tl.load(routing_map_ptr + offs, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
-        is_local = in_range & (local >= 0) & (local < E)
-        position = tl.atomic_add(cursor_ptr + local, 1, mask=is_local)
-        tl.store(sorted_pairs_ptr + position, offs, mask=is_local)
+    if TAIL_T > 0:
+        tl.store(block_expert_ptr + tail_block_offset + tail_index, experts, mask=has_tail > 0)
+        tl.store(num_blocks_ptr + 4, tl.sum(has_tail, axis=0))
+
+
+@triton.jit
+def _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, cursor_ptr, tables_ptr, chunk,
+                   local_expert_offset, E: tl.constexpr, E_POW2: tl.constexpr, CHUNK: tl.constexpr):
+    """Each local pair of chunk ``chunk`` takes the next rank of its (chunk, expert) cursor: position ``first +
+    rank`` inside the expert's BLOCK_T blocks, past them its tail block."""
+    offs = chunk * CHUNK + tl.arange(0, CHUNK)
+    in_range = offs < valid_pairs
+    local = tl.load(routing_map_ptr + offs, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
+    is_local = in_range & (local >= 0) & (local < E)
+    local = tl.where(is_local, local, 0)
+    rank = tl.atomic_add(cursor_ptr + chunk * E_POW2 + local, 1, mask=is_local)
+    first = tl.load(tables_ptr + local, mask=is_local, other=0)
+    cap = tl.load(tables_ptr + E_POW2 + local, mask=is_local, other=0)
+    tail_first = tl.load(tables_ptr + 2 * E_POW2 + local, mask=is_local, other=0)
+    position = tl.where(rank < cap, first + rank, tail_first + rank - cap)
+    tl.store(sorted_pairs_ptr + position, offs, mask=is_local)
+
+
+@triton.jit
+def _route_kernel(
+    routing_map_ptr,  # [rows * topk] int32/int64 global expert ids, row-major (t * topk + k)
+    valid_tokens_ptr,  # [1] int32: rows >= valid_tokens are ignored
+    sorted_pairs_ptr,  # [max_sorted (+ E * TAIL_T)] int32 out: pair t * topk + k per padded position, -1 for padding
+    block_expert_ptr,  # [max_blocks (+ tail table)] int32 out: local expert of each block
+    num_blocks_ptr,  # [8] int32 out: [0] BLOCK_T blocks in use, [4] tail blocks in use
+    scratch_ptr,  # [5 * E_POW2] int32: counts, cursors, tables
+    rows,  # host int: rows processed (prefix of the buffer); rows * topk <= CHUNK
+    fill_end,  # host int: length of sorted_pairs
+    max_sorted,  # host int: BLOCK_T positions (the tail table starts there)
+    max_blocks,  # host int: capacity of the BLOCK_T block table
+    tail_block_offset,  # host int: first entry of the tail block table in block_expert
+    local_expert_offset,  # host int: first global expert id on this rank
+    TOPK: tl.constexpr,
+    E: tl.constexpr,
+    E_POW2: tl.constexpr,  # next power of two >= E
+    BLOCK_T: tl.constexpr,
+    TAIL_T: tl.constexpr,  # 0: no tail blocks
+    CHUNK: tl.constexpr,
+    CHUNK_B: tl.constexpr,
+):
+    """The whole route in one program, for one chunk of pairs (small pair counts): no host sync, graph-safe."""
+    valid_pairs = tl.minimum(tl.load(valid_tokens_ptr), rows) * TOPK
+    cursor_ptr = scratch_ptr + E_POW2
+    tables_ptr = scratch_ptr + 2 * E_POW2
+    _route_count(routing_map_ptr, valid_pairs, sorted_pairs_ptr, scratch_ptr, 0, 0, fill_end, local_expert_offset,
+                 E, E_POW2, CHUNK)
+    tl.debug_barrier()  # counts visible to every thread
+    _route_plan(scratch_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks_ptr, 1, max_sorted, max_blocks,
+                tail_block_offset, E, E_POW2, BLOCK_T, TAIL_T, 2, CHUNK_B)  # a [2, E_POW2] tile, second row masked
+    tl.debug_barrier()  # the -1 fill, the cursors and the tables are visible to every thread before the scatter
+    _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, cursor_ptr, tables_ptr, 0, local_expert_offset, E,
+                   E_POW2, CHUNK)
+
+
+@triton.jit
+def _route_count_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, scratch_ptr, rows, fill_len,
+                        fill_per_chunk, local_expert_offset, TOPK: tl.constexpr, E: tl.constexpr,
+                        E_POW2: tl.constexpr, CHUNK: tl.constexpr):
+    """Split route, step 1 (grid: n_chunks): -1 fill of ``fill_per_chunk`` positions and this chunk's counts."""
+    chunk = tl.program_id(0)
+    valid_pairs = tl.minimum(tl.load(valid_tokens_ptr), rows) * TOPK
+    fill_first = chunk * fill_per_chunk
+    fill_end = tl.minimum(fill_first + fill_per_chunk, fill_len)
+    _route_count(routing_map_ptr, valid_pairs, sorted_pairs_ptr, scratch_ptr, chunk, fill_first, fill_end,
+                 local_expert_offset, E, E_POW2, CHUNK)
+
+
+@triton.jit
+def _route_plan_kernel(scratch_ptr, block_expert_ptr, num_blocks_ptr, n_chunks, max_sorted, max_blocks,
+                       tail_block_offset, E: tl.constexpr, E_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
+                       TAIL_T: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK_B: tl.constexpr):
+    """Split route, step 2 (one program)."""
+    cursor_ptr = scratch_ptr + n_chunks * E_POW2
+    _route_plan(scratch_ptr, cursor_ptr, cursor_ptr + n_chunks * E_POW2, block_expert_ptr, num_blocks_ptr, n_chunks,
+                max_sorted, max_blocks, tail_block_offset, E, E_POW2, BLOCK_T, TAIL_T, CHUNKS_POW2, CHUNK_B)
+
+
+@triton.jit
+def _route_scatter_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, scratch_ptr, rows, n_chunks,
+                          local_expert_offset, TOPK: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr,
+                          CHUNK: tl.constexpr):
+    """Split route, step 3 (grid: n_chunks)."""
+    valid_pairs = tl.minimum(tl.load(valid_tokens_ptr), rows) * TOPK
+    cursor_ptr = scratch_ptr + n_chunks * E_POW2
+    _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, cursor_ptr, cursor_ptr + n_chunks * E_POW2,
+                   tl.program_id(0), local_expert_offset, E, E_POW2, CHUNK)
 
 
 # Dequant modes (keep in sync with ``_DEQUANT_CODE`` in triton_moe.py).

@@ -84,8 +84,19 @@ class TritonMoEConfig:
     # a few spilled bytes for more CTAs per SM ("s16k_sx_r": FC2 at 128, timed faster in session 5).
     fc1_maxnreg: Optional[int] = None
     fc2_maxnreg: Optional[int] = None
+    # Tail tiles (MMA path, session 8): an expert whose pairs leave 1..tail.block_t past its last full block_t block
+    # puts them in one tail block that this narrower MMA configuration processes (two more launches); a larger
+    # remainder takes one more block_t block. With uniform routing at 256 pairs per expert about half the experts
+    # would otherwise run a 128-token tile for a few pairs.
+    tail: Optional["TritonMoEConfig"] = None
 
     def __post_init__(self):
+        if self.tail is not None:
+            t = self.tail
+            if self.direct or self.gemv or t.direct or t.gemv or t.tail is not None:
+                raise ValueError("TritonMoEConfig: tail tiles are for the MMA path (no direct / gemv, no nested tail)")
+            if not 1 < t.block_t < self.block_t:
+                raise ValueError(f"TritonMoEConfig: tail.block_t must be in (1, {self.block_t}), got {t.block_t}")
         if self.dequant == "sx_auto" and (self.direct or self.gemv):
             raise ValueError("TritonMoEConfig: dequant='sx_auto' is for the MMA path (direct=False, gemv=False)")
         if self.gemv and not self.direct and self.block_t != 1:
@@ -152,6 +163,14 @@ TILES = {
     "l64b_sa": TritonMoEConfig(64, 64, 64, 4, 3, 128, 64, 4, 3, dequant="sx_auto"),
     "l128a_sa": TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3, dequant="sx_auto"),
 }
+# Session 8: l128a_sa with tail tiles (``TritonMoEConfig.tail``): an expert's last 1..16 / 32 / 64 pairs past its
+# full 128-token blocks run on the 16 / 32 / 64-token tiles.
+TILES.update({
+    "l128a_sa_t16": dataclasses.replace(TILES["l128a_sa"], tail=TILES["s16k_sx_r"]),
+    "l128a_sa_t32": dataclasses.replace(TILES["l128a_sa"], tail=TILES["m32l_sx"]),
+    "l128a_sa_t32a": dataclasses.replace(TILES["l128a_sa"], tail=TILES["m32a"]),
+    "l128a_sa_t64": dataclasses.replace(TILES["l128a_sa"], tail=TILES["l64b_sa"]),
+})
 
 
 def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int) -> TritonMoEConfig:
@@ -212,30 +231,39 @@ def routing_capacity(rows: int, topk: int, experts: int, block_t: int) -> tuple[
 
 
 def route_reference(
-    routing_map: torch.Tensor, valid_tokens: int, *, experts: int, local_expert_offset: int, block_t: int
+    routing_map: torch.Tensor, valid_tokens: int, *, experts: int, local_expert_offset: int, block_t: int,
+    tail_t: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Pure-torch twin of the route kernel: (sorted_pairs, block_expert, num_blocks) on the map's device.
+    """Pure-torch twin of the route kernels: (sorted_pairs, block_expert, num_blocks) on the CPU, laid out as
+    ``route_layout``. With ``tail_t`` > 0, ``num_blocks`` is ``(blocks, tail_blocks)``: an expert's last 1..tail_t
+    pairs past its full ``block_t`` blocks go to its tail block at ``max_sorted + i * tail_t`` (entry
+    ``tail_block_offset + i`` of ``block_expert``), a larger remainder to one more ``block_t`` block.
 
     Pairs of one expert appear in ascending order here; the kernel places them in atomic order, which
     changes no result (each pair is its own MMA column).
     """
     rows, topk = routing_map.shape
-    max_sorted, max_blocks = routing_capacity(rows, topk, experts, block_t)
-    flat = routing_map.reshape(-1).to(torch.int64)
+    max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, block_t, tail_t)
+    flat = routing_map.reshape(-1).to(torch.int64).cpu()
     valid_pairs = min(int(valid_tokens), rows) * topk
     local = flat[:valid_pairs] - local_expert_offset
-    sorted_pairs = torch.full((max_sorted,), -1, dtype=torch.int32)
-    block_expert = torch.zeros(max_blocks, dtype=torch.int32)
-    block = 0
+    sorted_pairs = torch.full((sorted_len,), -1, dtype=torch.int32)
+    block_expert = torch.zeros(tail_block_offset + (min(experts, rows * topk) if tail_t else 0), dtype=torch.int32)
+    block = tail = 0
     for expert in range(experts):
         members = torch.nonzero(local == expert).flatten().to(torch.int32)
-        if members.numel() == 0:
-            continue
-        sorted_pairs[block * block_t: block * block_t + members.numel()] = members
-        count = -(-members.numel() // block_t)
-        block_expert[block: block + count] = expert
-        block += count
-    return sorted_pairs, block_expert, block
+        count = members.numel()
+        rest = count % block_t
+        in_blocks = count - rest if 0 < rest <= tail_t else count
+        blocks = -(-in_blocks // block_t)
+        sorted_pairs[block * block_t: block * block_t + in_blocks] = members[:in_blocks]
+        block_expert[block: block + blocks] = expert
+        block += blocks
+        if in_blocks < count:
+            sorted_pairs[max_sorted + tail * tail_t: max_sorted + tail * tail_t + rest] = members[in_blocks:]
+            block_expert[tail_block_offset + tail] = expert
+            tail += 1
+    return sorted_pairs, block_expert, ((block, tail) if tail_t else block)
 
 
 # -- weights ---------------------------------------------------------------------------------------
@@ -374,6 +402,77 @@ def triton_mxfp8_moe(
     return out
 
 
+# Route launch shapes: up to _ROUTE_ONE_PROGRAM_PAIRS pairs one program does the whole route (one launch); above,
+# three launches over chunks of _ROUTE_CHUNK pairs or more, at most _ROUTE_MAX_CHUNKS of them (the plan step holds a
+# [chunks, E] tile). The single-program form took 150 us at 32768 pairs (4096 tokens, top-8) on an H200 (session 8).
+_ROUTE_ONE_PROGRAM_PAIRS = 1024
+_ROUTE_CHUNK = 256
+_ROUTE_MAX_CHUNKS = 64
+
+
+def route_launch_shape(pairs: int) -> tuple[bool, int, int]:
+    """``(one_program, chunk, n_chunks)`` of the route for ``pairs = rows * topk`` (host-side, fixed per graph)."""
+    if pairs <= _ROUTE_ONE_PROGRAM_PAIRS:
+        chunk = max(32, _pow2_at_least(pairs))
+        return True, chunk, 1
+    chunk = max(_ROUTE_CHUNK, _pow2_at_least(-(-pairs // _ROUTE_MAX_CHUNKS)))
+    return False, chunk, -(-pairs // chunk)
+
+
+def route_layout(rows: int, topk: int, experts: int, block_t: int, tail_t: int = 0) -> tuple[int, int, int, int]:
+    """``(max_sorted, max_blocks, sorted_len, tail_block_offset)`` of the route tables: ``sorted_pairs`` holds
+    ``sorted_len`` positions, the BLOCK_T blocks' ``max_sorted`` first, then (``tail_t`` > 0) one ``tail_t`` block
+    per expert at most; ``block_expert`` holds ``max_blocks`` entries, then the tail table from
+    ``tail_block_offset`` (16-byte aligned)."""
+    max_sorted, max_blocks = routing_capacity(rows, topk, experts, block_t)
+    if not tail_t:
+        return max_sorted, max_blocks, max_sorted, max_blocks
+    tail_blocks = min(experts, rows * topk)
+    return max_sorted, max_blocks, max_sorted + tail_blocks * tail_t, -(-max_blocks // 4) * 4
+
+
+def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, block_t, tail_t=0):
+    """``(sorted_pairs [sorted_len], block_expert, num_blocks [8])`` int32 on the map's device (``route_layout``):
+    pairs grouped by local expert, each expert padded to ``block_t`` positions, or with ``tail_t`` its last
+    1..tail_t pairs in a tail block; ``num_blocks[0]`` / ``[4]`` count the blocks / tail blocks in use.
+    ``route_reference`` is the torch twin."""
+    import triton
+
+    from . import _triton_moe_kernel as kernels
+
+    device = routing_map.device
+    max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, block_t, tail_t)
+    sorted_pairs = torch.empty(sorted_len, dtype=torch.int32, device=device)
+    block_expert = torch.empty(tail_block_offset + (min(experts, rows * topk) if tail_t else 0), dtype=torch.int32,
+                               device=device)
+    num_blocks = torch.empty(8, dtype=torch.int32, device=device)
+    one_program, chunk, n_chunks = route_launch_shape(rows * topk)
+    e_pow2 = _pow2_at_least(experts)
+    scratch = torch.empty((2 * n_chunks + 3) * e_pow2, dtype=torch.int32, device=device)
+    tables = dict(E=experts, E_POW2=e_pow2, BLOCK_T=block_t, TAIL_T=tail_t,
+                  CHUNK_B=min(128, _pow2_at_least(max_blocks)))
+    if one_program:
+        kernels._route_kernel[(1,)](
+            routing_map, valid_tokens, sorted_pairs, block_expert, num_blocks, scratch,
+            rows, sorted_len, max_sorted, max_blocks, tail_block_offset, local_expert_offset,
+            TOPK=topk, CHUNK=chunk, **tables, num_warps=8 if chunk >= 1024 else 4,
+        )
+        return sorted_pairs, block_expert, num_blocks
+    kernels._route_count_kernel[(n_chunks,)](
+        routing_map, valid_tokens, sorted_pairs, scratch, rows, sorted_len, triton.cdiv(sorted_len, n_chunks),
+        local_expert_offset, TOPK=topk, E=experts, E_POW2=e_pow2, CHUNK=chunk, num_warps=4,
+    )
+    kernels._route_plan_kernel[(1,)](
+        scratch, block_expert, num_blocks, n_chunks, max_sorted, max_blocks, tail_block_offset,
+        CHUNKS_POW2=_pow2_at_least(n_chunks), **tables, num_warps=8,
+    )
+    kernels._route_scatter_kernel[(n_chunks,)](
+        routing_map, valid_tokens, sorted_pairs, scratch, rows, n_chunks, local_expert_offset,
+        TOPK=topk, E=experts, E_POW2=e_pow2, CHUNK=chunk, num_warps=4,
+    )
+    return sorted_pairs, block_expert, num_blocks
+
+
 _MAX_GRID_Y = 65535  # CUDA grid axis 1 (the pairs / positions of the direct and routed GEMV launches)
 
 
@@ -432,31 +531,44 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
             **cfg.launch_options(2),
         )
         return
-    max_sorted, max_blocks = routing_capacity(rows, topk, experts, cfg.block_t)
+    tail_t = cfg.tail.block_t if cfg.tail is not None else 0
+    max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, cfg.block_t, tail_t)
+    route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t)
+    sorted_pairs, block_expert, num_blocks = route
 
-    sorted_pairs = torch.empty(max_sorted, dtype=torch.int32, device=device)
-    block_expert = torch.empty(max_blocks, dtype=torch.int32, device=device)
-    num_blocks = torch.empty(1, dtype=torch.int32, device=device)
-    cursor = torch.empty(experts, dtype=torch.int32, device=device)
-    chunk = 1024 if rows * topk > 512 else 256
-    kernels._route_kernel[(1,)](
-        routing_map, valid_tokens, sorted_pairs, block_expert, num_blocks, cursor,
-        rows, max_sorted, max_blocks, local_expert_offset,
-        TOPK=topk, E=experts, E_POW2=_pow2_at_least(experts), BLOCK_T=cfg.block_t,
-        CHUNK=chunk, CHUNK_B=min(128, _pow2_at_least(max_blocks)),
-        num_warps=8 if chunk >= 1024 else 4,
-    )
-
-    inter = torch.empty(max_sorted, n_out, dtype=torch.bfloat16, device=device)
-    route = (sorted_pairs, block_expert, num_blocks)
+    inter = torch.empty(sorted_len, n_out, dtype=torch.bfloat16, device=device)
     if path == "routed_gemv":
         _launch_routed_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, route,
                             max_blocks, out, routing_map, probs, valid_tokens, rows, topk, experts, activation,
                             local_expert_offset)
         return
-    fc1_grid = (triton.cdiv(n_out, cfg.fc1_block_n), max_blocks)
-    kernels._fc1_kernel[fc1_grid](
-        x, fc1.data, s1, inter, sorted_pairs, block_expert, num_blocks,
+    split_k = max(1, min(cfg.fc2_split_k, triton.cdiv(inner, cfg.fc2_block_k)))
+    if split_k > 1:  # fp32 partial rows per split, added in split order by the combine
+        slots = torch.empty(split_k, rows * topk, hidden, dtype=torch.float32, device=device)
+    else:
+        slots = torch.empty(1, rows * topk, hidden, dtype=torch.bfloat16, device=device)
+    weights = (fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles))
+    _launch_mma(cfg, x, weights, inter[:max_sorted], slots, (sorted_pairs, block_expert, num_blocks), max_blocks,
+                activation, topk, split_k)
+    if tail_t:  # the tail blocks: narrower tiles over the second table (positions from max_sorted)
+        tail_route = (sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:])
+        _launch_mma(cfg.tail, x, weights, inter[max_sorted:], slots, tail_route, min(experts, rows * topk),
+                    activation, topk, split_k)
+    _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
+
+
+def _launch_mma(cfg, x, weights, inter, slots, route, grid_blocks, activation, topk, split_k) -> None:
+    """FC1 (+ activation) into ``inter`` rows by sorted position and FC2 into the pairs' ``slots`` rows, MMA tiles
+    of ``cfg`` over the blocks of ``route`` = (sorted_pairs, block_expert, num_blocks) (``grid_blocks`` programs
+    per n tile: the table's capacity; blocks past ``num_blocks[0]`` exit at once)."""
+    import triton
+
+    from . import _triton_moe_kernel as kernels
+
+    fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
+    hidden, n_out, inner = x.shape[1], inter.shape[1], fc2.data.shape[2]
+    kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
+        x, fc1.data, s1, inter, *route,
         n_out, hidden, x.stride(0),
         fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, inter.stride(0),
         TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
@@ -464,15 +576,8 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
         **cfg.launch_options(1),
     )
-
-    split_k = max(1, min(cfg.fc2_split_k, triton.cdiv(inner, cfg.fc2_block_k)))
-    if split_k > 1:  # fp32 partial rows per split, added in split order by the combine
-        slots = torch.empty(split_k, rows * topk, hidden, dtype=torch.float32, device=device)
-    else:
-        slots = torch.empty(1, rows * topk, hidden, dtype=torch.bfloat16, device=device)
-    fc2_grid = (triton.cdiv(hidden, cfg.fc2_block_n), max_blocks, split_k)
-    kernels._fc2_kernel[fc2_grid](
-        inter, fc2.data, s2, slots, sorted_pairs, block_expert, num_blocks,
+    kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
+        inter, fc2.data, s2, slots, *route,
         hidden, inner, inter.stride(0),
         fc2.data.stride(0), fc2.data.stride(1), s2_stride, s2_tiles,
         slots.stride(1), slots.stride(0),
@@ -480,8 +585,6 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot, SPLIT_K=split_k,
         **cfg.launch_options(2),
     )
-
-    _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
 
 
 def _launch_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, out, routing_map, probs, valid_tokens, rows,
@@ -574,6 +677,8 @@ __all__ = [
     "TritonMoEConfig",
     "check_triton_moe_available",
     "choose_config",
+    "route_launch_shape",
+    "route_layout",
     "route_reference",
     "routing_capacity",
     "triton_mxfp8_moe",

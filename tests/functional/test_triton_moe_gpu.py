@@ -292,6 +292,82 @@ def test_cuda_graph_replay_with_new_routing_and_valid_tokens():
     _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, (tokens, 17, 1))
 
 
+@pytest.mark.parametrize("rows,topk,experts,block_t,offset,valid_rows", [
+    (4096, 8, 128, 128, 0, 4000),  # 32768 pairs: the three-launch route, 64 chunks of 512
+    (300, 8, 64, 16, 5, 299),  # 2400 pairs: three launches, 10 chunks of 256
+    (100, 8, 128, 16, 0, 97),  # 800 pairs: one program
+    (96, 8, 128, 1, 0, 90),  # the routed GEMV's block_t 1
+])
+def test_route_tables_match_the_torch_twin(rows, topk, experts, block_t, offset, valid_rows):
+    """Both route forms on the GPU against ``route_reference``: the same block count and block -> expert table,
+    the same pairs in every block (order inside an expert is the atomics' order), -1 everywhere else."""
+    from megatron_mxfp8_moe.kernels.triton_moe import _route, route_reference, route_launch_shape
+
+    ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+    sorted_pairs, block_expert, blocks = _route(ids, valid, rows, topk, experts, offset, block_t)
+    ref_pairs, ref_blocks, ref_count = route_reference(ids.cpu(), valid_rows, experts=experts,
+                                                       local_expert_offset=offset, block_t=block_t)
+    assert route_launch_shape(rows * topk)[0] == (rows * topk <= 1024)
+    assert int(blocks) == ref_count
+    assert torch.equal(block_expert[:ref_count].cpu(), ref_blocks[:ref_count])
+    got = sorted_pairs.cpu()[: ref_count * block_t].view(ref_count, block_t).sort(dim=1).values
+    assert torch.equal(got, ref_pairs[: ref_count * block_t].view(ref_count, block_t).sort(dim=1).values)
+    assert (sorted_pairs[ref_count * block_t:] == -1).all()
+
+
+def test_cuda_graph_replay_with_the_three_launch_route():
+    """1024 tokens (8192 pairs: the chunked route, default l128a_sa tiles) captured once, replayed with new routing
+    and valid-token counts."""
+    _graph_replay_of(lambda t, h, i, k, e: choose_config(t, h, i, gated=True, topk=k, experts=e), 1024,
+                     (1024, 700, 3))
+
+
+_TAIL_64E = (64, 8, 2048, 768, 2200)  # about 255 pairs per local expert: half of them leave a few past 256
+_TAIL_235B = (128, 8, 4096, 1536, 1100)  # about 69 pairs per expert: the 64-token tail takes about half of them
+_TAIL_ODD = (6, 3, 160, 96, 300)  # about 150 pairs per expert (odd K, N that wraps the tiles)
+
+
+@pytest.mark.parametrize("variant,case,activation", [
+    ("l128a_sa_t32", _TAIL_64E, "swiglu"), ("l128a_sa_t32", _TAIL_ODD, "swiglu"),
+    ("l128a_sa_t64", _TAIL_235B, "swiglu"), ("l128a_sa_t16", _TAIL_64E, "swiglu"),
+    ("l128a_sa_t32a", _TAIL_64E, "squared_relu"), ("l128a_sa_t32a", _TAIL_ODD, "squared_relu"),
+    ("l128a_sa_t64", _TAIL_ODD, "squared_relu"),
+])
+def test_tail_tiles_match_float64_reference(variant, case, activation):
+    """l128a_sa plus tail tiles (an expert's last pairs on a narrower MMA tile, ``TritonMoEConfig.tail``): every
+    valid row written (NaN-poisoned output), zeros past valid_tokens, within BOUND of the float64 oracle; the
+    routing does produce tail blocks (checked on the torch twin)."""
+    from megatron_mxfp8_moe.kernels.triton_moe import route_reference
+
+    experts, topk, hidden, inter, tokens = case
+    cfg = TILES[variant]
+    fc1, fc2 = _layer(experts, hidden, inter, activation)
+    offset = 3
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts + 5, topk, device="cuda")
+    ids = ids - 2  # some ids below the local range, some above
+    valid_rows = tokens - 5
+    tails = route_reference(ids.cpu(), valid_rows, experts=experts, local_expert_offset=offset,
+                            block_t=cfg.block_t, tail_t=cfg.tail.block_t)[2][1]
+    assert tails > 0
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+    out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
+    triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=offset,
+                     valid_tokens=valid, out=out, config=cfg)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all(), "some output rows were not written"
+    ref = _reference(x, fc1, fc2, probs, ids, activation, offset, valid_rows, tokens)
+    assert relative_error(out, ref) <= BOUND
+    assert out[valid_rows:].abs().max().item() == 0
+
+
+def test_cuda_graph_replay_with_tail_tiles():
+    """l128a_sa_t32 at 2100 tokens (about 131 pairs per expert: many tail blocks) captured once, replayed with new
+    routing and valid-token counts (the tail table's size changes from replay to replay)."""
+    _graph_replay_of(lambda *shape: TILES["l128a_sa_t32"], 2100, (2100, 1500, 40))
+
+
 def test_rejects_bad_shapes():
     fc1, fc2 = _layer(4, 64, 32, "swiglu")
     x = torch.randn(3, 64, device="cuda", dtype=torch.bfloat16)

@@ -17,6 +17,7 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     TILES,
     choose_config,
     kernel_path,
+    route_layout,
     route_reference,
     routing_capacity,
     triton_moe_support,
@@ -127,6 +128,56 @@ def test_kernel_path_by_config_and_pairs():
     assert routing_capacity(16, 8, 128, 1) == (128, 128)  # one position per pair, no padding
 
 
+def test_route_launch_shape():
+    """One program up to 1024 pairs (one chunk holds them all); above, three launches over at most 64 chunks of at
+    least 256 pairs that together cover every pair."""
+    from megatron_mxfp8_moe.kernels.triton_moe import route_launch_shape
+
+    assert route_launch_shape(1) == (True, 32, 1)
+    assert route_launch_shape(200) == (True, 256, 1)
+    assert route_launch_shape(1024) == (True, 1024, 1)
+    assert route_launch_shape(1025) == (False, 256, 5)
+    assert route_launch_shape(32768) == (False, 512, 64)
+    assert route_launch_shape(131072) == (False, 2048, 64)
+    for pairs in (1025, 4000, 8192, 50000, 10 ** 6):
+        one, chunk, n_chunks = route_launch_shape(pairs)
+        assert not one and n_chunks <= 64 and chunk >= 256 and (n_chunks - 1) * chunk < pairs <= n_chunks * chunk
+
+
+def test_route_reference_tail_blocks():
+    """block_t 8, tail 3: remainders 1..3 go to a tail block, larger ones take one more full block; the tail table
+    starts at max_sorted (positions) and at the 16-byte aligned tail_block_offset (entries)."""
+    counts = [9, 14, 0, 3, 8, 11]  # remainders 1 (tail), 6 (absorbed), -, 3 (tail), 0, 3 (tail)
+    ids = torch.cat([torch.full((c,), e) for e, c in enumerate(counts)]).view(-1, 1)
+    rows = ids.shape[0]
+    max_sorted, max_blocks, sorted_len, tail_offset = route_layout(rows, 1, 6, 8, 3)
+    assert (max_sorted, max_blocks) == routing_capacity(rows, 1, 6, 8)
+    assert sorted_len == max_sorted + 6 * 3 and tail_offset % 4 == 0 and tail_offset >= max_blocks
+    sorted_pairs, block_expert, (blocks, tails) = route_reference(ids, rows, experts=6, local_expert_offset=0,
+                                                                  block_t=8, tail_t=3)
+    assert (blocks, tails) == (1 + 2 + 1 + 1, 3)
+    assert block_expert[:blocks].tolist() == [0, 1, 1, 4, 5]
+    assert block_expert[tail_offset:tail_offset + tails].tolist() == [0, 3, 5]
+    # pairs: expert 0 = 0..8, 1 = 9..22, 3 = 23..25, 4 = 26..33, 5 = 34..44
+    assert sorted_pairs[:8].tolist() == list(range(8))
+    assert sorted_pairs[8:24].tolist() == list(range(9, 23)) + [-1, -1]
+    assert sorted_pairs[max_sorted:max_sorted + 9].tolist() == [8, -1, -1, 23, 24, 25, 42, 43, 44]
+    assert sorted_pairs[24:40].tolist() == list(range(26, 42))
+    assert sorted_pairs[40:max_sorted].tolist() == [-1] * (max_sorted - 40)
+    without = route_reference(ids, rows, experts=6, local_expert_offset=0, block_t=8)
+    assert without[2] == 2 + 2 + 1 + 1 + 2 and without[0].numel() == max_sorted
+
+
+def test_tail_config_is_checked():
+    with pytest.raises(ValueError, match="tail.block_t"):
+        dataclasses.replace(TILES["m32l_sx"], tail=TILES["l64b_sa"])
+    with pytest.raises(ValueError, match="MMA path"):
+        dataclasses.replace(TILES["g32p"], tail=TILES["m32l_sx"])
+    with pytest.raises(ValueError, match="MMA path"):
+        dataclasses.replace(TILES["l128a_sa"], tail=TILES["q1"])
+    assert TILES["l128a_sa_t32"].tail is TILES["m32l_sx"]
+
+
 def test_capacity_bounds_any_routing():
     gen = torch.Generator().manual_seed(0)
     for rows, topk, experts, block_t in [(1, 8, 128, 16), (7, 2, 4, 16), (64, 8, 16, 32), (300, 4, 8, 64),
@@ -219,28 +270,45 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
 
     torch.manual_seed(7)
     result = {}
-    # routing kernel vs its torch twin (order inside an expert may differ: compare as sets per block), at the MMA
-    # paths' block size 4 and the routed GEMV's 1 (one position per pair, capacity = pairs)
-    ids = torch.randint(-1, 7, (9, 3), dtype=torch.int32)
-    for block_t in (4, 1):
-        max_sorted, max_blocks = routing_capacity(9, 3, 5, block_t)
-        sorted_pairs = torch.empty(max_sorted, dtype=torch.int32)
-        block_expert = torch.empty(max_blocks, dtype=torch.int32)
-        blocks = torch.empty(1, dtype=torch.int32)
-        cursor = torch.empty(5, dtype=torch.int32)
-        kernels._route_kernel[(1,)](ids, torch.tensor([8], dtype=torch.int32), sorted_pairs, block_expert, blocks,
-                                    cursor, 9, max_sorted, max_blocks, 1, TOPK=3, E=5, E_POW2=8, BLOCK_T=block_t,
-                                    CHUNK=16, CHUNK_B=8)
-        ref_pairs, ref_blocks, ref_count = route_reference(ids, 8, experts=5, local_expert_offset=1,
-                                                           block_t=block_t)
-        used = ref_count * block_t
-        result[f"route{block_t}"] = dict(
-            blocks=[int(blocks), ref_count],
-            block_expert_equal=torch.equal(block_expert[:ref_count], ref_blocks[:ref_count]),
-            pairs_equal=all(
-                sorted(sorted_pairs[b * block_t:(b + 1) * block_t].tolist())
-                == sorted(ref_pairs[b * block_t:(b + 1) * block_t].tolist())
-                for b in range(ref_count)) and bool((sorted_pairs[used:] == -1).all()))
+    # route kernels vs their torch twin (order inside an expert may differ: compare as sets per block), at the MMA
+    # paths' block sizes and the routed GEMV's 1 (one position per pair, capacity = pairs); the one-program form
+    # and the three-launch form (forced with small chunks: 27 pairs in 4 chunks of 8, 1200 pairs in 38 of 32)
+    from megatron_mxfp8_moe.kernels import triton_moe as host
+    small = torch.randint(-1, 7, (9, 3), dtype=torch.int32)
+    large = torch.randint(-1, 10, (300, 4), dtype=torch.int32)
+    for name, ids, valid, experts, block_t, tail_t, split_chunk in [
+            ("route4", small, 8, 5, 4, 0, None), ("route1", small, 8, 5, 1, 0, None),
+            ("route4_split", small, 8, 5, 4, 0, 8), ("route1_split", small, 8, 5, 1, 0, 8),
+            ("route16_split", large, 251, 8, 16, 0, 32), ("route16", large, 251, 8, 16, 0, None),
+            ("route4_tail2", small, 8, 5, 4, 2, None), ("route4_tail2_split", small, 8, 5, 4, 2, 8),
+            ("route64_tail16", large, 251, 8, 64, 16, None), ("route64_tail16_split", large, 251, 8, 64, 16, 32)]:
+        host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (4096, 256)
+        rows = ids.shape[0]
+        sorted_pairs, block_expert, blocks = host._route(ids, torch.tensor([valid], dtype=torch.int32), rows,
+                                                         ids.shape[1], experts, 1, block_t, tail_t)
+        ref_pairs, ref_blocks, ref_count = route_reference(ids, valid, experts=experts, local_expert_offset=1,
+                                                           block_t=block_t, tail_t=tail_t)
+        max_sorted, _, _, tail_offset = host.route_layout(rows, ids.shape[1], experts, block_t, tail_t)
+        counts, ref_counts = [int(blocks[0])], [ref_count]
+        regions = [(0, 0, block_t, ref_count)]
+        if tail_t:
+            counts, ref_counts = [int(blocks[0]), int(blocks[4])], list(ref_count)
+            regions = [(0, 0, block_t, ref_count[0]), (max_sorted, tail_offset, tail_t, ref_count[1])]
+
+        def same_blocks(pos0, blk0, width, count):
+            return torch.equal(block_expert[blk0:blk0 + count], ref_blocks[blk0:blk0 + count]) and all(
+                sorted(sorted_pairs[pos0 + b * width:pos0 + (b + 1) * width].tolist())
+                == sorted(ref_pairs[pos0 + b * width:pos0 + (b + 1) * width].tolist()) for b in range(count))
+
+        padding = torch.ones_like(sorted_pairs, dtype=torch.bool)
+        for pos0, _, width, count in regions:
+            padding[pos0:pos0 + count * width] = False
+        result[name] = dict(
+            split=not host.route_launch_shape(ids.numel())[0], blocks=[counts, ref_counts],
+            tail_used=bool(tail_t) and ref_counts[1] > 0,
+            tables_equal=all(same_blocks(*region) for region in regions),
+            padding=bool((sorted_pairs[padding] == -1).all()))
+    host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = 1024, 256
 
     def run(x, probs, ids, fc1, fc2, activation, rows, valid, cfg):
         out = torch.full((x.shape[0], fc2.shape[1]), float("nan"))
@@ -291,6 +359,24 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         for name, extra in variants.items():
             out = run(x, probs, ids, fc1, fc2, activation, rows, valid, dataclasses.replace(cfg, **extra))
             check(key + "_" + name, out, ref, rows, valid, base if name == "bits_int" else None)
+
+    # Tail tiles: 48 rows x top-2 over 4 local experts (about 24 pairs each): 16-token blocks, and an expert's last
+    # 1..8 pairs in an 8-token tail block; both route forms (one program; three launches over chunks of 16).
+    hidden, inter, rows = 96, 32, 48
+    fc1 = quantize_mxfp8(random_weights((4, 2 * inter, hidden), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((4, hidden, inter), scale=0.1), backend="reference")
+    x = torch.randn(rows, hidden).to(torch.bfloat16)
+    probs, ids = random_routing(rows, 5, 2)  # offset 1: global id 0 is not local
+    valid = rows - 3
+    ref = moe_reference(x, fc1, fc2, probs, ids, "swiglu", local_expert_offset=1, valid_tokens=valid)
+    tails = route_reference(ids, valid, experts=4, local_expert_offset=1, block_t=16, tail_t=8)[2][1]
+    for suffix, split_chunk in (("", None), ("_split", 16)):
+        host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (1024, 256)
+        out = run(x, probs, ids, fc1, fc2, "swiglu", rows, valid,
+                  dataclasses.replace(cfg, tail=dataclasses.replace(cfg, block_t=8)))
+        check("tail_tiles" + suffix, out, ref, rows, valid)
+        result["tail_tiles" + suffix]["tails"] = tails
+    host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = 1024, 256
 
     # The GEMV defaults exactly as choose_config returns them (BLOCK_K 256 / 512 past K = 96: masked K and scale
     # column tails in a partial 4-column scale tile), int32 ids (one token on one expert twice,
@@ -369,9 +455,12 @@ def _interpreter_json(args: list, timeout: int):
 def test_kernels_under_triton_interpreter():
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _INTERPRETER_SCRIPT], timeout=900)
-    for block_t in (4, 1):
-        route = result[f"route{block_t}"]
-        assert route["blocks"][0] == route["blocks"][1] and route["block_expert_equal"] and route["pairs_equal"], route
+    for name in ("route4", "route1", "route4_split", "route1_split", "route16_split", "route16", "route4_tail2",
+                 "route4_tail2_split", "route64_tail16", "route64_tail16_split"):
+        route = result[name]
+        assert route["split"] == name.endswith("_split"), (name, route)
+        assert route["tail_used"] == ("tail" in name), (name, route)
+        assert route["blocks"][0] == route["blocks"][1] and route["tables_equal"] and route["padding"], (name, route)
     for key in _LAYER_KEYS:
         for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3", "_direct", "_direct_k32", "_gemv", "_gemv_k32",
                        "_gemv_pairs", "_gemv_pairs_k32", "_routed_gemv", "_routed_gemv_k32"):
@@ -379,6 +468,9 @@ def test_kernels_under_triton_interpreter():
             assert check["err"] <= 1e-2, (key + suffix, check)
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
         assert result[key + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
+    for name in ("tail_tiles", "tail_tiles_split"):
+        check = result[name]
+        assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"] and check["tails"] > 0, (name, check)
     for name in ("g16p3", "g32p_geglu", "g16p", "g32p_e1k1", "q1", "q1_geglu", "q1_sq", "q1_e1k1"):
         check = result["edge_" + name]
         assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"], (name, check)
