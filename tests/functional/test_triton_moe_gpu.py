@@ -301,7 +301,7 @@ def test_cuda_graph_replay_with_new_routing_and_valid_tokens():
 def test_route_tables_match_the_torch_twin(rows, topk, experts, block_t, offset, valid_rows):
     """Both route forms on the GPU against ``route_reference``: the same block count and block -> expert table,
     the same pairs in every block (order inside an expert is the atomics' order), -1 everywhere else."""
-    from megatron_mxfp8_moe.kernels.triton_moe import _route, route_reference, route_launch_shape
+    from megatron_mxfp8_moe.kernels.triton_moe import _route, route_launch_shape, route_reference
 
     ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
