@@ -210,9 +210,15 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
         return TILES["s16k_sx_r"]
     if pairs_per_expert <= 24:
         return TILES["m32l_sx" if gated else "m32a"]
-    if pairs_per_expert < 64:  # not timed with l128a_sa (session 7 probed 16, 64 and 256 pairs per expert)
+    if pairs_per_expert < 64:  # session 8 probe (30b SwiGLU): l128a_sa_t64 6% faster at 32, 2% slower at 48
         return TILES["l64b" if gated else "l64a"]
-    return TILES["l128a_sa"]
+    # Tail tiles (session 8 probes, both shapes): an expert's last pairs past its full 128-token blocks run on a
+    # narrower tile. Below about 96 pairs per expert most experts have a single, partial block: 64-token tails
+    # (1024 tokens: 7-10% faster than l128a_sa, SwiGLU both shapes and squared ReLU on 30b). From there 32-token
+    # tails (2048 / 4096 tokens: 4-9% faster; the 16-token tails were within 1% of them). 64-96 is not timed.
+    if pairs_per_expert < 96:
+        return TILES["l128a_sa_t64"]
+    return TILES["l128a_sa_t32" if gated else "l128a_sa_t32a"]
 
 
 def _pow2_at_least(value: int) -> int:
