@@ -52,7 +52,7 @@ case "${1:-}" in
     tail -2 $T/tests_a.log; tail -2 $T/tests_b.log; tail -6 $OUT/demo.log; tail -16 $OUT/moe_bench.log ;;
   verify)
     # the routed GEMV (q1, q1s3, q1b) against the float64 oracle, the default tiles, graph replay; then a probe
-    # (compare docs/PERFORMANCE.md 2a, run 9: q1 139.2 / 480.9 us at 16 tokens, 30b / 235b SwiGLU)
+    # (compare docs/PERFORMANCE.md 2b, run 9: q1 139.2 / 480.9 us at 16 tokens, 30b / 235b SwiGLU)
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
     timeout 300 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
       tests/functional/test_layer_cuda_graph_gpu.py \
