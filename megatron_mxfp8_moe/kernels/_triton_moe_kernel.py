@@ -376,6 +376,21 @@ def _wide_scale_max(s_base, row_first, row_last, scale_tiles, m, CHUNK: tl.const
 
 
 @triton.jit
+def _wide_scale_flags(s_base, row_first, row_last, scale_tiles, flags, CHUNK: tl.constexpr):
+    """``flags`` OR, over the same bytes as ``_wide_scale_max`` read as uint32 words, of bit 7 of every byte above
+    134 (SWAR: a byte ``b`` is above 134 when bit 7 is set and ``(b & 0x7F) + 121`` carries into bit 7; no carry
+    crosses bytes). Nonzero iff some byte exceeds 134, i.e. iff sx_auto's shift is positive."""
+    words = s_base.to(tl.pointer_type(tl.uint32))  # 128-row tile rows start at multiples of 512 bytes
+    run = scale_tiles * 128  # words of one 128-row tile row
+    for tile_row in range(row_first // 128, row_last // 128 + 1):
+        for start in range(0, run, CHUNK):
+            offs = start + tl.arange(0, CHUNK)
+            w = tl.load(words + tile_row * run + offs, mask=offs < run, other=0)
+            flags = flags | (w & ((w & 0x7F7F7F7F) + 0x79797979) & 0x80808080)
+    return flags
+
+
+@triton.jit
 def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K, stride_wn, scale_tiles, shift,
                GATED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
                DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr):
@@ -454,10 +469,16 @@ def _fc1_tile(
     shift = 0
     if DEQUANT == DQ_SX_AUTO:
         n_last = tl.minimum(n_first + BLOCK_N, N_OUT) - 1
-        m = _wide_scale_max(s_base, n_first, n_last, scale_tiles, tl.zeros([1024], dtype=tl.uint8), 1024)
+        flags = _wide_scale_flags(s_base, n_first, n_last, scale_tiles, tl.zeros([512], dtype=tl.uint32), 512)
         if GATED:
-            m = _wide_scale_max(s_base, n_first + N_OUT, n_last + N_OUT, scale_tiles, m, 1024)
-        shift = tl.maximum(tl.max(m, axis=0).to(tl.int32) - 134, 0)
+            flags = _wide_scale_flags(s_base, n_first + N_OUT, n_last + N_OUT, scale_tiles, flags, 512)
+        wide = tl.max((flags != 0).to(tl.int32), axis=0)
+        shift = wide * 0
+        if wide != 0:  # rare: some scale above 2 ** 7; the exact byte maximum sets the shift
+            m = _wide_scale_max(s_base, n_first, n_last, scale_tiles, tl.zeros([1024], dtype=tl.uint8), 1024)
+            if GATED:
+                m = _wide_scale_max(s_base, n_first + N_OUT, n_last + N_OUT, scale_tiles, m, 1024)
+            shift = tl.maximum(tl.max(m, axis=0).to(tl.int32) - 134, 0)
     acc_g, acc_u = _fc1_steps(acc_g, acc_g, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K, stride_wn,
                               scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
     if DEQUANT == DQ_SX_AUTO:
@@ -718,9 +739,13 @@ def _fc2_kernel(
         shift = 0
         if DEQUANT == DQ_SX_AUTO:
             n_first = pid_n * BLOCK_N
-            m = _wide_scale_max(s_base, n_first, tl.minimum(n_first + BLOCK_N, N) - 1, scale_tiles,
-                                tl.zeros([1024], dtype=tl.uint8), 1024)
-            shift = tl.maximum(tl.max(m, axis=0).to(tl.int32) - 134, 0)
+            n_last = tl.minimum(n_first + BLOCK_N, N) - 1
+            flags = _wide_scale_flags(s_base, n_first, n_last, scale_tiles, tl.zeros([512], dtype=tl.uint32), 512)
+            wide = tl.max((flags != 0).to(tl.int32), axis=0)
+            shift = wide * 0
+            if wide != 0:  # rare: the exact byte maximum sets the shift
+                m = _wide_scale_max(s_base, n_first, n_last, scale_tiles, tl.zeros([1024], dtype=tl.uint8), 1024)
+                shift = tl.maximum(tl.max(m, axis=0).to(tl.int32) - 134, 0)
         acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
                          scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         if DEQUANT == DQ_SX_AUTO:

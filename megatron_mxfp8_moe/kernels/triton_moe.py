@@ -402,6 +402,11 @@ def triton_mxfp8_moe(
         return out
     cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk,
                                   experts=route_experts or experts)
+    if "sx_auto" in (cfg.dequant, cfg.tail.dequant if cfg.tail is not None else None):
+        for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
+            if weight.scale_bytes().data_ptr() % 4:  # sx_auto tests the scale rows as 32-bit words
+                raise MXFP8InputError(f"{name}: the swizzled scales must start at a 4-byte aligned address for the "
+                                      f"{cfg.dequant!r} tiles; got a storage offset that is not (copy the stack)")
     with on_device(x.device):  # Triton launches on the current device
         _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
                 experts, hidden, inner, topk)

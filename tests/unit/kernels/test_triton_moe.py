@@ -105,6 +105,29 @@ def test_tile_choice_uses_the_global_expert_count(monkeypatch):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, route_experts=8)
 
 
+def test_sx_auto_needs_word_aligned_scales(monkeypatch):
+    """sx_auto tiles read the swizzled scales as 32-bit words: a stack whose scale bytes start at an odd address
+    (a view with a storage offset) is refused with a clear error; other tiles take it."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+    from megatron_mxfp8_moe.tensor import MXFP8Tensor
+
+    chosen = []
+    monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: chosen.append(cfg))
+    fc1 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((4, 64, 32), scale=0.1), backend="reference")
+    shifted = torch.empty(fc2.scale_bytes().numel() + 1, dtype=torch.uint8)[1:].view_as(fc2.scale_bytes())
+    shifted.copy_(fc2.scale_bytes())
+    odd = MXFP8Tensor(fc2.data, shifted)
+    x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
+    probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
+    for name in ("l128a_sa", "l128a_sa_t32"):
+        with pytest.raises(MXFP8InputError, match="4-byte aligned"):
+            triton_mxfp8_moe(x, probs, ids, fc1, odd, valid_tokens=valid, config=TILES[name])
+    triton_mxfp8_moe(x, probs, ids, fc1, odd, valid_tokens=valid, config=TILES["l64b"])
+    triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, config=TILES["l128a_sa_t32"])
+    assert chosen == [TILES["l64b"], TILES["l128a_sa_t32"]]
+
+
 def test_gemv_config_is_checked():
     tile = TILES["d4_sx"]
     assert dataclasses.replace(tile, gemv=True).gemv
@@ -491,12 +514,20 @@ _WIDE_SCALE_SCRIPT = textwrap.dedent(
     import triton
     import triton.language as tl
     from megatron_mxfp8_moe.format.swizzle import swizzle_scales
-    from megatron_mxfp8_moe.kernels._triton_moe_kernel import _wide_scale_max
+    from megatron_mxfp8_moe.kernels._triton_moe_kernel import _wide_scale_flags, _wide_scale_max
 
     @triton.jit
     def _probe(s_ptr, out_ptr, row_first, row_last, scale_tiles, CHUNK: tl.constexpr):
         m = _wide_scale_max(s_ptr, row_first, row_last, scale_tiles, tl.zeros([CHUNK], dtype=tl.uint8), CHUNK)
         tl.store(out_ptr, tl.max(m, axis=0).to(tl.int32))
+        f = _wide_scale_flags(s_ptr, row_first, row_last, scale_tiles, tl.zeros([CHUNK // 4], dtype=tl.uint32),
+                              CHUNK // 4)
+        tl.store(out_ptr + 1, tl.max((f != 0).to(tl.int32), axis=0))
+
+    @triton.jit
+    def _flags_probe(s_ptr, out_ptr, row, CHUNK: tl.constexpr):
+        f = _wide_scale_flags(s_ptr, row, row, 1, tl.zeros([CHUNK], dtype=tl.uint32), CHUNK)
+        tl.store(out_ptr + tl.arange(0, CHUNK), f.to(tl.int32, bitcast=True))
 
     torch.manual_seed(3)
     checks = []
@@ -509,12 +540,23 @@ _WIDE_SCALE_SCRIPT = textwrap.dedent(
             swizzled = swizzle_scales(logical)[0].contiguous()
             tiles = swizzled.numel() // 512 // 3
             for first, last in ((0, 63), (64, 127), (128, 191), (192, 299), (0, 299), (250, 260)):
-                out = torch.zeros(1, dtype=torch.int32)
+                out = torch.zeros(2, dtype=torch.int32)
                 _probe[(1,)](swizzled, out, first, last, tiles, CHUNK=1024)
                 rows_covered = range(first // 128 * 128, min(300, (last // 128 + 1) * 128))
                 want = int(logical[0, rows_covered.start:rows_covered.stop].max())
-                checks.append([cols, row, col, first, last, int(out), want])
-    print(json.dumps(checks))
+                checks.append([cols, row, col, first, last, int(out[0]), int(out[1]), want])
+    # the SWAR flag word by word: every byte value at every byte position, the other bytes random in 0..134
+    values, positions = torch.arange(256).repeat_interleave(4), torch.arange(4).repeat(256)
+    words = torch.randint(0, 135, (1024, 4), dtype=torch.uint8)
+    words[torch.arange(1024), positions] = values.to(torch.uint8)
+    flat = words.flatten().contiguous()  # 8 tile rows of one 512-byte scale tile
+    flags = torch.cat([torch.zeros(128, dtype=torch.int32) for _ in range(8)])
+    for row in range(8):
+        _flags_probe[(1,)](flat, flags[row * 128:], row * 128, CHUNK=128)
+    bits = [int((int(f) & 0xFFFFFFFF) >> (8 * int(p) + 7) & 1) for f, p in zip(flags, positions)]
+    others = [int(f) & 0xFFFFFFFF & ~(1 << (8 * int(p) + 7)) for f, p in zip(flags, positions)]
+    swar = dict(bit_iff_above_134=all(b == int(v > 134) for b, v in zip(bits, values)), no_other_bits=not any(others))
+    print(json.dumps(dict(checks=checks, swar=swar)))
     """
 )
 
@@ -522,14 +564,19 @@ _WIDE_SCALE_SCRIPT = textwrap.dedent(
 def test_scale_scan_covers_the_tile_rows_of_its_rows(tmp_path):
     """``_wide_scale_max`` (sx_auto's per-program scan, Triton interpreter): the largest scale byte of every
     128-row tile row that holds one of rows ``first..last``, read from the swizzled layout (padding bytes are 0),
-    for tile rows of 6 scale tiles (3 full chunks) and of 3 (a masked chunk)."""
+    for tile rows of 6 scale tiles (3 full chunks) and of 3 (a masked chunk). ``_wide_scale_flags`` (the word
+    test that gates it) over the same rows: nonzero iff that maximum exceeds 134; and word by word, for every byte
+    value at every byte position, exactly that byte's bit 7 is set iff the byte exceeds 134."""
     pytest.importorskip("triton")
     script = tmp_path / "wide_scale_probe.py"  # a file: @triton.jit needs the source of the kernel it wraps
     script.write_text(_WIDE_SCALE_SCRIPT)
-    checks = _interpreter_json([str(script)], timeout=600)
+    result = _interpreter_json([str(script)], timeout=600)
+    checks = result["checks"]
     assert len(checks) == 2 * 4 * 6
-    assert all(got == want for *_, got, want in checks), [c for c in checks if c[-2] != c[-1]]
+    assert all(got == want for *_, got, _, want in checks), [c for c in checks if c[-3] != c[-1]]
+    assert all(wide == int(want > 134) for *_, wide, want in checks), [c for c in checks if c[-2] != (c[-1] > 134)]
     assert sum(want == 140 for *_, want in checks) >= 12  # the wide byte is inside the scanned rows in many cases
+    assert result["swar"] == dict(bit_iff_above_134=True, no_other_bits=True), result["swar"]
 
 
 def _bits_trick_reference(b: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
