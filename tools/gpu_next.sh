@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh mid      # l128a_sa against l64b / l64a at 24-64 pairs per expert (512 / 768 tokens)
 #   bash tools/gpu_next.sh s8a      # session 8, call 1 (see the mode)
 #   bash tools/gpu_next.sh s8b      # session 8, call 2: chunked route + tail tiles, tests and probes
+#   bash tools/gpu_next.sh s8c      # session 8, call 5: the sx_auto word scan against the byte scan, refit tests
 # Run in session 7 (bench/results/run10/), kept to reproduce it:
 #   verify   # q1 after its reduction to one pair per program: GPU tests and a probe at 8-24 tokens
 #   ncu64    # ncu (full set, stall reasons) of the default s16k_sx_r FC1 and FC2 launches, 30b, 64 tokens
@@ -187,6 +188,38 @@ case "${1:-}" in
     done
     grep '^{' $OUT/probe.jsonl; tail -5 $T/err.log
     echo done ;;
+  s8c)
+    # session 8, call 5 (carry .whl and .devcarry/old = the tree before the word scan): GPU tests of sx_auto (the
+    # shifted cases take the new branch) and of quantize / refit / memory (not run since session 5) while both
+    # trees compile; the old and new scans side by side (probe); then the full MoE benchmark.
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+    T=/tmp/s8c; mkdir -p $T
+    (timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "sx_auto or l64b_sa or l128a_sa or tail" > $T/tests_a.log 2>&1; echo "pytest A rc=$?" >> $T/tests_a.log) &
+    (timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
+      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $T/tests_b.log 2>&1; \
+      echo "pytest B rc=$?" >> $T/tests_b.log) &
+    for v in l128a_sa_t32 l128a_sa_t64; do
+      timeout 200 python3 bench/triton_moe_probe.py --tokens 1024 --configs $v --once > $T/c_new_$v.log 2>&1 &
+      (cd .devcarry/old && timeout 200 python3 bench/triton_moe_probe.py --tokens 1024 --configs $v --once \
+        > $T/c_old_$v.log 2>&1) &
+    done
+    wait
+    cat $T/tests_a.log $T/tests_b.log > $OUT/tests.log
+    tail -2 $T/tests_a.log; tail -2 $T/tests_b.log
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      for tree in new old; do
+        d=.; [ $tree = old ] && d=.devcarry/old
+        tk=1024,4096; [ $shape = qwen3-235b-a22b ] && tk=4096
+        (cd $d && timeout 45 python3 bench/triton_moe_probe.py --shape $shape --tokens $tk \
+          --configs l128a_sa_t64,l128a_sa_t32 2>> $T/err.log | sed "s/^{/{\"tree\": \"$tree\", /") >> $OUT/probe.jsonl
+      done
+    done
+    grep '^{' $OUT/probe.jsonl
+    mkdir -p $OUT/moe
+    timeout 200 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    echo "moe rc=$?" >> $OUT/moe_bench.log
+    tail -16 $OUT/moe_bench.log ;;
   mid)
     # next session: l128a_sa between 24 and 64 pairs per expert (512 / 768 tokens at 128 experts, top-8), where
     # choose_config keeps l64b / l64a untimed against it
