@@ -21,6 +21,12 @@ set -u
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+# bg_pytest SECONDS LOG ARGS...: pytest in the background (GPU tests of two selections share the GPU while kernels
+# compile on the CPU), its exit status appended to LOG
+bg_pytest() {
+  local seconds=$1 log=$2; shift 2
+  (timeout "$seconds" python3 -m pytest -q -p no:cacheprovider "$@" > "$log" 2>&1; echo "pytest rc=$?" >> "$log") &
+}
 case "${1:-}" in
   refit)
     timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
@@ -37,12 +43,9 @@ case "${1:-}" in
     # graphs), the demo, then the full MoE benchmark for the PERFORMANCE tables. Few files under $OUT.
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
     T=/tmp/final; mkdir -p $T
-    (timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "route or tail" > $T/tests_a.log 2>&1; echo "pytest A rc=$?" >> $T/tests_a.log) &
-    (timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      tests/functional/test_layer_cuda_graph_gpu.py \
-      -k "matches_float64 or new_routing or fp32_out or rejects or refit_reaches or layer_cuda_graph or graph_replay_matches or row_bound or refit_after or sx_auto" \
-      > $T/tests_b.log 2>&1; echo "pytest B rc=$?" >> $T/tests_b.log) &
+    bg_pytest 240 $T/tests_a.log tests/functional/test_triton_moe_gpu.py -k "route or tail"
+    bg_pytest 240 $T/tests_b.log tests/functional/test_triton_moe_gpu.py tests/functional/test_layer_cuda_graph_gpu.py \
+      -k "matches_float64 or new_routing or fp32_out or rejects or refit_reaches or layer_cuda_graph or graph_replay_matches or row_bound or refit_after or sx_auto"
     wait
     cat $T/tests_a.log $T/tests_b.log > $OUT/kernel_tests.log
     TORCHDYNAMO_DISABLE=1 timeout 80 python3 examples/decode.py --steps 12 --batch-size 8 > $OUT/demo.log 2>&1
@@ -121,8 +124,7 @@ case "${1:-}" in
     # session 8, call 1: the owed sx_auto test on odd shapes (with the other sx_auto tests) while the tile variants
     # compile in parallel; then per-kernel profiles at 1024 / 4096, a sweep of l128a_sa variants, the 'mid' probe
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
-    (timeout 280 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "sx_auto" \
-      > $OUT/sxauto_tests.log 2>&1; echo "pytest rc=$?" >> $OUT/sxauto_tests.log) &
+    bg_pytest 280 $OUT/sxauto_tests.log tests/functional/test_triton_moe_gpu.py -k "sx_auto"
     V="l128a_sa l128a_sa+fc1_block_k=128+fc1_stages=2 l128a_sa+fc1_block_n=128+fc1_warps=8 l128a_sa+fc1_stages=4
        l128a_sa+fc1_warps=8 l128a_sa+fc2_block_n=256 l128a_sa+fc2_block_k=128+fc2_stages=2
        l128a_sa+fc2_block_n=64+fc2_warps=4 l128a_sa+fc2_stages=4 l128a_sa+fc2_warps=4
@@ -150,12 +152,9 @@ case "${1:-}" in
     # Few files under $OUT (a call brings back a limited number).
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
     T=/tmp/s8b; mkdir -p $T
-    (timeout 330 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "route or tail" > $T/tests_a.log 2>&1; echo "pytest A rc=$?" >> $T/tests_a.log) &
-    (timeout 330 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      tests/functional/test_layer_cuda_graph_gpu.py \
-      -k "matches_float64 or new_routing or graph_replay_matches or layer_cuda_graph or sx_auto_equals" \
-      > $T/tests_b.log 2>&1; echo "pytest B rc=$?" >> $T/tests_b.log) &
+    bg_pytest 330 $T/tests_a.log tests/functional/test_triton_moe_gpu.py -k "route or tail"
+    bg_pytest 330 $T/tests_b.log tests/functional/test_triton_moe_gpu.py tests/functional/test_layer_cuda_graph_gpu.py \
+      -k "matches_float64 or new_routing or graph_replay_matches or layer_cuda_graph or sx_auto_equals"
     SW="l128a_sa,l128a_sa_t16,l128a_sa_t32,l128a_sa_t64"
     SQ="l128a_sa,l128a_sa_t32a,l128a_sa_t64"
     for v in $(echo $SW | tr ',' ' '); do
@@ -194,11 +193,9 @@ case "${1:-}" in
     # trees compile; the old and new scans side by side (probe); then the full MoE benchmark.
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
     T=/tmp/s8c; mkdir -p $T
-    (timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "sx_auto or l64b_sa or l128a_sa or tail" > $T/tests_a.log 2>&1; echo "pytest A rc=$?" >> $T/tests_a.log) &
-    (timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
-      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $T/tests_b.log 2>&1; \
-      echo "pytest B rc=$?" >> $T/tests_b.log) &
+    bg_pytest 200 $T/tests_a.log tests/functional/test_triton_moe_gpu.py -k "sx_auto or l64b_sa or l128a_sa or tail"
+    bg_pytest 200 $T/tests_b.log tests/functional/test_quantize_gpu.py tests/functional/test_refit_gpu.py \
+      tests/functional/test_memory_gpu.py
     for v in l128a_sa_t32 l128a_sa_t64; do
       timeout 200 python3 bench/triton_moe_probe.py --tokens 1024 --configs $v --once > $T/c_new_$v.log 2>&1 &
       (cd .devcarry/old && timeout 200 python3 bench/triton_moe_probe.py --tokens 1024 --configs $v --once \
