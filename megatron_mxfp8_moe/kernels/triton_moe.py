@@ -8,8 +8,12 @@ E8M0 bytes ``[E, Mp * Cp]``, read in place: no repacked copy, no write hook, so 
 the kernel reads), bf16 activations, fp32 accumulation. No host
 synchronization and no data-dependent shapes: the call captures in a CUDA graph and replays correctly with
 new routing and a new ``valid_tokens``. The token count ``rows`` picks the tile configuration on the host,
-which is fixed per graph. The result is deterministic: every output element is one MMA column (on the GEMV
-small-T path: fp32 block sums in a fixed order) plus a top-k sum in fixed order.
+which is fixed per graph. Every output element is one MMA column (on the GEMV small-T path: fp32 block sums in a
+fixed order) plus a top-k sum in fixed order. Without tail tiles the result is deterministic. With them
+(``TritonMoEConfig.tail``, the default from 64 pairs per expert) the route's atomics decide which of an expert's
+pairs run on the narrower tail tile. The two tiles give the same bits when they dequantize to the same bf16 weights
+(every scale within 2 ** 7, where sx_auto, sx and cvt agree) and their MMAs sum K in the same order. The GPU graph
+replay tests saw equal outputs; no test proves it, and a tile with a scale shift can differ.
 """
 
 from __future__ import annotations
@@ -97,6 +101,8 @@ class TritonMoEConfig:
                 raise ValueError("TritonMoEConfig: tail tiles are for the MMA path (no direct / gemv, no nested tail)")
             if not 1 < t.block_t < self.block_t:
                 raise ValueError(f"TritonMoEConfig: tail.block_t must be in (1, {self.block_t}), got {t.block_t}")
+            if t.fc2_split_k != self.fc2_split_k:  # both launches write the same split slots
+                raise ValueError(f"TritonMoEConfig: tail.fc2_split_k {t.fc2_split_k} differs from {self.fc2_split_k}")
         if self.dequant == "sx_auto" and (self.direct or self.gemv):
             raise ValueError("TritonMoEConfig: dequant='sx_auto' is for the MMA path (direct=False, gemv=False)")
         if self.gemv and not self.direct and self.block_t != 1:
@@ -215,7 +221,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # Tail tiles (session 8 probes, both shapes): an expert's last pairs past its full 128-token blocks run on a
     # narrower tile. Below about 96 pairs per expert most experts have a single, partial block: 64-token tails
     # (1024 tokens: 7-10% faster than l128a_sa, SwiGLU both shapes and squared ReLU on 30b). From there 32-token
-    # tails (2048 / 4096 tokens: 4-9% faster; the 16-token tails were within 1% of them). 64-96 is not timed.
+    # tails (2048 / 4096 tokens: 4-9% faster; the 16-token tails 1% faster to 2.7% slower). 64-96 is not timed.
     if pairs_per_expert < 96:
         return TILES["l128a_sa_t64"]
     return TILES["l128a_sa_t32" if gated else "l128a_sa_t32a"]
@@ -245,13 +251,13 @@ def route_reference(
     pairs past its full ``block_t`` blocks go to its tail block at ``max_sorted + i * tail_t`` (entry
     ``tail_block_offset + i`` of ``block_expert``), a larger remainder to one more ``block_t`` block.
 
-    Pairs of one expert appear in ascending order here; the kernel places them in atomic order, which
-    changes no result (each pair is its own MMA column).
+    Pairs of one expert appear in ascending order here; the kernels place them in atomic order (each pair is its
+    own MMA column; with a tail, the order decides which pairs take the tail block: see the module docstring).
     """
     rows, topk = routing_map.shape
     max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, block_t, tail_t)
     flat = routing_map.reshape(-1).to(torch.int64).cpu()
-    valid_pairs = min(int(valid_tokens), rows) * topk
+    valid_pairs = max(0, min(int(valid_tokens), rows)) * topk
     local = flat[:valid_pairs] - local_expert_offset
     sorted_pairs = torch.full((sorted_len,), -1, dtype=torch.int32)
     block_expert = torch.zeros(tail_block_offset + (min(experts, rows * topk) if tail_t else 0), dtype=torch.int32)
@@ -402,11 +408,11 @@ def triton_mxfp8_moe(
         return out
     cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk,
                                   experts=route_experts or experts)
-    if "sx_auto" in (cfg.dequant, cfg.tail.dequant if cfg.tail is not None else None):
+    if _DEQUANT_CODE["sx_auto"] in (cfg.dequant_code, cfg.tail.dequant_code if cfg.tail is not None else None):
         for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
             if weight.scale_bytes().data_ptr() % 4:  # sx_auto tests the scale rows as 32-bit words
                 raise MXFP8InputError(f"{name}: the swizzled scales must start at a 4-byte aligned address for the "
-                                      f"{cfg.dequant!r} tiles; got a storage offset that is not (copy the stack)")
+                                      "'sx_auto' tiles; got a storage offset that is not (copy the stack)")
     with on_device(x.device):  # Triton launches on the current device
         _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
                 experts, hidden, inner, topk)

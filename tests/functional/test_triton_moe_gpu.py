@@ -116,7 +116,7 @@ def _moe_inputs(experts, topk, hidden, inter, tokens, activation="swiglu"):
     fc1, fc2 = _layer(experts, hidden, inter, activation)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     probs, ids = random_routing(tokens, experts + 5, topk, device="cuda")
-    ids = ids - 2  # ids below and above the local range (offset 3), and -1s
+    ids = ids - 2  # ids below the local range (offset 3) and -1s; none above it (the largest, E + 2, is local)
     ids[::3, 0] = -1
     valid_rows = max(1, tokens - 2)
     return fc1, fc2, x, probs, ids, valid_rows
@@ -221,7 +221,7 @@ def test_matches_float64_reference(experts, topk, hidden, inter, tokens, activat
     offset = 3
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     probs, ids = random_routing(tokens, experts + 5, topk, device="cuda")
-    ids = ids - 2  # some ids below the local range, some above, and -1s
+    ids = ids - 2  # ids below the local range (offset 3) and -1s; none above it (the largest, E + 2, is local)
     ids[::3, 0] = -1
     valid_rows = max(1, tokens - 2)
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
@@ -292,36 +292,52 @@ def test_cuda_graph_replay_with_new_routing_and_valid_tokens():
     _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, (tokens, 17, 1))
 
 
-@pytest.mark.parametrize("rows,topk,experts,block_t,offset,valid_rows", [
-    (4096, 8, 128, 128, 0, 4000),  # 32768 pairs: the three-launch route, 64 chunks of 512
-    (300, 8, 64, 16, 5, 299),  # 2400 pairs: three launches, 10 chunks of 256
-    (100, 8, 128, 16, 0, 97),  # 800 pairs: one program
-    (96, 8, 128, 1, 0, 90),  # the routed GEMV's block_t 1
+@pytest.mark.parametrize("rows,topk,experts,block_t,tail_t,offset,valid_rows", [
+    (4096, 8, 128, 128, 0, 0, 4000),  # 32768 pairs: the three-launch route, 64 chunks of 512
+    (300, 8, 64, 16, 0, 5, 299),  # 2400 pairs: three launches, 10 chunks of 256
+    (100, 8, 128, 16, 0, 0, 97),  # 800 pairs: one program
+    (96, 8, 128, 1, 0, 0, 90),  # the routed GEMV's block_t 1
+    (4096, 8, 128, 128, 32, 0, 4000),  # tail tables (written after the session-8 GPU calls: not yet run on a GPU)
+    (1100, 8, 128, 128, 64, 3, 1095),
+    (100, 8, 16, 64, 32, 0, 97),  # one program with tails (about 29 pairs per expert)
 ])
-def test_route_tables_match_the_torch_twin(rows, topk, experts, block_t, offset, valid_rows):
-    """Both route forms on the GPU against ``route_reference``: the same block count and block -> expert table,
-    the same pairs over each expert's blocks (their order there is the atomics' order), -1 everywhere else."""
-    from megatron_mxfp8_moe.kernels.triton_moe import _route, route_launch_shape, route_reference
+def test_route_tables_match_the_torch_twin(rows, topk, experts, block_t, tail_t, offset, valid_rows):
+    """Both route forms on the GPU against ``route_reference``: the same block and tail-block counts and
+    block -> expert tables, the same pairs over each expert's blocks and tail block together (which pairs take
+    which is the atomics' order), -1 everywhere else."""
+    from megatron_mxfp8_moe.kernels.triton_moe import _route, route_launch_shape, route_layout, route_reference
 
     ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
-    sorted_pairs, block_expert, blocks = _route(ids, valid, rows, topk, experts, offset, block_t)
+    sorted_pairs, block_expert, blocks = _route(ids, valid, rows, topk, experts, offset, block_t, tail_t)
     ref_pairs, ref_blocks, ref_count = route_reference(ids.cpu(), valid_rows, experts=experts,
-                                                       local_expert_offset=offset, block_t=block_t)
+                                                       local_expert_offset=offset, block_t=block_t, tail_t=tail_t)
+    max_sorted, _, _, tail_offset = route_layout(rows, topk, experts, block_t, tail_t)
+    count, tails = ref_count if tail_t else (ref_count, 0)
     assert route_launch_shape(rows * topk)[0] == (rows * topk <= 1024)
-    assert int(blocks[0]) == ref_count
-    assert torch.equal(block_expert[:ref_count].cpu(), ref_blocks[:ref_count])
+    assert int(blocks[0]) == count and (not tail_t or int(blocks[4]) == tails)
+    assert torch.equal(block_expert[:count].cpu(), ref_blocks[:count])
+    tail_experts = ref_blocks[tail_offset:tail_offset + tails].tolist()
+    assert block_expert[tail_offset:tail_offset + tails].cpu().tolist() == tail_experts
     got = sorted_pairs.cpu()
-    for expert in ref_blocks[:ref_count].unique().tolist():  # an expert's blocks are contiguous
-        span = torch.nonzero(ref_blocks[:ref_count] == expert).flatten()
-        first, end = int(span[0]) * block_t, (int(span[-1]) + 1) * block_t
-        assert torch.equal(got[first:end].sort().values, ref_pairs[first:end].sort().values), expert
-    assert (got[ref_count * block_t:] == -1).all()
+    written = torch.zeros_like(got, dtype=torch.bool)
+    for expert in set(ref_blocks[:count].tolist()) | set(tail_experts):
+        span = torch.nonzero(ref_blocks[:count] == expert).flatten()
+        at = [torch.arange(int(span[0]) * block_t, (int(span[-1]) + 1) * block_t)] if span.numel() else []
+        if expert in tail_experts:
+            first = max_sorted + tail_experts.index(expert) * tail_t
+            at.append(torch.arange(first, first + tail_t))
+        at = torch.cat(at)
+        written[at] = True
+        assert torch.equal(got[at].sort().values, ref_pairs[at].sort().values), expert
+    assert (got[~written] == -1).all()
+    if tail_t:
+        assert tails > 0
 
 
 def test_cuda_graph_replay_with_the_three_launch_route():
-    """1024 tokens (8192 pairs: the chunked route, default l128a_sa tiles) captured once, replayed with new routing
-    and valid-token counts."""
+    """1024 tokens (8192 pairs: the chunked route, the default tiles l128a_sa_t64) captured once, replayed with new
+    routing and valid-token counts."""
     _graph_replay_of(lambda t, h, i, k, e: choose_config(t, h, i, gated=True, topk=k, experts=e), 1024,
                      (1024, 700, 3))
 
@@ -349,7 +365,7 @@ def test_tail_tiles_match_float64_reference(variant, case, activation):
     offset = 3
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     probs, ids = random_routing(tokens, experts + 5, topk, device="cuda")
-    ids = ids - 2  # some ids below the local range, some above
+    ids = ids - 2  # -2, -1 and ids below the local range (offset 3); the largest id is the last local one
     valid_rows = tokens - 5
     tails = route_reference(ids.cpu(), valid_rows, experts=experts, local_expert_offset=offset,
                             block_t=cfg.block_t, tail_t=cfg.tail.block_t)[2][1]

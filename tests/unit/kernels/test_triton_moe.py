@@ -199,6 +199,8 @@ def test_tail_config_is_checked():
         dataclasses.replace(TILES["g32p"], tail=TILES["m32l_sx"])
     with pytest.raises(ValueError, match="MMA path"):
         dataclasses.replace(TILES["l128a_sa"], tail=TILES["q1"])
+    with pytest.raises(ValueError, match="fc2_split_k"):
+        dataclasses.replace(TILES["l128a_sa"], tail=dataclasses.replace(TILES["m32l_sx"], fc2_split_k=2))
     assert TILES["l128a_sa_t32"].tail is TILES["m32l_sx"]
 
 
@@ -384,7 +386,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             out = run(x, probs, ids, fc1, fc2, activation, rows, valid, dataclasses.replace(cfg, **extra))
             check(key + "_" + name, out, ref, rows, valid, base if name == "bits_int" else None)
 
-    # Tail tiles: 48 rows x top-2 over 4 local experts (about 24 pairs each): 16-token blocks, and an expert's last
+    # Tail tiles: 48 rows x top-2 over 4 local experts (45 valid rows, ids over 5 experts: about 18 pairs each): 16-token blocks, and an expert's last
     # 1..8 pairs in an 8-token tail block; both route forms (one program; three launches over chunks of 16).
     rng_state = torch.get_rng_state()  # the sections after this one draw the same inputs as without it
     hidden, inter, rows = 96, 32, 48
