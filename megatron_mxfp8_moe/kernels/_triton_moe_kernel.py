@@ -391,6 +391,25 @@ def _wide_scale_flags(s_base, row_first, row_last, scale_tiles, flags, CHUNK: tl
 
 
 @triton.jit
+def _sx_auto_shift(s_base, row_first, row_last, second_offset, scale_tiles, TWO_RANGES: tl.constexpr):
+    """sx_auto's ``shift = max(0, largest scale byte - 134)`` over the 128-row tile rows that hold rows
+    ``row_first..row_last`` (and, with ``TWO_RANGES``, the same rows plus ``second_offset``): the word test first,
+    the exact byte maximum only when it finds a byte above 134 (rare: a scale above 2 ** 7)."""
+    flags = _wide_scale_flags(s_base, row_first, row_last, scale_tiles, tl.zeros([512], dtype=tl.uint32), 512)
+    if TWO_RANGES:
+        flags = _wide_scale_flags(s_base, row_first + second_offset, row_last + second_offset, scale_tiles, flags,
+                                  512)
+    wide = tl.max((flags != 0).to(tl.int32), axis=0)
+    shift = wide * 0
+    if wide != 0:
+        m = _wide_scale_max(s_base, row_first, row_last, scale_tiles, tl.zeros([1024], dtype=tl.uint8), 1024)
+        if TWO_RANGES:
+            m = _wide_scale_max(s_base, row_first + second_offset, row_last + second_offset, scale_tiles, m, 1024)
+        shift = tl.maximum(tl.max(m, axis=0).to(tl.int32) - 134, 0)
+    return shift
+
+
+@triton.jit
 def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K, stride_wn, scale_tiles, shift,
                GATED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
                DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr):
@@ -467,18 +486,8 @@ def _fc1_tile(
     acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
     steps = tl.cdiv(K, BLOCK_K)
     shift = 0
-    if DEQUANT == DQ_SX_AUTO:
-        n_last = tl.minimum(n_first + BLOCK_N, N_OUT) - 1
-        flags = _wide_scale_flags(s_base, n_first, n_last, scale_tiles, tl.zeros([512], dtype=tl.uint32), 512)
-        if GATED:
-            flags = _wide_scale_flags(s_base, n_first + N_OUT, n_last + N_OUT, scale_tiles, flags, 512)
-        wide = tl.max((flags != 0).to(tl.int32), axis=0)
-        shift = wide * 0
-        if wide != 0:  # rare: some scale above 2 ** 7; the exact byte maximum sets the shift
-            m = _wide_scale_max(s_base, n_first, n_last, scale_tiles, tl.zeros([1024], dtype=tl.uint8), 1024)
-            if GATED:
-                m = _wide_scale_max(s_base, n_first + N_OUT, n_last + N_OUT, scale_tiles, m, 1024)
-            shift = tl.maximum(tl.max(m, axis=0).to(tl.int32) - 134, 0)
+    if DEQUANT == DQ_SX_AUTO:  # gated: the gate rows and the up rows N_OUT further
+        shift = _sx_auto_shift(s_base, n_first, tl.minimum(n_first + BLOCK_N, N_OUT) - 1, N_OUT, scale_tiles, GATED)
     acc_g, acc_u = _fc1_steps(acc_g, acc_g, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K, stride_wn,
                               scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
     if DEQUANT == DQ_SX_AUTO:
@@ -739,13 +748,7 @@ def _fc2_kernel(
         shift = 0
         if DEQUANT == DQ_SX_AUTO:
             n_first = pid_n * BLOCK_N
-            n_last = tl.minimum(n_first + BLOCK_N, N) - 1
-            flags = _wide_scale_flags(s_base, n_first, n_last, scale_tiles, tl.zeros([512], dtype=tl.uint32), 512)
-            wide = tl.max((flags != 0).to(tl.int32), axis=0)
-            shift = wide * 0
-            if wide != 0:  # rare: the exact byte maximum sets the shift
-                m = _wide_scale_max(s_base, n_first, n_last, scale_tiles, tl.zeros([1024], dtype=tl.uint8), 1024)
-                shift = tl.maximum(tl.max(m, axis=0).to(tl.int32) - 134, 0)
+            shift = _sx_auto_shift(s_base, n_first, tl.minimum(n_first + BLOCK_N, N) - 1, 0, scale_tiles, False)
         acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
                          scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         if DEQUANT == DQ_SX_AUTO:
