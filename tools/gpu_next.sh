@@ -9,6 +9,7 @@
 #   bash tools/gpu_next.sh s8a      # session 8, call 1 (see the mode)
 #   bash tools/gpu_next.sh s8b      # session 8, call 2: chunked route + tail tiles, tests and probes
 #   bash tools/gpu_next.sh s8c      # session 8, call 5: the sx_auto word scan against the byte scan, refit tests
+#   bash tools/gpu_next.sh s9a      # session 9, call 1: the deterministic route scatter (tests, old/new profiles)
 # Run in session 7 (bench/results/run10/), kept to reproduce it:
 #   verify   # q1 after its reduction to one pair per program: GPU tests and a probe at 8-24 tokens
 #   ncu64    # ncu (full set, stall reasons) of the default s16k_sx_r FC1 and FC2 launches, 30b, 64 tokens
@@ -217,6 +218,42 @@ case "${1:-}" in
     timeout 200 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
     echo "moe rc=$?" >> $OUT/moe_bench.log
     tail -16 $OUT/moe_bench.log ;;
+  s9a)
+    # session 9, call 1 (carry .whl and .devcarry/old = the tree with the atomic scatter): GPU tests of the route
+    # (tables now compared position by position), the tail tiles (a second call must give the same bits), sx_auto
+    # (its shift helper changed after the last GPU run) and the default float64 / graph cases, while both trees
+    # compile; then per-kernel profiles of the old and new route at 64-4096 tokens, and the 24-96 pairs-per-expert
+    # probes
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+    T=/tmp/s9a; mkdir -p $T
+    bg_pytest 300 $T/tests_a.log tests/functional/test_triton_moe_gpu.py -k "route or tail or sx_auto"
+    bg_pytest 300 $T/tests_b.log tests/functional/test_triton_moe_gpu.py tests/functional/test_layer_cuda_graph_gpu.py \
+      -k "matches_float64 or new_routing or fp32_out or rejects or refit_reaches or layer_cuda_graph or graph_replay_matches or row_bound or refit_after"
+    P="64:s16k_sx_r 128:s16k_sx_r 256:m32l_sx 1024:l128a_sa_t64 4096:l128a_sa_t32"
+    for d in . .devcarry/old; do
+      for tc in $P; do
+        (cd $d && timeout 200 python3 bench/triton_moe_probe.py --tokens ${tc%%:*} --configs ${tc##*:} --once \
+          > /dev/null 2>> $T/compile.err) &
+      done
+    done
+    wait
+    cat $T/tests_a.log $T/tests_b.log > $OUT/tests.log
+    tail -2 $T/tests_a.log; tail -2 $T/tests_b.log
+    for tree in new old; do
+      d=.; [ $tree = old ] && d=.devcarry/old
+      for tc in $P; do
+        (cd $d && timeout 40 python3 bench/triton_moe_probe.py --tokens ${tc%%:*} --configs ${tc##*:} --profile \
+          2>> $T/err.log | sed "s/^{/{\"tree\": \"$tree\", /") >> $OUT/profile.jsonl
+      done
+    done
+    grep '^{' $OUT/profile.jsonl | cut -c1-400
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens 512,768 \
+        --configs l64b,l128a_sa_t64 >> $OUT/probe.jsonl 2>> $T/err.log
+      timeout 80 python3 bench/triton_moe_probe.py --shape $shape --tokens 1280 \
+        --configs l128a_sa_t64,l128a_sa_t32 >> $OUT/probe.jsonl 2>> $T/err.log
+    done
+    grep '^{' $OUT/probe.jsonl; tail -5 $T/err.log $T/compile.err ;;
   mid)
     # next session: l128a_sa between 24 and 64 pairs per expert (512 / 768 tokens at 128 experts, top-8), where
     # choose_config keeps l64b / l64a untimed against it

@@ -30,10 +30,11 @@ ACT_SILU = tl.constexpr(4)
 # The valid pairs are cut into n_chunks chunks of CHUNK pairs. (1) per chunk: histogram of local experts into
 # counts[chunk, :] (and the -1 padding fill of a slice of sorted_pairs); (2) one program: per expert its blocks and
 # first position, num_blocks, block -> expert, and per (chunk, expert) the rank its first pair takes among the
-# expert's pairs; (3) per chunk: each local pair takes the next rank of its (chunk, expert) cursor (an atomic add),
-# which maps to a position. Small pair counts run the three steps in one program over one chunk (``_route_kernel``);
-# larger ones as three launches over the chunks (``_route_count_kernel``, ``_route_plan_kernel``,
-# ``_route_scatter_kernel``).
+# expert's pairs; (3) per chunk: each local pair's rank is its (chunk, expert) cursor plus the pairs of its expert
+# before it in the chunk (one sort of the chunk's keys; no atomics), so an expert's pairs keep pair order and the
+# tables are deterministic (equal to ``route_reference``); the rank maps to a position. Small pair counts run the
+# three steps in one program over one chunk (``_route_kernel``); larger ones as three launches over the chunks
+# (``_route_count_kernel``, ``_route_plan_kernel``, ``_route_scatter_kernel``).
 # Tail blocks (TAIL_T > 0): an expert whose count leaves 1..TAIL_T pairs past its last full BLOCK_T block puts them
 # in one TAIL_T block of a second table (positions from max_sorted, blocks from tail_block_offset, its count in
 # num_blocks[4]) that narrower tiles process; a larger remainder takes one more BLOCK_T block.
@@ -97,21 +98,37 @@ def _route_plan(counts_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks
 
 
 @triton.jit
-def _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, cursor_ptr, tables_ptr, chunk,
+def _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, counts_ptr, cursor_ptr, tables_ptr, chunk,
                    local_expert_offset, E: tl.constexpr, E_POW2: tl.constexpr, CHUNK: tl.constexpr):
-    """Each local pair of chunk ``chunk`` takes the next rank of its (chunk, expert) cursor: position ``first +
-    rank`` inside the expert's BLOCK_T blocks, past them its tail block."""
-    offs = chunk * CHUNK + tl.arange(0, CHUNK)
+    """Each local pair of chunk ``chunk`` takes rank ``cursor[chunk, e] + (pairs of expert e before it in the
+    chunk)`` among its expert's pairs (so ranks follow pair order: deterministic, no atomics): position ``first +
+    rank`` inside the expert's BLOCK_T blocks, past them its tail block. The in-chunk rank comes from one sort of
+    the keys ``expert * CHUNK + lane``: a pair's sorted index minus the chunk's pairs of smaller experts."""
+    lanes = tl.arange(0, CHUNK)
+    offs = chunk * CHUNK + lanes
     in_range = offs < valid_pairs
     local = tl.load(routing_map_ptr + offs, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
     is_local = in_range & (local >= 0) & (local < E)
-    local = tl.where(is_local, local, 0)
-    rank = tl.atomic_add(cursor_ptr + chunk * E_POW2 + local, 1, mask=is_local)
-    first = tl.load(tables_ptr + local, mask=is_local, other=0)
-    cap = tl.load(tables_ptr + E_POW2 + local, mask=is_local, other=0)
-    tail_first = tl.load(tables_ptr + 2 * E_POW2 + local, mask=is_local, other=0)
+    keys = tl.sort(tl.where(is_local, local, E_POW2) * CHUNK + lanes)  # non-local pairs sort last
+    expert = keys // CHUNK
+    lane = keys - expert * CHUNK
+    is_local = expert < E_POW2
+    expert = tl.where(is_local, expert, 0)
+    # rank of sorted index i = i + cursor[chunk, e] - (chunk pairs of experts < e); kept in the cursor row, which
+    # only this program reads after the plan step
+    experts = tl.arange(0, E_POW2)
+    counts = tl.load(counts_ptr + chunk * E_POW2 + experts)
+    cursor_row = cursor_ptr + chunk * E_POW2
+    adjusted = tl.load(cursor_row + experts) - (tl.cumsum(counts, axis=0) - counts)
+    tl.debug_barrier()  # every thread (replicas included) has read the row before it is overwritten
+    tl.store(cursor_row + experts, adjusted)
+    tl.debug_barrier()  # the adjusted row is visible to every thread
+    rank = lanes + tl.load(cursor_row + expert, mask=is_local, other=0)
+    first = tl.load(tables_ptr + expert, mask=is_local, other=0)
+    cap = tl.load(tables_ptr + E_POW2 + expert, mask=is_local, other=0)
+    tail_first = tl.load(tables_ptr + 2 * E_POW2 + expert, mask=is_local, other=0)
     position = tl.where(rank < cap, first + rank, tail_first + rank - cap)
-    tl.store(sorted_pairs_ptr + position, offs, mask=is_local)
+    tl.store(sorted_pairs_ptr + position, chunk * CHUNK + lane, mask=is_local)
 
 
 @triton.jit
@@ -146,8 +163,8 @@ def _route_kernel(
     _route_plan(scratch_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks_ptr, 1, max_sorted, max_blocks,
                 tail_block_offset, E, E_POW2, BLOCK_T, TAIL_T, 2, CHUNK_B)  # a [2, E_POW2] tile, second row masked
     tl.debug_barrier()  # the -1 fill, the cursors and the tables are visible to every thread before the scatter
-    _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, cursor_ptr, tables_ptr, 0, local_expert_offset, E,
-                   E_POW2, CHUNK)
+    _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, scratch_ptr, cursor_ptr, tables_ptr, 0,
+                   local_expert_offset, E, E_POW2, CHUNK)
 
 
 @triton.jit
@@ -180,8 +197,8 @@ def _route_scatter_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, s
     """Split route, step 3 (grid: n_chunks)."""
     valid_pairs = tl.minimum(tl.load(valid_tokens_ptr), rows) * TOPK
     cursor_ptr = scratch_ptr + n_chunks * E_POW2
-    _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, cursor_ptr, cursor_ptr + n_chunks * E_POW2,
-                   tl.program_id(0), local_expert_offset, E, E_POW2, CHUNK)
+    _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, scratch_ptr, cursor_ptr,
+                   cursor_ptr + n_chunks * E_POW2, tl.program_id(0), local_expert_offset, E, E_POW2, CHUNK)
 
 
 # Dequant modes (keep in sync with ``_DEQUANT_CODE`` in triton_moe.py).

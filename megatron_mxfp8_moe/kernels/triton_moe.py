@@ -9,11 +9,9 @@ the kernel reads), bf16 activations, fp32 accumulation. No host
 synchronization and no data-dependent shapes: the call captures in a CUDA graph and replays correctly with
 new routing and a new ``valid_tokens``. The token count ``rows`` picks the tile configuration on the host,
 which is fixed per graph. Every output element is one MMA column (on the GEMV small-T path: fp32 block sums in a
-fixed order) plus a top-k sum in fixed order. Without tail tiles the result is deterministic. With them
-(``TritonMoEConfig.tail``, the default from 64 pairs per expert) the route's atomics decide which of an expert's
-pairs run on the narrower tail tile. The two tiles give the same bits when they dequantize to the same bf16 weights
-(every scale within 2 ** 7, where sx_auto, sx and cvt agree) and their MMAs sum K in the same order. The GPU graph
-replay tests saw equal outputs; no test proves it, and a tile with a scale shift can differ.
+fixed order) plus a top-k sum in fixed order, and the route places each expert's pairs in pair order (no
+atomics), so the same inputs give the same bits, with tail tiles (``TritonMoEConfig.tail``) too: which of an
+expert's pairs run on the narrower tail tile (its last ones) is fixed by the routing.
 """
 
 from __future__ import annotations
@@ -216,13 +214,14 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
         return TILES["s16k_sx_r"]
     if pairs_per_expert <= 24:
         return TILES["m32l_sx" if gated else "m32a"]
-    if pairs_per_expert < 64:  # session 8 probe (30b SwiGLU): l128a_sa_t64 6% faster at 32, 2% slower at 48
-        return TILES["l64b" if gated else "l64a"]
-    # Tail tiles (session 8 probes, both shapes): an expert's last pairs past its full 128-token blocks run on a
-    # narrower tile. Below about 96 pairs per expert most experts have a single, partial block: 64-token tails
-    # (1024 tokens: 7-10% faster than l128a_sa, SwiGLU both shapes and squared ReLU on 30b). From there 32-token
-    # tails (2048 / 4096 tokens: 4-9% faster; the 16-token tails 1% faster to 2.7% slower). 64-96 is not timed.
-    if pairs_per_expert < 96:
+    # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
+    # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
+    # both shapes and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per
+    # expert, both shapes). Past that 32-token tails (2048 / 4096 tokens: 4-9% faster; the 16-token tails 1%
+    # faster to 2.7% slower; session 9: 4-8% faster than 64-token tails at 80 pairs per expert, SwiGLU).
+    if pairs_per_expert < 64 and not gated:
+        return TILES["l64a"]
+    if pairs_per_expert < 72:
         return TILES["l128a_sa_t64"]
     return TILES["l128a_sa_t32" if gated else "l128a_sa_t32a"]
 
@@ -251,8 +250,8 @@ def route_reference(
     pairs past its full ``block_t`` blocks go to its tail block at ``max_sorted + i * tail_t`` (entry
     ``tail_block_offset + i`` of ``block_expert``), a larger remainder to one more ``block_t`` block.
 
-    Pairs of one expert appear in ascending order here; the kernels place them in atomic order (each pair is its
-    own MMA column; with a tail, the order decides which pairs take the tail block: see the module docstring).
+    Pairs of one expert appear in ascending order, as the kernels place them: the tables are equal position by
+    position.
     """
     rows, topk = routing_map.shape
     max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, block_t, tail_t)

@@ -74,11 +74,13 @@ def test_choice_by_pairs_per_expert(gated):
         ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", "s16k_sx_r", "s16k_sx_r"] if gated else
         ["g16p", "g16p", "g16p", "q1", "q1", "q1", "s16k_sx_r", "s16k_sx_r"])
     assert pick(16, experts=16) == "s16k_sx_r"  # 8 pairs per expert when only 16 experts share the pairs
-    # 256 tokens: 16 pairs per expert; 512: 32; from 64 (1024 tokens) the one-multiply dequant on 128-token tiles
-    # (session 7) with tail tiles (session 8): 64-token tails below 96 pairs per expert, 32-token tails from there
-    assert [pick(rows) for rows in (256, 512, 1023, 1024, 1535, 1536, 4096)] == (
-        ["m32l_sx", "l64b", "l64b", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t32", "l128a_sa_t32"] if gated else
-        ["m32a", "l64a", "l64a", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t32a", "l128a_sa_t32a"])
+    # 256 tokens: 16 pairs per expert; 512: 32; the one-multiply dequant on 128-token tiles (session 7) with tail
+    # tiles (session 8): gated from 24 pairs per expert (session 9), squared ReLU from 64 (1024 tokens); 64-token
+    # tails below 72 pairs per expert, 32-token tails from there
+    assert [pick(rows) for rows in (384, 385, 512, 1023, 1024, 1151, 1152, 4096)] == (
+        ["m32l_sx", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t32",
+         "l128a_sa_t32"] if gated else
+        ["m32a", "l64a", "l64a", "l64a", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t32a", "l128a_sa_t32a"])
     with pytest.raises(ValueError, match="sx_auto"):
         dataclasses.replace(TILES["d4_sx"], dequant="sx_auto")  # the direct path's FC2 has no sx_auto form
 
@@ -296,8 +298,8 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
 
     torch.manual_seed(7)
     result = {}
-    # route kernels vs their torch twin (order inside an expert may differ: compare as sets per block), at the MMA
-    # paths' block sizes and the routed GEMV's 1 (one position per pair, capacity = pairs); the one-program form
+    # route kernels vs their torch twin (the same tables, position by position: the scatter keeps pair order), at
+    # the MMA paths' block sizes and the routed GEMV's 1 (one position per pair, capacity = pairs); the one-program form
     # and the three-launch form (forced with small chunks: 27 pairs in 4 chunks of 8, 1200 pairs in 38 of 32)
     from megatron_mxfp8_moe.kernels import triton_moe as host
     small = torch.randint(-1, 7, (9, 3), dtype=torch.int32)
@@ -322,9 +324,8 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             regions = [(0, 0, block_t, ref_count[0]), (max_sorted, tail_offset, tail_t, ref_count[1])]
 
         def same_blocks(pos0, blk0, width, count):
-            return torch.equal(block_expert[blk0:blk0 + count], ref_blocks[blk0:blk0 + count]) and all(
-                sorted(sorted_pairs[pos0 + b * width:pos0 + (b + 1) * width].tolist())
-                == sorted(ref_pairs[pos0 + b * width:pos0 + (b + 1) * width].tolist()) for b in range(count))
+            return torch.equal(block_expert[blk0:blk0 + count], ref_blocks[blk0:blk0 + count]) and torch.equal(
+                sorted_pairs[pos0:pos0 + count * width], ref_pairs[pos0:pos0 + count * width])
 
         padding = torch.ones_like(sorted_pairs, dtype=torch.bool)
         for pos0, _, width, count in regions:
