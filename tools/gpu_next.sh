@@ -10,6 +10,8 @@
 #   bash tools/gpu_next.sh s8b      # session 8, call 2: chunked route + tail tiles, tests and probes
 #   bash tools/gpu_next.sh s8c      # session 8, call 5: the sx_auto word scan against the byte scan, refit tests
 #   bash tools/gpu_next.sh s9a      # session 9, call 1: the deterministic route scatter (tests, old/new profiles)
+#   bash tools/gpu_next.sh s9c      # session 9, call 3: refit tests and benchmark, the full MoE benchmark, demo
+# (session 9, call 2 timed persistent FC1 / FC2 kernels, since removed: bench/results/run12/call2_s9b/)
 # Run in session 7 (bench/results/run10/), kept to reproduce it:
 #   verify   # q1 after its reduction to one pair per program: GPU tests and a probe at 8-24 tokens
 #   ncu64    # ncu (full set, stall reasons) of the default s16k_sx_r FC1 and FC2 launches, 30b, 64 tokens
@@ -253,7 +255,27 @@ case "${1:-}" in
       timeout 80 python3 bench/triton_moe_probe.py --shape $shape --tokens 1280 \
         --configs l128a_sa_t64,l128a_sa_t32 >> $OUT/probe.jsonl 2>> $T/err.log
     done
-    grep '^{' $OUT/probe.jsonl; tail -5 $T/err.log $T/compile.err ;;
+    grep '^{' $OUT/probe.jsonl; tail -n 5 $T/err.log $T/compile.err ;;
+  s9c)
+    # session 9, call 3: GPU tests of quantize / refit / memory (the host-plan changes of this session), the refit
+    # benchmark, the full MoE benchmark (new route scatter; gated tiles from 24 pairs per expert), the demo. Seven
+    # files under $OUT (a call returns at most 8): log.txt, refit.{md,json}, moe/moe_layer.{md,json,png}, moe_bench.log
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 170 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
+      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    tail -2 $L
+    timeout 90 python3 bench/refit.py --out $OUT >> $L 2>&1
+    echo "refit rc=$?" >> $L
+    cat $OUT/refit.md
+    mkdir -p $OUT/moe
+    timeout 240 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    echo "moe rc=$?" >> $OUT/moe_bench.log
+    tail -16 $OUT/moe_bench.log
+    TORCHDYNAMO_DISABLE=1 timeout 40 python3 examples/decode.py --steps 12 --batch-size 8 >> $L 2>&1
+    echo "demo rc=$?" >> $L
+    tail -4 $L ;;
   mid)
     # next session: l128a_sa between 24 and 64 pairs per expert (512 / 768 tokens at 128 experts, top-8), where
     # choose_config keeps l64b / l64a untimed against it
