@@ -14,6 +14,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, Optional
 
 import torch
@@ -64,7 +65,7 @@ class _Totals:
     def __init__(self):
         self.tensors = 0
         self.bytes = 0
-        self.experts: dict[str, set[int]] = {}
+        self.experts: dict[str, tuple[int, set[int]]] = {}  # module path -> (its local_expert_offset, local ids)
         self.skipped: list[str] = []
         self.devices: set[torch.device] = set()
 
@@ -74,25 +75,24 @@ class _Totals:
             first = batch.writes[0]
             self.tensors += len(batch.indices) if batch.whole else len(batch.writes)
             self.bytes += first.canonical_bytes * len(batch.writes)  # one stack: one shape
-            offset = first.experts.local_expert_offset
-            ids = self.experts.setdefault(first.module_path, set())
+            ids = self.experts.setdefault(first.module_path, (first.experts.local_expert_offset, set()))[1]
             if batch.stack is not None:  # a whole stack's indices are 0..E-1
-                ids.update(range(offset, offset + len(batch.indices)) if batch.whole
-                           else map(offset.__add__, batch.indices))
+                ids.update(range(len(batch.indices)) if batch.whole else batch.indices)
                 self.devices.add(batch.stack.device)
             else:
-                ids.add(first.global_index)
+                ids.add(first.local_index)
                 self.devices.add(first.target.device)
 
     def report(self, seconds: float) -> RefitReport:
         return RefitReport(
-            experts_updated=sum(len(ids) for ids in self.experts.values()),
+            experts_updated=sum(len(ids) for _, ids in self.experts.values()),
             tensors_updated=self.tensors,
             bytes_written=self.bytes,
             seconds=seconds,
             modules_touched=tuple(self.experts),
             skipped=tuple(self.skipped),
-            experts=tuple((path, tuple(sorted(ids))) for path, ids in self.experts.items()),
+            experts=tuple((path, tuple([offset + index for index in sorted(ids)]))
+                          for path, (offset, ids) in self.experts.items()),
         )
 
 
@@ -336,7 +336,8 @@ def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, prog
     bar = _progress_bar(total, progress)
     applied: list[str] = []  # module paths written completely (launched, flags read, caches refreshed), in order
     group: list[tuple[Any, Any]] = []
-    group_found: list = []  # validator.resolve() of each group entry, handed to plan() (resolved once)
+    group_hits: list = []  # the target of each group entry (resolved once), handed to plan() with the group's module
+    group_info = None  # the group's experts module (validate.ExpertsModule)
     group_path: Optional[str] = None
     pending_skips: list[str] = []
     launched: Optional[RefitPlan] = None  # written, not finished yet: flags unread, caches not refreshed
@@ -350,36 +351,41 @@ def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, prog
             applied.extend(plan.module_paths)
 
     def flush() -> None:
-        nonlocal group, group_found, group_path, launched
+        nonlocal group, group_hits, group_path, launched
         if not group:
             return
-        plan = validator.plan(group, finite_on_device=True, resolved=group_found)
-        group, group_found, group_path = [], [], None
+        plan = validator.plan(group, finite_on_device=True, resolved=list(zip(repeat(group_info), group_hits)))
+        group, group_hits, group_path = [], [], None
         finish_launched()
         _launch_plan(plan, bar, applied)
         launched = plan
 
     try:
-        lookup = validator._lookup
+        lookup, group_names = validator._lookup, {}  # group_names: full name -> target of the group's module
         for position, item in enumerate(weights):
-            name, source = item if type(item) is tuple and len(item) == 2 else as_pair(item, position)
-            resolved = lookup(name) or validator.resolve(name)  # resolve: the names the fast lookup leaves
-            if resolved is None:
-                pending_skips.append(name)
-                if bar is not None:
-                    bar.update(1)
-                continue
-            path = resolved[0].path
-            if path != group_path:
-                flush()
-                if path in applied:
-                    raise refit_error(
-                        name, f"the entries of experts module {path!r} are not contiguous in the stream: its "
-                        "earlier entries were already validated and written; send each module's entries together"
-                    )
-                group_path = path
-            group.append((name, source))
-            group_found.append(resolved)
+            if type(item) is not tuple or len(item) != 2:
+                item = as_pair(item, position)
+            name = item[0]
+            hit = group_names.get(name) if type(name) is str else None  # a name of the group's module
+            if hit is None:
+                resolved = lookup(name) or validator.resolve(name)  # resolve: the names the fast lookup leaves
+                if resolved is None:
+                    pending_skips.append(name)
+                    if bar is not None:
+                        bar.update(1)
+                    continue
+                info, hit = resolved
+                if info.path != group_path:
+                    flush()
+                    if info.path in applied:
+                        raise refit_error(
+                            name, f"the entries of experts module {info.path!r} are not contiguous in the stream: "
+                            "its earlier entries were already validated and written; send each module's entries "
+                            "together"
+                        )
+                    group_path, group_info, group_names = info.path, info, info.names
+            group.append(item)
+            group_hits.append(hit)
         flush()
         finish_launched()
     except BaseException as error:

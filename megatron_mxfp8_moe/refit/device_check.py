@@ -1,6 +1,7 @@
 """The refit's NaN/Inf check on the device, launched while the batch is still being validated on the host.
 
 validate (host, per entry) --every CHUNK sources of a stack, or one large (stacked) source at once-->
+validate (host, a batch checked in one piece) --all sources of a stack, once they are checked-->
   ``scan_nonfinite_triton`` (device flags, no sync)
   -> apply: quantize kernels predicated on ``flags[0]`` -> ONE host sync reads the flags.
 
@@ -49,7 +50,8 @@ class DeviceScan:
         self.device = device
         self._buffer = _take_flags(1 + capacity, device)
         self.flags = self._buffer[:1 + capacity]
-        self.order: list[Any] = []  # writes, in flag order
+        self._launched: list[Sequence[Any]] = []  # per launch, the writes of its sources (not copied), in flag order
+        self._scanned = 0  # sources launched
         self._pending: dict[Any, tuple[list, list, int]] = {}  # batch key -> (writes, sources, launch size)
         self._capacity = capacity
         self._count = 0  # sources queued or scanned
@@ -82,6 +84,17 @@ class DeviceScan:
             self._launch(key, pending[2])
             pending = self._pending.get(key)
 
+    def scan_now(self, writes: Sequence[Any], sources: Sequence[torch.Tensor]) -> None:
+        """Scan ``sources`` (contiguous, of one dtype and size) in one launch now: what a plan checked in one piece.
+        ``writes`` (aligned with them) is kept as it is, not iterated: ``first_bad`` looks up only flagged ones."""
+        if not self.valid or not sources:
+            return
+        if sources[0].device != self.device or self._count + len(sources) > self._capacity:
+            self.valid = False
+            return
+        self._count += len(sources)
+        self._run(writes, sources)
+
     @staticmethod
     def launch_size(source: torch.Tensor) -> int:
         """Sources per scan launch for sources like ``source``: ``CHUNK``, or 1 for large ones (a stacked one)."""
@@ -91,6 +104,11 @@ class DeviceScan:
     def count(self) -> int:
         """Sources queued or scanned so far."""
         return self._count
+
+    @property
+    def order(self) -> list[Any]:
+        """The writes of the launched sources, in flag order (``flags[1 + k]`` belongs to ``order[k]``)."""
+        return [write for writes in self._launched for write in writes]
 
     def finish(self) -> Optional[torch.Tensor]:
         """Launch what is queued; returns the flags, or None when the device check cannot cover the plan."""
@@ -107,21 +125,28 @@ class DeviceScan:
             if len(idle) < _IDLE_PER_DEVICE:
                 idle.append(self._buffer)
             return None
-        bad = {id(self.order[k]) for k, flag in enumerate(flags[1:len(self.order) + 1]) if flag}
+        bad, first = set(), 1
+        for launched in self._launched:  # only the flagged writes are looked up (a plan may make them on access)
+            bad.update(id(launched[k]) for k, flag in enumerate(flags[first:first + len(launched)]) if flag)
+            first += len(launched)
         return next(write for write in writes if id(write) in bad)
 
     def _launch(self, key: Any, count: Optional[int] = None) -> None:
         """Launch the first ``count`` (None: all) queued sources of ``key``."""
-        from ..quant.triton import scan_nonfinite_triton
-
         writes, sources, size = self._pending[key]
         if count is None or count >= len(sources):
             del self._pending[key]
         else:
             self._pending[key] = (writes[count:], sources[count:], size)
             writes, sources = writes[:count], sources[:count]
-        scan_nonfinite_triton(sources, self.flags, first_entry=len(self.order))
-        self.order += writes
+        self._run(writes, sources)
+
+    def _run(self, writes: Sequence[Any], sources: Sequence[torch.Tensor]) -> None:
+        from ..quant.triton import scan_nonfinite_triton
+
+        scan_nonfinite_triton(sources, self.flags, first_entry=self._scanned)
+        self._launched.append(writes)
+        self._scanned += len(sources)
 
 
 __all__ = ["CHUNK", "EAGER_NUMEL", "DeviceScan"]

@@ -28,6 +28,11 @@ Sources, per entry (target canonical weight ``[M, K]``, ``K % 32 == 0``):
 Every failure raises ``RefitError`` whose message starts with ``refit entry '<name>':`` and says what is
 wrong (unknown name, not an expert weight, index out of range, shape, dtype, device, NaN/Inf, scale size,
 NaN scale byte, duplicate target).
+
+Host cost: per experts module, the name -> target lookup is cached while ``mxfp8_weights()`` returns the same
+objects (``_Table``), per (module path, prefix, E) (``_Lookups``), with the per-stack split of the last list of
+names planned in one piece (``_Layout``: ``RefitValidator._plan_views`` checks such a batch with one pass per
+check and stack; any other batch, or one that fails a check, is checked entry by entry, which names the error).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import operator
 import sys
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress, repeat
 from typing import Any, Optional, Union
 
 import torch
@@ -97,6 +103,7 @@ class ExpertsModule:
     # full name as a validator without a guessed prefix looks it up (``[prefix.][path.]local``) -> target, for
     # the names in ``in_range`` (one dict lookup per entry instead of splitting the name)
     names: Mapping[str, "_Target"] = dataclasses.field(default_factory=dict)
+    lookups: Optional["_Lookups"] = None  # where ``names`` is cached (with the layout of the last names planned)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -114,6 +121,43 @@ class _Target:
     whole: bool = False  # ``target`` is a whole stack [E, M, K] (a ``linear_fc1.weight`` entry)
     # whole: the keys of its E experts, in expert order, as a dict (key -> None: a claim copies their hashes)
     keys: Mapping[Any, None] = dataclasses.field(default_factory=dict)
+    view_of: Optional[MXFP8Tensor] = None  # ``stack`` for an expert view (``index >= 0``), else None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Group:
+    """The entries of a ``_Layout`` that write expert views of one stack, in entry order."""
+
+    stack: MXFP8Tensor  # [E, M, K]
+    shape: torch.Size  # [M, K], every view's
+    device: torch.device
+    take: Union[slice, list]  # their positions among the entries (a slice when contiguous)
+    indices: list  # their expert indices in ``stack``
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Layout:
+    """A list of entry names that all resolve through one ``_Lookups.full`` to expert views of distinct weights,
+    split per stack (``RefitValidator._plan_views``); kept in that ``_Lookups`` for the next plan of the same
+    names, so it holds exactly as long as the name lookup it was derived from."""
+
+    names: list
+    hits: list  # per entry: its ``_Target``
+    keys: list  # per entry: its target's key (all distinct)
+    groups: Optional[tuple]  # ``_Group`` per stack, in first-entry order; None: names that are not such a batch
+
+
+@dataclasses.dataclass(eq=False)
+class _Lookups:
+    """What a validator looks names up in for one (module path, prefix, E), cached on the module's ``_Table``.
+
+    local / full: local name / full name (``[prefix.][path.]local``) -> target, for the local indices below E.
+    layout: the ``_Layout`` of the last names planned in one piece against ``full``, or None.
+    """
+
+    local: dict
+    full: dict
+    layout: Optional[_Layout] = None
 
 
 @dataclasses.dataclass(eq=False)
@@ -127,10 +171,10 @@ class _Table:
     top: int  # the largest local index of a per-expert target (-1 for none)
     _lookups: dict = dataclasses.field(default_factory=dict)  # (path, strip, E) -> ``lookups()``
 
-    def lookups(self, path: str, strip: Optional[str], num_local: int) -> tuple[dict, dict]:
-        """(local name -> target, full name -> target) of the targets with a local index below ``num_local`` (what
-        ``RefitValidator._lookup`` may resolve without a range check; other names go to ``resolve``'s error), full
-        names as ``[strip][path.]local``; built once per module path, prefix and E."""
+    def lookups(self, path: str, strip: Optional[str], num_local: int) -> _Lookups:
+        """The names of the targets with a local index below ``num_local`` (what ``RefitValidator._lookup`` may
+        resolve without a range check; other names go to ``resolve``'s error), full names as
+        ``[strip][path.]local``; built once per module path, prefix and E."""
         key = (path, strip, num_local)
         found = self._lookups.get(key)
         if found is None:
@@ -138,7 +182,7 @@ class _Table:
                 local: hit for local, hit in self.targets.items() if hit.parsed.local_index < num_local
             }
             base = (strip or "") + (path + "." if path else "")
-            found = self._lookups[key] = (in_range, {base + local: hit for local, hit in in_range.items()})
+            found = self._lookups[key] = _Lookups(in_range, {base + local: hit for local, hit in in_range.items()})
         return found
 
 
@@ -169,9 +213,10 @@ def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -
         parent = target.parent
         # an int key hashes fastest; (stack identity, expert index) names the written bytes of a view
         key = (id(parent[0]) << 20) | parent[1] if parent is not None else _target_key(target)
+        stack = parent[0] if parent is not None else None
         table[name] = _Target(parsed, target, torch.Size(target.shape), target.device, key,
-                              canonical_nbytes(target.shape), parent[0] if parent is not None else None,
-                              parent[1] if parent is not None else -1)
+                              canonical_nbytes(target.shape), stack, parent[1] if parent is not None else -1,
+                              view_of=stack)
     top = max((hit.parsed.local_index for hit in table.values()), default=-1)
     for linear in ("fc1", "fc2"):  # "linear_fc1.weight": the whole stack, when the views are exactly one stack
         views = [hit for hit in table.values() if hit.parsed.linear == linear]
@@ -245,9 +290,10 @@ class PlannedWrite:
 class WriteBatch:
     """Writes that run as one kernel launch: quantize writes of one source dtype into expert views of one
     stack (``stack`` set, ``indices`` / ``sources`` aligned with ``writes``), one write of a whole stack
-    (``whole``), or a single other write."""
+    (``whole``), or a single other write. ``writes`` is a list, or for a plan from ``_plan_views`` a sequence
+    whose writes are made on access."""
 
-    writes: list[PlannedWrite]
+    writes: Sequence[PlannedWrite]
     stack: Optional[MXFP8Tensor] = None
     indices: list[int] = dataclasses.field(default_factory=list)
     sources: list[torch.Tensor] = dataclasses.field(default_factory=list)  # contiguous logical sources
@@ -259,16 +305,18 @@ class RefitPlan:
     """A validated batch: every write in ``writes`` passed every check (NaN/Inf too, unless
     ``finite_on_device``); nothing has been written yet.
 
-    writes: in entry order. skipped: names skipped under ``strict=False`` (not expert weights of this
-    model). backend: the quantizer backend name for ``quantize_``. batches: every write exactly once.
+    writes: in entry order (a tuple, or a sequence whose writes are made on access). skipped: names skipped under
+    ``strict=False`` (not expert weights of this model). backend: the quantizer backend name for ``quantize_``.
+    batches: every write exactly once.
     """
 
-    writes: tuple[PlannedWrite, ...]
+    writes: Sequence[PlannedWrite]
     skipped: tuple[str, ...]
     backend: str
     finite_on_device: bool = False  # True: NaN/Inf not checked yet; apply.py checks on the device as it writes
     batches: tuple[WriteBatch, ...] = ()  # the writes grouped for launching, in first-write order
     device_scan: Optional[DeviceScan] = None  # finite_on_device: the launched scans and their flags
+    experts: tuple[ExpertsModule, ...] = ()  # the experts modules the writes name, in first-write order
 
     @property
     def canonical_bytes(self) -> int:
@@ -278,12 +326,12 @@ class RefitPlan:
     @property
     def module_paths(self) -> tuple[str, ...]:
         """Paths of the experts modules the plan writes, in first-write order."""
-        return tuple(dict.fromkeys(write.module_path for write in self.writes))
+        return tuple(info.path for info in self.experts)
 
     @property
     def modules(self) -> tuple[torch.nn.Module, ...]:
         """The experts modules the plan's entries name, in first-write order (several may share a stack)."""
-        return tuple(dict.fromkeys(write.module for write in self.writes))
+        return tuple(info.module for info in self.experts)
 
 
 def canonical_nbytes(shape) -> int:
@@ -366,8 +414,9 @@ class RefitValidator:
                         f"got {type(value).__name__}"
                     )
             cached = _lookup_table(module, weights)
-        in_range, names = cached.lookups(path, self._strip, num_local)
-        info = ExpertsModule(path, module, num_local, offset, weights, cached.targets, in_range, names)
+        lookups = cached.lookups(path, self._strip, num_local)
+        info = ExpertsModule(path, module, num_local, offset, weights, cached.targets, lookups.local, lookups.full,
+                             lookups)
         self._experts[path] = info
         return info
 
@@ -515,6 +564,14 @@ class RefitValidator:
             raise refit_error(name, f"quantizer backend {self.backend!r} cannot run on {device}: {error}") from error
         self._checked_backends.add(device)
 
+    def _backend_runs(self, device: torch.device) -> bool:
+        """Whether the quantizer backend runs on ``device`` (``_check_backend`` without the error)."""
+        try:
+            self._check_backend("", device)
+        except RefitError:
+            return False
+        return True
+
     def plan(self, entries: Iterable[tuple[Any, Any]], *, finite_on_device: bool = False,
              resolved: Optional[Sequence] = None) -> RefitPlan:
         """Validate ``entries`` (name, source) as ONE batch and return its plan; writes nothing.
@@ -530,11 +587,19 @@ class RefitValidator:
 
         The common entry, a logical source for an expert view that continues the run of the entry before it
         (same stack and source dtype, whose backend checks are done), is checked and batched inline; every
-        other entry goes through ``_PlanBuilder.add``, which runs the checks in their documented order.
+        other entry goes through ``_PlanBuilder.add``, which runs the checks in their documented order. Before
+        that, entries that can be read ahead (a dict's items, a list of pairs) are tried as a whole by
+        ``_plan_views``, which takes the common batch (expert views of one module) with one pass per check.
         """
+        columns = _columns(entries)
+        if columns is not None:
+            planned = self._plan_views(*columns, finite_on_device, resolved)
+            if planned is not None:
+                return planned
         scan_capacity = len(entries) if finite_on_device and hasattr(entries, "__len__") else 0
         builder = _PlanBuilder(self, scan_capacity)
         writes, claimed_here, claimed, skipped = builder.writes, builder.claimed_here, self._claimed, []
+        experts = builder.experts
         lookup, add, new_write, tensor = self._lookup, builder.add, PlannedWrite, torch.Tensor
         # Runs: id(stack) -> [its batch of the latest source dtype, that dtype, the batch's next scan-ahead count]
         # (a list, so that the count is updated in place); the current run is also held in locals.
@@ -542,7 +607,7 @@ class RefitValidator:
         run = run_stack = run_dtype = record = append_index = append_write = append_source = None
         scan_at = _NEVER  # the run's source count at which its next sources go to the scan-ahead
         found_ahead = iter(resolved) if resolved is not None else None
-        recent_info, recent_names = self._recent, self._recent_names  # ``_lookup``'s first step, inline
+        recent_info, recent_names = None, {}  # ``_lookup``'s first step, inline (from this plan's first lookup on)
         for name, source in entries:
             hit = recent_names.get(name) if found_ahead is None and type(name) is str else None
             if hit is not None:
@@ -556,6 +621,7 @@ class RefitValidator:
                         continue
                 info, hit = found
                 recent_info, recent_names = self._recent, self._recent_names
+                experts[info] = None
             key, stack = hit.key, hit.stack
             if stack is not run_stack and id(stack) in runs:  # entries of several stacks interleave: switch runs
                 record = runs[id(stack)]
@@ -594,9 +660,141 @@ class RefitValidator:
         """Cheap precheck before the first scan-ahead launch (``_device_check_possible`` decides at the end)."""
         return not stack.is_released and not stack.has_write_hooks() and _quantizes_with_triton(self.backend, stack)
 
+    def _plan_views(self, names: list, sources: list, finite_on_device: bool,
+                    resolved: Optional[Sequence]) -> Optional[RefitPlan]:
+        """The plan of a batch whose entries all quantize logical sources into expert views of ONE experts module
+        (names as in its full-name dict, distinct weights, one source dtype per stack), with one pass per check and
+        stack (the checks of ``plan``'s inline path); None for any other batch or failed check: ``plan`` then checks
+        entry by entry and names the offending entry (this records only what that would too; scans launched here
+        are dropped, as after any failed plan). The per-stack split of the names is kept (``_Layout``)."""
+        if not names or set(map(type, names)) != {str}:
+            return None
+        if resolved is None:
+            found = self._lookup(names[0]) or self.resolve(names[0])  # entry 0's error is the batch's first
+            if found is None:
+                return None
+            info = found[0]
+        else:
+            info = resolved[0][0]
+            if not all(map(operator.is_, map(_FIRST, resolved), repeat(info))):
+                return None
+        layout = _cached_layout(info, names)
+        if layout is None or resolved is not None and layout.hits != list(map(_SECOND, resolved)):
+            return None
+        if self._claimed and not self._claimed.keys().isdisjoint(layout.keys):
+            return None  # a weight an earlier plan of this stream wrote: ``plan`` names the duplicate
+        builder = _PlanBuilder(self, len(names) if finite_on_device else 0)
+        builder.writes = _LazyWrites(info, names, layout.hits, sources)
+        for group in layout.groups:  # a stack's scan launches before the next stack is checked (harmless if it fails)
+            group_sources = sources[group.take] if type(group.take) is slice else list(
+                map(sources.__getitem__, group.take))
+            if not self._quantizable_views(group, group_sources):
+                return None
+            builder.add_views(group, group_sources)
+        builder.claimed_here.update(zip(layout.keys, names))
+        builder.experts[info] = None
+        return builder.finish(finite_on_device, [])
+
+    def _quantizable_views(self, group: _Group, sources: list) -> bool:
+        """Whether every source is a strided logical tensor of ``group``'s view shape and device, of one dtype that
+        the backend takes there (the checks of ``plan``'s inline path, one pass each)."""
+        if not all(map(isinstance, sources, repeat(torch.Tensor))):
+            return False
+        dtype = sources[0].dtype
+        if dtype not in _SOURCE_DTYPE_SET or self._flashinfer and dtype not in FLASHINFER_SOURCE_DTYPES:
+            return False
+        return (
+            all(map(operator.is_, map(_DTYPE, sources), repeat(dtype)))
+            and all(map(operator.eq, map(_SHAPE, sources), repeat(group.shape)))
+            and all(map(operator.eq, map(_DEVICE, sources), repeat(group.device)))
+            and all(map(operator.is_, map(_LAYOUT, sources), repeat(_STRIDED)))
+            and (group.device in self._checked_backends or self._backend_runs(group.device))
+        )
+
 
 _STRIDED = torch.strided
 _NEVER = sys.maxsize  # a source count no batch reaches
+_DICT_ITEMS = type({}.items())
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_DTYPE, _SHAPE, _DEVICE, _LAYOUT = (operator.attrgetter(name) for name in ("dtype", "shape", "device", "layout"))
+_VIEW_OF, _KEY, _INDEX = (operator.attrgetter(name) for name in ("view_of", "key", "index"))
+_IS_CONTIGUOUS = torch.Tensor.is_contiguous
+
+
+def _columns(entries: Any) -> Optional[tuple[list, list]]:
+    """(names, sources) of ``entries`` when they can be read ahead: a dict's items, or a list of 2-tuples; else
+    None (an iterator is validated as it is consumed, so that its first bad entry raises first)."""
+    if not isinstance(entries, _DICT_ITEMS) and not (
+        type(entries) is list and entries and set(map(type, entries)) == {tuple} and set(map(len, entries)) == {2}
+    ):
+        return None
+    return list(map(_FIRST, entries)), list(map(_SECOND, entries))
+
+
+def _cached_layout(info: ExpertsModule, names: list) -> Optional[_Layout]:
+    """The ``_Layout`` of ``names`` in ``info``'s full-name dict: the one kept from the last call when the names
+    are equal, else built (and kept); None when they are not all distinct expert views found there."""
+    lookups = info.lookups
+    if lookups is None:
+        return None
+    layout = lookups.layout
+    if layout is None or layout.names != names:
+        layout = lookups.layout = _build_layout(names, list(map(lookups.full.get, names)))
+    return layout if layout.groups is not None else None
+
+
+def _build_layout(names: list, hits: list) -> _Layout:
+    """Split entries (``names``, their targets ``hits``) per stack; without groups unless every target is an
+    expert view and no two entries write the same weight."""
+    stacks = None if None in hits else list(map(_VIEW_OF, hits))
+    keys = None if stacks is None or None in stacks else list(map(_KEY, hits))
+    if keys is None or len(set(keys)) != len(keys):
+        return _Layout(list(names), [], [], None)
+    groups = []
+    for stack in dict(zip(map(id, stacks), stacks)).values():
+        mask = list(map(operator.is_, stacks, repeat(stack)))
+        take = list(compress(range(len(hits)), mask))
+        group_hits = list(compress(hits, mask))
+        if take[-1] - take[0] + 1 == len(take):
+            take = slice(take[0], take[-1] + 1)
+        groups.append(_Group(stack, group_hits[0].shape, group_hits[0].device, take, list(map(_INDEX, group_hits))))
+    return _Layout(list(names), hits, keys, tuple(groups))
+
+
+class _LazyWrites(Sequence):
+    """The writes of a plan from ``RefitValidator._plan_views``, in entry order: each made on first access and
+    kept (one object per write), so that a refit that succeeds makes only the ones it reads."""
+
+    def __init__(self, info: ExpertsModule, names: list, hits: list, sources: list):
+        self._columns = (info, names, hits, sources)  # per entry: name, ``_Target``, the source as given
+        self._made: list = [None] * len(names)
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(len(self)))]
+        write = self._made[index]
+        if write is None:
+            info, names, hits, sources = self._columns
+            write = self._made[index] = PlannedWrite(names[index], info, hits[index], sources[index], QUANTIZE)
+        return write
+
+
+class _Taken(Sequence):
+    """The items of ``Sequence`` ``items`` at ``positions`` (a ``range`` or a list), read through on access."""
+
+    def __init__(self, items: Sequence, positions: Sequence[int]):
+        self._items, self._positions = items, positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._items[position] for position in self._positions[index]]
+        return self._items[self._positions[index]]
 
 
 def _any_claimed(claims: Mapping[Any, str], keys: Mapping[Any, None]) -> bool:
@@ -619,6 +817,23 @@ class _PlanBuilder:
         self._scanned: dict[int, list[int]] = {}  # id(batch) -> [its sources handed to the scan, launch size]
         # MXFP8 copy sources: (write position, bool [2] device flags: NaN data byte, NaN scale byte)
         self.copy_flags: list[tuple[int, torch.Tensor]] = []
+        self.experts: dict[ExpertsModule, None] = {}  # the modules of the writes, in first-write order
+
+    def add_views(self, group: _Group, sources: list) -> None:
+        """Record the writes of ``group`` (checked: ``RefitValidator._quantizable_views``) from ``sources`` as one
+        batch, and launch their NaN/Inf scan (one launch). ``self.writes`` is the plan's ``_LazyWrites``; claims
+        are the caller's."""
+        take = group.take
+        writes = _Taken(self.writes, range(take.start, take.stop) if type(take) is slice else take)
+        if not all(map(_IS_CONTIGUOUS, sources)):
+            sources = [source if source.is_contiguous() else source.contiguous() for source in sources]
+        self.batches[(id(group.stack), sources[0].dtype)] = WriteBatch(writes, group.stack, list(group.indices),
+                                                                       sources)
+        if self.scan_capacity:
+            if self.scan is None and self.validator._scan_ahead_possible(group.stack):
+                self.scan = DeviceScan(self.scan_capacity, group.device)
+            if self.scan is not None:
+                self.scan.scan_now(writes, sources)
 
     def add(self, name: str, info: ExpertsModule, hit: _Target, source: Any) -> Optional[WriteBatch]:
         """Check and record one entry: duplicates, the source, the backend; returns its batch when it is a
@@ -713,7 +928,7 @@ class _PlanBuilder:
         """The NaN/Inf check (on the device where the plan allows it, else on the host), then the plan."""
         validator, writes = self.validator, self.writes
         batches = tuple(self.batches.values())
-        if self.scan_capacity == 0 and any(write.kind == COPY for write in writes):  # a copy zeroes scan_capacity
+        if self.copy_flags:  # MXFP8 copies (each has its NaN-byte flags)
             _check_copy_sources_alias_no_target(writes)
         on_device = finite_on_device and _device_check_possible(batches, validator.backend)
         scan = self.scan
@@ -731,8 +946,9 @@ class _PlanBuilder:
             scan = None
             _check_finite(writes, _nan_byte_copies(self.copy_flags))
         validator._claimed.update(self.claimed_here)
-        return RefitPlan(writes=tuple(writes), skipped=tuple(skipped), backend=validator.backend,
-                         finite_on_device=on_device, batches=batches, device_scan=scan)
+        return RefitPlan(writes=tuple(writes) if type(writes) is list else writes,  # else a _LazyWrites
+                         skipped=tuple(skipped), backend=validator.backend, finite_on_device=on_device,
+                         batches=batches, device_scan=scan, experts=tuple(self.experts))
 
 
 def _byte_extent(tensor: torch.Tensor) -> tuple[int, int]:

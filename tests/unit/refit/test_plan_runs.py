@@ -117,15 +117,20 @@ def scans(monkeypatch):
     return launched
 
 
-@pytest.mark.parametrize("order", ["grouped", "interleaved", "generator"])
-def test_the_scan_ahead_covers_every_write_once(scans, order):
-    """Scans of at most CHUNK sources of one batch, launched while entries arrive (grouped or interleaved) or all
-    at the end (entries without a length); flag k + 1 belongs to ``order[k]``, and every write is there once."""
+@pytest.mark.parametrize("order", ["grouped", "interleaved", "generator", "grouped-per-entry",
+                                   "interleaved-per-entry"])
+def test_the_scan_ahead_covers_every_write_once(scans, monkeypatch, order):
+    """Per entry: scans of at most CHUNK sources of one batch, launched while entries arrive (grouped or
+    interleaved) or all at the end (entries without a length). A list checked in one piece (``_plan_views``): one
+    scan per stack, launched before the plan returns. Flag k + 1 belongs to ``order[k]``; every write is there
+    once."""
     experts = CHUNK + 6
     module = _module(experts=experts)
     fc1 = [(f"linear_fc1.weight{i}", _source("fc1", seed=i)) for i in range(experts)]
     fc2 = [(f"linear_fc2.weight{i}", _source("fc2", seed=i)) for i in range(experts)]
-    entries = fc1 + fc2 if order == "grouped" else [pair for both in zip(fc1, fc2) for pair in both]
+    entries = [pair for both in zip(fc1, fc2) for pair in both] if order.startswith("interleaved") else fc1 + fc2
+    if order.endswith("per-entry"):
+        monkeypatch.setattr(validate, "_columns", lambda entries: None)  # no one-piece check: entry by entry
     ahead = []  # scans launched before the plan returned, when they were launched
     original = validate._PlanBuilder.finish
 
@@ -133,11 +138,8 @@ def test_the_scan_ahead_covers_every_write_once(scans, order):
         ahead.extend(scans)
         return original(builder, *args)
 
-    validate._PlanBuilder.finish = finish
-    try:
-        plan = _plan(module, iter(entries) if order == "generator" else entries, finite_on_device=True)
-    finally:
-        validate._PlanBuilder.finish = original
+    monkeypatch.setattr(validate._PlanBuilder, "finish", finish)
+    plan = _plan(module, iter(entries) if order == "generator" else entries, finite_on_device=True)
     assert plan.finite_on_device
     scan = plan.device_scan
     assert sorted(map(id, scan.order)) == sorted(map(id, plan.writes)) and len(scan.order) == 2 * experts
@@ -145,11 +147,14 @@ def test_the_scan_ahead_covers_every_write_once(scans, order):
     flat = [source for sources, _ in scans for source in sources]
     by_write = {id(write): source for batch in plan.batches for write, source in zip(batch.writes, batch.sources)}
     assert all(source is by_write[id(write)] for source, write in zip(flat, scan.order))
-    assert all(len(sources) <= CHUNK for sources, _ in scans)
+    if order == "generator" or order.endswith("per-entry"):
+        assert all(len(sources) <= CHUNK for sources, _ in scans)
     if order == "generator":
         assert ahead == []  # no length: no scan-ahead, everything is scanned at the end
-    else:
+    elif order.endswith("per-entry"):
         assert [len(sources) for sources, _ in ahead] == [CHUNK, CHUNK]  # one full chunk per stack, early
+    else:
+        assert [len(sources) for sources, _ in ahead] == [experts, experts]  # each stack at once, early
 
 
 def test_a_copy_after_a_run_rules_out_the_device_check(scans):
