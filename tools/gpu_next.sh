@@ -262,10 +262,13 @@ case "${1:-}" in
     # files under $OUT (a call returns at most 8): log.txt, refit.{md,json}, moe/moe_layer.{md,json,png}, moe_bench.log
     L=$OUT/log.txt
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    bg_pytest 170 /tmp/route.log tests/functional/test_triton_moe_gpu.py -k "route_tables"
     timeout 170 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
       tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py >> $L 2>&1
     echo "pytest rc=$?" >> $L
-    tail -2 $L
+    wait
+    cat /tmp/route.log >> $L
+    tail -2 /tmp/route.log; grep "passed\|failed" $L
     timeout 90 python3 bench/refit.py --out $OUT >> $L 2>&1
     echo "refit rc=$?" >> $L
     cat $OUT/refit.md

@@ -482,9 +482,11 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
         scratch, block_expert, num_blocks, n_chunks, max_sorted, max_blocks, tail_block_offset,
         CHUNKS_POW2=_pow2_at_least(n_chunks), **tables, num_warps=8,
     )
+    # the scatter sorts its chunk in registers: more warps for long chunks (compile-only, Triton 3.8, sm_90: 16384
+    # lanes on 4 warps take 255 registers and spill 2.9 KB, on 16 warps 128 registers and no spill)
     kernels._route_scatter_kernel[(n_chunks,)](
         routing_map, valid_tokens, sorted_pairs, scratch, rows, n_chunks, local_expert_offset,
-        TOPK=topk, E=experts, E_POW2=e_pow2, CHUNK=chunk, num_warps=4,
+        TOPK=topk, E=experts, E_POW2=e_pow2, CHUNK=chunk, num_warps=min(16, max(4, chunk // 512)),
     )
     return sorted_pairs, block_expert, num_blocks
 
