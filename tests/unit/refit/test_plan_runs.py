@@ -104,19 +104,6 @@ def test_runs_of_interleaved_stacks_and_dtypes_batch_like_the_general_path():
         assert all(torch.equal(source, write.source) for source, write in zip(batch.sources, batch.writes))
 
 
-@pytest.fixture
-def scans(monkeypatch):
-    """The device-check path on the CPU: the triton quantizer is "available" and scans are recorded, not run."""
-    import megatron_mxfp8_moe.quant.triton as triton_quant
-    from megatron_mxfp8_moe.quant.backends import QuantBackend
-
-    monkeypatch.setattr(validate, "resolve_quant_backend", lambda backend, device: QuantBackend.TRITON)
-    launched = []
-    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
-                        lambda sources, flags, first_entry=0: launched.append((list(sources), first_entry)))
-    return launched
-
-
 @pytest.mark.parametrize("order", ["grouped", "interleaved", "generator", "grouped-per-entry",
                                    "interleaved-per-entry"])
 def test_the_scan_ahead_covers_every_write_once(scans, monkeypatch, order):
