@@ -444,8 +444,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         """Requantize experts ``indices`` of this stack from logical ``sources`` (``[M, K]`` each) in place.
 
         ``finite_checked`` skips the NaN/Inf scan; ``validated`` skips every per-source check (the caller,
-        e.g. ``refit_experts``, already validated the whole batch against this stack's views): a list ``indices``
-        is then taken as given (ints) and ``sources`` must share one dtype; distinct, in-range indices are checked.
+        e.g. ``refit_experts``, already validated the whole batch against this stack's views).
         ``abort_flag``: device int32 ``[1]`` (triton backend, a stack with storage and no write hooks only):
         the kernel writes nothing while it holds a nonzero value, so a caller can scan the sources on the
         device (``quant.triton.scan_nonfinite_triton``) and write in the same stream without a host sync.
@@ -457,8 +456,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         """
         if not self.is_stacked:
             raise MXFP8InputError("quantize_experts_(): this tensor is not a stack [E, M, K]")
-        if not validated or type(indices) is not list:
-            indices = list(map(int, indices))
+        indices = list(map(int, indices))
         if len(indices) != len(sources):
             raise MXFP8InputError(f"quantize_experts_(): {len(indices)} indices but {len(sources)} sources")
         if len(set(indices)) != len(indices) or (indices and not 0 <= min(indices) <= max(indices) < self._shape[0]):
@@ -471,7 +469,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         resolved = resolve_quant_backend(backend, self._device)
         whole = indices == list(range(self._shape[0]))  # every expert, in order: data/scale are the whole stack
         self._check_writes_land(None if whole else indices)
-        one_dtype = validated or len({source.dtype for source in sources}) == 1
+        one_dtype = len({source.dtype for source in sources}) == 1
         if abort_flag is not None:
             self._check_abort_flag(resolved, one_dtype)
         if self._released:

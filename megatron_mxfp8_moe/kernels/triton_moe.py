@@ -456,14 +456,17 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
 
     from . import _triton_moe_kernel as kernels
 
+    one_program, chunk, n_chunks = route_launch_shape(rows * topk)
+    e_pow2 = _pow2_at_least(experts)
+    if (e_pow2 + 1) * chunk >= 2 ** 31:  # the scatter sorts int32 keys expert * chunk + lane
+        raise MXFP8InputError(f"triton_mxfp8_moe: {rows * topk} (token, expert) pairs over {experts} local experts "
+                              f"exceed the route's int32 sort keys ({e_pow2 + 1} x {chunk} >= 2**31)")
     device = routing_map.device
     max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, block_t, tail_t)
     sorted_pairs = torch.empty(sorted_len, dtype=torch.int32, device=device)
     block_expert = torch.empty(tail_block_offset + (min(experts, rows * topk) if tail_t else 0), dtype=torch.int32,
                                device=device)
     num_blocks = torch.empty(8, dtype=torch.int32, device=device)
-    one_program, chunk, n_chunks = route_launch_shape(rows * topk)
-    e_pow2 = _pow2_at_least(experts)
     scratch = torch.empty((2 * n_chunks + 3) * e_pow2, dtype=torch.int32, device=device)
     tables = dict(E=experts, E_POW2=e_pow2, BLOCK_T=block_t, TAIL_T=tail_t,
                   CHUNK_B=min(128, _pow2_at_least(max_blocks)))

@@ -154,6 +154,16 @@ def test_kernel_path_by_config_and_pairs():
     assert routing_capacity(16, 8, 128, 1) == (128, 128)  # one position per pair, no padding
 
 
+def test_route_refuses_pairs_beyond_its_int32_sort_keys():
+    """The scatter sorts int32 keys ``expert * chunk + lane``: a pair count and expert count whose keys would
+    overflow are refused with a clear error before anything is allocated or launched."""
+    from megatron_mxfp8_moe.kernels.triton_moe import _route
+
+    ids = torch.zeros(2 ** 19, 8, dtype=torch.int32)  # 2**22 pairs: 64 chunks of 65536
+    with pytest.raises(MXFP8InputError, match="int32 sort keys"):
+        _route(ids, torch.tensor([1], dtype=torch.int32), 2 ** 19, 8, 32768, 0, 128)
+
+
 def test_route_launch_shape():
     """One program up to 1024 pairs (one chunk holds them all); above, three launches over at most 64 chunks of at
     least 256 pairs that together cover every pair."""

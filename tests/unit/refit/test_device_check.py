@@ -283,6 +283,19 @@ def _interpreted_stream_with_device_scans_is_atomic_per_module():
     assert on_device == [True, True, True, True, True], on_device  # l0 launched before l1's bad name was seen
 
 
+def _interpreted_validated_quantize_with_mixed_dtypes():
+    """``quantize_experts_(validated=True)`` with bf16 and fp32 sources for one stack writes what quantizing each
+    source alone writes (one Triton launch reads every source as the first one's dtype, so mixed dtypes must not
+    take it: session 9 review)."""
+    generator = torch.Generator().manual_seed(5)
+    sources = [torch.randn(M, K, generator=generator).bfloat16(), torch.randn(M, K, generator=generator)]
+    alone = [quantize_mxfp8(source, backend="triton") for source in sources]
+    stack = quantize_mxfp8(torch.zeros(E, M, K), backend="reference")
+    stack.quantize_experts_([0, 1], sources, backend="triton", finite_checked=True, validated=True)
+    for index in (0, 1):
+        assert torch.equal(stack.data[index].view(torch.uint8), alone[index].data.view(torch.uint8)), index
+
+
 def test_device_check_kernels_under_the_triton_interpreter():
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1")
@@ -290,7 +303,7 @@ def test_device_check_kernels_under_the_triton_interpreter():
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for name in ("scan", "scan edges", "quantize knobs", "abort", "refit", "stream"):
+    for name in ("scan", "scan edges", "quantize knobs", "abort", "refit", "stream", "validated mixed dtypes"):
         assert f"ok {name}" in result.stdout, result.stdout
 
 
@@ -308,6 +321,8 @@ if __name__ == "__main__":
     print("ok refit")
     _interpreted_stream_with_device_scans_is_atomic_per_module()
     print("ok stream")
+    _interpreted_validated_quantize_with_mixed_dtypes()
+    print("ok validated mixed dtypes")
 
 
 def test_scan_ahead_launches_chunks_and_maps_flags_back_to_entries(monkeypatch):
