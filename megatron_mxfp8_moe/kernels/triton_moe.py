@@ -218,7 +218,8 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
     # both shapes and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per
     # expert, both shapes). Past that 32-token tails (2048 / 4096 tokens: 4-9% faster; the 16-token tails 1%
-    # faster to 2.7% slower; session 9: 4-8% faster than 64-token tails at 80 pairs per expert, SwiGLU).
+    # faster to 2.7% slower; session 9: 4-8% faster than 64-token tails at 80 pairs per expert, SwiGLU). Squared
+    # ReLU keeps l64a below 64 pairs per expert (session 9: 2-7% faster than l128a_sa_t64 at 32 and 48).
     if pairs_per_expert < 64 and not gated:
         return TILES["l64a"]
     if pairs_per_expert < 72:
