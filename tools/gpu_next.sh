@@ -289,5 +289,5 @@ case "${1:-}" in
         --configs l64a,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done
     grep '^{' $OUT/probe.jsonl ;;
-  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|mid" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|mid" >&2; exit 2 ;;
 esac
