@@ -11,6 +11,8 @@
 #   bash tools/gpu_next.sh s8c      # session 8, call 5: the sx_auto word scan against the byte scan, refit tests
 #   bash tools/gpu_next.sh s9a      # session 9, call 1: the deterministic route scatter (tests, old/new profiles)
 #   bash tools/gpu_next.sh s9c      # session 9, call 3: refit tests and benchmark, the full MoE benchmark, demo
+#   bash tools/gpu_next.sh s10a     # session 10, call 1: 256-token tiles (tests, probes at 2048-8192 tokens)
+#   bash tools/gpu_next.sh s10b     # session 10, call 2: 128 FC1 rows / 256 FC2 rows at 128 tokens (tests, probes)
 # (session 9, call 2 timed persistent FC1 / FC2 kernels, since removed: bench/results/run12/call2_s9b/)
 # Run in session 7 (bench/results/run10/), kept to reproduce it:
 #   verify   # q1 after its reduction to one pair per program: GPU tests and a probe at 8-24 tokens
@@ -279,6 +281,64 @@ case "${1:-}" in
     TORCHDYNAMO_DISABLE=1 timeout 40 python3 examples/decode.py --steps 12 --batch-size 8 >> $L 2>&1
     echo "demo rc=$?" >> $L
     tail -4 $L ;;
+  s10a)
+    # session 10, call 1: GPU tests of the 256-token tiles (tails, sx_auto bit-equality), then probes: 256- against
+    # 128-token tiles at 2048-8192 tokens (both activations, both shapes), per-kernel profiles at 4096, and three
+    # s16k_sx_r variants at 64 tokens
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/gpu.txt
+    T=/tmp/s10a; mkdir -p $T
+    bg_pytest 300 $T/tests.log tests/functional/test_triton_moe_gpu.py -k "x256"
+    SW="l128a_sa_t32,x256_sa_t32,x256_sa_t64,x256_sa_t32+fc1_stages=4,x256_sa_t32+fc2_stages=4"
+    SQ="l128a_sa_t32a,x256_sa_t32a,x256w_sa_t32a,x256w_sa_t32a+fc2_stages=4"
+    SM="s16k_sx_r,s16k_sx_r+fc2_block_n=64+fc2_warps=4,s16k_sx_r+fc1_stages=4"
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      (timeout 250 python3 bench/triton_moe_probe.py --shape $shape --tokens 2048 --configs $SW --once > /dev/null 2>> $T/compile.err) &
+      (timeout 250 python3 bench/triton_moe_probe.py --shape $shape --tokens 2048 --configs $SQ --activation squared_relu --once > /dev/null 2>> $T/compile.err) &
+      (timeout 250 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --configs $SM --once > /dev/null 2>> $T/compile.err) &
+    done
+    wait
+    cp $T/tests.log $OUT/tests.log; tail -3 $T/tests.log
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens 2048,4096 --configs $SW >> $OUT/probe.jsonl 2>> $T/err.log
+      timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens 2048,4096 --configs $SQ --activation squared_relu \
+        >> $OUT/probe.jsonl 2>> $T/err.log
+      timeout 60 python3 bench/triton_moe_probe.py --shape $shape --tokens 8192 --configs l128a_sa_t32,x256_sa_t32 \
+        >> $OUT/probe.jsonl 2>> $T/err.log
+      timeout 60 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --configs $SM >> $OUT/probe.jsonl 2>> $T/err.log
+    done
+    grep '^{' $OUT/probe.jsonl
+    timeout 60 python3 bench/triton_moe_probe.py --tokens 4096 --configs l128a_sa_t32,x256_sa_t32 --profile \
+      > $OUT/profile.jsonl 2>> $T/err.log
+    timeout 60 python3 bench/triton_moe_probe.py --tokens 4096 --configs l128a_sa_t32a,x256w_sa_t32a --profile \
+      --activation squared_relu >> $OUT/profile.jsonl 2>> $T/err.log
+    cut -c1-400 $OUT/profile.jsonl
+    tail -n 5 $T/err.log $T/compile.err; cp $T/err.log $OUT/err.log 2>/dev/null ;;
+  s10b)
+    # session 10, call 2: GPU tests of the 128-token tiles with 128 FC1 rows ("l128w") or 256 FC2 rows ("l128n"),
+    # then probes at 1024-8192 tokens against the defaults and x256w_sa_t32a (squared ReLU)
+    T=/tmp/s10b; mkdir -p $T
+    bg_pytest 300 $T/tests.log tests/functional/test_triton_moe_gpu.py -k "l128w or l128n"
+    Q1="l128a_sa_t64,l128w_sa_t64,l128w_sa_t64+fc1_maxnreg=128"
+    Q2="l128a_sa_t32a,l128w_sa_t32a,l128w_sa_t32a+fc1_maxnreg=128,x256w_sa_t32a"
+    Q4="x256w_sa_t32a,l128w_sa_t32a,x256w_sa_t32a+fc1_stages=4,x256w_sa_t32a+fc1_block_k=32+fc1_stages=4"
+    S1="l128a_sa_t64,l128n_sa_t64"
+    S4="l128a_sa_t32,l128n_sa_t32,l128a_sa_t32+fc1_block_n=128+fc1_warps=8"
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      (timeout 250 python3 bench/triton_moe_probe.py --shape $shape --tokens 1024 --configs $Q1,$Q2,$Q4 --activation squared_relu --once > /dev/null 2>> $T/compile.err) &
+      (timeout 250 python3 bench/triton_moe_probe.py --shape $shape --tokens 1024 --configs $S1,$S4 --once > /dev/null 2>> $T/compile.err) &
+    done
+    wait
+    cp $T/tests.log $OUT/tests.log; tail -3 $T/tests.log
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      P="timeout 100 python3 bench/triton_moe_probe.py --shape $shape"
+      $P --tokens 1024 --configs $Q1 --activation squared_relu >> $OUT/probe.jsonl 2>> $T/err.log
+      $P --tokens 2048,3072 --configs $Q2 --activation squared_relu >> $OUT/probe.jsonl 2>> $T/err.log
+      $P --tokens 4096,8192 --configs $Q4 --activation squared_relu >> $OUT/probe.jsonl 2>> $T/err.log
+      $P --tokens 1024 --configs $S1 >> $OUT/probe.jsonl 2>> $T/err.log
+      $P --tokens 2048,4096 --configs $S4 >> $OUT/probe.jsonl 2>> $T/err.log
+    done
+    grep '^{' $OUT/probe.jsonl | sed 's/"mma_v3": true//'
+    tail -n 5 $T/err.log $T/compile.err ;;
   mid)
     # next session: l128a_sa between 24 and 64 pairs per expert (512 / 768 tokens at 128 experts, top-8), where
     # choose_config keeps l64b / l64a untimed against it
@@ -289,5 +349,5 @@ case "${1:-}" in
         --configs l64a,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done
     grep '^{' $OUT/probe.jsonl ;;
-  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|mid" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|s10a|s10b|mid" >&2; exit 2 ;;
 esac

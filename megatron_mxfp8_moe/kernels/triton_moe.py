@@ -166,6 +166,13 @@ TILES = {
     # probes on the H200: l128a_sa 7-10% faster than l64b / l64a at 1024 tokens, 17-21% at 4096.
     "l64b_sa": TritonMoEConfig(64, 64, 64, 4, 3, 128, 64, 4, 3, dequant="sx_auto"),
     "l128a_sa": TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3, dequant="sx_auto"),
+    # Session 10 (run 13, H200 probes): squared ReLU's FC1 keeps a single accumulator, so its tiles can take 128
+    # weight rows per program. "l128w_sa": 128-token tiles, 128 FC1 rows on 8 warps, FC1 capped at 128 registers
+    # (two CTAs per SM; 141 uncapped, compile-only): 0.7-5.0% faster than l128a_sa at 64-192 pairs per expert.
+    # "x256w_sa": 256-token tiles (wgmma N = 256; FC1 219 / FC2 206 registers, one CTA per SM): each dequantized
+    # weight tile feeds twice the tokens; 11-15% faster at 192-256 pairs per expert, slower at 128.
+    "l128w_sa": TritonMoEConfig(128, 128, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto", fc1_maxnreg=128),
+    "x256w_sa": TritonMoEConfig(256, 128, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto"),
 }
 # Session 8: l128a_sa with tail tiles (``TritonMoEConfig.tail``): an expert's last 1..16 / 32 / 64 pairs past its
 # full 128-token blocks run on the 16 / 32 / 64-token tiles.
@@ -174,6 +181,9 @@ TILES.update({
     "l128a_sa_t32": dataclasses.replace(TILES["l128a_sa"], tail=TILES["m32l_sx"]),
     "l128a_sa_t32a": dataclasses.replace(TILES["l128a_sa"], tail=TILES["m32a"]),
     "l128a_sa_t64": dataclasses.replace(TILES["l128a_sa"], tail=TILES["l64b_sa"]),
+    "l128w_sa_t32a": dataclasses.replace(TILES["l128w_sa"], tail=TILES["m32a"]),
+    "l128w_sa_t64": dataclasses.replace(TILES["l128w_sa"], tail=TILES["l64b_sa"]),
+    "x256w_sa_t32a": dataclasses.replace(TILES["x256w_sa"], tail=TILES["m32a"]),
 })
 
 
@@ -220,11 +230,19 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # expert, both shapes). Past that 32-token tails (2048 / 4096 tokens: 4-9% faster; the 16-token tails 1%
     # faster to 2.7% slower; session 9: 4-8% faster than 64-token tails at 80 pairs per expert, SwiGLU). Squared
     # ReLU keeps l64a below 64 pairs per expert (session 9: 2-7% faster than l128a_sa_t64 at 32 and 48).
-    if pairs_per_expert < 64 and not gated:
-        return TILES["l64a"]
+    # Session 10: squared ReLU takes 128 FC1 rows per program from 64 pairs per expert (l128w_sa: 0.7-2.9% faster
+    # at 64 and 128, 4.6-5.0% at 192), and 256-token tiles from 176 (x256w_sa: 11-15% faster at 192 and 256, 25%
+    # slower at 128; 176 is where both tile sets pad an expert's pairs alike, the cut was not timed). Gated layers
+    # keep l128a_sa: 256-token tiles, 128 FC1 rows per half and 256 FC2 rows were 1-8% slower at 1024-8192 tokens.
+    if not gated:
+        if pairs_per_expert < 64:
+            return TILES["l64a"]
+        if pairs_per_expert < 72:
+            return TILES["l128w_sa_t64"]
+        return TILES["l128w_sa_t32a" if pairs_per_expert < 176 else "x256w_sa_t32a"]
     if pairs_per_expert < 72:
         return TILES["l128a_sa_t64"]
-    return TILES["l128a_sa_t32" if gated else "l128a_sa_t32a"]
+    return TILES["l128a_sa_t32"]
 
 
 def _pow2_at_least(value: int) -> int:

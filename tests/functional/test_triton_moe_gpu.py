@@ -87,8 +87,10 @@ V4 = {
     "m32l_sa": dataclasses.replace(TILES["m32l_sx"], dequant="sx_auto"),
     "l64b_sa": dataclasses.replace(TILES["l64b"], dequant="sx_auto"),
     "l128a_sa": dataclasses.replace(TILES["l128a"], dequant="sx_auto"),
+    "l128w_sa": TILES["l128w_sa"],  # session 10: 128 FC1 rows (capped at 128 registers) / 256-token tiles
+    "x256w_sa": TILES["x256w_sa"],
 }
-SX_AUTO = ("s16k_sa", "m32l_sa", "l64b_sa", "l128a_sa")
+SX_AUTO = ("s16k_sa", "m32l_sa", "l64b_sa", "l128a_sa", "l128w_sa", "x256w_sa")
 GEMV = ("g16p", "g16p3", "g32p", "g32p3")
 ROUTED_GEMV = ("q1", "q1s3", "q1b")
 _DECODE1, _DECODE4, _BIG16, _ODD7, _ODD33 = (128, 8, 2048, 768, 1), (128, 8, 2048, 768, 4), (32, 8, 4096, 1536, 16), \
@@ -337,6 +339,7 @@ def test_cuda_graph_replay_with_the_three_launch_route():
 _TAIL_64E = (64, 8, 2048, 768, 2200)  # ids over 69 experts: about 255 pairs per local expert, half leave a few past 256
 _TAIL_235B = (128, 8, 4096, 1536, 1100)  # ids over 133 experts: about 66 pairs each, the 64-token tail takes many
 _TAIL_ODD = (6, 3, 160, 96, 560)  # ids over 11 experts, 6 local: about 153 pairs each (odd K, N wraps the tiles)
+_TAIL_ODD256 = (6, 3, 160, 96, 950)  # ids over 11 experts: about 259 pairs each, some past one 256-token block
 
 
 @pytest.mark.parametrize("variant,case,activation", [
@@ -344,6 +347,9 @@ _TAIL_ODD = (6, 3, 160, 96, 560)  # ids over 11 experts, 6 local: about 153 pair
     ("l128a_sa_t64", _TAIL_235B, "swiglu"), ("l128a_sa_t16", _TAIL_64E, "swiglu"),
     ("l128a_sa_t32a", _TAIL_64E, "squared_relu"), ("l128a_sa_t32a", _TAIL_ODD, "squared_relu"),
     ("l128a_sa_t64", _TAIL_ODD, "squared_relu"),
+    ("x256w_sa_t32a", _TAIL_64E, "squared_relu"), ("x256w_sa_t32a", _TAIL_ODD256, "squared_relu"),
+    ("l128w_sa_t32a", _TAIL_64E, "squared_relu"), ("l128w_sa_t64", _TAIL_ODD, "squared_relu"),
+    ("l128w_sa_t64", _TAIL_235B, "swiglu"),
 ])
 def test_tail_tiles_match_float64_reference(variant, case, activation):
     """l128a_sa plus tail tiles (an expert's last pairs on a narrower MMA tile, ``TritonMoEConfig.tail``): every
@@ -480,7 +486,7 @@ def test_sx_auto_equals_cvt_with_scales_above_2_pow_7_in_some_tiles(variant):
     2 ** shift), the others with shift 0: the output equals the cvt path bit for bit either way (tiles of both
     kinds in one launch, in one expert too)."""
     experts, topk, hidden, inter = 8, 2, 512, 256
-    tokens = {"s16k_sa": 24, "m32l_sa": 64, "l64b_sa": 200, "l128a_sa": 300}[variant]
+    tokens = {"s16k_sa": 24, "m32l_sa": 64, "l64b_sa": 200, "l128a_sa": 300, "l128w_sa": 600, "x256w_sa": 1100}[variant]
     fc1, fc2 = _mixed_scale_layer(experts, hidden, inter, wide=True)
     assert int(fc1.scale_bytes().max()) > 134 and int(fc2.scale_bytes().max()) > 134
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
@@ -491,7 +497,7 @@ def test_sx_auto_equals_cvt_with_scales_above_2_pow_7_in_some_tiles(variant):
     assert torch.equal(outs[0], outs[1])
 
 
-@pytest.mark.parametrize("variant", ["l64b_sa", "l128a_sa"])
+@pytest.mark.parametrize("variant", ["l64b_sa", "l128a_sa", "l128w_sa", "x256w_sa"])
 @pytest.mark.parametrize("wide", [False, True])
 def test_sx_auto_squared_relu(variant, wide):
     """Non-gated FC1 (squared ReLU): sx_auto equals the cvt path bit for bit, narrow or mixed scales, and

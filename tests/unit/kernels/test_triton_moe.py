@@ -55,7 +55,7 @@ def test_choose_config_returns_named_tiles_and_launch_options():
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
     assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k_sx_r", "m32l_sx", "m32a", "l128a_sa_t64",
-                                     "l128a_sa_t32", "l128a_sa_t32a"} <= picked
+                                     "l128a_sa_t32", "l128w_sa_t64", "x256w_sa_t32a"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
     capped = dataclasses.replace(tile, fc2_maxnreg=128)
@@ -76,11 +76,13 @@ def test_choice_by_pairs_per_expert(gated):
     assert pick(16, experts=16) == "s16k_sx_r"  # 8 pairs per expert when only 16 experts share the pairs
     # 256 tokens: 16 pairs per expert; 512: 32; the one-multiply dequant on 128-token tiles (session 7) with tail
     # tiles (session 8): gated from 24 pairs per expert (session 9), squared ReLU from 64 (1024 tokens); 64-token
-    # tails below 72 pairs per expert, 32-token tails from there
-    assert [pick(rows) for rows in (384, 385, 512, 1023, 1024, 1151, 1152, 4096)] == (
+    # tails below 72 pairs per expert, 32-token tails from there; squared ReLU with 128 FC1 rows per program from
+    # 64 pairs per expert and 256-token tiles from 176 (session 10)
+    assert [pick(rows) for rows in (384, 385, 512, 1023, 1024, 1151, 1152, 2815, 2816, 4096)] == (
         ["m32l_sx", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t32",
-         "l128a_sa_t32"] if gated else
-        ["m32a", "l64a", "l64a", "l64a", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t32a", "l128a_sa_t32a"])
+         "l128a_sa_t32", "l128a_sa_t32", "l128a_sa_t32"] if gated else
+        ["m32a", "l64a", "l64a", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a", "l128w_sa_t32a",
+         "x256w_sa_t32a", "x256w_sa_t32a"])
     with pytest.raises(ValueError, match="sx_auto"):
         dataclasses.replace(TILES["d4_sx"], dequant="sx_auto")  # the direct path's FC2 has no sx_auto form
 
