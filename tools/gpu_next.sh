@@ -13,6 +13,9 @@
 #   bash tools/gpu_next.sh s9c      # session 9, call 3: refit tests and benchmark, the full MoE benchmark, demo
 #   bash tools/gpu_next.sh s10a     # session 10, call 1: 256-token tiles (tests, probes at 2048-8192 tokens)
 #   bash tools/gpu_next.sh s10b     # session 10, call 2: 128 FC1 rows / 256 FC2 rows at 128 tokens (tests, probes)
+#   bash tools/gpu_next.sh s10d     # session 10, call 3: gate/up rows in one FC1 MMA tile (tests, probes)
+#   bash tools/gpu_next.sh s10c     # (prepared, not run: the refit benchmark did not fit the device time left)
+#   bash tools/gpu_next.sh s10e     # session 10, call 4: tests of the new defaults, the MoE benchmark, demo
 # (session 9, call 2 timed persistent FC1 / FC2 kernels, since removed: bench/results/run12/call2_s9b/)
 # Run in session 7 (bench/results/run10/), kept to reproduce it:
 #   verify   # q1 after its reduction to one pair per program: GPU tests and a probe at 8-24 tokens
@@ -339,6 +342,80 @@ case "${1:-}" in
     done
     grep '^{' $OUT/probe.jsonl | sed 's/"mma_v3": true//'
     tail -n 5 $T/err.log $T/compile.err ;;
+  s10c)
+    # session 10 (prepared, not run): GPU tests of the new squared-ReLU defaults (l128w_sa / x256w_sa: tails, sx_auto, graph
+    # replay, the float64 cases) beside the quantize / refit / memory tests (refit alias check), then the refit
+    # benchmark, the full MoE benchmark and the demo. Seven files under $OUT: log.txt, refit.{md,json},
+    # moe/moe_layer.{md,json,png}, moe_bench.log
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    bg_pytest 280 /tmp/moe_tests.log tests/functional/test_triton_moe_gpu.py \
+      -k "l128w or x256w or squared_relu_tiles or matches_float64"
+    timeout 250 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
+      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    wait
+    cat /tmp/moe_tests.log >> $L
+    grep "passed\|failed\|rc=" $L
+    timeout 90 python3 bench/refit.py --out $OUT >> $L 2>&1
+    echo "refit rc=$?" >> $L
+    cat $OUT/refit.md
+    mkdir -p $OUT/moe
+    timeout 240 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    echo "moe rc=$?" >> $OUT/moe_bench.log
+    tail -16 $OUT/moe_bench.log
+    TORCHDYNAMO_DISABLE=1 timeout 40 python3 examples/decode.py --steps 12 --batch-size 8 >> $L 2>&1
+    echo "demo rc=$?" >> $L
+    tail -4 $L ;;
+  s10d)
+    # session 10, call 3: fc1_gate_merge (gate and up rows in one MMA tile; 8 warps split it by rows): its GPU tests
+    # (bit-equal to the two-tile FC1), then probes against the defaults at 64 / 256 / 1024 / 4096 tokens (SwiGLU)
+    T=/tmp/s10d; mkdir -p $T
+    bg_pytest 220 $T/tests.log tests/functional/test_triton_moe_gpu.py -k "gate_merge"
+    M="+fc1_gate_merge=1+fc1_warps=8"
+    C64="s16k_sx_r,s16k_sx_r$M,s16k_sx_r$M+fc1_maxnreg=128,s16k_sx_r$M+fc1_block_k=128+fc1_stages=4"
+    C256="m32l_sx,m32l_sx$M,m32l_sx$M+fc1_maxnreg=128"
+    C1K="l128a_sa_t64,l128a_sa_t64$M,l128a_sa_t64+fc1_gate_merge=1"
+    C4K="l128a_sa_t32,l128a_sa_t32$M+block_t=256,l128a_sa_t32$M"
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      (timeout 150 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --configs $C64,$C256 --once > /dev/null 2>> $T/compile.err) &
+      (timeout 150 python3 bench/triton_moe_probe.py --shape $shape --tokens 1024 --configs $C1K,$C4K --once > /dev/null 2>> $T/compile.err) &
+    done
+    wait
+    cp $T/tests.log $OUT/tests.log; tail -3 $T/tests.log
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      P="timeout 60 python3 bench/triton_moe_probe.py --shape $shape"
+      $P --tokens 64 --configs $C64 >> $OUT/probe.jsonl 2>> $T/err.log
+      $P --tokens 256 --configs $C256 >> $OUT/probe.jsonl 2>> $T/err.log
+      $P --tokens 1024 --configs $C1K >> $OUT/probe.jsonl 2>> $T/err.log
+      $P --tokens 4096 --configs $C4K >> $OUT/probe.jsonl 2>> $T/err.log
+    done
+    grep '^{' $OUT/probe.jsonl | sed 's/, "mma_v3": true//'
+    grep -i "error\|Traceback" $T/err.log $T/compile.err | head -5 ;;
+  s10e)
+    # session 10, call 4 (about 7 minutes of device time were left): GPU tests of the new defaults (merged gated
+    # FC1, squared-ReLU l128w / x256w, their graph replays, the float64 default cases) beside the refit / quantize /
+    # memory tests, then the full MoE benchmark, the demo, and 235b probes of the merged tiles at 1024 / 4096
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    bg_pytest 170 /tmp/moe_tests.log tests/functional/test_triton_moe_gpu.py \
+      -k "merged_defaults or merged_256 or l128w or x256w or squared_relu_tiles or matches_float64"
+    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
+      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    wait
+    cat /tmp/moe_tests.log >> $L
+    grep "passed\|failed\|rc=" $L
+    mkdir -p $OUT/moe
+    timeout 150 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    echo "moe rc=$?" >> $OUT/moe_bench.log
+    tail -16 $OUT/moe_bench.log
+    TORCHDYNAMO_DISABLE=1 timeout 40 python3 examples/decode.py --steps 12 --batch-size 8 >> $L 2>&1
+    echo "demo rc=$?" >> $L
+    tail -3 $L
+    timeout 40 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 1024,4096 \
+      --configs l128a_sa_t64,l128m_sa_t64,l128a_sa_t32,x256m_sa_t32 > $OUT/probe.jsonl 2>/dev/null
+    cat $OUT/probe.jsonl ;;
   mid)
     # next session: l128a_sa between 24 and 64 pairs per expert (512 / 768 tokens at 128 experts, top-8), where
     # choose_config keeps l64b / l64a untimed against it
@@ -349,5 +426,5 @@ case "${1:-}" in
         --configs l64a,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done
     grep '^{' $OUT/probe.jsonl ;;
-  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|s10a|s10b|mid" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|s10a|s10b|s10c|s10d|s10e|mid" >&2; exit 2 ;;
 esac

@@ -488,8 +488,15 @@ def _fc1_tile(
     EVEN_K: tl.constexpr,
     DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,
+    GATE_MERGE: tl.constexpr = False,
 ):
     """``act(W_gate x) [* W_up x]`` for one ``[BLOCK_N, BLOCK_T]`` tile (fp32), the K loop software-pipelined.
+
+    GATE_MERGE (gated only): ONE ``[2 * BLOCK_N, BLOCK_T]`` MMA tile whose weight rows alternate 8 gate rows and
+    the same 8 up rows (tile row ``i``: output column ``(i // 16) * 8 + i % 8``, up half when ``i // 8`` is odd),
+    instead of two ``[BLOCK_N, BLOCK_T]`` tiles. In the wgmma accumulator layout rows ``i`` and ``i + 8`` sit in the
+    same thread, so the gate / up split stays in registers; on more than one warpgroup the tile splits by rows, so
+    no two warpgroups dequantize the same weights (two separate dots split by tokens and both dequantize).
 
     DQ_SX_AUTO: one pass over the tile's scale rows gives ``shift = max(0, max byte - 134)``; the K loop then
     dequantizes with one bf16 factor ``2 ** (s - 7 - shift)`` per weight pair (against two for
@@ -499,23 +506,36 @@ def _fc1_tile(
     scaled by ``2 ** -shift`` can underflow fp32 where the unscaled ones would not. The scan also reads the 128x4
     layout's padding bytes, which canonical storage keeps at zero.
     """
-    rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
-    acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
     steps = tl.cdiv(K, BLOCK_K)
     shift = 0
     if DEQUANT == DQ_SX_AUTO:  # gated: the gate rows and the up rows N_OUT further
         shift = _sx_auto_shift(s_base, n_first, tl.minimum(n_first + BLOCK_N, N_OUT) - 1, N_OUT, scale_tiles, GATED)
-    acc_g, acc_u = _fc1_steps(acc_g, acc_g, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K, stride_wn,
-                              scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
-    if DEQUANT == DQ_SX_AUTO:
-        unshift = ((shift + 127) << 23).to(tl.float32, bitcast=True)
-        acc_g = acc_g * unshift
-        if GATED:
-            acc_u = acc_u * unshift
-    if GATED:
+    if GATED and GATE_MERGE:
+        i = tl.arange(0, 2 * BLOCK_N)
+        cols = n_first + (i // 16) * 8 + i % 8
+        rows_m = ((cols % N_OUT) + ((i // 8) % 2) * N_OUT).to(tl.int64)
+        acc = tl.zeros([2 * BLOCK_N, BLOCK_T], dtype=tl.float32)
+        acc, _ = _fc1_steps(acc, acc, x_rows, w_base, s_base, rows_m, token_mask, N_OUT, steps, K, stride_wn,
+                            scale_tiles, shift, False, 2 * BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
+        if DEQUANT == DQ_SX_AUTO:
+            acc = acc * ((shift + 127) << 23).to(tl.float32, bitcast=True)
+        acc = tl.permute(tl.reshape(acc, [BLOCK_N // 8, 2, 8, BLOCK_T]), (0, 2, 3, 1))
+        acc_g, acc_u = tl.split(tl.reshape(acc, [BLOCK_N, BLOCK_T, 2]))
         h = _activate(acc_g, acc_u, ACTIVATION)
     else:
-        h = _activate(acc_g, acc_g, ACTIVATION)
+        rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
+        acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
+        acc_g, acc_u = _fc1_steps(acc_g, acc_g, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K,
+                                  stride_wn, scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
+        if DEQUANT == DQ_SX_AUTO:
+            unshift = ((shift + 127) << 23).to(tl.float32, bitcast=True)
+            acc_g = acc_g * unshift
+            if GATED:
+                acc_u = acc_u * unshift
+        if GATED:
+            h = _activate(acc_g, acc_u, ACTIVATION)
+        else:
+            h = _activate(acc_g, acc_g, ACTIVATION)
     return h
 
 
@@ -545,6 +565,7 @@ def _fc1_kernel(
     EVEN_K: tl.constexpr,
     DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,  # fp32 operands (ieee): for the Triton interpreter, whose bf16 math is wrong
+    GATE_MERGE: tl.constexpr = False,  # gated: gate and up rows in one MMA tile (``_fc1_tile``)
 ):
     """FC1 + activation for one ``[BLOCK_N, BLOCK_T]`` tile of ``inter^T``; tokens gathered by pair index."""
     pid_n = tl.program_id(0)
@@ -559,7 +580,8 @@ def _fc1_kernel(
         x_rows = x_ptr + tokens * stride_x  # [BLOCK_T]
         h = _fc1_tile(x_rows, token_mask, w_ptr + expert * stride_we, s_ptr + expert * stride_se, pid_n * BLOCK_N,
                       offs_n, N_OUT, K,
-                      stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
+                      stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT,
+                      GATE_MERGE)
         out_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + offs_n[:, None]
         tl.store(out_ptrs, h.to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N_OUT))
 

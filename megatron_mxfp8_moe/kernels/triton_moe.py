@@ -91,6 +91,9 @@ class TritonMoEConfig:
     # remainder takes one more block_t block. With uniform routing at 256 pairs per expert about half the experts
     # would otherwise run a 128-token tile for a few pairs.
     tail: Optional["TritonMoEConfig"] = None
+    # Gated FC1 on the MMA path (session 10): gate and up rows in ONE [2 * fc1_block_n, block_t] MMA tile, 8 gate rows
+    # then their 8 up rows, split in registers after the K loop (``_fc1_tile``), instead of two tiles.
+    fc1_gate_merge: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -101,6 +104,9 @@ class TritonMoEConfig:
                 raise ValueError(f"TritonMoEConfig: tail.block_t must be in (1, {self.block_t}), got {t.block_t}")
             if t.fc2_split_k != self.fc2_split_k:  # both launches write the same split slots
                 raise ValueError(f"TritonMoEConfig: tail.fc2_split_k {t.fc2_split_k} differs from {self.fc2_split_k}")
+        if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
+            raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
+                             f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
         if self.dequant == "sx_auto" and (self.direct or self.gemv):
             raise ValueError("TritonMoEConfig: dequant='sx_auto' is for the MMA path (direct=False, gemv=False)")
         if self.gemv and not self.direct and self.block_t != 1:
@@ -168,9 +174,20 @@ TILES = {
     "l128a_sa": TritonMoEConfig(128, 64, 64, 4, 3, 128, 64, 8, 3, dequant="sx_auto"),
     # Session 10 (run 13, H200 probes): squared ReLU's FC1 keeps a single accumulator, so its tiles can take 128
     # weight rows per program. "l128w_sa": 128-token tiles, 128 FC1 rows on 8 warps, FC1 capped at 128 registers
-    # (two CTAs per SM; 141 uncapped, compile-only): 0.7-5.0% faster than l128a_sa at 64-192 pairs per expert.
-    # "x256w_sa": 256-token tiles (wgmma N = 256; FC1 219 / FC2 206 registers, one CTA per SM): each dequantized
-    # weight tile feeds twice the tokens; 11-15% faster at 192-256 pairs per expert, slower at 128.
+    # (two CTAs per SM; 141 uncapped, compile-only; uncapped it was 3-6% SLOWER than l128a_sa): 0.7-5.0% faster
+    # than l128a_sa at 64-192 pairs per expert. "x256w_sa": 256-token tiles (wgmma N = 256; FC1 219 / FC2 206
+    # registers, one CTA per SM): each dequantized weight tile feeds twice the tokens; 11-15% faster at 192-256
+    # pairs per expert, 23-25% slower at 128.
+    # Gated layers (session 10): gate and up rows in ONE FC1 MMA tile (``fc1_gate_merge``) on 8 warps, which split
+    # it by rows; two separate tiles on 8 warps split by tokens and both warpgroups dequantize the same weights.
+    # H200 probes (SwiGLU, us per layer against the two-tile default of the same call): 64 tokens 251.3 vs 259.6
+    # (30b) and 827.3 vs 871.3 (235b) with FC1 capped at 128 registers (two CTAs per SM; 279.1 / 930.1 uncapped);
+    # 1024 tokens 468.9 vs 496.8, 4096 tokens 1086.2 (128-token tiles) and 1020.5 (256) vs 1165.2 (30b). At 256
+    # tokens (m32l_sx) it was 11-22% slower. Bit-identical to the two-tile FC1 (GPU tests).
+    "s16k_sx_rm": TritonMoEConfig(16, 64, 256, 8, 3, 128, 256, 8, 3, dequant="sx", fc1_maxnreg=128, fc2_maxnreg=128,
+                                  fc1_gate_merge=True),
+    "l128m_sa": TritonMoEConfig(128, 64, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto", fc1_gate_merge=True),
+    "x256m_sa": TritonMoEConfig(256, 64, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto", fc1_gate_merge=True),
     "l128w_sa": TritonMoEConfig(128, 128, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto", fc1_maxnreg=128),
     "x256w_sa": TritonMoEConfig(256, 128, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto"),
 }
@@ -184,6 +201,9 @@ TILES.update({
     "l128w_sa_t32a": dataclasses.replace(TILES["l128w_sa"], tail=TILES["m32a"]),
     "l128w_sa_t64": dataclasses.replace(TILES["l128w_sa"], tail=TILES["l64b_sa"]),
     "x256w_sa_t32a": dataclasses.replace(TILES["x256w_sa"], tail=TILES["m32a"]),
+    "l128m_sa_t64": dataclasses.replace(TILES["l128m_sa"], tail=TILES["l64b_sa"]),
+    "l128m_sa_t32": dataclasses.replace(TILES["l128m_sa"], tail=TILES["m32l_sx"]),
+    "x256m_sa_t32": dataclasses.replace(TILES["x256m_sa"], tail=TILES["m32l_sx"]),
 })
 
 
@@ -221,7 +241,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     if pairs_per_expert <= 1.5:
         return TILES["q1"]
     if pairs_per_expert <= 8:
-        return TILES["s16k_sx_r"]
+        return TILES["s16k_sx_rm" if gated else "s16k_sx_r"]
     if pairs_per_expert <= 24:
         return TILES["m32l_sx" if gated else "m32a"]
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
@@ -231,9 +251,11 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # faster to 2.7% slower; session 9: 4-8% faster than 64-token tails at 80 pairs per expert, SwiGLU). Squared
     # ReLU keeps l64a below 64 pairs per expert (session 9: 2-7% faster than l128a_sa_t64 at 32 and 48).
     # Session 10: squared ReLU takes 128 FC1 rows per program from 64 pairs per expert (l128w_sa: 0.7-2.9% faster
-    # at 64 and 128, 4.6-5.0% at 192), and 256-token tiles from 176 (x256w_sa: 11-15% faster at 192 and 256, 25%
-    # slower at 128; 176 is where both tile sets pad an expert's pairs alike, the cut was not timed). Gated layers
-    # keep l128a_sa: 256-token tiles, 128 FC1 rows per half and 256 FC2 rows were 1-8% slower at 1024-8192 tokens.
+    # at 64 and 128, 4.6-5.0% at 192), and 256-token tiles from 176 (x256w_sa: 11-15% faster at 192 and 256,
+    # 23-25% slower at 128; from 176 both tile sets pad an expert's pairs alike; the cut itself was not timed).
+    # Gated layers: gate and up rows in one FC1 tile on 8 warps (l128m_sa, x256m_sa; timed at 64 and 256 pairs per
+    # expert on 30b, the same regions as squared ReLU). With two FC1 tiles 256-token tiles were 0.1-4.7% slower at
+    # 4096-8192 tokens (40-53% at 2048), 128 FC1 rows per half 2-4% and 256 FC2 rows 4-9% slower at 1024-4096.
     if not gated:
         if pairs_per_expert < 64:
             return TILES["l64a"]
@@ -241,8 +263,8 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
             return TILES["l128w_sa_t64"]
         return TILES["l128w_sa_t32a" if pairs_per_expert < 176 else "x256w_sa_t32a"]
     if pairs_per_expert < 72:
-        return TILES["l128a_sa_t64"]
-    return TILES["l128a_sa_t32"]
+        return TILES["l128m_sa_t64"]
+    return TILES["l128m_sa_t32" if pairs_per_expert < 176 else "x256m_sa_t32"]
 
 
 def _pow2_at_least(value: int) -> int:
@@ -614,7 +636,7 @@ def _launch_mma(cfg, x, weights, inter, slots, route, grid_blocks, activation, t
         TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
         BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
         EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
-        **cfg.launch_options(1),
+        GATE_MERGE=cfg.fc1_gate_merge, **cfg.launch_options(1),
     )
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,

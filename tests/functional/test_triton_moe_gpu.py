@@ -165,11 +165,11 @@ def test_gemv_squared_relu(variant, experts, topk, hidden, inter, tokens):
     assert out[valid_rows:tokens].abs().max().item() == 0 if valid_rows < tokens else True
 
 
-def _graph_replay_of(config_for, tokens: int, valid_counts) -> None:
-    """A qwen3-30b-a3b-shaped SwiGLU call with tiles ``config_for(tokens, hidden, inter, topk, experts)``,
+def _graph_replay_of(config_for, tokens: int, valid_counts, activation: str = "swiglu") -> None:
+    """A qwen3-30b-a3b-shaped call with tiles ``config_for(tokens, hidden, inter, topk, experts)``,
     captured once and replayed with new routing and ``valid_counts`` (``_check_graph_replay``)."""
     experts, topk, hidden, inter = 128, 8, 2048, 768
-    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
+    fc1, fc2 = _layer(experts, hidden, inter, activation)
     cfg = config_for(tokens, hidden, inter, topk, experts)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
@@ -177,9 +177,9 @@ def _graph_replay_of(config_for, tokens: int, valid_counts) -> None:
     out = torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16)
 
     def step():
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, valid_tokens=valid, out=out, config=cfg)
 
-    _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, valid_counts)
+    _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, valid_counts, activation)
 
 
 @pytest.mark.parametrize("variant", ["d1_sx", "d4_sx", "k256_sx", "g16p3", "g32p", "q1"])
@@ -250,7 +250,8 @@ def test_fp32_out_and_row_prefix():
     assert relative_error(out[:12], ref) <= BOUND
 
 
-def _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, valid_counts):
+def _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk, tokens, valid_counts,
+                        activation="swiglu"):
     """Capture ``step`` once; replay it with new tokens, routing and valid-token counts: equal to eager, every
     valid row written (outputs poisoned with NaN first), within BOUND of the float64 reference."""
     stream = torch.cuda.Stream()
@@ -276,7 +277,7 @@ def _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk
         torch.cuda.synchronize()
         assert torch.isfinite(replayed).all()
         assert torch.equal(replayed, out), "graph replay differs from eager"
-        ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 0, valid_rows, tokens)
+        ref = _reference(x, fc1, fc2, probs, ids, activation, 0, valid_rows, tokens)
         assert relative_error(replayed, ref) <= BOUND
 
 
@@ -383,10 +384,84 @@ def test_tail_tiles_match_float64_reference(variant, case, activation):
     assert torch.equal(again, out), "the same inputs gave different bits (the route must be deterministic)"
 
 
+_MERGE_64E = (64, 8, 2048, 768)  # (experts, topk, hidden, inter): qwen3-30b-a3b's widths on 64 experts
+_MERGE_ODD = (6, 3, 160, 96)  # N_OUT 96: the last 64-column tile wraps; odd K
+
+
+@pytest.mark.parametrize("base,shape,tokens", [
+    ("s16k_sx_r", _MERGE_64E, 40), ("s16k_sx_r", _MERGE_ODD, 30), ("m32l_sx", _MERGE_64E, 160),
+    ("l128a_sa_t64", _MERGE_64E, 600), ("l128a_sa_t32", _MERGE_64E, 2200), ("l128a_sa_t32", _MERGE_ODD, 700),
+])
+@pytest.mark.parametrize("warps,block_t", [(4, None), (8, None), (8, 256)])
+def test_gate_merge_equals_two_tiles(base, shape, tokens, warps, block_t):
+    """``fc1_gate_merge`` (gate and up rows in one MMA tile, split in registers) gives the bits of the two-tile FC1
+    on the same tiles, and stays within BOUND of the float64 oracle (NaN-poisoned output: every row written)."""
+    experts, topk, hidden, inter = shape
+    cfg = TILES[base]
+    if block_t is not None:
+        if cfg.tail is None:
+            pytest.skip("256-token blocks only with the tail-tile configurations")
+        cfg = dataclasses.replace(cfg, block_t=block_t)
+    merged = dataclasses.replace(cfg, fc1_gate_merge=True, fc1_warps=warps)
+    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens - 3], device="cuda", dtype=torch.int32)
+    outs = []
+    for c in (cfg, merged):
+        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.float32)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=c)
+        torch.cuda.synchronize()
+        outs.append(out)
+    assert torch.isfinite(outs[1]).all(), "some output rows were not written"
+    assert torch.equal(outs[0], outs[1]), (outs[0] - outs[1]).abs().max().item()
+    ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 0, tokens - 3, tokens)
+    assert relative_error(outs[1], ref) <= BOUND
+
+
+@pytest.mark.parametrize("tile,shape,tokens", [
+    ("s16k_sx_rm", _MERGE_64E, 40), ("s16k_sx_rm", _MERGE_ODD, 30), ("l128m_sa_t64", _MERGE_64E, 600),
+    ("l128m_sa_t32", _MERGE_ODD, 700), ("x256m_sa_t32", _MERGE_64E, 2200), ("x256m_sa_t32", _MERGE_ODD, 1100),
+])
+def test_merged_defaults_equal_two_tiles(tile, shape, tokens):
+    """The gated defaults with ``fc1_gate_merge`` (FC1 on 8 warps, s16k_sx_rm capped at 128 registers) give the
+    bits of the same tiles with two FC1 tiles on 4 warps, within BOUND of the float64 oracle, every row written."""
+    merged = TILES[tile]
+    two = dataclasses.replace(merged, fc1_gate_merge=False, fc1_warps=4, fc1_maxnreg=None)
+    experts, topk, hidden, inter = shape
+    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens - 3], device="cuda", dtype=torch.int32)
+    outs = []
+    for c in (two, merged):
+        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=c)
+        torch.cuda.synchronize()
+        outs.append(out)
+    assert torch.isfinite(outs[1]).all(), "some output rows were not written"
+    assert torch.equal(outs[0], outs[1]), (outs[0] - outs[1]).abs().max().item()
+    ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 0, tokens - 3, tokens)
+    assert relative_error(outs[1], ref) <= BOUND
+
+
+def test_cuda_graph_replay_with_merged_256_token_tiles():
+    """x256m_sa_t32 (the gated default from 176 pairs per expert) captured once, replayed with new routing and
+    valid-token counts."""
+    _graph_replay_of(lambda *shape: TILES["x256m_sa_t32"], 3000, (3000, 2000, 40))
+
+
 def test_cuda_graph_replay_with_tail_tiles():
     """l128a_sa_t32 at 2100 tokens (about 131 pairs per expert: many tail blocks) captured once, replayed with new
     routing and valid-token counts (the tail table's size changes from replay to replay)."""
     _graph_replay_of(lambda *shape: TILES["l128a_sa_t32"], 2100, (2100, 1500, 40))
+
+
+@pytest.mark.parametrize("variant,tokens", [("x256w_sa_t32a", 3000), ("l128w_sa_t32a", 1500)])
+def test_cuda_graph_replay_of_the_squared_relu_tiles(variant, tokens):
+    """The session-10 squared-ReLU defaults (256-token tiles at about 188 pairs per expert, 128 FC1 rows at 94)
+    captured once and replayed with new routing and valid-token counts."""
+    _graph_replay_of(lambda *shape: TILES[variant], tokens, (tokens, tokens * 2 // 3, 40), "squared_relu")
 
 
 def test_rejects_bad_shapes():

@@ -40,7 +40,7 @@ def test_support_is_a_pure_function_of_capability():
     assert triton_moe_support((9, 0), "3.6.0")[0]
 
 
-@pytest.mark.parametrize("rows,block_t", [(1, 16), (16, 1), (64, 16), (256, 32), (1024, 128), (4096, 128)])
+@pytest.mark.parametrize("rows,block_t", [(1, 16), (16, 1), (64, 16), (256, 32), (1024, 128), (4096, 256)])
 def test_config_grows_with_rows(rows, block_t):
     cfg = choose_config(rows, 4096, 1536, gated=True, topk=8, experts=128)
     assert cfg.block_t == block_t
@@ -54,8 +54,8 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k_sx_r", "m32l_sx", "m32a", "l128a_sa_t64",
-                                     "l128a_sa_t32", "l128w_sa_t64", "x256w_sa_t32a"} <= picked
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k_sx_rm", "s16k_sx_r", "m32l_sx", "m32a",
+                                     "l128m_sa_t64", "x256m_sa_t32", "l128w_sa_t64", "x256w_sa_t32a"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
     capped = dataclasses.replace(tile, fc2_maxnreg=128)
@@ -70,17 +70,18 @@ def test_choice_by_pairs_per_expert(gated):
     def pick(rows, experts=128):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
         return next(name for name, tile in TILES.items() if tile is cfg)
+    small = "s16k_sx_rm" if gated else "s16k_sx_r"
     assert [pick(rows) for rows in (1, 2, 4, 8, 16, 24, 25, 64)] == (
-        ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", "s16k_sx_r", "s16k_sx_r"] if gated else
-        ["g16p", "g16p", "g16p", "q1", "q1", "q1", "s16k_sx_r", "s16k_sx_r"])
-    assert pick(16, experts=16) == "s16k_sx_r"  # 8 pairs per expert when only 16 experts share the pairs
+        ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", small, small] if gated else
+        ["g16p", "g16p", "g16p", "q1", "q1", "q1", small, small])
+    assert pick(16, experts=16) == small  # 8 pairs per expert when only 16 experts share the pairs
     # 256 tokens: 16 pairs per expert; 512: 32; the one-multiply dequant on 128-token tiles (session 7) with tail
     # tiles (session 8): gated from 24 pairs per expert (session 9), squared ReLU from 64 (1024 tokens); 64-token
     # tails below 72 pairs per expert, 32-token tails from there; squared ReLU with 128 FC1 rows per program from
     # 64 pairs per expert and 256-token tiles from 176 (session 10)
     assert [pick(rows) for rows in (384, 385, 512, 1023, 1024, 1151, 1152, 2815, 2816, 4096)] == (
-        ["m32l_sx", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t64", "l128a_sa_t32",
-         "l128a_sa_t32", "l128a_sa_t32", "l128a_sa_t32"] if gated else
+        ["m32l_sx", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t32",
+         "l128m_sa_t32", "x256m_sa_t32", "x256m_sa_t32"] if gated else
         ["m32a", "l64a", "l64a", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a", "l128w_sa_t32a",
          "x256w_sa_t32a", "x256w_sa_t32a"])
     with pytest.raises(ValueError, match="sx_auto"):
@@ -104,7 +105,7 @@ def test_tile_choice_uses_the_global_expert_count(monkeypatch):
     for global_experts in (None, 128):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, local_expert_offset=32, valid_tokens=valid,
                          route_experts=global_experts)
-    assert chosen == [TILES["s16k_sx_r"], TILES["q1"]]
+    assert chosen == [TILES["s16k_sx_rm"], TILES["q1"]]
     with pytest.raises(MXFP8InputError, match="route_experts"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, route_experts=8)
 
@@ -379,6 +380,8 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         "gemv_pairs_k32": dict(direct=True, gemv=True, fc1_block_k=32, fc2_block_k=32, fc1_block_n=8),
         "routed_gemv": dict(gemv=True, block_t=1),
         "routed_gemv_k32": dict(gemv=True, block_t=1, fc1_block_k=32, fc2_block_k=32, fc2_block_n=8),
+        "gate_merge": dict(fc1_gate_merge=True),  # gated: one FC1 tile of 8 gate rows then their 8 up rows
+        "gate_merge_n32": dict(fc1_gate_merge=True, fc1_block_n=32),
     }
     for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32), ("geglu", 160, 96),
                                       ("swiglu", 160, 96)):
@@ -397,7 +400,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         check(key, base, ref, rows, valid)
         for name, extra in variants.items():
             out = run(x, probs, ids, fc1, fc2, activation, rows, valid, dataclasses.replace(cfg, **extra))
-            check(key + "_" + name, out, ref, rows, valid, base if name == "bits_int" else None)
+            check(key + "_" + name, out, ref, rows, valid, base if name in ("bits_int", "gate_merge") else None)
 
     # Tail tiles: 48 rows x top-2 over 4 local experts (45 valid rows, ids over 5 experts: about 18 pairs each): 16-token blocks, and an expert's last
     # 1..8 pairs in an 8-token tail block; both route forms (one program; three launches over chunks of 16).
@@ -504,11 +507,13 @@ def test_kernels_under_triton_interpreter():
         assert route["blocks"][0] == route["blocks"][1] and route["tables_equal"] and route["padding"], (name, route)
     for key in _LAYER_KEYS:
         for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3", "_direct", "_direct_k32", "_gemv", "_gemv_k32",
-                       "_gemv_pairs", "_gemv_pairs_k32", "_routed_gemv", "_routed_gemv_k32"):
+                       "_gemv_pairs", "_gemv_pairs_k32", "_routed_gemv", "_routed_gemv_k32", "_gate_merge",
+                       "_gate_merge_n32"):
             check = result[key + suffix]
             assert check["err"] <= 1e-2, (key + suffix, check)
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
         assert result[key + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
+        assert result[key + "_gate_merge"]["equal"], "one gate/up FC1 tile differs from two"
     for name in ("tail_tiles", "tail_tiles_split"):
         check = result[name]
         assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"] and check["tails"] > 0, (name, check)
