@@ -217,8 +217,10 @@ def scan_grid(words: int, entries: int, *, block: int = _SCAN_BLOCK, iterations:
     return (max(1, -(-(words // block) // iterations)), entries)
 
 
-def scan_nonfinite_triton(sources, flags: torch.Tensor, first_entry: int = 0, *, block: int = _SCAN_BLOCK,
-                          iterations: int = _SCAN_ITERATIONS, num_warps: int = _SCAN_WARPS) -> None:
+def scan_nonfinite_triton(sources, flags: torch.Tensor, first_entry: int = 0, *,
+                          pointers: Optional[Sequence[int]] = None,
+                          block: int = _SCAN_BLOCK, iterations: int = _SCAN_ITERATIONS,
+                          num_warps: int = _SCAN_WARPS) -> None:
     """Flag the sources holding NaN/Inf, on the device, in ONE launch and without a host sync.
 
     ``sources``: ``n`` contiguous tensors of one dtype (bf16/fp16/fp32) and one element count, on ``flags``'
@@ -226,7 +228,8 @@ def scan_nonfinite_triton(sources, flags: torch.Tensor, first_entry: int = 0, *,
     ``flags[1 + first_entry + i]`` to 1 when source ``i`` holds a non-finite value, and stores nothing else.
     One source is read through its own pointer, several through a device table of addresses. ``block`` (words
     per program and iteration, a power of two), ``iterations`` (full blocks per program) and ``num_warps`` are
-    tuning knobs (the defaults are the tuned ones).
+    tuning knobs (the defaults are the tuned ones). ``pointers``: the sources' ``data_ptr()``s, when the caller has
+    them.
     """
     ok, reason = triton_quantizer_support(flags.device)
     if not ok:
@@ -235,7 +238,8 @@ def scan_nonfinite_triton(sources, flags: torch.Tensor, first_entry: int = 0, *,
         return
     from ._triton_quant_kernel import nonfinite_scan_kernel
 
-    pointers = [source.data_ptr() for source in sources]
+    if pointers is None:
+        pointers = [source.data_ptr() for source in sources]
     word, exponent, exponent_one, carry = _scan_words(sources[0], pointers)
     words = sources[0].numel() * sources[0].element_size() // word.itemsize
     if len(sources) == 1:

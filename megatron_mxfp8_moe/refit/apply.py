@@ -22,6 +22,7 @@ import torch
 from ..errors import RefitError
 from .validate import (
     COPY,
+    ExpertsModule,
     RefitPlan,
     RefitValidator,
     Weights,
@@ -71,17 +72,27 @@ class _Totals:
 
     def add(self, plan: RefitPlan) -> None:
         self.skipped += plan.skipped
+        modules = plan.experts  # one module whose slots are its local indices: it owns every batch's stack
+        owners = None if len(modules) == 1 and modules[0].aligned else _stack_owners(modules)
         for batch in plan.batches:
             first = batch.writes[0]
             self.tensors += len(batch.indices) if batch.whole else len(batch.writes)
             self.bytes += first.canonical_bytes * len(batch.writes)  # one stack: one shape
-            ids = self.experts.setdefault(first.module_path, (first.experts.local_expert_offset, set()))[1]
-            if batch.stack is not None:  # a whole stack's indices are 0..E-1
-                ids.update(range(len(batch.indices)) if batch.whole else batch.indices)
-                self.devices.add(batch.stack.device)
-            else:
-                ids.add(first.local_index)
+            if batch.stack is None:
+                self._ids(first.experts).add(first.local_index)
                 self.devices.add(first.target.device)
+                continue
+            self.devices.add(batch.stack.device)
+            owner = first.experts if batch.whole or owners is None else owners.get(id(batch.stack))
+            if owner is not None:  # a whole stack's indices are 0..E-1
+                self._ids(owner).update(range(len(batch.indices)) if batch.whole else batch.indices)
+            else:  # a stack that several modules of the plan name, or views whose slot is not their local index
+                for write in batch.writes:
+                    self._ids(write.experts).add(write.local_index)
+
+    def _ids(self, info: ExpertsModule) -> set[int]:
+        """The local ids written so far of experts module ``info``."""
+        return self.experts.setdefault(info.path, (info.local_expert_offset, set()))[1]
 
     def report(self, seconds: float) -> RefitReport:
         return RefitReport(
@@ -94,6 +105,17 @@ class _Totals:
             experts=tuple((path, tuple([offset + index for index in sorted(ids)]))
                           for path, (offset, ids) in self.experts.items()),
         )
+
+
+def _stack_owners(modules: Sequence[ExpertsModule]) -> dict[int, Optional[ExpertsModule]]:
+    """id(stack) -> the one module of ``modules`` whose per-expert weights are views of it, when its views' stack
+    slots are its local indices (a batch's ``indices`` are then that module's local ids); None for a stack that
+    several of them name, or a module whose slots are not its indices."""
+    owners: dict[int, Optional[ExpertsModule]] = {}
+    for info in modules:
+        for stack in info.stacks:
+            owners[id(stack)] = None if id(stack) in owners else info if info.aligned else None
+    return owners
 
 
 def _grad_mode(plan: RefitPlan):
@@ -257,7 +279,8 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
 
     Guarantees:
         - Mapping: ATOMIC against bad input. The whole batch is validated first (names, indices, shapes,
-          dtypes, devices, NaN/Inf, MXFP8 scale size and NaN bytes, duplicates); any problem raises
+          dtypes, devices, NaN/Inf, MXFP8 scale size and NaN bytes, duplicates, sources overlapping the bytes of
+          a weight the batch writes: they could be overwritten before they are read); any problem raises
           RefitError naming the offending entry and not one byte of any canonical weight or derived stack
           has been written.
         - Stream (any iterable that is not a Mapping; consumed once, entries held until the next module is written):
@@ -267,8 +290,9 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
           resolves to another module arrives, or the stream ends. When an error is raised, every complete
           group has been fully written and refreshed; the group being buffered (also when the offending entry
           is a name that resolves to no module) and all later ones are untouched. ``error.applied_modules`` lists the modules
-          already written. Non-expert names skipped under ``strict=False`` do not break a group. Pipelined:
-          the device writes one module while the host validates the next, so the sources of two experts
+          already written. Non-expert names skipped under ``strict=False`` do not break a group. A source may
+          lie in bytes an earlier group wrote (it is read after that write), not in bytes its own group writes.
+          Pipelined: the device writes one module while the host validates the next, so the sources of two experts
           modules are held at a time, and a module's sources are read on the current CUDA stream after the
           generator has moved on to the next module: a generator that reuses its buffers must fill them on
           the current stream (or wait for it) so that the reads of the previous module come first.

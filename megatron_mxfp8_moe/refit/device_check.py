@@ -84,16 +84,18 @@ class DeviceScan:
             self._launch(key, pending[2])
             pending = self._pending.get(key)
 
-    def scan_now(self, writes: Sequence[Any], sources: Sequence[torch.Tensor]) -> None:
+    def scan_now(self, writes: Sequence[Any], sources: Sequence[torch.Tensor],
+                 pointers: Optional[Sequence[int]] = None) -> None:
         """Scan ``sources`` (contiguous, of one dtype and size) in one launch now: what a plan checked in one piece.
-        ``writes`` (aligned with them) is kept as it is, not iterated: ``first_bad`` looks up only flagged ones."""
+        ``writes`` (aligned with them) is kept as it is, not iterated: ``first_bad`` looks up only flagged ones.
+        ``pointers``: their ``data_ptr()``s, when the caller has them."""
         if not self.valid or not sources:
             return
         if sources[0].device != self.device or self._count + len(sources) > self._capacity:
             self.valid = False
             return
         self._count += len(sources)
-        self._run(writes, sources)
+        self._run(writes, sources, pointers)
 
     @staticmethod
     def launch_size(source: torch.Tensor) -> int:
@@ -141,10 +143,11 @@ class DeviceScan:
             writes, sources = writes[:count], sources[:count]
         self._run(writes, sources)
 
-    def _run(self, writes: Sequence[Any], sources: Sequence[torch.Tensor]) -> None:
+    def _run(self, writes: Sequence[Any], sources: Sequence[torch.Tensor],
+             pointers: Optional[Sequence[int]] = None) -> None:
         from ..quant.triton import scan_nonfinite_triton
 
-        scan_nonfinite_triton(sources, self.flags, first_entry=self._scanned)
+        scan_nonfinite_triton(sources, self.flags, first_entry=self._scanned, pointers=pointers)
         self._launched.append(writes)
         self._scanned += len(sources)
 

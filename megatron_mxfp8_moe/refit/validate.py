@@ -25,9 +25,14 @@ Sources, per entry (target canonical weight ``[M, K]``, ``K % 32 == 0``):
   data ``float8_e4m3fn`` ``[M, K]`` finite, scale ``ceil(M/128)*128 * ceil(K/128)*4`` swizzled E8M0 bytes
   (``float8_e8m0fnu`` or ``uint8``) without the NaN byte 0xFF, both on the target's device; copied with ``copy_``.
 
+No source (a logical tensor as given, an MXFP8 source's data or scale) may overlap the canonical data or scale
+bytes of a weight the same batch writes (for a stream: the same module's group): writes run grouped per stack,
+not in entry order, so such a source could be overwritten before it is read. A source lying in the bytes of an
+expert that the batch does not write is fine; the bytes of derived stacks (repacked by write hooks) are not checked.
+
 Every failure raises ``RefitError`` whose message starts with ``refit entry '<name>':`` and says what is
 wrong (unknown name, not an expert weight, index out of range, shape, dtype, device, NaN/Inf, scale size,
-NaN scale byte, duplicate target).
+NaN scale byte, duplicate target, a source overlapping a written weight).
 
 Host cost: per experts module, the name -> target lookup is cached while ``mxfp8_weights()`` returns the same
 objects (``_Table``), per (module path, prefix, E) (``_Lookups``), with the per-stack split of the last list of
@@ -104,6 +109,8 @@ class ExpertsModule:
     # the names in ``in_range`` (one dict lookup per entry instead of splitting the name)
     names: Mapping[str, "_Target"] = dataclasses.field(default_factory=dict)
     lookups: Optional["_Lookups"] = None  # where ``names`` is cached (with the layout of the last names planned)
+    stacks: tuple = ()  # the stacks its per-expert weights are views of (``_Table.stacks``)
+    aligned: bool = True  # every such view's stack slot is its local index (``_Table.aligned``)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -169,6 +176,8 @@ class _Table:
     targets: dict  # local name -> _Target
     wholes: tuple  # the whole-stack targets
     top: int  # the largest local index of a per-expert target (-1 for none)
+    stacks: tuple = ()  # the stacks the per-expert targets are views of, in first-name order
+    aligned: bool = True  # every view's expert index in its stack is its local index
     _lookups: dict = dataclasses.field(default_factory=dict)  # (path, strip, E) -> ``lookups()``
 
     def lookups(self, path: str, strip: Optional[str], num_local: int) -> _Lookups:
@@ -230,7 +239,10 @@ def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -
             ExpertWeightName("", linear, 0), stack, torch.Size(stack.shape), stack.device, None,
             sum(hit.canonical_bytes for hit in views), stack, -1, True, dict.fromkeys(hit.key for hit in by_index),
         )
-    built = _Table(dict(weights), table, tuple(hit for hit in table.values() if hit.whole), top)
+    views = [hit for hit in table.values() if hit.index >= 0]
+    built = _Table(dict(weights), table, tuple(hit for hit in table.values() if hit.whole), top,
+                   tuple({id(hit.stack): hit.stack for hit in views}.values()),
+                   all(hit.index == hit.parsed.local_index for hit in views))
     try:
         _TABLES[module] = built
     except TypeError:  # a module that cannot be weakly referenced: no cache
@@ -298,6 +310,7 @@ class WriteBatch:
     indices: list[int] = dataclasses.field(default_factory=list)
     sources: list[torch.Tensor] = dataclasses.field(default_factory=list)  # contiguous logical sources
     whole: bool = False  # one write of a whole stack: ``sources`` is ``[stacked [E, M, K] source]``
+    addresses: Optional[list[int]] = None  # ``data_ptr()`` of ``sources``, where the plan computed them
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -416,7 +429,7 @@ class RefitValidator:
             cached = _lookup_table(module, weights)
         lookups = cached.lookups(path, self._strip, num_local)
         info = ExpertsModule(path, module, num_local, offset, weights, cached.targets, lookups.local, lookups.full,
-                             lookups)
+                             lookups, cached.stacks, cached.aligned)
         self._experts[path] = info
         return info
 
@@ -599,7 +612,7 @@ class RefitValidator:
         scan_capacity = len(entries) if finite_on_device and hasattr(entries, "__len__") else 0
         builder = _PlanBuilder(self, scan_capacity)
         writes, claimed_here, claimed, skipped = builder.writes, builder.claimed_here, self._claimed, []
-        experts = builder.experts
+        experts, copied = builder.experts, builder.copied
         lookup, add, new_write, tensor = self._lookup, builder.add, PlannedWrite, torch.Tensor
         # Runs: id(stack) -> [its batch of the latest source dtype, that dtype, the batch's next scan-ahead count]
         # (a list, so that the count is updated in place); the current run is also held in locals.
@@ -644,7 +657,11 @@ class RefitValidator:
                 writes.append(write)
                 append_index(hit.index)
                 append_write(write)
-                append_source(source if source.is_contiguous() else source.contiguous())
+                if source.is_contiguous():
+                    append_source(source)
+                else:
+                    append_source(source.contiguous())
+                    copied.append(source)
                 if len(run.sources) >= scan_at:
                     scan_at = record[2] = builder.scan_due(run)
                 continue
@@ -719,6 +736,7 @@ _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _DTYPE, _SHAPE, _DEVICE, _LAYOUT = (operator.attrgetter(name) for name in ("dtype", "shape", "device", "layout"))
 _VIEW_OF, _KEY, _INDEX = (operator.attrgetter(name) for name in ("view_of", "key", "index"))
 _IS_CONTIGUOUS = torch.Tensor.is_contiguous
+_DATA_PTR = torch.Tensor.data_ptr
 
 
 def _columns(entries: Any) -> Optional[tuple[list, list]]:
@@ -818,6 +836,7 @@ class _PlanBuilder:
         # MXFP8 copy sources: (write position, bool [2] device flags: NaN data byte, NaN scale byte)
         self.copy_flags: list[tuple[int, torch.Tensor]] = []
         self.experts: dict[ExpertsModule, None] = {}  # the modules of the writes, in first-write order
+        self.copied: list[torch.Tensor] = []  # logical sources as given where a batch holds a contiguous copy
 
     def add_views(self, group: _Group, sources: list) -> None:
         """Record the writes of ``group`` (checked: ``RefitValidator._quantizable_views``) from ``sources`` as one
@@ -826,14 +845,16 @@ class _PlanBuilder:
         take = group.take
         writes = _Taken(self.writes, range(take.start, take.stop) if type(take) is slice else take)
         if not all(map(_IS_CONTIGUOUS, sources)):
+            self.copied += [source for source in sources if not source.is_contiguous()]
             sources = [source if source.is_contiguous() else source.contiguous() for source in sources]
-        self.batches[(id(group.stack), sources[0].dtype)] = WriteBatch(writes, group.stack, list(group.indices),
-                                                                       sources)
+        batch = self.batches[(id(group.stack), sources[0].dtype)] = WriteBatch(writes, group.stack,
+                                                                               list(group.indices), sources)
+        batch.addresses = pointers = list(map(_DATA_PTR, sources))  # for the scan and ``finish``
         if self.scan_capacity:
             if self.scan is None and self.validator._scan_ahead_possible(group.stack):
                 self.scan = DeviceScan(self.scan_capacity, group.device)
             if self.scan is not None:
-                self.scan.scan_now(writes, sources)
+                self.scan.scan_now(writes, sources, pointers)
 
     def add(self, name: str, info: ExpertsModule, hit: _Target, source: Any) -> Optional[WriteBatch]:
         """Check and record one entry: duplicates, the source, the backend; returns its batch when it is a
@@ -887,7 +908,11 @@ class _PlanBuilder:
                 batch = self.batches[(id(hit.stack), source.dtype)] = WriteBatch([], hit.stack)
             batch.indices.append(hit.index)
         batch.writes.append(write)
-        batch.sources.append(source if source.is_contiguous() else source.contiguous())
+        if source.is_contiguous():
+            batch.sources.append(source)
+        else:
+            batch.sources.append(source.contiguous())
+            self.copied.append(source)
         if self.scan_capacity:
             self._scan_ahead(batch, hit)
         return None if hit.whole else batch
@@ -925,11 +950,12 @@ class _PlanBuilder:
         return count + scanned[1]
 
     def finish(self, finite_on_device: bool, skipped: list[str]) -> RefitPlan:
-        """The NaN/Inf check (on the device where the plan allows it, else on the host), then the plan."""
+        """The check that no source overlaps a written weight (per write only where a copy or the cheap filter
+        calls for it), the NaN/Inf check (on the device where the plan allows it, else on the host), the plan."""
         validator, writes = self.validator, self.writes
         batches = tuple(self.batches.values())
-        if self.copy_flags:  # MXFP8 copies (each has its NaN-byte flags)
-            _check_copy_sources_alias_no_target(writes)
+        if self.copy_flags or _logical_sources_may_alias(batches, self.copied):
+            _check_sources_alias_no_target(writes)
         on_device = finite_on_device and _device_check_possible(batches, validator.backend)
         scan = self.scan
         if on_device:
@@ -954,39 +980,96 @@ class _PlanBuilder:
 def _byte_extent(tensor: torch.Tensor) -> tuple[int, int]:
     """``[first, last + 1)`` byte addresses a strided tensor can touch (empty for no elements)."""
     start = tensor.data_ptr()
+    if tensor.is_contiguous():
+        return start, start + tensor.nbytes
     if tensor.numel() == 0:
         return start, start
     span = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride())) + 1
     return start, start + span * tensor.element_size()
 
 
-def _check_copy_sources_alias_no_target(writes: Sequence[PlannedWrite]) -> None:
-    """Raise for the first MXFP8 source whose bytes overlap a weight this batch writes: writes are grouped per
-    stack, not run in entry order, so it could be read after it was overwritten (or read while written).
-    Compares address ranges per device (a copy from an expert the batch does not write is fine)."""
-    written: dict[torch.device, list[tuple[int, int]]] = {}
+def _landing(target: MXFP8Tensor) -> tuple[torch.Tensor, ...]:
+    """The canonical bytes a write of ``target`` lands in: its data and scale; for a released view, its stack's
+    slices while the stack holds its storage; none once the storage is gone (the write reaches only hooks)."""
+    if not target.is_released:
+        return target.data, target.scale
+    parent = target.parent
+    if parent is not None and not parent[0].is_released:
+        return parent[0].data[parent[1]], parent[0].scale[parent[1]]
+    return ()
+
+
+def _range_index(ranges: list) -> tuple[list, list, list]:
+    """``ranges`` (tuples starting with ``begin, end``) sorted by begin, their begins, and per position the
+    furthest end among the ranges up to it: the ranges that overlap ``[begin, end)`` are among those up to the last
+    one starting before ``end``, counting back while that furthest end is past ``begin``."""
+    ranges.sort(key=_FIRST)
+    return ranges, list(map(_FIRST, ranges)), list(itertools.accumulate(map(_SECOND, ranges), max))
+
+
+def _check_sources_alias_no_target(writes: Sequence[PlannedWrite]) -> None:
+    """Raise for the first entry (in entry order) whose source overlaps the bytes of a weight this batch writes
+    (``_landing``): writes are grouped per stack, not run in entry order, so it could be read after it was
+    overwritten (or read while written). Compares address ranges per device: a logical source as given, an MXFP8
+    source's data and scale. A source in the bytes of an expert that the batch does not write is fine."""
+    written: dict[torch.device, list] = {}
     for write in writes:
-        target = write.target
-        if not target.is_released:
-            for tensor in (target.data, target.scale):
-                written.setdefault(tensor.device, []).append(_byte_extent(tensor))
-    # per device: the written ranges' starts, sorted, and the furthest end among the ranges up to each one
-    index = {}
-    for device, ranges in written.items():
-        ranges.sort()
-        index[device] = ([begin for begin, _ in ranges], list(itertools.accumulate((end for _, end in ranges), max)))
+        for tensor in _landing(write.target):
+            written.setdefault(tensor.device, []).append((*_byte_extent(tensor), write.name))
+    index = {device: _range_index(ranges) for device, ranges in written.items()}
     for write in writes:
-        if write.kind != COPY:
-            continue
-        for tensor in (write.source.data, write.source.scale):
+        source = write.source
+        for tensor in (source.data, source.scale) if write.kind == COPY else (source,):
             begin, end = _byte_extent(tensor)
-            starts, reach = index.get(tensor.device, ((), ()))
-            last = bisect.bisect_left(starts, end) - 1  # the last written range starting before `end`
-            if begin < end and last >= 0 and reach[last] > begin:
-                raise refit_error(
-                    write.name, "the MXFP8 source overlaps the bytes of a weight this refit writes (it could be "
-                    "overwritten before it is read); pass a copy (e.g. of its data and scale) instead"
-                )
+            ranges, begins, reach = index.get(tensor.device, ((), (), ()))
+            position = bisect.bisect_left(begins, end) - 1  # the last written range starting before ``end``
+            while begin < end and position >= 0 and reach[position] > begin:
+                if ranges[position][1] > begin:
+                    what, copy = ("MXFP8 source", "of its data and scale") if write.kind == COPY else (
+                        "source", "source.clone()")
+                    raise refit_error(
+                        write.name, f"the {what} overlaps the bytes of a weight this refit writes (the target of "
+                        f"entry {ranges[position][2]!r}), so it could be overwritten before it is read; pass a copy "
+                        f"(e.g. {copy}) instead"
+                    )
+                position -= 1
+
+
+def _logical_sources_may_alias(batches: Sequence[WriteBatch], copied: Sequence[torch.Tensor]) -> bool:
+    """Whether a logical source of ``batches`` may overlap the storage of a stack (or lone tensor) they write: the
+    negative filter that spares ``finish`` the check per write (``_check_sources_alias_no_target``, which makes
+    every write of a one-piece plan). Sources as given: ``copied`` holds those a batch holds a contiguous copy of.
+    Per batch, its sorted source addresses (``WriteBatch.addresses``, else read here) and a bisect per stored range
+    within their span (sources and stacks do interleave in memory, so a span alone rules little out): exact
+    against a stack's whole storage, so only a source inside a stack (maybe in an expert the batch does not write)
+    passes. Devices are not told apart (one address space; the check per write tells them apart)."""
+    stored, groups = [], []  # (begin, end) written into (contiguous); (sorted source addresses, bytes of each)
+    singles = list(copied)  # sources taken one by one
+    for batch in batches:
+        stack = batch.stack
+        for tensor in _landing(stack if stack is not None else batch.writes[0].target):
+            begin = tensor.data_ptr()
+            stored.append((begin, begin + tensor.nbytes))
+        sources = batch.sources
+        if sources:  # contiguous, of one shape and dtype
+            groups.append((sorted(batch.addresses or map(_DATA_PTR, sources)), sources[0].nbytes))
+        elif batch.writes[0].kind == QUANTIZE:  # a lone tensor's source, read as given
+            singles.append(batch.writes[0].source)
+    for source in singles:
+        begin, end = _byte_extent(source)
+        groups.append(([begin], end - begin))
+    stored.sort()
+    begins, reach = list(map(_FIRST, stored)), list(itertools.accumulate(map(_SECOND, stored), max))
+    for starts, size in groups:
+        low = starts[0]
+        position = bisect.bisect_left(begins, starts[-1] + size) - 1
+        while size > 0 and position >= 0 and reach[position] > low:  # the stored ranges within the sources' span
+            begin, end = stored[position]
+            first = bisect.bisect_right(starts, begin - size)  # the first source ending after ``begin``
+            if first < len(starts) and starts[first] < end:
+                return True
+            position -= 1
+    return False
 
 
 def _device_check_possible(batches: Sequence[WriteBatch], backend: str) -> bool:

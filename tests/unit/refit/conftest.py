@@ -15,5 +15,5 @@ def scans(monkeypatch):
     monkeypatch.setattr(validate, "resolve_quant_backend", lambda backend, device: QuantBackend.TRITON)
     launched = []
     monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
-                        lambda sources, flags, first_entry=0: launched.append((list(sources), first_entry)))
+                        lambda sources, flags, first_entry=0, **knobs: launched.append((list(sources), first_entry)))
     return launched

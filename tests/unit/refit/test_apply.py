@@ -420,3 +420,35 @@ def test_every_module_that_names_a_written_stack_is_refreshed(as_stream):
     refit_experts(model, _stream(sources) if as_stream else sources)
     assert (first.refresh_calls, second.refresh_calls) == (1, 1)
     assert sorted(first.hook_calls) == [("fc1", 0), ("fc1", 1)]
+
+
+@pytest.mark.parametrize("as_stream", [False, True])
+def test_the_report_credits_each_expert_to_the_module_that_names_it(as_stream):
+    """Writes are batched per stack, not per module: entries of two modules whose views share ONE stack (in one
+    write batch) are reported per module, each with its own offset, not all under the batch's first module."""
+    model = fake.FakeModel()
+    first, second = model.experts(0), model.experts(1)
+    second._views = dict(first._views)  # layer 1 exposes layer 0's per-expert views (same stacks)
+    second.local_expert_offset = 8
+    sources = {f"{E0}.linear_fc1.weight0": fake.random_weights(fake.FC1_SHAPE),
+               f"{E1}.linear_fc1.weight1": fake.random_weights(fake.FC1_SHAPE),
+               f"{E1}.linear_fc2.weight2": fake.random_weights(fake.FC2_SHAPE)}
+    report = refit_experts(model, _stream(sources) if as_stream else sources)
+    assert report.modules_touched == (E0, E1)
+    assert report.experts == ((E0, (4,)), (E1, (9, 10)))
+    assert (report.experts_updated, report.tensors_updated) == (3, 3)
+
+
+@pytest.mark.parametrize("as_stream", [False, True])
+def test_the_report_gives_local_indices_not_stack_slots(as_stream):
+    """A module whose local expert i is expert 3 - i of its stacks: the report names local (global) ids."""
+    model = fake.FakeModel()
+    layer = model.experts(0)
+    layer._views = {f"linear_{linear}.weight{index}": layer._views[f"linear_{linear}.weight{3 - index}"]
+                    for linear in ("fc1", "fc2") for index in range(fake.EXPERTS)}
+    sources = {f"{E0}.linear_fc1.weight0": fake.random_weights(fake.FC1_SHAPE),
+               f"{E0}.linear_fc2.weight0": fake.random_weights(fake.FC2_SHAPE),
+               f"{E0}.linear_fc1.weight1": fake.random_weights(fake.FC1_SHAPE)}
+    report = refit_experts(model, _stream(sources) if as_stream else sources)
+    assert sorted(layer.hook_calls) == [("fc1", 2), ("fc1", 3), ("fc2", 3)]  # stack slots 3 - i
+    assert report.experts == ((E0, (4, 5)),) and report.experts_updated == 2

@@ -53,7 +53,7 @@ def test_device_check_only_where_an_aborted_write_cannot_leak(monkeypatch):
 
     monkeypatch.setattr(validate, "resolve_quant_backend", lambda backend, device: QuantBackend.TRITON)
     scanned = []  # the scans a plan launches while validating (recorded here; no kernel runs on this CPU)
-    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton", lambda sources, flags, first_entry=0:
+    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton", lambda sources, flags, first_entry=0, **knobs:
                         scanned.append((len(sources), first_entry)))
     generator = torch.Generator().manual_seed(3)
     module = _module(generator)
@@ -333,7 +333,7 @@ def test_scan_ahead_launches_chunks_and_maps_flags_back_to_entries(monkeypatch):
 
     launches = []
     monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
-                        lambda sources, flags, first_entry=0: launches.append((len(sources), first_entry)))
+                        lambda sources, flags, first_entry=0, **knobs: launches.append((len(sources), first_entry)))
     entries = [f"w{i}" for i in range(2 * CHUNK + 20)]
     scan = DeviceScan(len(entries), torch.device("cpu"))
     source = torch.zeros(2)
@@ -366,7 +366,7 @@ def test_a_large_source_is_scanned_at_once_and_idle_flags_are_reused(monkeypatch
 
     launches = []
     monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
-                        lambda sources, flags, first_entry=0: launches.append((len(sources), first_entry)))
+                        lambda sources, flags, first_entry=0, **knobs: launches.append((len(sources), first_entry)))
     monkeypatch.setattr(device_check, "EAGER_NUMEL", 8)
     monkeypatch.setattr(device_check, "_IDLE_FLAGS", {})
     cpu = torch.device("cpu")
