@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh owed10   # owed from session 10: the graph replays of the new tiles (did not run), the
+#                                   # rest of their tests, the refit benchmark on the overlap-checking planner
 #   bash tools/gpu_next.sh final    # GPU tests of the default tiles, sx_auto (test_sx_auto_shift_on_odd_shapes has not
 #                                   # run yet) and the layer CUDA graphs, the demo (not run since session 5 with q1 /
 #                                   # l128a_sa), and the full MoE benchmark for the PERFORMANCE tables
@@ -14,7 +16,6 @@
 #   bash tools/gpu_next.sh s10a     # session 10, call 1: 256-token tiles (tests, probes at 2048-8192 tokens)
 #   bash tools/gpu_next.sh s10b     # session 10, call 2: 128 FC1 rows / 256 FC2 rows at 128 tokens (tests, probes)
 #   bash tools/gpu_next.sh s10d     # session 10, call 3: gate/up rows in one FC1 MMA tile (tests, probes)
-#   bash tools/gpu_next.sh s10c     # (prepared, not run: the refit benchmark did not fit the device time left)
 #   bash tools/gpu_next.sh s10e     # session 10, call 4: tests of the new defaults, the MoE benchmark, demo
 # (session 9, call 2 timed persistent FC1 / FC2 kernels, since removed: bench/results/run12/call2_s9b/)
 # Run in session 7 (bench/results/run10/), kept to reproduce it:
@@ -342,31 +343,6 @@ case "${1:-}" in
     done
     grep '^{' $OUT/probe.jsonl | sed 's/"mma_v3": true//'
     tail -n 5 $T/err.log $T/compile.err ;;
-  s10c)
-    # session 10 (prepared, not run): GPU tests of the new squared-ReLU defaults (l128w_sa / x256w_sa: tails, sx_auto, graph
-    # replay, the float64 cases) beside the quantize / refit / memory tests (refit alias check), then the refit
-    # benchmark, the full MoE benchmark and the demo. Seven files under $OUT: log.txt, refit.{md,json},
-    # moe/moe_layer.{md,json,png}, moe_bench.log
-    L=$OUT/log.txt
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
-    bg_pytest 280 /tmp/moe_tests.log tests/functional/test_triton_moe_gpu.py \
-      -k "l128w or x256w or squared_relu_tiles or matches_float64"
-    timeout 250 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
-      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py >> $L 2>&1
-    echo "pytest rc=$?" >> $L
-    wait
-    cat /tmp/moe_tests.log >> $L
-    grep "passed\|failed\|rc=" $L
-    timeout 90 python3 bench/refit.py --out $OUT >> $L 2>&1
-    echo "refit rc=$?" >> $L
-    cat $OUT/refit.md
-    mkdir -p $OUT/moe
-    timeout 240 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
-    echo "moe rc=$?" >> $OUT/moe_bench.log
-    tail -16 $OUT/moe_bench.log
-    TORCHDYNAMO_DISABLE=1 timeout 40 python3 examples/decode.py --steps 12 --batch-size 8 >> $L 2>&1
-    echo "demo rc=$?" >> $L
-    tail -4 $L ;;
   s10d)
     # session 10, call 3: fc1_gate_merge (gate and up rows in one MMA tile; 8 warps split it by rows): its GPU tests
     # (bit-equal to the two-tile FC1), then probes against the defaults at 64 / 256 / 1024 / 4096 tokens (SwiGLU)
@@ -416,6 +392,14 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
     cat $OUT/probe.jsonl ;;
+  owed10)
+    # owed from session 10 (call 4 ran out of time): graph replays of x256m / x256w / l128w, the remaining tests of
+    # the new tiles, then the refit benchmark (the planner now checks quantize sources for overlap)
+    timeout 360 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "merged_256 or squared_relu_tiles or gate_merge or merged_defaults or x256w or l128w" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
+    timeout 120 python3 bench/refit.py --out $OUT > $OUT/refit.log 2>&1
+    echo "refit rc=$?" >> $OUT/refit.log; cat $OUT/refit.md ;;
   mid)
     # next session: l128a_sa between 24 and 64 pairs per expert (512 / 768 tokens at 128 experts, top-8), where
     # choose_config keeps l64b / l64a untimed against it
@@ -426,5 +410,5 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
         --configs l64a,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done
     grep '^{' $OUT/probe.jsonl ;;
-  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|s10a|s10b|s10c|s10d|s10e|mid" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|s10a|s10b|s10d|s10e|owed10|mid" >&2; exit 2 ;;
 esac

@@ -388,6 +388,26 @@ _MERGE_64E = (64, 8, 2048, 768)  # (experts, topk, hidden, inter): qwen3-30b-a3b
 _MERGE_ODD = (6, 3, 160, 96)  # N_OUT 96: the last 64-column tile wraps; odd K
 
 
+def _assert_merge_keeps_bits(two, merged, shape, tokens, out_dtype):
+    """SwiGLU layer of ``shape`` (experts, topk, hidden, inter) at ``tokens``: ``merged`` (fc1_gate_merge) writes
+    every valid row (NaN-poisoned ``out_dtype`` output), bit-equal to ``two``, within BOUND of the float64 oracle."""
+    experts, topk, hidden, inter = shape
+    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens - 3], device="cuda", dtype=torch.int32)
+    outs = []
+    for c in (two, merged):
+        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=out_dtype)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=c)
+        torch.cuda.synchronize()
+        outs.append(out)
+    assert torch.isfinite(outs[1]).all(), "some output rows were not written"
+    assert torch.equal(outs[0], outs[1]), (outs[0] - outs[1]).abs().max().item()
+    ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 0, tokens - 3, tokens)
+    assert relative_error(outs[1], ref) <= BOUND
+
+
 @pytest.mark.parametrize("base,shape,tokens", [
     ("s16k_sx_r", _MERGE_64E, 40), ("s16k_sx_r", _MERGE_ODD, 30), ("m32l_sx", _MERGE_64E, 160),
     ("l128a_sa_t64", _MERGE_64E, 600), ("l128a_sa_t32", _MERGE_64E, 2200), ("l128a_sa_t32", _MERGE_ODD, 700),
@@ -396,27 +416,13 @@ _MERGE_ODD = (6, 3, 160, 96)  # N_OUT 96: the last 64-column tile wraps; odd K
 def test_gate_merge_equals_two_tiles(base, shape, tokens, warps, block_t):
     """``fc1_gate_merge`` (gate and up rows in one MMA tile, split in registers) gives the bits of the two-tile FC1
     on the same tiles, and stays within BOUND of the float64 oracle (NaN-poisoned output: every row written)."""
-    experts, topk, hidden, inter = shape
     cfg = TILES[base]
     if block_t is not None:
         if cfg.tail is None:
             pytest.skip("256-token blocks only with the tail-tile configurations")
         cfg = dataclasses.replace(cfg, block_t=block_t)
-    merged = dataclasses.replace(cfg, fc1_gate_merge=True, fc1_warps=warps)
-    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
-    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
-    probs, ids = random_routing(tokens, experts, topk, device="cuda")
-    valid = torch.tensor([tokens - 3], device="cuda", dtype=torch.int32)
-    outs = []
-    for c in (cfg, merged):
-        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.float32)
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=c)
-        torch.cuda.synchronize()
-        outs.append(out)
-    assert torch.isfinite(outs[1]).all(), "some output rows were not written"
-    assert torch.equal(outs[0], outs[1]), (outs[0] - outs[1]).abs().max().item()
-    ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 0, tokens - 3, tokens)
-    assert relative_error(outs[1], ref) <= BOUND
+    _assert_merge_keeps_bits(cfg, dataclasses.replace(cfg, fc1_gate_merge=True, fc1_warps=warps), shape, tokens,
+                             torch.float32)
 
 
 @pytest.mark.parametrize("tile,shape,tokens", [
@@ -428,21 +434,7 @@ def test_merged_defaults_equal_two_tiles(tile, shape, tokens):
     bits of the same tiles with two FC1 tiles on 4 warps, within BOUND of the float64 oracle, every row written."""
     merged = TILES[tile]
     two = dataclasses.replace(merged, fc1_gate_merge=False, fc1_warps=4, fc1_maxnreg=None)
-    experts, topk, hidden, inter = shape
-    fc1, fc2 = _layer(experts, hidden, inter, "swiglu")
-    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
-    probs, ids = random_routing(tokens, experts, topk, device="cuda")
-    valid = torch.tensor([tokens - 3], device="cuda", dtype=torch.int32)
-    outs = []
-    for c in (two, merged):
-        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=c)
-        torch.cuda.synchronize()
-        outs.append(out)
-    assert torch.isfinite(outs[1]).all(), "some output rows were not written"
-    assert torch.equal(outs[0], outs[1]), (outs[0] - outs[1]).abs().max().item()
-    ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 0, tokens - 3, tokens)
-    assert relative_error(outs[1], ref) <= BOUND
+    _assert_merge_keeps_bits(two, merged, shape, tokens, torch.bfloat16)
 
 
 def test_cuda_graph_replay_with_merged_256_token_tiles():
