@@ -182,8 +182,8 @@ TILES = {
     # it by rows; two separate tiles on 8 warps split by tokens and both warpgroups dequantize the same weights.
     # H200 probes (SwiGLU, us per layer against the two-tile default of the same call): 64 tokens 251.3 vs 259.6
     # (30b) and 827.3 vs 871.3 (235b) with FC1 capped at 128 registers (two CTAs per SM; 279.1 / 930.1 uncapped);
-    # 1024 tokens 468.9 vs 496.8, 4096 tokens 1086.2 (128-token tiles) and 1020.5 (256) vs 1165.2 (30b). At 256
-    # tokens (m32l_sx) it was 11-22% slower. Bit-identical to the two-tile FC1 (GPU tests).
+    # 1024 tokens 468.9 vs 496.8, 4096 tokens 1086.2 (128-token tiles) and 1020.5 (256) vs 1165.2 (30b), 3751.5
+    # (256) vs 4211.8 (235b). At 256 tokens (m32l_sx) it was 11-22% slower. Bit-identical to the two-tile FC1.
     "s16k_sx_rm": TritonMoEConfig(16, 64, 256, 8, 3, 128, 256, 8, 3, dequant="sx", fc1_maxnreg=128, fc2_maxnreg=128,
                                   fc1_gate_merge=True),
     "l128m_sa": TritonMoEConfig(128, 64, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto", fc1_gate_merge=True),
@@ -253,8 +253,8 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # Session 10: squared ReLU takes 128 FC1 rows per program from 64 pairs per expert (l128w_sa: 0.7-2.9% faster
     # at 64 and 128, 4.6-5.0% at 192), and 256-token tiles from 176 (x256w_sa: 11-15% faster at 192 and 256,
     # 23-25% slower at 128; from 176 both tile sets pad an expert's pairs alike; the cut itself was not timed).
-    # Gated layers: gate and up rows in one FC1 tile on 8 warps (l128m_sa, x256m_sa; timed at 64 and 256 pairs per
-    # expert on 30b, the same regions as squared ReLU). With two FC1 tiles 256-token tiles were 0.1-4.7% slower at
+    # Gated layers: gate and up rows in one FC1 tile on 8 warps, in the same regions as squared ReLU (l128m_sa: 5.6%
+    # faster at 64 pairs per expert on 30b; x256m_sa: 12.4% / 10.9% faster at 256 on 30b / 235b). With two FC1 tiles 256-token tiles were 0.1-4.7% slower at
     # 4096-8192 tokens (40-53% at 2048), 128 FC1 rows per half 2-4% and 256 FC2 rows 4-9% slower at 1024-4096.
     if not gated:
         if pairs_per_expert < 64:
