@@ -206,3 +206,44 @@ def test_released_views_still_land_in_their_stack():
     with pytest.raises(RefitError, match=rf"^refit entry '{E0}.linear_fc1.weight0': the MXFP8 source {OVERLAP}"):
         refit_experts(model, batch)
     assert fake.same(model.snapshot(), before)
+
+
+class _LoneExperts(torch.nn.Module):
+    """Two fc1 experts as LONE canonical tensors (not views of a stack) on one uint8 buffer:
+    [w0 data | w1 data | spare (a bf16 [M, K] source) | w0 scale | w1 scale]."""
+
+    def __init__(self):
+        super().__init__()
+        self.num_local_experts, self.local_expert_offset = 2, 0
+        generator = torch.Generator().manual_seed(5)
+        weights = [quantize_mxfp8(torch.randn(M, K, generator=generator), backend="reference") for _ in range(2)]
+        data = [w.data.view(torch.uint8).reshape(-1) for w in weights]
+        scale = [w.scale.view(torch.uint8).reshape(-1) for w in weights]
+        self.buffer = torch.cat([*data, torch.zeros(2 * M * K, dtype=torch.uint8), *scale])
+        starts = [0, M * K, 4 * M * K, 4 * M * K + scale[0].numel()]
+        self.spare = 2 * M * K
+        self.views = {
+            f"linear_fc1.weight{i}": MXFP8Tensor(
+                self.buffer[starts[i]:starts[i] + M * K].view(torch.float8_e4m3fn).view(M, K),
+                self.buffer[starts[2 + i]:starts[2 + i] + scale[i].numel()])
+            for i in range(2)}
+
+    def mxfp8_weights(self) -> dict[str, MXFP8Tensor]:
+        return dict(self.views)
+
+
+def test_lone_canonical_tensors_are_checked_too():
+    """Targets that are not views of a stack: a source on their bytes is refused before any write; a source on
+    the spare bytes of the same buffer is written."""
+    module = _LoneExperts()
+    before = module.buffer.clone()
+    good = torch.randn(M, K)
+    on_weights = _bf16_on(module.buffer, 0)  # the data bytes of both lone weights
+    with pytest.raises(RefitError, match=rf"^refit entry 'linear_fc1.weight1': the source {OVERLAP}"):
+        refit_experts(module, {"linear_fc1.weight0": good, "linear_fc1.weight1": on_weights})
+    assert torch.equal(module.buffer, before)
+    spare = _bf16_on(module.buffer, module.spare)
+    spare.copy_(torch.randn(M, K))
+    expected = quantize_mxfp8(spare.clone(), backend="reference")
+    refit_experts(module, {"linear_fc1.weight0": good, "linear_fc1.weight1": spare})
+    assert torch.equal(module.views["linear_fc1.weight1"].data.view(torch.uint8), expected.data.view(torch.uint8))
