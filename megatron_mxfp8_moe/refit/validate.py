@@ -1058,8 +1058,7 @@ def _logical_sources_may_alias(batches: Sequence[WriteBatch], copied: Sequence[t
     for source in singles:
         begin, end = _byte_extent(source)
         groups.append(([begin], end - begin))
-    stored.sort()
-    begins, reach = list(map(_FIRST, stored)), list(itertools.accumulate(map(_SECOND, stored), max))
+    stored, begins, reach = _range_index(stored)
     for starts, size in groups:
         low = starts[0]
         position = bisect.bisect_left(begins, starts[-1] + size) - 1
