@@ -80,6 +80,9 @@ CANDIDATES = {
     "s16k_sx_r": TILES["s16k_sx_r"],
     "s16k2_sx_r": dataclasses.replace(TILES["s16k_sx"], fc1_stages=2, fc1_maxnreg=168, fc2_maxnreg=128),
     "m32l2_sx_r": dataclasses.replace(TILES["m32l_sx"], fc1_maxnreg=168, fc2_stages=2, fc2_maxnreg=128),
+    # session 11: the 256-token defaults with the 4-warp 32-token tiles as their tails (probe only)
+    "x256m_sa_t32q": dataclasses.replace(TILES["x256m_sa"], tail=TILES["m32l4_sx_m"]),
+    "x256w_sa_t32q": dataclasses.replace(TILES["x256w_sa"], tail=TILES["m32a_f4"]),
     # v6 GEMV small-T path (fc1 n/k/warps/stages, fc2 n/k/warps/stages; block_t unused): CUDA-core block sums,
     # FC2 per pair + the combine kernel ("p"); stages > 1 pipeline the K loop through shared memory (cp.async), 1
     # loads straight to registers. TILES holds g16p3, g16p and g32p (the defaults). Session 5 also timed a form
@@ -115,9 +118,9 @@ def candidates_for(tokens):
     if tokens <= 16:
         return ["s16k_sx_r", "g16p", "g32p"] + ROUTED_GEMV
     if tokens <= 64:
-        return ["s16k_sx_r", "q1"]
+        return ["s16k4_sx_m", "s16k_sx_rm", "s16k_sx_r", "q1"]
     if tokens <= 256:
-        return ["m32j_sx", "m32l_sx", "m32k_sx", "m32l2_sx_r"]
+        return ["m32l4_sx_m", "m32l_sx", "m32k_sx", "m32l2_sx_r"]
     return ["l64b", "l128a"]
 
 

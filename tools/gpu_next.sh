@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s11a     # session 11, call 1: owed10's tests and refit benchmark, decode profiles + probes
+#   bash tools/gpu_next.sh s11b     # session 11, call 2: 4-warp FC1 / FC2 tiles at 64 / 256 tokens; refit A/B (old tree)
+#   bash tools/gpu_next.sh s11c     # session 11, call 3: tests of the 4-warp defaults, MoE benchmark, demo, probes
 #   bash tools/gpu_next.sh owed10   # owed from session 10: the graph replays of the new tiles (did not run), the
 #                                   # rest of their tests, the refit benchmark on the overlap-checking planner
 #   bash tools/gpu_next.sh final    # GPU tests of the default tiles, sx_auto (test_sx_auto_shift_on_odd_shapes has not
@@ -392,6 +395,63 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
     cat $OUT/probe.jsonl ;;
+  s11c)
+    # session 11, call 3: GPU tests of the 4-warp defaults (bit-equal to the tiles they replace, float64 default
+    # cases, graph replays), the full MoE benchmark, the demo, then probes for the next session (4-CTA caps, the
+    # 8 pairs-per-expert cut at 128 tokens, the 4-warp tiles as tails of the 256-token tiles)
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 230 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "four_warp or matches_float64" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=" $L
+    mkdir -p $OUT/moe
+    timeout 140 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    echo "moe rc=$?" >> $OUT/moe_bench.log
+    tail -16 $OUT/moe_bench.log
+    TORCHDYNAMO_DISABLE=1 timeout 35 python3 examples/decode.py --steps 12 --batch-size 8 >> $L 2>&1
+    echo "demo rc=$?" >> $L
+    tail -3 $L
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 45 $P --shape $s --tokens 128 --configs "s16k4_sx_m,m32l4_sx_m,s16k4_sx_m+fc1_maxnreg=128+fc2_maxnreg=128"
+      timeout 45 $P --shape $s --tokens 4096 --configs "x256m_sa_t32,x256m_sa_t32q"
+      timeout 45 $P --shape $s --tokens 4096 --activation squared_relu --configs "x256w_sa_t32a,x256w_sa_t32q"
+    done > $OUT/probe.jsonl 2>/dev/null
+    cat $OUT/probe.jsonl ;;
+  s11b)
+    # session 11, call 2: more CTAs per SM at 64 / 256 tokens (FC2 and FC1 on 4 warps under register caps), both
+    # activations; then the refit benchmark of the tree before session 10's overlap check (.devcarry/old) for an A/B
+    P="python3 bench/triton_moe_probe.py"
+    F2="+fc2_warps=4+fc2_block_n=64+fc2_maxnreg=168+fc2_stages=2"
+    F1="+fc1_gate_merge=1+fc1_block_n=32+fc1_warps=4+fc1_stages=2+fc1_maxnreg=168"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 100 $P --shape $s --tokens 64 --configs "s16k_sx_rm$F2,s16k_sx_rm$F2$F1,s16k_sx_rm+fc2_warps=4+fc2_block_n=64+fc2_block_k=128+fc2_stages=3+fc2_maxnreg=128,s16k_sx_rm+fc2_warps=4+fc2_block_n=64+fc2_maxnreg=168+fc2_stages=3,s16k_sx_rm"
+      timeout 110 $P --shape $s --tokens 256 --configs "m32l_sx$F2,m32l_sx$F2$F1,m32l_sx+fc2_warps=4+fc2_block_n=64+fc2_block_k=128+fc2_stages=3+fc2_maxnreg=168,m32l_sx+fc2_warps=4+fc2_block_n=64+fc2_block_k=128+fc2_stages=3+fc2_maxnreg=128,m32l_sx$F2+fc1_block_k=128+fc1_stages=3+fc1_maxnreg=168,m32l_sx"
+      timeout 80 $P --shape $s --tokens 64 --activation squared_relu --configs "s16k_sx_r,s16k_sx_r$F2,s16k_sx_r$F2+fc1_block_n=64+fc1_warps=4+fc1_stages=2+fc1_maxnreg=168"
+      timeout 80 $P --shape $s --tokens 256 --activation squared_relu --configs "m32a,m32a$F2,m32a+fc2_warps=4+fc2_block_n=64+fc2_maxnreg=168"
+    done >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+    (cd .devcarry/old && PYTHONPATH=/tmp/site:.  timeout 90 python3 bench/refit.py --out $OUT/old > $OUT/refit_old.log 2>&1; echo "rc=$?" >> $OUT/refit_old.log)
+    cat $OUT/old/refit.md | grep "mapping\|stream\|Device copy\|loop" ;;
+  s11a)
+    # session 11, call 1: what session 10 owed (graph replays of x256m / x256w / l128w, sx_auto of l128w / x256w), the
+    # refit benchmark on the overlap-checking planner, per-kernel profiles and config probes at 64 / 256 tokens
+    timeout 220 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "merged_256 or squared_relu_tiles or (sx_auto and (l128w or x256w))" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
+    timeout 100 python3 bench/refit.py --out $OUT > $OUT/refit.log 2>&1
+    echo "refit rc=$?" >> $OUT/refit.log; cat $OUT/refit.md
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 60 $P --shape $s --tokens 64 --configs s16k_sx_rm --profile
+      timeout 60 $P --shape $s --tokens 256 --configs m32l_sx --profile
+    done >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 80 $P --shape $s --tokens 64 --configs "s16k_sx_rm,s16k_sx_rm+fc2_warps=4+fc2_block_n=64+fc2_maxnreg=168+fc2_stages=2,s16k_sx_rm+fc2_warps=4+fc2_block_n=64+fc2_maxnreg=168"
+      timeout 100 $P --shape $s --tokens 256 --configs "m32l_sx,m32l_sx+fc2_maxnreg=128,m32l_sx+fc2_warps=4+fc2_block_n=64+fc2_maxnreg=168+fc2_stages=2,m32l_sx+fc1_gate_merge=1+fc1_warps=8+fc1_maxnreg=168,s16k_sx_rm"
+    done >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -5 $OUT/probe.err ;;
   owed10)
     # owed from session 10 (call 4 ran out of time): graph replays of x256m / x256w / l128w, the remaining tests of
     # the new tiles, then the refit benchmark (the planner now checks quantize sources for overlap)
@@ -410,5 +470,5 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
         --configs l64a,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done
     grep '^{' $OUT/probe.jsonl ;;
-  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|s10a|s10b|s10d|s10e|owed10|mid" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|s10a|s10b|s10d|s10e|owed10|s11a|s11b|s11c|mid" >&2; exit 2 ;;
 esac

@@ -186,6 +186,20 @@ TILES = {
     # (256) vs 4211.8 (235b). At 256 tokens (m32l_sx) it was 11-22% slower. Bit-identical to the two-tile FC1.
     "s16k_sx_rm": TritonMoEConfig(16, 64, 256, 8, 3, 128, 256, 8, 3, dequant="sx", fc1_maxnreg=128, fc2_maxnreg=128,
                                   fc1_gate_merge=True),
+    # Session 11 (run 14, H200 probes): at 1.5-24 pairs per expert, more and smaller CTAs per SM. FC2 on 4 warps with
+    # 64 rows capped at 168 registers (three CTAs per SM; compile-only, Triton 3.8: 145-167 registers, no spill);
+    # gated FC1 merged on 4 warps with 32 + 32 rows, 2 stages, capped at 168 (146 / 167 registers, no spill; three
+    # CTAs per SM where the 8-warp s16k_sx_rm fitted two and m32l_sx's 4-warp FC1 used 255 registers). SwiGLU, us
+    # per layer against the previous default in the same call: 64 tokens 231.9 vs 249.4 (30b) and 793.0 vs 832.9
+    # (235b); 256 tokens 285.2 vs 315.5 and 993.8 vs 1068.5. Squared ReLU (FC2 change only; its FC1 on 4 warps with
+    # 64 rows and a cap was not faster): 64 tokens 294.6 vs 304.2, 1022.4 vs 1053.6; 256 tokens (m32a's 128-deep K
+    # and 3 stages kept) 363.3 vs 383.1, 1295.4 vs 1367.9.
+    "s16k4_sx_m": TritonMoEConfig(16, 32, 256, 4, 2, 64, 256, 4, 2, dequant="sx", fc1_maxnreg=168, fc2_maxnreg=168,
+                                  fc1_gate_merge=True),
+    "m32l4_sx_m": TritonMoEConfig(32, 32, 256, 4, 2, 64, 256, 4, 2, dequant="sx", fc1_maxnreg=168, fc2_maxnreg=168,
+                                  fc1_gate_merge=True),
+    "s16k_sx_f4": TritonMoEConfig(16, 64, 256, 4, 3, 64, 256, 4, 2, dequant="sx", fc2_maxnreg=168),
+    "m32a_f4": TritonMoEConfig(32, 64, 128, 4, 3, 64, 128, 4, 3, fc2_maxnreg=168),
     "l128m_sa": TritonMoEConfig(128, 64, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto", fc1_gate_merge=True),
     "x256m_sa": TritonMoEConfig(256, 64, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto", fc1_gate_merge=True),
     "l128w_sa": TritonMoEConfig(128, 128, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto", fc1_maxnreg=128),
@@ -226,10 +240,10 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # tokens q1 took 4-16% longer than s16k_sx_r). Its pairs come sorted by expert, so pairs of one expert run
     # side by side and share their weight reads in L2. Programs that convert each weight once for 2-4 pairs were
     # slower: CUDA-core FMAs per weight, not bytes, set their time.
-    # Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then pipelined with the weights), "sx" dequant, FC2
-    # capped at 128 registers (two CTAs per SM). Gated at 16-24 pairs per expert: BLOCK_K 256, FC1 2 / FC2 3
-    # stages, "sx" (run 7: 1.08x over 2 FC2 stages). Squared ReLU keeps the v2 tiles at 256 tokens, where "sx" was
-    # not faster for it. Each token block re-reads its expert's weights, so block_t covers the typical pairs per
+    # Up to 8 pairs per expert: BLOCK_K 256 (the scale tile is then pipelined with the weights), "sx" dequant; until
+    # session 10 with FC2 on 8 warps capped at 128 registers (two CTAs per SM). Gated at 16-24 pairs per expert:
+    # BLOCK_K 256, "sx". Squared ReLU keeps the v2 tiles' 128-deep K at 256 tokens, where "sx" was not faster for
+    # it. Each token block re-reads its expert's weights, so block_t covers the typical pairs per
     # expert. From 64 pairs per expert, both activations (session 7 probes on the H200): 128-token tiles with
     # "sx_auto", one bf16 multiply per weight pair after a per-program scan of the tile's scale rows; 7-10%
     # faster than l64b / l64a at 1024 tokens and 17-21% faster than l64b / l128a / l64a at 4096, on both shapes.
@@ -240,10 +254,12 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
         return TILES["g32p" if gated else "g16p"]
     if pairs_per_expert <= 1.5:
         return TILES["q1"]
+    # Session 11: from 1.5 to 24 pairs per expert the 4-warp FC2 (and gated, the 4-warp merged FC1) tiles: three
+    # CTAs per SM, 3-10% faster than s16k_sx_rm / s16k_sx_r / m32l_sx / m32a at 64 and 256 tokens (TILES).
     if pairs_per_expert <= 8:
-        return TILES["s16k_sx_rm" if gated else "s16k_sx_r"]
+        return TILES["s16k4_sx_m" if gated else "s16k_sx_f4"]
     if pairs_per_expert <= 24:
-        return TILES["m32l_sx" if gated else "m32a"]
+        return TILES["m32l4_sx_m" if gated else "m32a_f4"]
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
     # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
     # both shapes and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per

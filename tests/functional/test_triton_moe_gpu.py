@@ -456,6 +456,45 @@ def test_cuda_graph_replay_of_the_squared_relu_tiles(variant, tokens):
     _graph_replay_of(lambda *shape: TILES[variant], tokens, (tokens, tokens * 2 // 3, 40), "squared_relu")
 
 
+# Session 11: the 4-warp tiles choose_config takes from 1.5 to 24 pairs per expert (three CTAs per SM), each with the
+# tile it replaced. Per output element both sum K in the same order (same BLOCK_K, same MMA K steps; only the rows
+# per program and the warps differ), so the bits must match. test_matches_float64_reference runs them as defaults at
+# 64 / 300 tokens and on the odd shapes.
+FOUR_WARP = {"s16k4_sx_m": ("s16k_sx_rm", "swiglu"), "m32l4_sx_m": ("m32l_sx", "swiglu"),
+             "s16k_sx_f4": ("s16k_sx_r", "squared_relu"), "m32a_f4": ("m32a", "squared_relu")}
+
+
+@pytest.mark.parametrize("tile", sorted(FOUR_WARP))
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 64), (128, 8, 4096, 1536, 256), _ODD33, _ODD7],
+                         ids=["30b-T64", "235b-T256", "odd33", "odd7"])
+def test_four_warp_tiles_equal_the_tiles_they_replace(tile, case):
+    """Bit-equal to the previous default tile, within BOUND of the float64 oracle, every row written (NaN-poisoned
+    output), nothing written past ``rows``, zeros past ``valid_tokens``."""
+    experts, topk, hidden, inter, tokens = case
+    old, activation = FOUR_WARP[tile]
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+    outs = []
+    for cfg in (TILES[old], TILES[tile]):
+        out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=3,
+                         valid_tokens=valid, out=out, rows=tokens, config=cfg)
+        torch.cuda.synchronize()
+        assert torch.isfinite(out[:tokens]).all() and torch.isnan(out[tokens:]).all()
+        outs.append(out[:tokens])
+    assert torch.equal(outs[0], outs[1]), (outs[0] - outs[1]).abs().max().item()
+    ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
+    assert relative_error(outs[1], ref) <= BOUND
+    assert outs[1][valid_rows:].abs().max().item() == 0 if valid_rows < tokens else True
+
+
+@pytest.mark.parametrize("tile,tokens", [("s16k4_sx_m", 64), ("m32l4_sx_m", 256), ("s16k_sx_f4", 64),
+                                         ("m32a_f4", 256)])
+def test_cuda_graph_replay_of_the_four_warp_tiles(tile, tokens):
+    """The session-11 defaults captured once and replayed with new routing and valid-token counts."""
+    _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), FOUR_WARP[tile][1])
+
+
 def test_rejects_bad_shapes():
     fc1, fc2 = _layer(4, 64, 32, "swiglu")
     x = torch.randn(3, 64, device="cuda", dtype=torch.bfloat16)
