@@ -3,6 +3,7 @@
 #   bash tools/gpu_next.sh s11a     # session 11, call 1: owed10's tests and refit benchmark, decode profiles + probes
 #   bash tools/gpu_next.sh s11b     # session 11, call 2: 4-warp FC1 / FC2 tiles at 64 / 256 tokens; refit A/B (old tree)
 #   bash tools/gpu_next.sh s11c     # session 11, call 3: tests of the 4-warp defaults, MoE benchmark, demo, probes
+#   bash tools/gpu_next.sh s11d     # session 11, call 5: squared ReLU x256w_sa with 4-warp FC2 / FC1 (probes, tests)
 #   bash tools/gpu_next.sh owed10   # owed from session 10: the graph replays of the new tiles (did not run), the
 #                                   # rest of their tests, the refit benchmark on the overlap-checking planner
 #   bash tools/gpu_next.sh final    # GPU tests of the default tiles, sx_auto (test_sx_auto_shift_on_odd_shapes has not
@@ -395,6 +396,18 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
     cat $OUT/probe.jsonl ;;
+  s11d)
+    # session 11, call 5 (about 7 minutes of device time left): squared ReLU at 4096 tokens with x256w_sa's FC2 / FC1
+    # on 4 warps and 64 rows (two CTAs per SM): probes first, then the bit-equality tests of both candidates
+    P="python3 bench/triton_moe_probe.py"
+    B=x256w_sa_t32a; F2="+fc2_warps=4+fc2_block_n=64"; F1="+fc1_warps=4+fc1_block_n=64"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 75 $P --shape $s --tokens 4096 --activation squared_relu --configs "$B,$B$F2,$B$F2$F1,$B"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl
+    timeout 100 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "four_warp_256_token" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log ;;
   s11c)
     # session 11, call 3: GPU tests of the 4-warp defaults (bit-equal to the tiles they replace, float64 default
     # cases, graph replays), the full MoE benchmark, the demo, then probes for the next session (4-CTA caps, the
@@ -470,5 +483,5 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
         --configs l64a,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done
     grep '^{' $OUT/probe.jsonl ;;
-  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|s10a|s10b|s10d|s10e|owed10|s11a|s11b|s11c|mid" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|s10a|s10b|s10d|s10e|owed10|s11a|s11b|s11c|s11d|mid" >&2; exit 2 ;;
 esac

@@ -495,6 +495,35 @@ def test_cuda_graph_replay_of_the_four_warp_tiles(tile, tokens):
     _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), FOUR_WARP[tile][1])
 
 
+# Session 11 candidates for squared ReLU at 176+ pairs per expert: x256w_sa_t32a with FC2 and / or FC1 on 4 warps
+# and 64 rows (two CTAs per SM, compile-only 214 / 227 registers, 107 KB shared each). Same K order per output
+# element as the default, so the bits must match (they did: run 14, call 5). NOT adopted: 4-14% slower at 4096
+# tokens (bench/NOTES_triton_moe.md, session 11).
+SQ_RELU_256 = {
+    "x256w_f2": dict(fc2_warps=4, fc2_block_n=64),
+    "x256w_f12": dict(fc2_warps=4, fc2_block_n=64, fc1_warps=4, fc1_block_n=64),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(SQ_RELU_256))
+def test_four_warp_256_token_squared_relu_tiles_equal_the_default(variant):
+    experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 3000
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, "squared_relu")
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+    default = TILES["x256w_sa_t32a"]
+    outs = []
+    for cfg in (default, dataclasses.replace(default, **SQ_RELU_256[variant])):
+        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", local_expert_offset=3,
+                         valid_tokens=valid, out=out, config=cfg)
+        torch.cuda.synchronize()
+        assert torch.isfinite(out).all(), "some output rows were not written"
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1]), (outs[0].float() - outs[1].float()).abs().max().item()
+    ref = _reference(x, fc1, fc2, probs, ids, "squared_relu", 3, valid_rows, tokens)
+    assert relative_error(outs[1], ref) <= BOUND
+
+
 def test_rejects_bad_shapes():
     fc1, fc2 = _layer(4, 64, 32, "swiglu")
     x = torch.randn(3, 64, device="cuda", dtype=torch.bfloat16)
