@@ -440,6 +440,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         finite_checked: bool = False,
         validated: bool = False,
         abort_flag: Optional[torch.Tensor] = None,
+        source_pointers: Optional[Sequence[int]] = None,
     ) -> "MXFP8Tensor":
         """Requantize experts ``indices`` of this stack from logical ``sources`` (``[M, K]`` each) in place.
 
@@ -448,6 +449,9 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         ``abort_flag``: device int32 ``[1]`` (triton backend, a stack with storage and no write hooks only):
         the kernel writes nothing while it holds a nonzero value, so a caller can scan the sources on the
         device (``quant.triton.scan_nonfinite_triton``) and write in the same stream without a host sync.
+        ``source_pointers`` (internal, for ``refit_experts``): the ``data_ptr()``s of ``sources``, in order, which
+        the one-launch triton path then uses instead of reading them again; honoured only with ``validated=True``
+        (the caller vouches for them as for the sources) and that path, ignored otherwise.
 
         With the triton backend this is ONE kernel launch for the whole batch (the refit fast path). Every
         source is validated before any byte is written. Hooks: the hooks of the written experts' views (made
@@ -480,7 +484,8 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         if resolved is QuantBackend.TRITON and one_dtype:
             from .quant.triton import quantize_experts_into_triton
 
-            quantize_experts_into_triton(list(sources), slots, data, scale, abort=abort_flag)
+            quantize_experts_into_triton(list(sources), slots, data, scale, abort=abort_flag,
+                                         pointers=source_pointers if validated else None)
         else:
             for slot, source in zip(slots, sources):
                 quantize_into(source, data[slot], scale[slot], resolved)

@@ -157,14 +157,16 @@ def quantize_experts_into_triton(
     scale: torch.Tensor,
     *,
     abort: Optional[torch.Tensor] = None,
+    pointers: Optional[Sequence[int]] = None,
     row_tiles: int = _TABLE_ROW_TILES,
     num_warps: int = _TABLE_WARPS,
 ) -> None:
     """Quantize ``n`` separate contiguous ``[M, K]`` sources (one dtype, on ``data``'s device) into expert slots
     ``experts`` (``n`` ints) of the stack ``data`` ``[E, M, K]`` / ``scale`` ``[E, Mp*Cp]``, in ONE kernel
     launch and without a host sync. ``abort``: optional device int32 ``[1]``; while it holds a nonzero value
-    when the kernel runs, nothing is written. ``row_tiles`` (32-row tiles per program) and ``num_warps`` are
-    tuning knobs. Inputs are assumed checked."""
+    when the kernel runs, nothing is written. ``pointers``: the sources' ``data_ptr()``s (``n`` ints, in order),
+    when the caller has them; the kernel reads the sources through them. ``row_tiles`` (32-row tiles per program)
+    and ``num_warps`` are tuning knobs. Inputs are assumed checked."""
     ok, reason = triton_quantizer_support(data.device)
     if not ok:
         raise BackendUnavailableError(reason)
@@ -173,7 +175,10 @@ def quantize_experts_into_triton(
 
     _, rows, cols = data.shape
     padded_rows, padded_cols = padded_scale_shape(rows, cols // 32)
-    pointers = [source.data_ptr() for source in sources]
+    if pointers is None:
+        pointers = [source.data_ptr() for source in sources]
+    elif len(pointers) != len(sources):  # the grid has one program row per source: each must have its address
+        raise ValueError(f"quantize_experts_into_triton: {len(pointers)} pointers for {len(sources)} sources")
     addresses = device_table(pointers, torch.int64, data.device)
     experts = device_table(list(experts), torch.int32, data.device)
     grid = (_cdiv(rows, _BLOCK_M * row_tiles), _cdiv(cols, _BLOCK_K), len(sources))

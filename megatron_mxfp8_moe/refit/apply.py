@@ -152,9 +152,11 @@ def _launch_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> N
                     source = first.source if first.source.is_contiguous() else first.source.contiguous()
                     first.target.quantize_(source, backend=plan.backend, finite_checked=True)
                 else:
+                    # addresses (None unless the plan read them): the data_ptr()s of this very ``sources`` list, read
+                    # after its contiguous copies were made (``_PlanBuilder.add_views``); no source is replaced later
                     batch.stack.quantize_experts_(
                         batch.indices, batch.sources, backend=plan.backend, finite_checked=True, validated=True,
-                        abort_flag=abort,
+                        abort_flag=abort, source_pointers=batch.addresses,
                     )
             except Exception as error:
                 together = (
