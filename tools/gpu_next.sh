@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh owed11   # owed from session 11: refit GPU tests + benchmark on the address reuse, profiles
+#                                   # of the 4-warp defaults, the probes NOTES session 11 lists
 #   bash tools/gpu_next.sh s11a     # session 11, call 1: owed10's tests and refit benchmark, decode profiles + probes
 #   bash tools/gpu_next.sh s11b     # session 11, call 2: 4-warp FC1 / FC2 tiles at 64 / 256 tokens; refit A/B (old tree)
 #   bash tools/gpu_next.sh s11c     # session 11, call 3: tests of the 4-warp defaults, MoE benchmark, demo, probes
 #   bash tools/gpu_next.sh s11d     # session 11, call 5: squared ReLU x256w_sa with 4-warp FC2 / FC1 (probes, tests)
-#   bash tools/gpu_next.sh owed10   # owed from session 10: the graph replays of the new tiles (did not run), the
-#                                   # rest of their tests, the refit benchmark on the overlap-checking planner
+#   bash tools/gpu_next.sh owed10   # owed from session 10 (done in session 11 by s11a)
 #   bash tools/gpu_next.sh final    # GPU tests of the default tiles, sx_auto (test_sx_auto_shift_on_odd_shapes has not
 #                                   # run yet) and the layer CUDA graphs, the demo (not run since session 5 with q1 /
 #                                   # l128a_sa), and the full MoE benchmark for the PERFORMANCE tables
@@ -396,6 +397,23 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
     cat $OUT/probe.jsonl ;;
+  owed11)
+    # owed from session 11 (no device time left): the quantize / refit / memory GPU tests and the refit benchmark on
+    # the address reuse (quantize_experts_into_triton(pointers=...)); then per-kernel profiles of the 4-warp defaults
+    # and the probes NOTES session 11 lists (24-pair cut, 3 FC1 stages under the cap)
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
+      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
+    timeout 100 python3 bench/refit.py --out $OUT > $OUT/refit.log 2>&1
+    echo "refit rc=$?" >> $OUT/refit.log; cat $OUT/refit.md
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 60 $P --shape $s --tokens 64 --configs s16k4_sx_m --profile
+      timeout 60 $P --shape $s --tokens 256 --configs m32l4_sx_m --profile
+      timeout 90 $P --shape $s --tokens 64 --configs "s16k4_sx_m,s16k4_sx_m+fc1_stages=3,s16k4_sx_m"
+      timeout 90 $P --shape $s --tokens 384,448,512 --configs "m32l4_sx_m,l128m_sa_t64"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl ;;
   s11d)
     # session 11, call 5 (about 7 minutes of device time left): squared ReLU at 4096 tokens with x256w_sa's FC2 / FC1
     # on 4 warps and 64 rows (two CTAs per SM): probes first, then the bit-equality tests of both candidates
@@ -483,5 +501,5 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
         --configs l64a,l128a_sa >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done
     grep '^{' $OUT/probe.jsonl ;;
-  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|s10a|s10b|s10d|s10e|owed10|s11a|s11b|s11c|s11d|mid" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh verify|refit|final|ncu64|sxauto|sxauto2|sxauto3|s8a|s8b|s8c|s9a|s9c|s10a|s10b|s10d|s10e|owed10|s11a|s11b|s11c|s11d|owed11|mid" >&2; exit 2 ;;
 esac
