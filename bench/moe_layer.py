@@ -353,9 +353,9 @@ def write_report(env, rows, out_dir):
         best = f"{f(r['swiglu_best_us'])} ({r['swiglu_best_config']})" if r.get("swiglu_best_config") else "n/a"
         lines.append(
             f"| {r['shape']} | {r['tokens']} | {r['experts_touched']:.0f} | {f(r['vllm_bf16_us'])} | {f(r['mcore_bf16_us'])} "
-            f"| {f(sw)} | {sw / r['vllm_bf16_us']:.2f} | {f(r['roofline_swiglu_us'])} | {100 * r['roofline_swiglu_us'] / sw:.0f}% "
+            f"| {f(sw)} | {sw / r['vllm_bf16_us']:.3f} | {f(r['roofline_swiglu_us'])} | {100 * r['roofline_swiglu_us'] / sw:.0f}% "
             f"| {f(r.get('swiglu_v3_default_us'))} | {best} "
-            f"| {f(sq)} | {sq / r['vllm_bf16_us']:.2f} | {f(r['roofline_sqrelu_us'])} | {100 * r['roofline_sqrelu_us'] / sq:.0f}% "
+            f"| {f(sq)} | {sq / r['vllm_bf16_us']:.3f} | {f(r['roofline_sqrelu_us'])} | {100 * r['roofline_sqrelu_us'] / sq:.0f}% "
             f"| {f(r.get('sqrelu_v3_default_us'))} | {r['sqrelu_vs_vllm_relerr']:.1e} |"
         )
     text = "\n".join(lines) + "\n"
