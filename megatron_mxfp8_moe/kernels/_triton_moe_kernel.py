@@ -427,6 +427,12 @@ def _sx_auto_shift(s_base, row_first, row_last, second_offset, scale_tiles, TWO_
 
 
 @triton.jit
+def _pow2_f32(shift):
+    """``2 ** shift`` as fp32 from its bits (``0 <= shift <= 127``): sx_auto's factor on the accumulators."""
+    return ((shift + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K, stride_wn, scale_tiles, shift,
                GATED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
                DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr):
@@ -518,7 +524,7 @@ def _fc1_tile(
         acc, _ = _fc1_steps(acc, acc, x_rows, w_base, s_base, rows_m, token_mask, N_OUT, steps, K, stride_wn,
                             scale_tiles, shift, False, 2 * BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         if DEQUANT == DQ_SX_AUTO:
-            acc = acc * ((shift + 127) << 23).to(tl.float32, bitcast=True)
+            acc = acc * _pow2_f32(shift)
         acc = tl.permute(tl.reshape(acc, [BLOCK_N // 8, 2, 8, BLOCK_T]), (0, 2, 3, 1))
         acc_g, acc_u = tl.split(tl.reshape(acc, [BLOCK_N, BLOCK_T, 2]))
         h = _activate(acc_g, acc_u, ACTIVATION)
@@ -528,7 +534,7 @@ def _fc1_tile(
         acc_g, acc_u = _fc1_steps(acc_g, acc_g, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K,
                                   stride_wn, scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         if DEQUANT == DQ_SX_AUTO:
-            unshift = ((shift + 127) << 23).to(tl.float32, bitcast=True)
+            unshift = _pow2_f32(shift)
             acc_g = acc_g * unshift
             if GATED:
                 acc_u = acc_u * unshift
@@ -791,7 +797,7 @@ def _fc2_kernel(
         acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
                          scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
         if DEQUANT == DQ_SX_AUTO:
-            acc = acc * ((shift + 127) << 23).to(tl.float32, bitcast=True)
+            acc = acc * _pow2_f32(shift)
         safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)
         out_ptrs = slot_ptr + pid_s.to(tl.int64) * stride_split + safe_pairs[None, :] * stride_slot + offs_n[:, None]
         tl.store(out_ptrs, acc.to(slot_ptr.dtype.element_ty), mask=token_mask[None, :] & (offs_n[:, None] < N))
