@@ -41,6 +41,21 @@ bg_pytest() {
   local seconds=$1 log=$2; shift 2
   (timeout "$seconds" python3 -m pytest -q -p no:cacheprovider "$@" > "$log" 2>&1; echo "pytest rc=$?" >> "$log") &
 }
+# refit_bench SECONDS: bench/refit.py into $OUT (refit.md / refit.json; refit.log ends with its exit status)
+refit_bench() {
+  timeout "$1" python3 bench/refit.py --out $OUT > $OUT/refit.log 2>&1
+  echo "refit rc=$?" >> $OUT/refit.log; cat $OUT/refit.md
+}
+# moe_bench_and_demo SECONDS LOG: the full MoE benchmark into $OUT/moe (SECONDS at most), then the demo appended to LOG
+moe_bench_and_demo() {
+  mkdir -p $OUT/moe
+  timeout "$1" python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+  echo "moe rc=$?" >> $OUT/moe_bench.log
+  tail -16 $OUT/moe_bench.log
+  TORCHDYNAMO_DISABLE=1 timeout 35 python3 examples/decode.py --steps 12 --batch-size 8 >> "$2" 2>&1
+  echo "demo rc=$?" >> "$2"
+  tail -3 "$2"
+}
 case "${1:-}" in
   refit)
     timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
@@ -387,13 +402,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     wait
     cat /tmp/moe_tests.log >> $L
     grep "passed\|failed\|rc=" $L
-    mkdir -p $OUT/moe
-    timeout 130 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
-    echo "moe rc=$?" >> $OUT/moe_bench.log
-    tail -16 $OUT/moe_bench.log
-    TORCHDYNAMO_DISABLE=1 timeout 35 python3 examples/decode.py --steps 12 --batch-size 8 >> $L 2>&1
-    echo "demo rc=$?" >> $L
-    tail -3 $L
+    moe_bench_and_demo 130 $L
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
     cat $OUT/probe.jsonl ;;
@@ -404,8 +413,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
       tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
-    timeout 100 python3 bench/refit.py --out $OUT > $OUT/refit.log 2>&1
-    echo "refit rc=$?" >> $OUT/refit.log; cat $OUT/refit.md
+    refit_bench 100
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 60 $P --shape $s --tokens 64 --configs s16k4_sx_m --profile
@@ -436,13 +444,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
       -k "four_warp or matches_float64" >> $L 2>&1
     echo "pytest rc=$?" >> $L
     grep "passed\|failed\|rc=" $L
-    mkdir -p $OUT/moe
-    timeout 140 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
-    echo "moe rc=$?" >> $OUT/moe_bench.log
-    tail -16 $OUT/moe_bench.log
-    TORCHDYNAMO_DISABLE=1 timeout 35 python3 examples/decode.py --steps 12 --batch-size 8 >> $L 2>&1
-    echo "demo rc=$?" >> $L
-    tail -3 $L
+    moe_bench_and_demo 140 $L
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 45 $P --shape $s --tokens 128 --configs "s16k4_sx_m,m32l4_sx_m,s16k4_sx_m+fc1_maxnreg=128+fc2_maxnreg=128"
@@ -471,8 +473,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 220 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
       -k "merged_256 or squared_relu_tiles or (sx_auto and (l128w or x256w))" > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
-    timeout 100 python3 bench/refit.py --out $OUT > $OUT/refit.log 2>&1
-    echo "refit rc=$?" >> $OUT/refit.log; cat $OUT/refit.md
+    refit_bench 100
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 60 $P --shape $s --tokens 64 --configs s16k_sx_rm --profile
@@ -489,8 +490,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 360 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
       -k "merged_256 or squared_relu_tiles or gate_merge or merged_defaults or x256w or l128w" > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
-    timeout 120 python3 bench/refit.py --out $OUT > $OUT/refit.log 2>&1
-    echo "refit rc=$?" >> $OUT/refit.log; cat $OUT/refit.md ;;
+    refit_bench 120 ;;
   mid)
     # next session: l128a_sa between 24 and 64 pairs per expert (512 / 768 tokens at 128 experts, top-8), where
     # choose_config keeps l64b / l64a untimed against it
