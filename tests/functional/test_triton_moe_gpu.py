@@ -464,18 +464,15 @@ FOUR_WARP = {"s16k4_sx_m": ("s16k_sx_rm", "swiglu"), "m32l4_sx_m": ("m32l_sx", "
              "s16k_sx_f4": ("s16k_sx_r", "squared_relu"), "m32a_f4": ("m32a", "squared_relu")}
 
 
-@pytest.mark.parametrize("tile", sorted(FOUR_WARP))
-@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 64), (128, 8, 4096, 1536, 256), _ODD33, _ODD7],
-                         ids=["30b-T64", "235b-T256", "odd33", "odd7"])
-def test_four_warp_tiles_equal_the_tiles_they_replace(tile, case):
-    """Bit-equal to the previous default tile, within BOUND of the float64 oracle, every row written (NaN-poisoned
-    output), nothing written past ``rows``, zeros past ``valid_tokens``."""
+def _assert_tiles_keep_bits(old, new, case, activation):
+    """Tiles ``new`` are bit-equal to ``old`` on ``case`` (experts, topk, hidden, inter, tokens), within BOUND of the
+    float64 oracle, every row written (NaN-poisoned output), nothing written past ``rows``, zeros past
+    ``valid_tokens``."""
     experts, topk, hidden, inter, tokens = case
-    old, activation = FOUR_WARP[tile]
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
     outs = []
-    for cfg in (TILES[old], TILES[tile]):
+    for cfg in (old, new):
         out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=3,
                          valid_tokens=valid, out=out, rows=tokens, config=cfg)
@@ -486,6 +483,14 @@ def test_four_warp_tiles_equal_the_tiles_they_replace(tile, case):
     ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
     assert relative_error(outs[1], ref) <= BOUND
     assert outs[1][valid_rows:].abs().max().item() == 0 if valid_rows < tokens else True
+
+
+@pytest.mark.parametrize("tile", sorted(FOUR_WARP))
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 64), (128, 8, 4096, 1536, 256), _ODD33, _ODD7],
+                         ids=["30b-T64", "235b-T256", "odd33", "odd7"])
+def test_four_warp_tiles_equal_the_tiles_they_replace(tile, case):
+    old, activation = FOUR_WARP[tile]
+    _assert_tiles_keep_bits(TILES[old], TILES[tile], case, activation)
 
 
 @pytest.mark.parametrize("tile,tokens", [("s16k4_sx_m", 64), ("m32l4_sx_m", 256), ("s16k_sx_f4", 64),
@@ -507,21 +512,9 @@ SQ_RELU_256 = {
 
 @pytest.mark.parametrize("variant", sorted(SQ_RELU_256))
 def test_four_warp_256_token_squared_relu_tiles_equal_the_default(variant):
-    experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 3000
-    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, "squared_relu")
-    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
     default = TILES["x256w_sa_t32a"]
-    outs = []
-    for cfg in (default, dataclasses.replace(default, **SQ_RELU_256[variant])):
-        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", local_expert_offset=3,
-                         valid_tokens=valid, out=out, config=cfg)
-        torch.cuda.synchronize()
-        assert torch.isfinite(out).all(), "some output rows were not written"
-        outs.append(out)
-    assert torch.equal(outs[0], outs[1]), (outs[0].float() - outs[1].float()).abs().max().item()
-    ref = _reference(x, fc1, fc2, probs, ids, "squared_relu", 3, valid_rows, tokens)
-    assert relative_error(outs[1], ref) <= BOUND
+    _assert_tiles_keep_bits(default, dataclasses.replace(default, **SQ_RELU_256[variant]), (128, 8, 2048, 768, 3000),
+                            "squared_relu")
 
 
 def test_rejects_bad_shapes():
