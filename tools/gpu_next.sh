@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s12b     # session 12, call 3: tests of the new gated defaults, MoE benchmark, demo
+#   bash tools/gpu_next.sh s12a     # session 12, call 2: L2 prefetch hints (tests, probes; the code is in
+#                                   # bench/results/run15/l2_prefetch.patch, not landed)
 #   bash tools/gpu_next.sh owed11   # owed from session 11: refit GPU tests + benchmark on the address reuse, profiles
 #                                   # of the 4-warp defaults, the probes NOTES session 11 lists
 #   bash tools/gpu_next.sh s11a     # session 11, call 1: owed10's tests and refit benchmark, decode profiles + probes
@@ -406,6 +409,38 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
     cat $OUT/probe.jsonl ;;
+  s12b)
+    # session 12, call 3: GPU tests of the new gated defaults (s16k4_sx_m3: 3 FC1 stages; m32l4_sx_m up to 32 pairs per
+    # expert), the full MoE benchmark and the demo, then FC2 with 3 stages on s16k4_sx_m3 (probe)
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 180 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "s16k4_sx_m3 or matches_float64 or replay_of_the_four_warp_tiles[m32l4_sx_m-512]" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=" $L
+    moe_bench_and_demo 150 $L
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 40 $P --shape $s --tokens 64 --configs "s16k4_sx_m3,s16k4_sx_m3+fc2_stages=3,s16k4_sx_m3"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl ;;
+  s12a)
+    # session 12, call 2: L2 prefetch hints (route programs prefetch FC1's first experts, extra FC1 grid rows
+    # FC2's): their bit-equality and graph-replay tests, then probes against the same tiles without them
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "l2_prefetch" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      B=s16k4_sx_m
+      timeout 90 $P --shape $s --tokens 64 --configs "$B,$B+prefetch_fc1_mb=16,$B+prefetch_fc1_mb=32,$B+prefetch_fc1_mb=48,$B+prefetch_fc1_mb=32+prefetch_fc2_mb=16,$B+prefetch_fc2_mb=16,$B"
+      B=m32l4_sx_m
+      timeout 90 $P --shape $s --tokens 256 --configs "$B,$B+prefetch_fc1_mb=32,$B+prefetch_fc1_mb=32+prefetch_fc2_mb=16,$B+prefetch_fc2_mb=24,$B"
+      timeout 60 $P --shape $s --tokens 64 --configs "s16k4_sx_m+prefetch_fc1_mb=32+prefetch_fc2_mb=16,s16k4_sx_m+fc1_stages=3+prefetch_fc1_mb=32+prefetch_fc2_mb=16"
+      timeout 60 $P --shape $s --tokens 1024 --configs "l128m_sa_t64,l128m_sa_t64+prefetch_fc1_mb=32+prefetch_fc2_mb=16"
+      timeout 60 $P --shape $s --tokens 4096 --activation squared_relu --configs "x256w_sa_t32a,x256w_sa_t32a+prefetch_fc1_mb=32+prefetch_fc2_mb=16"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl ;;
   owed11)
     # owed from session 11 (no device time left): the quantize / refit / memory GPU tests and the refit benchmark on
     # the address reuse (quantize_experts_into_triton(pointers=...)); then per-kernel profiles of the 4-warp defaults
@@ -413,6 +448,9 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
       tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
+    timeout 90 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "four_warp_256_token" > $OUT/tests256.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests256.log; tail -3 $OUT/tests256.log
     refit_bench 100
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do

@@ -459,9 +459,9 @@ def test_cuda_graph_replay_of_the_squared_relu_tiles(variant, tokens):
 # Session 11: the 4-warp tiles choose_config takes from 1.5 to 24 pairs per expert (three CTAs per SM), each with the
 # tile it replaced. Per output element both sum K in the same order (same BLOCK_K, same MMA K steps; only the rows
 # per program and the warps differ), so the bits must match. test_matches_float64_reference runs them as defaults at
-# 64 / 300 tokens and on the odd shapes.
-FOUR_WARP = {"s16k4_sx_m": ("s16k_sx_rm", "swiglu"), "m32l4_sx_m": ("m32l_sx", "swiglu"),
-             "s16k_sx_f4": ("s16k_sx_r", "squared_relu"), "m32a_f4": ("m32a", "squared_relu")}
+# 64 / 300 tokens and on the odd shapes. Session 12: s16k4_sx_m3 (3 FC1 stages) replaces s16k4_sx_m as the default.
+FOUR_WARP = {"s16k4_sx_m": ("s16k_sx_rm", "swiglu"), "s16k4_sx_m3": ("s16k_sx_rm", "swiglu"),
+             "m32l4_sx_m": ("m32l_sx", "swiglu"), "s16k_sx_f4": ("s16k_sx_r", "squared_relu"), "m32a_f4": ("m32a", "squared_relu")}
 
 
 def _assert_tiles_keep_bits(old, new, case, activation):
@@ -493,8 +493,8 @@ def test_four_warp_tiles_equal_the_tiles_they_replace(tile, case):
     _assert_tiles_keep_bits(TILES[old], TILES[tile], case, activation)
 
 
-@pytest.mark.parametrize("tile,tokens", [("s16k4_sx_m", 64), ("m32l4_sx_m", 256), ("s16k_sx_f4", 64),
-                                         ("m32a_f4", 256)])
+@pytest.mark.parametrize("tile,tokens", [("s16k4_sx_m", 64), ("s16k4_sx_m3", 64), ("m32l4_sx_m", 256),
+                                         ("m32l4_sx_m", 512), ("s16k_sx_f4", 64), ("m32a_f4", 256)])
 def test_cuda_graph_replay_of_the_four_warp_tiles(tile, tokens):
     """The session-11 defaults captured once and replayed with new routing and valid-token counts."""
     _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), FOUR_WARP[tile][1])

@@ -54,7 +54,7 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx_m", "s16k_sx_f4", "m32l4_sx_m", "m32a_f4",
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx_m3", "s16k_sx_f4", "m32l4_sx_m", "m32a_f4",
                                      "l128m_sa_t64", "x256m_sa_t32", "l128w_sa_t64", "x256w_sa_t32a"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
@@ -70,7 +70,7 @@ def test_choice_by_pairs_per_expert(gated):
     def pick(rows, experts=128):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
         return next(name for name, tile in TILES.items() if tile is cfg)
-    small = "s16k4_sx_m" if gated else "s16k_sx_f4"
+    small = "s16k4_sx_m3" if gated else "s16k_sx_f4"
     assert [pick(rows) for rows in (1, 2, 4, 8, 16, 24, 25, 64)] == (
         ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", small, small] if gated else
         ["g16p", "g16p", "g16p", "q1", "q1", "q1", small, small])
@@ -78,9 +78,9 @@ def test_choice_by_pairs_per_expert(gated):
     # 256 tokens: 16 pairs per expert; 512: 32; the one-multiply dequant on 128-token tiles (session 7) with tail
     # tiles (session 8): gated from 24 pairs per expert (session 9), squared ReLU from 64 (1024 tokens); 64-token
     # tails below 72 pairs per expert, 32-token tails from there; squared ReLU with 128 FC1 rows per program from
-    # 64 pairs per expert and 256-token tiles from 176 (session 10)
-    assert [pick(rows) for rows in (384, 385, 512, 1023, 1024, 1151, 1152, 2815, 2816, 4096)] == (
-        ["m32l4_sx_m", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t32",
+    # 64 pairs per expert and 256-token tiles from 176 (session 10); gated 32-token tiles up to 32 (session 12)
+    assert [pick(rows) for rows in (384, 385, 512, 513, 1024, 1151, 1152, 2815, 2816, 4096)] == (
+        ["m32l4_sx_m", "m32l4_sx_m", "m32l4_sx_m", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t32",
          "l128m_sa_t32", "x256m_sa_t32", "x256m_sa_t32"] if gated else
         ["m32a_f4", "l64a", "l64a", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a", "l128w_sa_t32a",
          "x256w_sa_t32a", "x256w_sa_t32a"])
@@ -105,7 +105,7 @@ def test_tile_choice_uses_the_global_expert_count(monkeypatch):
     for global_experts in (None, 128):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, local_expert_offset=32, valid_tokens=valid,
                          route_experts=global_experts)
-    assert chosen == [TILES["s16k4_sx_m"], TILES["q1"]]
+    assert chosen == [TILES["s16k4_sx_m3"], TILES["q1"]]
     with pytest.raises(MXFP8InputError, match="route_experts"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, route_experts=8)
 
