@@ -260,11 +260,11 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # Session 11: from 1.5 to 24 pairs per expert the 4-warp FC2 (and gated, the 4-warp merged FC1) tiles: three
     # CTAs per SM, 3-10% faster than s16k_sx_rm / s16k_sx_r / m32l_sx / m32a at 64 and 256 tokens (TILES).
     # Session 12: gated, 3 FC1 stages up to 8 pairs per expert (64 tokens: 1.1-2.3% faster than 2 stages in three
-    # probes on both shapes) and the 32-token tiles up to 32 pairs per expert (448 / 512 tokens: 16% / 0.7-1.8%
-    # faster than l128m_sa_t64 on both shapes; squared ReLU was not timed there and keeps its cut at 24).
+    # probes on both shapes). Both activations: the 32-token tiles up to 32 pairs per expert (448 / 512 tokens,
+    # both shapes: gated 16% / 0.7-1.8% faster than l128m_sa_t64, squared ReLU 18-19% / 3.3-3.5% faster than l64a).
     if pairs_per_expert <= 8:
         return TILES["s16k4_sx_m3" if gated else "s16k_sx_f4"]
-    if pairs_per_expert <= (32 if gated else 24):
+    if pairs_per_expert <= 32:
         return TILES["m32l4_sx_m" if gated else "m32a_f4"]
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
     # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
