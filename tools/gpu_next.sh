@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s12c     # session 12, call 5: "sx4" word-load tiles (3 float64 tests, probes)
 #   bash tools/gpu_next.sh s12b     # session 12, call 3: tests of the new gated defaults, MoE benchmark, demo
 #   bash tools/gpu_next.sh s12a     # session 12, call 2: L2 prefetch hints (tests, probes; the code is in
 #                                   # bench/results/run15/l2_prefetch.patch, not landed)
@@ -408,6 +409,20 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     moe_bench_and_demo 130 $L
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
+    cat $OUT/probe.jsonl ;;
+  s12c)
+    # session 12, call 5 (about 6 minutes of device time left): "sx4" (weight rows read as uint32 words: 16-byte
+    # copies, 4 byte-plane MMAs) on the 64 / 256-token tiles: three float64 tests, then probes against the same tiles
+    timeout 80 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "sx4_tiles_match_float64 and ((s16k4 and (30b-T64 or odd7)) or (m32l4 and 235b-T256))" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; tail -2 $OUT/tests.log
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 45 $P --shape $s --tokens 64 --configs "s16k4_sx_m3,s16k4_sx_m3@sx4,s16k4_sx_m3"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 40 $P --shape $s --tokens 256 --configs "m32l4_sx_m,m32l4_sx_m@sx4"
+    done >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s12b)
     # session 12, call 3: GPU tests of the new gated defaults (s16k4_sx_m3: 3 FC1 stages; m32l4_sx_m up to 32 pairs per

@@ -210,6 +210,14 @@ DQ_SX = tl.constexpr(5)  # v4: sign-extending prmt + shift + and (3 int ops per 
 # v8 (host mode "sx_auto"): per tile shift = max(0, max scale byte - 134) (``_fc1_tile``, ``_fc2_kernel``), then the
 # sign-extending bits times ONE bf16 factor 2 ** (s - 7 - shift) (0 if too small), accumulators times 2 ** shift
 DQ_SX_AUTO = tl.constexpr(7)
+# Session 12 (host mode "sx4", MMA path): the weight tile is loaded as uint32 words, 4 K-neighbours each, so the
+# pipeline copies it with 16-byte cp.async and reads it back with 8/16-byte LDS (fp8 tiles get 8-byte copies and
+# 2-byte LDS; NOTES session 11). Byte i of every word is one "plane" (K = 4j + i); each plane is dequantized like DQ_SX
+# and multiplied with the matching rows of the token tile: 4 MMAs of K / 4 per step (``_mma_sx4``). Exact products,
+# but the planes are summed one after the other: not bit-equal to one MMA over K. DQ_SX4_INT: the same planes in
+# plain integer ops with fp32 scales (interpreter check).
+DQ_SX4 = tl.constexpr(8)
+DQ_SX4_INT = tl.constexpr(9)
 
 
 @triton.jit
@@ -272,6 +280,87 @@ def _fp8_sx_to_bf16(w):
         is_pure=True,
         pack=2,
     )
+
+
+@triton.jit
+def _fp8x4_sx_to_bf16(words):
+    """uint32 words of 4 e4m3 bytes -> 4 bf16 tensors, byte ``i`` of each word in the ``i``-th: the value
+    ``e4m3 * 2 ** -120`` of ``_fp8_sx_to_bf16`` (selectors 0x9180 / 0xB3A2 sign-extend bytes 0, 1 / 2, 3)."""
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 a, b;
+        prmt.b32 a, $4, 0, 0x9180;
+        prmt.b32 b, $4, 0, 0xB3A2;
+        shl.b32 a, a, 4;
+        shl.b32 b, b, 4;
+        and.b32 a, a, 0x87F087F0;
+        and.b32 b, b, 0x87F087F0;
+        mov.b32 {$0, $1}, a;
+        mov.b32 {$2, $3}, b;
+        }
+        """,
+        constraints="=h,=h,=h,=h,r",
+        args=[words],
+        dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16),
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
+def _plane_mma(v, lo, hi, x, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FP32_DOT: tl.constexpr):
+    """``acc += (v * lo * hi) @ x`` for one byte plane ``v`` ``[BLOCK_N, BLOCK_K // 4]`` (8 values per 32-block)
+    and its per-block factors ``[BLOCK_N, BLOCK_K // 32]``."""
+    values = tl.reshape(v, [BLOCK_N, BLOCK_K // 32, 8]) * tl.reshape(lo, [BLOCK_N, BLOCK_K // 32, 1])
+    values = values * tl.reshape(hi, [BLOCK_N, BLOCK_K // 32, 1])
+    return _mma(tl.reshape(values, [BLOCK_N, BLOCK_K // 4]), x, acc, FP32_DOT)
+
+
+@triton.jit
+def _int_plane(words, i: tl.constexpr):
+    """Byte plane ``i`` of uint32 words as fp32 ``e4m3 * 2 ** -120`` (plain integer ops: DQ_SX4_INT)."""
+    b = ((words >> (8 * i)) & 0xFF).to(tl.int32)
+    bits16 = (((b & 0x80) << 8) | ((b & 0x7F) << 4)).to(tl.int16)
+    return bits16.to(tl.bfloat16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _mma_sx4(words, s, x, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr,
+             FP32_DOT: tl.constexpr):
+    """``acc += W @ x`` for one K step: ``words`` ``[BLOCK_N, BLOCK_K // 4]`` uint32 (byte ``i`` of word ``j`` is
+    weight ``k = 4j + i``), ``s`` its E8M0 tile ``[BLOCK_N, BLOCK_K // 32]``, ``x`` ``[BLOCK_K, BLOCK_T]`` bf16.
+    Four MMAs over K / 4, plane by plane (DQ_SX4 / DQ_SX4_INT); the factors are DQ_SX's (exact)."""
+    BLOCK_T: tl.constexpr = x.shape[1]
+    x4 = tl.reshape(tl.permute(tl.reshape(x, [BLOCK_K // 4, 4, BLOCK_T]), (0, 2, 1)), [BLOCK_K // 4, BLOCK_T, 2, 2])
+    x_even, x_odd = tl.split(x4)  # planes 0, 2 / 1, 3 (the last axis of the [2, 2] pair is plane % 2)
+    x0, x2 = tl.split(x_even)
+    x1, x3 = tl.split(x_odd)
+    if DEQUANT == DQ_SX4_INT:
+        si = s.to(tl.int32)
+        lo = ((tl.minimum(si, 134) + 120) << 23).to(tl.float32, bitcast=True)  # 2 ** (min(s, 134) - 7)
+        hi = ((tl.maximum(si, 134) - 7) << 23).to(tl.float32, bitcast=True)  # 2 ** (max(s, 134) - 134)
+        acc = _plane_mma(_int_plane(words, 0), lo, hi, x0, acc, BLOCK_N, BLOCK_K, FP32_DOT)
+        acc = _plane_mma(_int_plane(words, 1), lo, hi, x1, acc, BLOCK_N, BLOCK_K, FP32_DOT)
+        acc = _plane_mma(_int_plane(words, 2), lo, hi, x2, acc, BLOCK_N, BLOCK_K, FP32_DOT)
+        acc = _plane_mma(_int_plane(words, 3), lo, hi, x3, acc, BLOCK_N, BLOCK_K, FP32_DOT)
+    else:
+        v0, v1, v2, v3 = _fp8x4_sx_to_bf16(words)
+        si = s.to(tl.int16)
+        lo = ((tl.minimum(si, 134) + 120) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        hi = ((tl.maximum(si, 134) - 7) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        acc = _plane_mma(v0, lo, hi, x0, acc, BLOCK_N, BLOCK_K, FP32_DOT)
+        acc = _plane_mma(v1, lo, hi, x1, acc, BLOCK_N, BLOCK_K, FP32_DOT)
+        acc = _plane_mma(v2, lo, hi, x2, acc, BLOCK_N, BLOCK_K, FP32_DOT)
+        acc = _plane_mma(v3, lo, hi, x3, acc, BLOCK_N, BLOCK_K, FP32_DOT)
+    return acc
+
+
+@triton.jit
+def _word_rows(w_base, rows, stride_wn):
+    """``[BLOCK_N, 1]`` uint32 pointers to the first word of each weight row (DQ_SX4; the host checks that rows
+    start at 4-byte aligned addresses)."""
+    return w_base.to(tl.pointer_type(tl.uint32)) + rows[:, None] * (stride_wn // 4)
 
 
 @triton.jit
@@ -442,10 +531,21 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
     offs_k = tl.arange(0, BLOCK_K)
     offs_ks = tl.arange(0, BLOCK_K // 32)
     x_ptrs = x_rows[None, :] + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
-    wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_k[None, :]
+    if DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT:  # uint32 words: WORDS K values per pointer
+        WORDS: tl.constexpr = 4
+        W_OTHER: tl.constexpr = 0  # masked word loads
+        offs_w = tl.arange(0, BLOCK_K // 4)
+        wg_ptrs = _word_rows(w_base, rows_n, stride_wn) + offs_w[None, :]
+        row_step = N_OUT * (stride_wn // 4)
+    else:
+        WORDS: tl.constexpr = 1
+        W_OTHER: tl.constexpr = 0.0
+        offs_w = offs_k
+        wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_w[None, :]
+        row_step = N_OUT * stride_wn
     sg_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
     if GATED:
-        wu_ptrs = wg_ptrs + N_OUT * stride_wn
+        wu_ptrs = wg_ptrs + row_step
         rows_u = rows_n + N_OUT
         su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
     for k in range(0, steps):
@@ -457,21 +557,33 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
         else:
             k_left = K - k * BLOCK_K
             x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
-            wg = tl.load(wg_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            wg = tl.load(wg_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
             sg = tl.load(sg_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
-        acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT, shift), x, acc_g, FP32_DOT)
+        acc_g = _step_mma(wg, sg, x, acc_g, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
         if GATED:
             if EVEN_K:
                 wu = tl.load(wu_ptrs)
                 su = tl.load(su_rows[:, None] + s_cols[None, :])
             else:
-                wu = tl.load(wu_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+                wu = tl.load(wu_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
                 su = tl.load(su_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
-            acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT, shift), x, acc_u, FP32_DOT)
-            wu_ptrs += BLOCK_K
+            acc_u = _step_mma(wu, su, x, acc_u, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
+            wu_ptrs += BLOCK_K // WORDS
         x_ptrs += BLOCK_K
-        wg_ptrs += BLOCK_K
+        wg_ptrs += BLOCK_K // WORDS
     return acc_g, acc_u
+
+
+@triton.jit
+def _step_mma(w, s, x, acc, shift, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr,
+              FP32_DOT: tl.constexpr):
+    """``acc += W @ x`` for one K step: ``w`` fp8 ``[BLOCK_N, BLOCK_K]`` (``_dequant_tile``) or, DQ_SX4 /
+    DQ_SX4_INT, uint32 words ``[BLOCK_N, BLOCK_K // 4]`` (``_mma_sx4``)."""
+    if DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT:
+        acc = _mma_sx4(w, s, x, acc, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
+    else:
+        acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT, shift), x, acc, FP32_DOT)
+    return acc
 
 
 @triton.jit
@@ -720,7 +832,16 @@ def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, 
     offs_k = tl.arange(0, BLOCK_K)
     offs_ks = tl.arange(0, BLOCK_K // 32)
     a_ptrs = a_rows[None, :] + offs_k[:, None] + k_first * BLOCK_K  # [BLOCK_K, BLOCK_T]
-    w_ptrs = w_base + rows_n[:, None] * stride_wn + offs_k[None, :] + k_first * BLOCK_K
+    if DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT:  # uint32 words (``_fc1_steps``)
+        WORDS: tl.constexpr = 4
+        W_OTHER: tl.constexpr = 0  # masked word loads
+        offs_w = tl.arange(0, BLOCK_K // 4)
+        w_ptrs = _word_rows(w_base, rows_n, stride_wn) + offs_w[None, :] + k_first * (BLOCK_K // 4)
+    else:
+        WORDS: tl.constexpr = 1
+        W_OTHER: tl.constexpr = 0.0
+        offs_w = offs_k
+        w_ptrs = w_base + rows_n[:, None] * stride_wn + offs_w[None, :] + k_first * BLOCK_K
     s_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
     for k in range(k_first, k_end):
         s_ptrs = s_rows[:, None] + _scale_col_offsets(k, BLOCK_K // 32)[None, :]
@@ -731,11 +852,11 @@ def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, 
         else:
             k_left = K - k * BLOCK_K
             a = tl.load(a_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
-            w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            w = tl.load(w_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
             s = tl.load(s_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
-        acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT, shift), a, acc, FP32_DOT)
+        acc = _step_mma(w, s, a, acc, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
         a_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K // WORDS
     return acc
 
 

@@ -45,7 +45,10 @@ _ACTIVATION_CODE = {  # keep in sync with ACT_* in _triton_moe_kernel.py
 
 # keep in sync with DQ_* (kernel). "sx_auto" (MMA path only): per tile, shift = max(0, largest scale byte of its rows
 # - 134), one bf16 factor 2 ** (s - 7 - shift) per weight pair, accumulators times 2 ** shift (``_fc1_tile``).
-_DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "sx": 5, "sx_auto": 7}
+# "sx4" (MMA path only, session 12): weights read as uint32 words (16-byte copies), 4 byte-plane MMAs per K step
+# (``_mma_sx4``); "sx4_int" the same in plain integer ops (Triton interpreter).
+_DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "sx": 5, "sx_auto": 7, "sx4": 8, "sx4_int": 9}
+_WORD_DEQUANT = (_DEQUANT_CODE["sx4"], _DEQUANT_CODE["sx4_int"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,8 +110,11 @@ class TritonMoEConfig:
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
-        if self.dequant == "sx_auto" and (self.direct or self.gemv):
-            raise ValueError("TritonMoEConfig: dequant='sx_auto' is for the MMA path (direct=False, gemv=False)")
+        if self.dequant in ("sx_auto", "sx4", "sx4_int") and (self.direct or self.gemv):
+            raise ValueError(f"TritonMoEConfig: dequant={self.dequant!r} is for the MMA path (direct=False, gemv=False)")
+        if self.dequant in ("sx4", "sx4_int") and (self.fc1_block_k % 64 or self.fc2_block_k % 64):
+            raise ValueError(f"TritonMoEConfig: dequant={self.dequant!r} needs block_k multiples of 64 (4 planes of "
+                             f"at least 16), got {self.fc1_block_k} / {self.fc2_block_k}")
         if self.gemv and not self.direct and self.block_t != 1:
             raise ValueError(f"TritonMoEConfig: the routed GEMV path (gemv without direct) runs one pair per "
                              f"program and needs block_t=1, got block_t={self.block_t}")
@@ -475,6 +481,13 @@ def triton_mxfp8_moe(
             if weight.scale_bytes().data_ptr() % 4:  # sx_auto tests the scale rows as 32-bit words
                 raise MXFP8InputError(f"{name}: the swizzled scales must start at a 4-byte aligned address for the "
                                       "'sx_auto' tiles; got a storage offset that is not (copy the stack)")
+    if any(code in _WORD_DEQUANT for code in (cfg.dequant_code, cfg.tail.dequant_code if cfg.tail is not None else -1)):
+        for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
+            data = weight.data
+            if data.data_ptr() % 4 or data.stride(0) % 4 or data.stride(1) % 4:  # rows read as uint32 words
+                raise MXFP8InputError(f"{name}: the 'sx4' tiles read weight rows as 32-bit words; the fp8 rows must "
+                                      f"start at 4-byte aligned addresses (strides {tuple(data.stride())}, address "
+                                      f"{data.data_ptr()}; copy the stack)")
     with on_device(x.device):  # Triton launches on the current device
         _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
                 experts, hidden, inner, topk)

@@ -133,6 +133,35 @@ def test_sx_auto_needs_word_aligned_scales(monkeypatch):
     assert chosen == [TILES["l64b"], TILES["l128a_sa_t32"]]
 
 
+def test_sx4_needs_word_aligned_weight_rows(monkeypatch):
+    """"sx4" tiles read weight rows as 32-bit words: a stack whose fp8 rows start at an address that is not a
+    multiple of 4 (a view with a storage offset) is refused with a clear error before any launch; the same tile
+    with "sx" takes it. "sx4" is for the MMA path with K tiles of 64 or more."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+    from megatron_mxfp8_moe.tensor import MXFP8Tensor
+
+    chosen = []
+    monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: chosen.append(cfg))
+    fc1 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((4, 64, 32), scale=0.1), backend="reference")
+    raw = fc1.data.view(torch.uint8)
+    shifted = torch.empty(raw.numel() + 2, dtype=torch.uint8)[2:].view_as(raw)
+    shifted.copy_(raw)
+    odd = MXFP8Tensor(shifted.view(fc1.data.dtype), fc1.scale_bytes())
+    x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
+    probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
+    words = dataclasses.replace(TILES["s16k4_sx_m3"], dequant="sx4")
+    with pytest.raises(MXFP8InputError, match="32-bit words"):
+        triton_mxfp8_moe(x, probs, ids, odd, fc2, valid_tokens=valid, config=words)
+    triton_mxfp8_moe(x, probs, ids, odd, fc2, valid_tokens=valid, config=TILES["s16k4_sx_m3"])
+    triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, config=words)
+    assert chosen == [TILES["s16k4_sx_m3"], words]
+    for bad in (dict(direct=True, fc1_gate_merge=False), dict(gemv=True, direct=True, fc1_gate_merge=False),
+                dict(fc2_block_k=32)):
+        with pytest.raises(ValueError, match="sx4"):
+            dataclasses.replace(words, **bad)
+
+
 def test_gemv_config_is_checked():
     tile = TILES["d4_sx"]
     assert dataclasses.replace(tile, gemv=True).gemv
@@ -382,6 +411,9 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         "routed_gemv_k32": dict(gemv=True, block_t=1, fc1_block_k=32, fc2_block_k=32, fc2_block_n=8),
         "gate_merge": dict(fc1_gate_merge=True),  # gated: one FC1 tile of 8 gate rows then their 8 up rows
         "gate_merge_n32": dict(fc1_gate_merge=True, fc1_block_n=32),
+        # uint32 word loads, 4 byte-plane MMAs per K step (session 12): planes summed in order, so no bit equality
+        "sx4_int": dict(dequant_fp32=False, dequant="sx4_int"),
+        "sx4_int_merge_splitk2": dict(dequant_fp32=False, dequant="sx4_int", fc1_gate_merge=True, fc2_split_k=2),
     }
     for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32), ("geglu", 160, 96),
                                       ("swiglu", 160, 96)):
@@ -508,7 +540,7 @@ def test_kernels_under_triton_interpreter():
     for key in _LAYER_KEYS:
         for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3", "_direct", "_direct_k32", "_gemv", "_gemv_k32",
                        "_gemv_pairs", "_gemv_pairs_k32", "_routed_gemv", "_routed_gemv_k32", "_gate_merge",
-                       "_gate_merge_n32"):
+                       "_gate_merge_n32", "_sx4_int", "_sx4_int_merge_splitk2"):
             check = result[key + suffix]
             assert check["err"] <= 1e-2, (key + suffix, check)
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
