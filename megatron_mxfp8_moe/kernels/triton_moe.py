@@ -205,6 +205,9 @@ TILES = {
     # session 12: s16k4_sx_m with 3 FC1 stages (58 KB shared, 142 registers: still three CTAs per SM)
     "s16k4_sx_m3": TritonMoEConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, dequant="sx", fc1_maxnreg=168, fc2_maxnreg=168,
                                    fc1_gate_merge=True),
+    # session 12, call 5: s16k4_sx_m3 with its weight rows read as uint32 words (16-byte copies, 4 byte-plane MMAs)
+    "s16k4_sx4_m3": TritonMoEConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, dequant="sx4", fc1_maxnreg=168,
+                                    fc2_maxnreg=168, fc1_gate_merge=True),
     "m32l4_sx_m": TritonMoEConfig(32, 32, 256, 4, 2, 64, 256, 4, 2, dequant="sx", fc1_maxnreg=168, fc2_maxnreg=168,
                                   fc1_gate_merge=True),
     "s16k_sx_f4": TritonMoEConfig(16, 64, 256, 4, 3, 64, 256, 4, 2, dequant="sx", fc2_maxnreg=168),
@@ -265,11 +268,14 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
         return TILES["q1"]
     # Session 11: from 1.5 to 24 pairs per expert the 4-warp FC2 (and gated, the 4-warp merged FC1) tiles: three
     # CTAs per SM, 3-10% faster than s16k_sx_rm / s16k_sx_r / m32l_sx / m32a at 64 and 256 tokens (TILES).
-    # Session 12: gated, 3 FC1 stages up to 8 pairs per expert (64 tokens: 1.1-2.3% faster than 2 stages in three
-    # probes on both shapes). Both activations: the 32-token tiles up to 32 pairs per expert (448 / 512 tokens,
-    # both shapes: gated 16% / 0.7-1.8% faster than l128m_sa_t64, squared ReLU 18-19% / 3.3-3.5% faster than l64a).
+    # Session 12: gated, up to 8 pairs per expert, 3 FC1 stages (64 tokens: 1.1-2.3% faster than 2 stages in three
+    # probes on both shapes) and the weight rows read as uint32 words ("sx4": 16-byte copies and 8/16-byte shared
+    # loads instead of 8-byte copies and 2-byte loads; 64 tokens 6.7% / 6.5% faster than "sx" on 30b / 235b; at 256
+    # tokens m32l4_sx_m with "sx4" spilled under its cap and was 3.5% slower on 30b). Both activations: the 32-token
+    # tiles up to 32 pairs per expert (448 / 512 tokens, both shapes: gated 16% / 0.7-1.8% faster than
+    # l128m_sa_t64, squared ReLU 18-19% / 3.3-3.5% faster than l64a).
     if pairs_per_expert <= 8:
-        return TILES["s16k4_sx_m3" if gated else "s16k_sx_f4"]
+        return TILES["s16k4_sx4_m3" if gated else "s16k_sx_f4"]
     if pairs_per_expert <= 32:
         return TILES["m32l4_sx_m" if gated else "m32a_f4"]
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While

@@ -54,7 +54,7 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx_m3", "s16k_sx_f4", "m32l4_sx_m", "m32a_f4",
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4_m3", "s16k_sx_f4", "m32l4_sx_m", "m32a_f4",
                                      "l128m_sa_t64", "x256m_sa_t32", "l128w_sa_t64", "x256w_sa_t32a"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
@@ -70,7 +70,7 @@ def test_choice_by_pairs_per_expert(gated):
     def pick(rows, experts=128):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
         return next(name for name, tile in TILES.items() if tile is cfg)
-    small = "s16k4_sx_m3" if gated else "s16k_sx_f4"
+    small = "s16k4_sx4_m3" if gated else "s16k_sx_f4"
     assert [pick(rows) for rows in (1, 2, 4, 8, 16, 24, 25, 64)] == (
         ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", small, small] if gated else
         ["g16p", "g16p", "g16p", "q1", "q1", "q1", small, small])
@@ -105,7 +105,7 @@ def test_tile_choice_uses_the_global_expert_count(monkeypatch):
     for global_experts in (None, 128):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, local_expert_offset=32, valid_tokens=valid,
                          route_experts=global_experts)
-    assert chosen == [TILES["s16k4_sx_m3"], TILES["q1"]]
+    assert chosen == [TILES["s16k4_sx4_m3"], TILES["q1"]]
     with pytest.raises(MXFP8InputError, match="route_experts"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, route_experts=8)
 
@@ -131,6 +131,11 @@ def test_sx_auto_needs_word_aligned_scales(monkeypatch):
     triton_mxfp8_moe(x, probs, ids, fc1, odd, valid_tokens=valid, config=TILES["l64b"])
     triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, config=TILES["l128a_sa_t32"])
     assert chosen == [TILES["l64b"], TILES["l128a_sa_t32"]]
+
+
+def test_sx4_default_is_s16k4_sx_m3_with_word_loads():
+    """The gated default up to 8 pairs per expert differs from the tile GPU-tested as s16k4_sx_m3 only in "sx4"."""
+    assert TILES["s16k4_sx4_m3"] == dataclasses.replace(TILES["s16k4_sx_m3"], dequant="sx4")
 
 
 def test_sx4_needs_word_aligned_weight_rows(monkeypatch):
