@@ -170,7 +170,9 @@ class _Lookups:
 @dataclasses.dataclass(eq=False)
 class _Table:
     """The lookup table of one experts module, cached per module (``_TABLES``) while ``mxfp8_weights()`` returns
-    the same names, in the same order, mapped to the same objects, and no whole stack was released since."""
+    the same names, in the same order, mapped to the same objects, and no whole stack or lone tensor was released
+    since (a lone tensor's key is its storage address while it has storage: after release, that address may
+    belong to another tensor)."""
 
     weights: dict  # mxfp8_weights() when the table was built
     targets: dict  # local name -> _Target
@@ -178,6 +180,7 @@ class _Table:
     top: int  # the largest local index of a per-expert target (-1 for none)
     stacks: tuple = ()  # the stacks the per-expert targets are views of, in first-name order
     aligned: bool = True  # every view's expert index in its stack is its local index
+    lones: tuple = ()  # the lone (not a view) targets that had storage when the table was built
     _lookups: dict = dataclasses.field(default_factory=dict)  # (path, strip, E) -> ``lookups()``
 
     def lookups(self, path: str, strip: Optional[str], num_local: int) -> _Lookups:
@@ -207,7 +210,9 @@ def _cached_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -
     old = cached.weights
     if len(old) == len(weights) and list(old) == list(weights) and all(
         map(operator.is_, old.values(), weights.values())
-    ) and not any(hit.target.is_released for hit in cached.wholes):  # a released stack has no whole-stack entry
+    ) and not any(hit.target.is_released for hit in cached.wholes) and not any(  # no whole-stack entry once released
+        target.is_released for target in cached.lones  # a released lone tensor's key is no longer its address
+    ):
         return cached
     return None
 
@@ -242,7 +247,8 @@ def _lookup_table(module: torch.nn.Module, weights: Mapping[str, MXFP8Tensor]) -
     views = [hit for hit in table.values() if hit.index >= 0]
     built = _Table(dict(weights), table, tuple(hit for hit in table.values() if hit.whole), top,
                    tuple({id(hit.stack): hit.stack for hit in views}.values()),
-                   all(hit.index == hit.parsed.local_index for hit in views))
+                   all(hit.index == hit.parsed.local_index for hit in views),
+                   tuple(hit.target for hit in table.values() if hit.stack is None and not hit.target.is_released))
     try:
         _TABLES[module] = built
     except TypeError:  # a module that cannot be weakly referenced: no cache

@@ -325,6 +325,30 @@ def test_the_lookup_table_follows_the_objects_mxfp8_weights_returns():
         validate_refit(module, {"linear_fc1.weight0": source})
 
 
+def test_a_released_lone_tensor_is_not_keyed_by_its_old_address():
+    """A lone canonical tensor (not a stack view) is keyed by its storage address for duplicate detection; once
+    released, that address can be reused by another tensor, so the cached table is rebuilt and keys it by object."""
+    from megatron_mxfp8_moe.refit import validate
+
+    lone = quantize_mxfp8(_fc1(), backend="reference")
+
+    class Experts(torch.nn.Module):
+        num_local_experts = 1
+        local_expert_offset = 0
+
+        def mxfp8_weights(self):
+            return {"linear_fc1.weight0": lone}
+
+    module = Experts()
+    address = lone.data.data_ptr()
+    validate_refit(module, {"linear_fc1.weight0": _fc1(seed=3)})
+    assert validate._TABLES[module].targets["linear_fc1.weight0"].key == ("storage", "cpu", address)
+    lone.register_write_hook(lambda *args: None)  # a released tensor's writes must reach a hook
+    lone.release_storage_()
+    validate_refit(module, {"linear_fc1.weight0": _fc1(seed=4)})
+    assert validate._TABLES[module].targets["linear_fc1.weight0"].key == ("object", id(lone))
+
+
 def test_mxfp8_nan_bytes_are_read_once_per_plan_and_name_the_first_bad_entry(monkeypatch):
     """The NaN-byte scans of all MXFP8 copy sources are read with one host sync at the end of the plan (like the
     logical NaN/Inf check); the error names the first non-finite entry of either kind, in entry order."""
