@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh owed12   # owed from session 12 (run first): tests of "sx4" and its default, MoE benchmark,
-#                                   # demo, "sx4" probes for squared ReLU / 256 tokens
+#                                   # demo; then owed12p: "sx4" probes (squared ReLU, 128-deep K steps, 256 tokens)
 #   bash tools/gpu_next.sh s12c     # session 12, call 5: "sx4" word-load tiles (3 float64 tests, probes)
 #   bash tools/gpu_next.sh s12b     # session 12, call 3: tests of the new gated defaults, MoE benchmark, demo
 #   bash tools/gpu_next.sh s12a     # session 12, call 2: L2 prefetch hints (tests, probes; the code is in
@@ -414,19 +414,23 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     cat $OUT/probe.jsonl ;;
   owed12)
     # owed from session 12 (no device time left after call 5): the GPU tests of "sx4" and of the new default
-    # s16k4_sx4_m3 (float64 cases, graph replay), the full MoE benchmark and the demo with it, then probes: "sx4" for
-    # squared ReLU at 64 tokens and for m32l4 at 256 without its register cap
+    # s16k4_sx4_m3 (float64 cases, graph replay), the full MoE benchmark and the demo with it. Then owed12p: "sx4" for
+    # squared ReLU at 64 tokens, 128-deep K steps at 64 tokens (compile-only: 95 / 93 registers, 45 / 33 KB shared),
+    # and for m32l4 at 256 without its register cap / with 128-deep K steps (109 registers, no spill)
     L=$OUT/log.txt
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
     timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
       -k "sx4 or matches_float64 or replay_of_the_four_warp_tiles" >> $L 2>&1
     echo "pytest rc=$?" >> $L
     grep "passed\|failed\|rc=" $L
-    moe_bench_and_demo 150 $L
+    moe_bench_and_demo 150 $L ;;
+  owed12p)
+    # the probes owed12 names (a call of their own: about 5 minutes)
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 45 $P --shape $s --tokens 64 --activation squared_relu --configs "s16k_sx_f4,s16k_sx_f4@sx4,s16k_sx_f4"
-      timeout 45 $P --shape $s --tokens 256 --configs "m32l4_sx_m,m32l4_sx_m@sx4+fc1_maxnreg=255+fc2_maxnreg=255,m32l4_sx_m"
+      timeout 45 $P --shape $s --tokens 64 --configs "s16k4_sx4_m3,s16k4_sx4_m3+fc1_block_k=128+fc2_block_k=128+fc1_stages=4+fc2_stages=3,s16k4_sx4_m3"
+      timeout 60 $P --shape $s --tokens 256 --configs "m32l4_sx_m,m32l4_sx_m@sx4+fc1_maxnreg=255+fc2_maxnreg=255,m32l4_sx_m@sx4+fc1_block_k=128+fc2_block_k=128+fc1_stages=3+fc2_stages=3,m32l4_sx_m"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s12c)
