@@ -425,7 +425,15 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     grep "passed\|failed\|rc=" $L
     moe_bench_and_demo 150 $L ;;
   owed12p)
-    # the probes owed12 names (a call of their own: about 5 minutes)
+    # the probes owed12 names (a call of their own: about 5 minutes), and the one-program route on 1-16 warps
+    # (TritonMoEConfig.route_warps): its tests, then per-kernel profiles at 64 tokens (the route took 9.4 us in run 15)
+    timeout 60 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "one_program_route_on_other_warp_counts" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; tail -2 $OUT/tests.log
+    B=s16k4_sx4_m3
+    timeout 60 python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 64 --profile \
+      --configs "$B,$B+route_warps=2,$B+route_warps=8,$B+route_warps=16" > $OUT/route.jsonl 2>/dev/null
+    cat $OUT/route.jsonl
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 45 $P --shape $s --tokens 64 --activation squared_relu --configs "s16k_sx_f4,s16k_sx_f4@sx4,s16k_sx_f4"

@@ -97,6 +97,9 @@ class TritonMoEConfig:
     # Gated FC1 on the MMA path (session 10): gate and up rows in ONE [2 * fc1_block_n, block_t] MMA tile, 8 gate rows
     # then their 8 up rows, split in registers after the K loop (``_fc1_tile``), instead of two tiles.
     fc1_gate_merge: bool = False
+    # Warps of the one-program route (up to 1024 pairs; None: 4, 8 from 1024 pairs). A probe knob (session 12): the
+    # route took 9.4 us of a 232 us layer at 64 tokens (30b), serial work in one CTA.
+    route_warps: Optional[int] = None
 
     def __post_init__(self):
         if self.tail is not None:
@@ -115,6 +118,8 @@ class TritonMoEConfig:
         if self.dequant in ("sx4", "sx4_int") and (self.fc1_block_k % 64 or self.fc2_block_k % 64):
             raise ValueError(f"TritonMoEConfig: dequant={self.dequant!r} needs block_k multiples of 64 (4 planes of "
                              f"at least 16), got {self.fc1_block_k} / {self.fc2_block_k}")
+        if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"TritonMoEConfig: route_warps must be a power of two up to 32, got {self.route_warps}")
         if self.gemv and not self.direct and self.block_t != 1:
             raise ValueError(f"TritonMoEConfig: the routed GEMV path (gemv without direct) runs one pair per "
                              f"program and needs block_t=1, got block_t={self.block_t}")
@@ -529,7 +534,7 @@ def route_layout(rows: int, topk: int, experts: int, block_t: int, tail_t: int =
     return max_sorted, max_blocks, max_sorted + tail_blocks * tail_t, -(-max_blocks // 4) * 4
 
 
-def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, block_t, tail_t=0):
+def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, block_t, tail_t=0, warps=None):
     """``(sorted_pairs [sorted_len], block_expert, num_blocks [8])`` int32 on the map's device (``route_layout``):
     pairs grouped by local expert, each expert padded to ``block_t`` positions, or with ``tail_t`` its last
     1..tail_t pairs in a tail block; ``num_blocks[0]`` / ``[4]`` count the blocks / tail blocks in use.
@@ -556,7 +561,7 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
         kernels._route_kernel[(1,)](
             routing_map, valid_tokens, sorted_pairs, block_expert, num_blocks, scratch,
             rows, sorted_len, max_sorted, max_blocks, tail_block_offset, local_expert_offset,
-            TOPK=topk, CHUNK=chunk, **tables, num_warps=8 if chunk >= 1024 else 4,
+            TOPK=topk, CHUNK=chunk, **tables, num_warps=warps or (8 if chunk >= 1024 else 4),
         )
         return sorted_pairs, block_expert, num_blocks
     kernels._route_count_kernel[(n_chunks,)](
@@ -636,7 +641,8 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         return
     tail_t = cfg.tail.block_t if cfg.tail is not None else 0
     max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, cfg.block_t, tail_t)
-    route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t)
+    route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
+                   cfg.route_warps)
     sorted_pairs, block_expert, num_blocks = route
 
     inter = torch.empty(sorted_len, n_out, dtype=torch.bfloat16, device=device)

@@ -330,6 +330,30 @@ def test_route_tables_match_the_torch_twin(rows, topk, experts, block_t, tail_t,
     assert torch.equal(again, sorted_pairs)
 
 
+@pytest.mark.parametrize("warps", [1, 2, 8, 16])
+@pytest.mark.parametrize("rows,topk,experts,block_t,tail_t,valid_rows", [
+    (64, 8, 128, 16, 0, 61),  # 512 pairs (64 decode tokens at top-8): one program
+    (100, 8, 16, 64, 32, 97),  # one program with tails
+])
+def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, tail_t, valid_rows, warps):
+    """``TritonMoEConfig.route_warps`` (a probe knob, session 12): the one-program route on 1-16 warps gives the
+    tables of ``route_reference``."""
+    from megatron_mxfp8_moe.kernels.triton_moe import _route, route_layout, route_reference
+
+    ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+    sorted_pairs, block_expert, blocks = _route(ids, valid, rows, topk, experts, 0, block_t, tail_t, warps)
+    ref_pairs, ref_blocks, ref_count = route_reference(ids.cpu(), valid_rows, experts=experts, local_expert_offset=0,
+                                                       block_t=block_t, tail_t=tail_t)
+    count, tails = ref_count if tail_t else (ref_count, 0)
+    assert int(blocks[0]) == count and (not tail_t or int(blocks[4]) == tails)
+    assert torch.equal(sorted_pairs.cpu(), ref_pairs)
+    assert torch.equal(block_expert[:count].cpu(), ref_blocks[:count])
+    if tail_t:
+        tail_offset = route_layout(rows, topk, experts, block_t, tail_t)[3]
+        assert torch.equal(block_expert[tail_offset:tail_offset + tails].cpu(),
+                           ref_blocks[tail_offset:tail_offset + tails])
+
 def test_cuda_graph_replay_with_the_three_launch_route():
     """1024 tokens (8192 pairs: the chunked route, the default tiles l128a_sa_t64) captured once, replayed with new
     routing and valid-token counts."""

@@ -138,6 +138,33 @@ def test_sx4_default_is_s16k4_sx_m3_with_word_loads():
     assert TILES["s16k4_sx4_m3"] == dataclasses.replace(TILES["s16k4_sx_m3"], dequant="sx4")
 
 
+def test_route_warps_reach_the_route_launch(monkeypatch):
+    """``route_warps`` (a probe knob) is checked and handed to ``_route``; None keeps the default rule."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_route(*args, **kwargs):
+        seen.append(args[-1])
+        raise Stop
+
+    monkeypatch.setattr(triton_moe, "_route", fake_route)
+    fc1 = quantize_mxfp8(random_weights((4, 128, 64), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
+    x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
+    probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
+    for warps in (None, 16):
+        with pytest.raises(Stop):
+            triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid,
+                             config=dataclasses.replace(TILES["s16k4_sx_m3"], route_warps=warps))
+    assert seen == [None, 16]
+    with pytest.raises(ValueError, match="route_warps"):
+        dataclasses.replace(TILES["s16k4_sx_m3"], route_warps=3)
+
+
 def test_sx4_needs_word_aligned_weight_rows(monkeypatch):
     """"sx4" tiles read weight rows as 32-bit words: a stack whose fp8 rows start at an address that is not a
     multiple of 4 (a view with a storage offset) is refused with a clear error before any launch; the same tile
