@@ -354,6 +354,7 @@ def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, ta
         assert torch.equal(block_expert[tail_offset:tail_offset + tails].cpu(),
                            ref_blocks[tail_offset:tail_offset + tails])
 
+
 def test_cuda_graph_replay_with_the_three_launch_route():
     """1024 tokens (8192 pairs: the chunked route, the default tiles l128a_sa_t64) captured once, replayed with new
     routing and valid-token counts."""
@@ -485,7 +486,8 @@ def test_cuda_graph_replay_of_the_squared_relu_tiles(variant, tokens):
 # per program and the warps differ), so the bits must match. test_matches_float64_reference runs them as defaults at
 # 64 / 300 tokens and on the odd shapes. Session 12: s16k4_sx_m3 (3 FC1 stages) replaces s16k4_sx_m as the default.
 FOUR_WARP = {"s16k4_sx_m": ("s16k_sx_rm", "swiglu"), "s16k4_sx_m3": ("s16k_sx_rm", "swiglu"),
-             "m32l4_sx_m": ("m32l_sx", "swiglu"), "s16k_sx_f4": ("s16k_sx_r", "squared_relu"), "m32a_f4": ("m32a", "squared_relu")}
+             "m32l4_sx_m": ("m32l_sx", "swiglu"), "s16k_sx_f4": ("s16k_sx_r", "squared_relu"),
+             "m32a_f4": ("m32a", "squared_relu")}
 
 
 def _assert_tiles_keep_bits(old, new, case, activation, same_bits=True):
@@ -518,13 +520,14 @@ def test_four_warp_tiles_equal_the_tiles_they_replace(tile, case):
     _assert_tiles_keep_bits(TILES[old], TILES[tile], case, activation)
 
 
-@pytest.mark.parametrize("tile,tokens", [("s16k4_sx_m", 64), ("s16k4_sx_m3", 64), ("s16k4_sx4_m3", 64),
-                                         ("m32l4_sx_m", 256), ("m32l4_sx_m", 512), ("s16k_sx_f4", 64),
-                                         ("m32a_f4", 256)])
-def test_cuda_graph_replay_of_the_four_warp_tiles(tile, tokens):
-    """The session-11 defaults captured once and replayed with new routing and valid-token counts."""
-    _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), FOUR_WARP[tile][1])
-
+@pytest.mark.parametrize("tile,tokens,activation", [
+    ("s16k4_sx_m", 64, "swiglu"), ("s16k4_sx_m3", 64, "swiglu"), ("s16k4_sx4_m3", 64, "swiglu"),
+    ("m32l4_sx_m", 256, "swiglu"), ("m32l4_sx_m", 512, "swiglu"), ("s16k_sx_f4", 64, "squared_relu"),
+    ("m32a_f4", 256, "squared_relu"),
+])
+def test_cuda_graph_replay_of_the_four_warp_tiles(tile, tokens, activation):
+    """The session-11 / 12 defaults captured once and replayed with new routing and valid-token counts."""
+    _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), activation)
 
 
 # Session 12: "sx4" (weight rows read as uint32 words, 4 byte-plane MMAs per K step). The planes are summed one after
@@ -540,6 +543,7 @@ SX4 = {"s16k4_sx_m3": "swiglu", "m32l4_sx_m": "swiglu", "s16k_sx_f4": "squared_r
 def test_sx4_tiles_match_float64(tile, case):
     base = TILES[tile]
     _assert_tiles_keep_bits(base, dataclasses.replace(base, dequant="sx4"), case, SX4[tile], same_bits=False)
+
 
 # Session 11 candidates for squared ReLU at 176+ pairs per expert: x256w_sa_t32a with FC2 and / or FC1 on 4 warps
 # and 64 rows (two CTAs per SM, compile-only 214 / 227 registers, 107 KB shared each). Same K order per output
