@@ -415,7 +415,8 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
   owed12)
     # owed from session 12 (no device time left after call 5): the GPU tests of "sx4" and of the new default
     # s16k4_sx4_m3 (float64 cases, graph replay), the full MoE benchmark and the demo with it. Then owed12p: "sx4" for
-    # squared ReLU at 64 tokens, 128-deep K steps at 64 tokens (compile-only: 95 / 93 registers, 45 / 33 KB shared),
+    # squared ReLU at 64 / 256 tokens (m32a_f4 with sx4: 104 / 109 registers, no spill), 128-deep K steps at 64 tokens
+    # (compile-only: 95 / 93 registers, 45 / 33 KB shared),
     # and for m32l4 at 256 without its register cap / with 128-deep K steps (109 registers, no spill)
     L=$OUT/log.txt
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
@@ -437,6 +438,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 45 $P --shape $s --tokens 64 --activation squared_relu --configs "s16k_sx_f4,s16k_sx_f4@sx4,s16k_sx_f4"
+      timeout 45 $P --shape $s --tokens 256 --activation squared_relu --configs "m32a_f4,m32a_f4@sx4,m32a_f4"
       timeout 45 $P --shape $s --tokens 64 --configs "s16k4_sx4_m3,s16k4_sx4_m3+fc1_block_k=128+fc2_block_k=128+fc1_stages=4+fc2_stages=3,s16k4_sx4_m3"
       timeout 60 $P --shape $s --tokens 256 --configs "m32l4_sx_m,m32l4_sx_m@sx4+fc1_maxnreg=255+fc2_maxnreg=255,m32l4_sx_m@sx4+fc1_block_k=128+fc2_block_k=128+fc1_stages=3+fc2_stages=3,m32l4_sx_m"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
