@@ -283,6 +283,25 @@ def _fp8_sx_to_bf16(w):
 
 
 @triton.jit
+def _sx_factors(s):
+    """The two exact bf16 factors ``2 ** (min(s, 134) - 7)`` and ``2 ** (max(s, 134) - 134)`` of E8M0 bytes ``s``
+    (DQ_BITS / DQ_SX / DQ_SX4): both normal for every byte, so ``(e4m3 * 2 ** -120) * lo * hi`` is exact."""
+    si = s.to(tl.int16)
+    lo = ((tl.minimum(si, 134) + 120) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+    hi = ((tl.maximum(si, 134) - 7) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+    return lo, hi
+
+
+@triton.jit
+def _sx_factors_f32(s):
+    """``_sx_factors`` as fp32 (the interpreter checks DQ_BITS_INT / DQ_SX4_INT)."""
+    si = s.to(tl.int32)
+    lo = ((tl.minimum(si, 134) + 120) << 23).to(tl.float32, bitcast=True)  # 2 ** (min(s, 134) - 7)
+    hi = ((tl.maximum(si, 134) - 7) << 23).to(tl.float32, bitcast=True)  # 2 ** (max(s, 134) - 134)
+    return lo, hi
+
+
+@triton.jit
 def _fp8x4_sx_to_bf16(words):
     """uint32 words of 4 e4m3 bytes -> 4 bf16 tensors, byte ``i`` of each word in the ``i``-th: the value
     ``e4m3 * 2 ** -120`` of ``_fp8_sx_to_bf16`` (selectors 0x9180 / 0xB3A2 sign-extend bytes 0, 1 / 2, 3)."""
@@ -337,18 +356,14 @@ def _mma_sx4(words, s, x, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQ
     x0, x2 = tl.split(x_even)
     x1, x3 = tl.split(x_odd)
     if DEQUANT == DQ_SX4_INT:
-        si = s.to(tl.int32)
-        lo = ((tl.minimum(si, 134) + 120) << 23).to(tl.float32, bitcast=True)  # 2 ** (min(s, 134) - 7)
-        hi = ((tl.maximum(si, 134) - 7) << 23).to(tl.float32, bitcast=True)  # 2 ** (max(s, 134) - 134)
+        lo, hi = _sx_factors_f32(s)
         acc = _plane_mma(_int_plane(words, 0), lo, hi, x0, acc, BLOCK_N, BLOCK_K, FP32_DOT)
         acc = _plane_mma(_int_plane(words, 1), lo, hi, x1, acc, BLOCK_N, BLOCK_K, FP32_DOT)
         acc = _plane_mma(_int_plane(words, 2), lo, hi, x2, acc, BLOCK_N, BLOCK_K, FP32_DOT)
         acc = _plane_mma(_int_plane(words, 3), lo, hi, x3, acc, BLOCK_N, BLOCK_K, FP32_DOT)
     else:
         v0, v1, v2, v3 = _fp8x4_sx_to_bf16(words)
-        si = s.to(tl.int16)
-        lo = ((tl.minimum(si, 134) + 120) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
-        hi = ((tl.maximum(si, 134) - 7) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        lo, hi = _sx_factors(s)
         acc = _plane_mma(v0, lo, hi, x0, acc, BLOCK_N, BLOCK_K, FP32_DOT)
         acc = _plane_mma(v1, lo, hi, x1, acc, BLOCK_N, BLOCK_K, FP32_DOT)
         acc = _plane_mma(v2, lo, hi, x2, acc, BLOCK_N, BLOCK_K, FP32_DOT)
@@ -386,9 +401,7 @@ def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: t
         b = w.to(tl.uint8, bitcast=True).to(tl.int32)
         bits16 = (((b & 0x80) << 8) | ((b & 0x7F) << 4)).to(tl.int16)
         v32 = bits16.to(tl.bfloat16, bitcast=True).to(tl.float32)  # exact: e4m3 * 2 ** -120
-        si = s.to(tl.int32)
-        lo32 = ((tl.minimum(si, 134) + 120) << 23).to(tl.float32, bitcast=True)  # 2 ** (min(s, 134) - 7)
-        hi32 = ((tl.maximum(si, 134) - 7) << 23).to(tl.float32, bitcast=True)  # 2 ** (max(s, 134) - 134)
+        lo32, hi32 = _sx_factors_f32(s)
         values32 = tl.reshape(v32, [BLOCK_N, BLOCK_K // 32, 32]) * tl.reshape(lo32, [BLOCK_N, BLOCK_K // 32, 1])
         values32 = values32 * tl.reshape(hi32, [BLOCK_N, BLOCK_K // 32, 1])
         result = tl.reshape(values32, [BLOCK_N, BLOCK_K]).to(tl.bfloat16)
@@ -403,9 +416,7 @@ def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: t
             v = _fp8_sx_to_bf16(w)
         else:
             v = _fp8_bits_to_bf16(w)
-        si = s.to(tl.int16)
-        lo = ((tl.minimum(si, 134) + 120) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
-        hi = ((tl.maximum(si, 134) - 7) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        lo, hi = _sx_factors(s)
         values = tl.reshape(v, [BLOCK_N, BLOCK_K // 32, 32]) * tl.reshape(lo, [BLOCK_N, BLOCK_K // 32, 1])
         values = values * tl.reshape(hi, [BLOCK_N, BLOCK_K // 32, 1])
         result = tl.reshape(values, [BLOCK_N, BLOCK_K])
