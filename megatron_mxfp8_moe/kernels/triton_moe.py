@@ -48,7 +48,8 @@ _ACTIVATION_CODE = {  # keep in sync with ACT_* in _triton_moe_kernel.py
 # "sx4" (MMA path only, session 12): weights read as uint32 words (16-byte copies), 4 byte-plane MMAs per K step
 # (``_mma_sx4``); "sx4_int" the same in plain integer ops (Triton interpreter).
 _DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "sx": 5, "sx_auto": 7, "sx4": 8, "sx4_int": 9}
-_WORD_DEQUANT = (_DEQUANT_CODE["sx4"], _DEQUANT_CODE["sx4_int"])
+_WORD_MODES = ("sx4", "sx4_int")
+_WORD_DEQUANT = tuple(_DEQUANT_CODE[mode] for mode in _WORD_MODES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,9 +114,9 @@ class TritonMoEConfig:
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
-        if self.dequant in ("sx_auto", "sx4", "sx4_int") and (self.direct or self.gemv):
+        if self.dequant in ("sx_auto", *_WORD_MODES) and (self.direct or self.gemv):
             raise ValueError(f"TritonMoEConfig: dequant={self.dequant!r} is for the MMA path (direct=False, gemv=False)")
-        if self.dequant in ("sx4", "sx4_int") and (self.fc1_block_k % 64 or self.fc2_block_k % 64):
+        if self.dequant in _WORD_MODES and (self.fc1_block_k % 64 or self.fc2_block_k % 64):
             raise ValueError(f"TritonMoEConfig: dequant={self.dequant!r} needs block_k multiples of 64 (4 planes of "
                              f"at least 16), got {self.fc1_block_k} / {self.fc2_block_k}")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
@@ -487,12 +488,13 @@ def triton_mxfp8_moe(
         return out
     cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk,
                                   experts=route_experts or experts)
-    if _DEQUANT_CODE["sx_auto"] in (cfg.dequant_code, cfg.tail.dequant_code if cfg.tail is not None else None):
+    codes = (cfg.dequant_code, cfg.tail.dequant_code if cfg.tail is not None else None)  # both launches' modes
+    if _DEQUANT_CODE["sx_auto"] in codes:
         for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
             if weight.scale_bytes().data_ptr() % 4:  # sx_auto tests the scale rows as 32-bit words
                 raise MXFP8InputError(f"{name}: the swizzled scales must start at a 4-byte aligned address for the "
                                       "'sx_auto' tiles; got a storage offset that is not (copy the stack)")
-    if any(code in _WORD_DEQUANT for code in (cfg.dequant_code, cfg.tail.dequant_code if cfg.tail is not None else -1)):
+    if any(code in _WORD_DEQUANT for code in codes):
         for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
             data = weight.data
             if data.data_ptr() % 4 or data.stride(0) % 4 or data.stride(1) % 4:  # rows read as uint32 words
