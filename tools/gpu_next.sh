@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s13a     # session 13, call 3: owed "sx4" float64 cases, 16-token "sx4" tails (tests, probes)
 #   bash tools/gpu_next.sh owed12   # owed from session 12 (run first): tests of "sx4" and its default, MoE benchmark,
 #                                   # demo; then owed12p: "sx4" probes (squared ReLU, 128-deep K steps, 256 tokens)
 #   bash tools/gpu_next.sh s12c     # session 12, call 5: "sx4" word-load tiles (3 float64 tests, probes)
@@ -411,6 +412,20 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     moe_bench_and_demo 130 $L
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
+    cat $OUT/probe.jsonl ;;
+  s13a)
+    # session 13, call 3: the "sx4" float64 cases owed12's test step did not reach (its 200 s limit), the graph replay
+    # of the squared-ReLU "sx4" default s16k_sx4_f4, the 32-token tiles with 16-token "sx4" tails (float64 cases);
+    # then probes of those tails and of the 16-token "sx4" tile at 128-256 tokens (8-16 pairs per expert)
+    timeout 230 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "sx4_tiles_match_float64 or s16k_sx4_f4 or _t16" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; grep -v "^\.*$" $OUT/tests.log | tail -30
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 50 $P --shape $s --tokens 256 --configs "m32l4_sx_m,m32l4_sx_m_t16,s16k4_sx4_m3,m32l4_sx_m"
+      timeout 50 $P --shape $s --tokens 256 --activation squared_relu --configs "m32a_f4,m32a_f4_t16,s16k_sx4_f4,m32a_f4"
+      timeout 40 $P --shape $s --tokens 128,192 --configs "m32l4_sx_m,m32l4_sx_m_t16,s16k4_sx4_m3"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   owed12)
     # owed from session 12 (no device time left after call 5): the GPU tests of "sx4" and of the new default

@@ -98,8 +98,9 @@ class TritonMoEConfig:
     # Gated FC1 on the MMA path (session 10): gate and up rows in ONE [2 * fc1_block_n, block_t] MMA tile, 8 gate rows
     # then their 8 up rows, split in registers after the K loop (``_fc1_tile``), instead of two tiles.
     fc1_gate_merge: bool = False
-    # Warps of the one-program route (up to 1024 pairs; None: 4, 8 from 1024 pairs). A probe knob (session 12): the
-    # route took 9.4 us of a 232 us layer at 64 tokens (30b), serial work in one CTA.
+    # Warps of the one-program route (up to 1024 pairs; None: 4, 8 from 512 pairs). A probe knob (session 12): the
+    # route took 9.4 us of a 232 us layer at 64 tokens (30b), serial work in one CTA. Run 16 profile at 512 pairs
+    # (30b, 64 tokens): 14.5 / 9.3 / 8.4 / 8.7 us on 2 / 4 / 8 / 16 warps.
     route_warps: Optional[int] = None
 
     def __post_init__(self):
@@ -217,6 +218,9 @@ TILES = {
     "m32l4_sx_m": TritonMoEConfig(32, 32, 256, 4, 2, 64, 256, 4, 2, dequant="sx", fc1_maxnreg=168, fc2_maxnreg=168,
                                   fc1_gate_merge=True),
     "s16k_sx_f4": TritonMoEConfig(16, 64, 256, 4, 3, 64, 256, 4, 2, dequant="sx", fc2_maxnreg=168),
+    # session 13: s16k_sx_f4 with "sx4" (run 16 probes, squared ReLU at 64 tokens: 277.9 vs 293.5 / 295.1 us on 30b,
+    # 972.9 vs 1028.6 / 1047.4 on 235b)
+    "s16k_sx4_f4": TritonMoEConfig(16, 64, 256, 4, 3, 64, 256, 4, 2, dequant="sx4", fc2_maxnreg=168),
     "m32a_f4": TritonMoEConfig(32, 64, 128, 4, 3, 64, 128, 4, 3, fc2_maxnreg=168),
     "l128m_sa": TritonMoEConfig(128, 64, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto", fc1_gate_merge=True),
     "x256m_sa": TritonMoEConfig(256, 64, 64, 8, 3, 128, 64, 8, 3, dequant="sx_auto", fc1_gate_merge=True),
@@ -236,6 +240,10 @@ TILES.update({
     "l128m_sa_t64": dataclasses.replace(TILES["l128m_sa"], tail=TILES["l64b_sa"]),
     "l128m_sa_t32": dataclasses.replace(TILES["l128m_sa"], tail=TILES["m32l_sx"]),
     "x256m_sa_t32": dataclasses.replace(TILES["x256m_sa"], tail=TILES["m32l_sx"]),
+    # Session 13 probes for 16-32 pairs per expert: the 32-token tiles with the 16-token "sx4" tiles as tails (an
+    # expert with 1-16 pairs past its last full 32-token block runs them on the 16-token tile).
+    "m32l4_sx_m_t16": dataclasses.replace(TILES["m32l4_sx_m"], tail=TILES["s16k4_sx4_m3"]),
+    "m32a_f4_t16": dataclasses.replace(TILES["m32a_f4"], tail=TILES["s16k_sx4_f4"]),
 })
 
 
@@ -279,9 +287,11 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # loads instead of 8-byte copies and 2-byte loads; 64 tokens 6.7% / 6.5% faster than "sx" on 30b / 235b; at 256
     # tokens m32l4_sx_m with "sx4" spilled under its cap and was 3.5% slower on 30b). Both activations: the 32-token
     # tiles up to 32 pairs per expert (448 / 512 tokens, both shapes: gated 16% / 0.7-1.8% faster than
-    # l128m_sa_t64, squared ReLU 18-19% / 3.3-3.5% faster than l64a).
+    # l128m_sa_t64, squared ReLU 18-19% / 3.3-3.5% faster than l64a). Session 13: squared ReLU up to 8 pairs per
+    # expert with "sx4" too (64 tokens: 5.6% / 6.2% faster on 30b / 235b); "sx4" on the 32-token tiles was 21-29%
+    # slower (squared ReLU, 128-deep K) and 23-24% slower (gated, uncapped or 128-deep K) at 256 tokens.
     if pairs_per_expert <= 8:
-        return TILES["s16k4_sx4_m3" if gated else "s16k_sx_f4"]
+        return TILES["s16k4_sx4_m3" if gated else "s16k_sx4_f4"]
     if pairs_per_expert <= 32:
         return TILES["m32l4_sx_m" if gated else "m32a_f4"]
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
@@ -563,7 +573,7 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
         kernels._route_kernel[(1,)](
             routing_map, valid_tokens, sorted_pairs, block_expert, num_blocks, scratch,
             rows, sorted_len, max_sorted, max_blocks, tail_block_offset, local_expert_offset,
-            TOPK=topk, CHUNK=chunk, **tables, num_warps=warps or (8 if chunk >= 1024 else 4),
+            TOPK=topk, CHUNK=chunk, **tables, num_warps=warps or (8 if chunk >= 512 else 4),
         )
         return sorted_pairs, block_expert, num_blocks
     kernels._route_count_kernel[(n_chunks,)](

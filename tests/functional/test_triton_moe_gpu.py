@@ -366,6 +366,8 @@ _TAIL_64E = (64, 8, 2048, 768, 2200)  # ids over 69 experts: about 255 pairs per
 _TAIL_235B = (128, 8, 4096, 1536, 1100)  # ids over 133 experts: about 66 pairs each, the 64-token tail takes many
 _TAIL_ODD = (6, 3, 160, 96, 560)  # ids over 11 experts, 6 local: about 153 pairs each (odd K, N wraps the tiles)
 _TAIL_ODD256 = (6, 3, 160, 96, 950)  # ids over 11 experts: about 259 pairs each, some past one 256-token block
+_TAIL_16 = (128, 8, 2048, 768, 256)  # ids over 133 experts: about 15 pairs each, most in a 16-token tail block
+_TAIL_ODD16 = (6, 3, 160, 96, 70)  # ids over 11 experts: about 19 pairs each (odd K, 16-token tails)
 
 
 @pytest.mark.parametrize("variant,case,activation", [
@@ -376,6 +378,8 @@ _TAIL_ODD256 = (6, 3, 160, 96, 950)  # ids over 11 experts: about 259 pairs each
     ("x256w_sa_t32a", _TAIL_64E, "squared_relu"), ("x256w_sa_t32a", _TAIL_ODD256, "squared_relu"),
     ("l128w_sa_t32a", _TAIL_64E, "squared_relu"), ("l128w_sa_t64", _TAIL_ODD, "squared_relu"),
     ("l128w_sa_t64", _TAIL_235B, "swiglu"),
+    ("m32l4_sx_m_t16", _TAIL_16, "swiglu"), ("m32l4_sx_m_t16", _TAIL_ODD16, "swiglu"),
+    ("m32a_f4_t16", _TAIL_16, "squared_relu"), ("m32a_f4_t16", _TAIL_ODD16, "squared_relu"),
 ])
 def test_tail_tiles_match_float64_reference(variant, case, activation):
     """l128a_sa plus tail tiles (an expert's last pairs on a narrower MMA tile, ``TritonMoEConfig.tail``): every
@@ -523,7 +527,7 @@ def test_four_warp_tiles_equal_the_tiles_they_replace(tile, case):
 @pytest.mark.parametrize("tile,tokens,activation", [
     ("s16k4_sx_m", 64, "swiglu"), ("s16k4_sx_m3", 64, "swiglu"), ("s16k4_sx4_m3", 64, "swiglu"),
     ("m32l4_sx_m", 256, "swiglu"), ("m32l4_sx_m", 512, "swiglu"), ("s16k_sx_f4", 64, "squared_relu"),
-    ("m32a_f4", 256, "squared_relu"),
+    ("m32a_f4", 256, "squared_relu"), ("s16k_sx4_f4", 64, "squared_relu"),
 ])
 def test_cuda_graph_replay_of_the_four_warp_tiles(tile, tokens, activation):
     """The session-11 / 12 defaults captured once and replayed with new routing and valid-token counts."""

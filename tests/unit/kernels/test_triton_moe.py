@@ -54,7 +54,7 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4_m3", "s16k_sx_f4", "m32l4_sx_m", "m32a_f4",
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4_m3", "s16k_sx4_f4", "m32l4_sx_m", "m32a_f4",
                                      "l128m_sa_t64", "x256m_sa_t32", "l128w_sa_t64", "x256w_sa_t32a"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
@@ -70,7 +70,7 @@ def test_choice_by_pairs_per_expert(gated):
     def pick(rows, experts=128):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
         return next(name for name, tile in TILES.items() if tile is cfg)
-    small = "s16k4_sx4_m3" if gated else "s16k_sx_f4"
+    small = "s16k4_sx4_m3" if gated else "s16k_sx4_f4"
     assert [pick(rows) for rows in (1, 2, 4, 8, 16, 24, 25, 64)] == (
         ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", small, small] if gated else
         ["g16p", "g16p", "g16p", "q1", "q1", "q1", small, small])
@@ -133,9 +133,13 @@ def test_sx_auto_needs_word_aligned_scales(monkeypatch):
     assert chosen == [TILES["l64b"], TILES["l128a_sa_t32"]]
 
 
-def test_sx4_default_is_s16k4_sx_m3_with_word_loads():
-    """The gated default up to 8 pairs per expert differs from the tile GPU-tested as s16k4_sx_m3 only in "sx4"."""
+def test_sx4_defaults_are_the_sx_tiles_with_word_loads():
+    """The defaults up to 8 pairs per expert differ from the tiles GPU-tested as s16k4_sx_m3 (gated) and s16k_sx_f4
+    (squared ReLU) only in "sx4"; the 16-token tails of the 32-token probe tiles are those defaults."""
     assert TILES["s16k4_sx4_m3"] == dataclasses.replace(TILES["s16k4_sx_m3"], dequant="sx4")
+    assert TILES["s16k_sx4_f4"] == dataclasses.replace(TILES["s16k_sx_f4"], dequant="sx4")
+    assert TILES["m32l4_sx_m_t16"] == dataclasses.replace(TILES["m32l4_sx_m"], tail=TILES["s16k4_sx4_m3"])
+    assert TILES["m32a_f4_t16"] == dataclasses.replace(TILES["m32a_f4"], tail=TILES["s16k_sx4_f4"])
 
 
 def test_route_warps_reach_the_route_launch(monkeypatch):
@@ -484,6 +488,11 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         check("tail_tiles" + suffix, out, ref, rows, valid)
         result["tail_tiles" + suffix]["tails"] = tails
     host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = 1024, 256
+    # the tail tile with another dequant than the main tile (the "sx4" 16-token tails of the 32-token tiles)
+    out = run(x, probs, ids, fc1, fc2, "swiglu", rows, valid, dataclasses.replace(
+        cfg, tail=dataclasses.replace(cfg, block_t=8, dequant_fp32=False, dequant="sx4_int")))
+    check("tail_tiles_sx4", out, ref, rows, valid)
+    result["tail_tiles_sx4"]["tails"] = tails
     torch.set_rng_state(rng_state)
 
     # The GEMV defaults exactly as choose_config returns them (BLOCK_K 256 / 512 past K = 96: masked K and scale
@@ -578,7 +587,7 @@ def test_kernels_under_triton_interpreter():
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
         assert result[key + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
         assert result[key + "_gate_merge"]["equal"], "one gate/up FC1 tile differs from two"
-    for name in ("tail_tiles", "tail_tiles_split"):
+    for name in ("tail_tiles", "tail_tiles_split", "tail_tiles_sx4"):
         check = result[name]
         assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"] and check["tails"] > 0, (name, check)
     for name in ("g16p3", "g32p_geglu", "g16p", "g32p_e1k1", "q1", "q1_geglu", "q1_sq", "q1_e1k1"):
