@@ -120,7 +120,7 @@ def candidates_for(tokens):
     if tokens <= 64:
         return ["s16k4_sx4_m3", "s16k4_sx_m3", "s16k_sx_rm", "q1"]
     if tokens <= 256:
-        return ["m32l4_sx_m", "m32l_sx", "m32k_sx", "m32l2_sx_r"]
+        return ["m32l4_sx_m_t16", "m32l4_sx_m", "m32l_sx", "m32k_sx"]
     return ["l64b", "l128a"]
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s13b     # session 13, call 4: tests of the new defaults, MoE benchmark, demo, tail probes
 #   bash tools/gpu_next.sh s13a     # session 13, call 3: owed "sx4" float64 cases, 16-token "sx4" tails (tests, probes)
 #   bash tools/gpu_next.sh owed12   # owed from session 12 (run first): tests of "sx4" and its default, MoE benchmark,
 #                                   # demo; then owed12p: "sx4" probes (squared ReLU, 128-deep K steps, 256 tokens)
@@ -412,6 +413,21 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     moe_bench_and_demo 130 $L
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
+    cat $OUT/probe.jsonl ;;
+  s13b)
+    # session 13, call 4: GPU tests of the new defaults (graph replays of the 32-token tiles with 16-token "sx4" tails,
+    # the float64 default cases whose tile changed: squared ReLU at 1.5-8 pairs per expert, 8-32 pairs per expert), the
+    # full MoE benchmark and the demo; then probes of the tails at 384 / 512 tokens and squared ReLU 235b at 256
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "(matches_float64 and (300 or 5-2-160 or 64-squared_relu or 7-squared_relu)) or (four_warp and t16)" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=" $L
+    moe_bench_and_demo 150 $L
+    P="python3 bench/triton_moe_probe.py"
+    timeout 30 $P --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs "m32a_f4,m32a_f4_t16" > $OUT/probe.jsonl 2> $OUT/probe.err
+    timeout 40 $P --shape qwen3-30b-a3b --tokens 384,512 --configs "m32l4_sx_m,m32l4_sx_m_t16" >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s13a)
     # session 13, call 3: the "sx4" float64 cases owed12's test step did not reach (its 200 s limit), the graph replay

@@ -54,7 +54,7 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4_m3", "s16k_sx4_f4", "m32l4_sx_m", "m32a_f4",
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4_m3", "s16k_sx4_f4", "m32l4_sx_m_t16", "m32a_f4_t16",
                                      "l128m_sa_t64", "x256m_sa_t32", "l128w_sa_t64", "x256w_sa_t32a"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
@@ -78,11 +78,12 @@ def test_choice_by_pairs_per_expert(gated):
     # 256 tokens: 16 pairs per expert; 512: 32; the one-multiply dequant on 128-token tiles (session 7) with tail
     # tiles (session 8): gated from 24 pairs per expert (session 9), squared ReLU from 64 (1024 tokens); 64-token
     # tails below 72 pairs per expert, 32-token tails from there; squared ReLU with 128 FC1 rows per program from
-    # 64 pairs per expert and 256-token tiles from 176 (session 10); 32-token tiles up to 32 (session 12)
+    # 64 pairs per expert and 256-token tiles from 176 (session 10); 32-token tiles up to 32 (session 12), with
+    # 16-token "sx4" tails (session 13)
     assert [pick(rows) for rows in (384, 385, 512, 513, 1024, 1151, 1152, 2815, 2816, 4096)] == (
-        ["m32l4_sx_m", "m32l4_sx_m", "m32l4_sx_m", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t32",
+        ["m32l4_sx_m_t16", "m32l4_sx_m_t16", "m32l4_sx_m_t16", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t32",
          "l128m_sa_t32", "x256m_sa_t32", "x256m_sa_t32"] if gated else
-        ["m32a_f4", "m32a_f4", "m32a_f4", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a", "l128w_sa_t32a",
+        ["m32a_f4_t16", "m32a_f4_t16", "m32a_f4_t16", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a", "l128w_sa_t32a",
          "x256w_sa_t32a", "x256w_sa_t32a"])
     with pytest.raises(ValueError, match="sx_auto"):
         dataclasses.replace(TILES["d4_sx"], dequant="sx_auto")  # the direct path's FC2 has no sx_auto form
@@ -135,7 +136,7 @@ def test_sx_auto_needs_word_aligned_scales(monkeypatch):
 
 def test_sx4_defaults_are_the_sx_tiles_with_word_loads():
     """The defaults up to 8 pairs per expert differ from the tiles GPU-tested as s16k4_sx_m3 (gated) and s16k_sx_f4
-    (squared ReLU) only in "sx4"; the 16-token tails of the 32-token probe tiles are those defaults."""
+    (squared ReLU) only in "sx4"; they are the 16-token tails of the 32-token defaults (8-32 pairs per expert)."""
     assert TILES["s16k4_sx4_m3"] == dataclasses.replace(TILES["s16k4_sx_m3"], dequant="sx4")
     assert TILES["s16k_sx4_f4"] == dataclasses.replace(TILES["s16k_sx_f4"], dequant="sx4")
     assert TILES["m32l4_sx_m_t16"] == dataclasses.replace(TILES["m32l4_sx_m"], tail=TILES["s16k4_sx4_m3"])
