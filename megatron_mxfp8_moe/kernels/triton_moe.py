@@ -240,7 +240,7 @@ TILES.update({
     "l128m_sa_t64": dataclasses.replace(TILES["l128m_sa"], tail=TILES["l64b_sa"]),
     "l128m_sa_t32": dataclasses.replace(TILES["l128m_sa"], tail=TILES["m32l_sx"]),
     "x256m_sa_t32": dataclasses.replace(TILES["x256m_sa"], tail=TILES["m32l_sx"]),
-    # Session 13, the defaults from 8 to 32 pairs per expert: the 32-token tiles with the 16-token "sx4" tiles as
+    # Session 13, the defaults from 8 to 16 pairs per expert: the 32-token tiles with the 16-token "sx4" tiles as
     # tails (an expert with 1-16 pairs past its last full 32-token block runs them on the 16-token tile).
     "m32l4_sx_m_t16": dataclasses.replace(TILES["m32l4_sx_m"], tail=TILES["s16k4_sx4_m3"]),
     "m32a_f4_t16": dataclasses.replace(TILES["m32a_f4"], tail=TILES["s16k_sx4_f4"]),
@@ -292,12 +292,15 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # slower (squared ReLU, 128-deep K) and 23-24% slower (gated, uncapped or 128-deep K) at 256 tokens.
     if pairs_per_expert <= 8:
         return TILES["s16k4_sx4_m3" if gated else "s16k_sx4_f4"]
-    # Session 13: from 8 to 32 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token
+    # Session 13: from 8 to 16 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token
     # "sx4" tile (tail). Run 16 probes, us per layer against the tile without tails: gated 256 tokens 268.8 vs 285.9
     # / 286.0 (30b), 898.5 vs 997.0 / 1008.6 (235b); 192 tokens 245.5 vs 285.7, 848.4 vs 994.0 (s16k4_sx4_m3 there:
-    # 240.7 / 873.7); squared ReLU 256 tokens 337.2 vs 362.9 / 365.2 (30b).
-    if pairs_per_expert <= 32:
+    # 240.7 / 873.7); squared ReLU 256 tokens 337.2 vs 362.9 / 365.2 (30b). Past 16 the tails stop paying: 30b
+    # gated 384 tokens 309.4 vs 298.1 (slower), 512 tokens 391.1 vs 394.4.
+    if pairs_per_expert <= 16:
         return TILES["m32l4_sx_m_t16" if gated else "m32a_f4_t16"]
+    if pairs_per_expert <= 32:
+        return TILES["m32l4_sx_m" if gated else "m32a_f4"]
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
     # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
     # both shapes and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per

@@ -79,11 +79,11 @@ def test_choice_by_pairs_per_expert(gated):
     # tiles (session 8): gated from 24 pairs per expert (session 9), squared ReLU from 64 (1024 tokens); 64-token
     # tails below 72 pairs per expert, 32-token tails from there; squared ReLU with 128 FC1 rows per program from
     # 64 pairs per expert and 256-token tiles from 176 (session 10); 32-token tiles up to 32 (session 12), with
-    # 16-token "sx4" tails (session 13)
-    assert [pick(rows) for rows in (384, 385, 512, 513, 1024, 1151, 1152, 2815, 2816, 4096)] == (
-        ["m32l4_sx_m_t16", "m32l4_sx_m_t16", "m32l4_sx_m_t16", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t32",
+    # 16-token "sx4" tails up to 16 (session 13)
+    assert [pick(rows) for rows in (256, 257, 384, 512, 513, 1024, 1151, 1152, 2815, 2816, 4096)] == (
+        ["m32l4_sx_m_t16", "m32l4_sx_m", "m32l4_sx_m", "m32l4_sx_m", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t32",
          "l128m_sa_t32", "x256m_sa_t32", "x256m_sa_t32"] if gated else
-        ["m32a_f4_t16", "m32a_f4_t16", "m32a_f4_t16", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a", "l128w_sa_t32a",
+        ["m32a_f4_t16", "m32a_f4", "m32a_f4", "m32a_f4", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a", "l128w_sa_t32a",
          "x256w_sa_t32a", "x256w_sa_t32a"])
     with pytest.raises(ValueError, match="sx_auto"):
         dataclasses.replace(TILES["d4_sx"], dequant="sx_auto")  # the direct path's FC2 has no sx_auto form
@@ -136,7 +136,7 @@ def test_sx_auto_needs_word_aligned_scales(monkeypatch):
 
 def test_sx4_defaults_are_the_sx_tiles_with_word_loads():
     """The defaults up to 8 pairs per expert differ from the tiles GPU-tested as s16k4_sx_m3 (gated) and s16k_sx_f4
-    (squared ReLU) only in "sx4"; they are the 16-token tails of the 32-token defaults (8-32 pairs per expert)."""
+    (squared ReLU) only in "sx4"; they are the 16-token tails of the 32-token defaults (8-16 pairs per expert)."""
     assert TILES["s16k4_sx4_m3"] == dataclasses.replace(TILES["s16k4_sx_m3"], dequant="sx4")
     assert TILES["s16k_sx4_f4"] == dataclasses.replace(TILES["s16k_sx_f4"], dequant="sx4")
     assert TILES["m32l4_sx_m_t16"] == dataclasses.replace(TILES["m32l4_sx_m"], tail=TILES["s16k4_sx4_m3"])
