@@ -288,8 +288,8 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # tokens m32l4_sx_m with "sx4" spilled under its cap and was 3.5% slower on 30b). Both activations: the 32-token
     # tiles up to 32 pairs per expert (448 / 512 tokens, both shapes: gated 16% / 0.7-1.8% faster than
     # l128m_sa_t64, squared ReLU 18-19% / 3.3-3.5% faster than l64a). Session 13: squared ReLU up to 8 pairs per
-    # expert with "sx4" too (64 tokens: 5.6% / 6.2% faster on 30b / 235b); "sx4" on the 32-token tiles was 21-29%
-    # slower (squared ReLU, 128-deep K) and 23-24% slower (gated, uncapped or 128-deep K) at 256 tokens.
+    # expert with "sx4" too (64 tokens: 5.6% / 6.3% faster on 30b / 235b); "sx4" on the 32-token tiles was 26-29%
+    # slower (squared ReLU, 128-deep K) and 22-26% slower (gated, uncapped or 128-deep K) at 256 tokens.
     if pairs_per_expert <= 8:
         return TILES["s16k4_sx4_m3" if gated else "s16k_sx4_f4"]
     # Session 13: from 8 to 16 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token

@@ -382,7 +382,7 @@ _TAIL_ODD16 = (6, 3, 160, 96, 70)  # ids over 11 experts: about 19 pairs each (o
     ("m32a_f4_t16", _TAIL_16, "squared_relu"), ("m32a_f4_t16", _TAIL_ODD16, "squared_relu"),
 ])
 def test_tail_tiles_match_float64_reference(variant, case, activation):
-    """l128a_sa plus tail tiles (an expert's last pairs on a narrower MMA tile, ``TritonMoEConfig.tail``): every
+    """Tiles with tail tiles (an expert's last pairs on a narrower MMA tile, ``TritonMoEConfig.tail``): every
     valid row written (NaN-poisoned output), zeros past valid_tokens, within BOUND of the float64 oracle; the
     routing does produce tail blocks (checked on the torch twin); a second call gives the same bits."""
     from megatron_mxfp8_moe.kernels.triton_moe import route_reference
@@ -531,7 +531,7 @@ def test_four_warp_tiles_equal_the_tiles_they_replace(tile, case):
     ("m32a_f4_t16", 256, "squared_relu"),
 ])
 def test_cuda_graph_replay_of_the_four_warp_tiles(tile, tokens, activation):
-    """The session-11 / 12 defaults captured once and replayed with new routing and valid-token counts."""
+    """The session 11-13 defaults captured once and replayed with new routing and valid-token counts."""
     _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), activation)
 
 

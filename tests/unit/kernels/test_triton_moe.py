@@ -54,8 +54,9 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4_m3", "s16k_sx4_f4", "m32l4_sx_m_t16", "m32a_f4_t16",
-                                     "l128m_sa_t64", "x256m_sa_t32", "l128w_sa_t64", "x256w_sa_t32a"} <= picked
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4_m3", "s16k_sx4_f4", "m32l4_sx_m_t16",
+                                     "m32a_f4_t16", "l128m_sa_t64", "x256m_sa_t32", "l128w_sa_t64",
+                                     "x256w_sa_t32a"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
     capped = dataclasses.replace(tile, fc2_maxnreg=128)
@@ -81,10 +82,10 @@ def test_choice_by_pairs_per_expert(gated):
     # 64 pairs per expert and 256-token tiles from 176 (session 10); 32-token tiles up to 32 (session 12), with
     # 16-token "sx4" tails up to 16 (session 13)
     assert [pick(rows) for rows in (256, 257, 384, 512, 513, 1024, 1151, 1152, 2815, 2816, 4096)] == (
-        ["m32l4_sx_m_t16", "m32l4_sx_m", "m32l4_sx_m", "m32l4_sx_m", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t32",
-         "l128m_sa_t32", "x256m_sa_t32", "x256m_sa_t32"] if gated else
-        ["m32a_f4_t16", "m32a_f4", "m32a_f4", "m32a_f4", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a", "l128w_sa_t32a",
-         "x256w_sa_t32a", "x256w_sa_t32a"])
+        ["m32l4_sx_m_t16", "m32l4_sx_m", "m32l4_sx_m", "m32l4_sx_m", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64",
+         "l128m_sa_t32", "l128m_sa_t32", "x256m_sa_t32", "x256m_sa_t32"] if gated else
+        ["m32a_f4_t16", "m32a_f4", "m32a_f4", "m32a_f4", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a",
+         "l128w_sa_t32a", "x256w_sa_t32a", "x256w_sa_t32a"])
     with pytest.raises(ValueError, match="sx_auto"):
         dataclasses.replace(TILES["d4_sx"], dequant="sx_auto")  # the direct path's FC2 has no sx_auto form
 
