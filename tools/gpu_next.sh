@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh owed13   # owed from session 13 (run first): the tails' cut and the squared-ReLU rows in doubt
 #   bash tools/gpu_next.sh s13b     # session 13, call 4: tests of the new defaults, MoE benchmark, demo, tail probes
 #   bash tools/gpu_next.sh s13a     # session 13, call 3: owed "sx4" float64 cases, 16-token "sx4" tails (tests, probes)
 #   bash tools/gpu_next.sh owed12   # owed from session 12 (run first): tests of "sx4" and its default, MoE benchmark,
@@ -413,6 +414,18 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     moe_bench_and_demo 130 $L
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
+    cat $OUT/probe.jsonl ;;
+  owed13)
+    # owed from session 13 (no device time left): squared ReLU 235b at 256 tokens with / without the 16-token tails
+    # (call 3's line hit its time limit); the tails' upper cut (320 / 384 tokens, both shapes); the squared-ReLU "sx4"
+    # tile at 64 tokens on 235b again (the benchmark row did not move as call 2's probe said)
+    P="python3 bench/triton_moe_probe.py"
+    timeout 70 $P --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs "m32a_f4,m32a_f4_t16,m32a_f4" > $OUT/probe.jsonl 2> $OUT/probe.err
+    timeout 60 $P --shape qwen3-235b-a22b --tokens 64 --activation squared_relu --configs "s16k_sx_f4,s16k_sx4_f4,s16k_sx_f4,s16k_sx4_f4" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 70 $P --shape $s --tokens 320,384 --configs "m32l4_sx_m,m32l4_sx_m_t16,m32l4_sx_m"
+      timeout 70 $P --shape $s --tokens 320,384 --activation squared_relu --configs "m32a_f4,m32a_f4_t16"
+    done >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s13b)
     # session 13, call 4: GPU tests of the new defaults (graph replays of the 32-token tiles with 16-token "sx4" tails,
