@@ -4,6 +4,7 @@ What is timed (perf_counter, median over ``--reps`` after ``--warmup``), per sou
 tensors ``linear_fc{1,2}.weight{i}``, or 2 stacked ``[E, M, K]`` tensors ``linear_fc{1,2}.weight``):
 
 - ``plan``: ``RefitValidator(layer).plan(sources.items(), finite_on_device=True)``, the host plan alone;
+  ``plan-in-turn``: the same for fc1's 128 sources and fc2's in turn (one list per call);
 - ``refit``: the whole ``refit_experts(layer, sources)`` (plan, launch path, the one host sync, cache refreshes,
   report and log line), from a mapping and, for per-expert sources, from a stream.
 
@@ -103,8 +104,16 @@ def rows(layer, per_expert, stacked):
     def plan(sources):
         return lambda: validate.RefitValidator(layer).plan(sources.items(), finite_on_device=True)
 
+    halves = [{name: source for name, source in per_expert.items() if name.startswith(f"linear_{linear}.")}
+              for linear in ("fc1", "fc2")]
+    turn = iter(range(1 << 62))
+
+    def plan_in_turn():  # fc1's sources, then fc2's, in turn (a loop that syncs the two linears separately)
+        return validate.RefitValidator(layer).plan(halves[next(turn) & 1].items(), finite_on_device=True)
+
     return {
         "plan-experts": (len(per_expert), plan(per_expert)),
+        "plan-in-turn": (len(per_expert) // 2, plan_in_turn),
         "plan-stacked": (len(stacked), plan(stacked)),
         "refit-experts": (len(per_expert), lambda: refit_experts(layer, per_expert)),
         "refit-stream": (len(per_expert), lambda: refit_experts(layer, iter(per_expert.items()))),

@@ -35,8 +35,8 @@ wrong (unknown name, not an expert weight, index out of range, shape, dtype, dev
 NaN scale byte, duplicate target, a source overlapping a written weight).
 
 Host cost: per experts module, the name -> target lookup is cached while ``mxfp8_weights()`` returns the same
-objects (``_Table``), per (module path, prefix, E) (``_Lookups``), with the per-stack split of the last list of
-names planned in one piece (``_Layout``: ``RefitValidator._plan_views`` checks such a batch with one pass per
+objects (``_Table``), per (module path, prefix, E) (``_Lookups``), with the per-stack split of the last few lists
+of names planned in one piece (``_Layout``: ``RefitValidator._plan_views`` checks such a batch with one pass per
 check and stack; any other batch, or one that fails a check, is checked entry by entry, which names the error).
 """
 
@@ -108,7 +108,7 @@ class ExpertsModule:
     # full name as a validator without a guessed prefix looks it up (``[prefix.][path.]local``) -> target, for
     # the names in ``in_range`` (one dict lookup per entry instead of splitting the name)
     names: Mapping[str, "_Target"] = dataclasses.field(default_factory=dict)
-    lookups: Optional["_Lookups"] = None  # where ``names`` is cached (with the layout of the last names planned)
+    lookups: Optional["_Lookups"] = None  # where ``names`` is cached (with the layouts of the last names planned)
     stacks: tuple = ()  # the stacks its per-expert weights are views of (``_Table.stacks``)
     aligned: bool = True  # every such view's stack slot is its local index (``_Table.aligned``)
 
@@ -145,7 +145,7 @@ class _Group:
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Layout:
     """A list of entry names that all resolve through one ``_Lookups.full`` to expert views of distinct weights,
-    split per stack (``RefitValidator._plan_views``); kept in that ``_Lookups`` for the next plan of the same
+    split per stack (``RefitValidator._plan_views``); kept in that ``_Lookups`` for later plans of the same
     names, so it holds exactly as long as the name lookup it was derived from."""
 
     names: list
@@ -159,12 +159,16 @@ class _Lookups:
     """What a validator looks names up in for one (module path, prefix, E), cached on the module's ``_Table``.
 
     local / full: local name / full name (``[prefix.][path.]local``) -> target, for the local indices below E.
-    layout: the ``_Layout`` of the last names planned in one piece against ``full``, or None.
+    layouts: the ``_Layout`` of the last ``_LAYOUTS_KEPT`` distinct name lists planned against ``full``, most
+    recent first (a loop that refits fc1 and fc2, or two halves of the experts, in turn reuses each).
     """
 
     local: dict
     full: dict
-    layout: Optional[_Layout] = None
+    layouts: list = dataclasses.field(default_factory=list)
+
+
+_LAYOUTS_KEPT = 4
 
 
 @dataclasses.dataclass(eq=False)
@@ -756,14 +760,22 @@ def _columns(entries: Any) -> Optional[tuple[list, list]]:
 
 
 def _cached_layout(info: ExpertsModule, names: list) -> Optional[_Layout]:
-    """The ``_Layout`` of ``names`` in ``info``'s full-name dict: the one kept from the last call when the names
-    are equal, else built (and kept); None when they are not all distinct expert views found there."""
+    """The ``_Layout`` of ``names`` in ``info``'s full-name dict: a kept one when its names are equal (moved to the
+    front), else built and kept in front (the oldest of ``_LAYOUTS_KEPT`` dropped); None when they are not all
+    distinct expert views found there."""
     lookups = info.lookups
     if lookups is None:
         return None
-    layout = lookups.layout
-    if layout is None or layout.names != names:
-        layout = lookups.layout = _build_layout(names, list(map(lookups.full.get, names)))
+    layouts = lookups.layouts
+    for position, layout in enumerate(layouts):
+        if layout.names == names:
+            if position:
+                layouts.insert(0, layouts.pop(position))
+            break
+    else:
+        layout = _build_layout(names, list(map(lookups.full.get, names)))
+        layouts.insert(0, layout)
+        del layouts[_LAYOUTS_KEPT:]
     return layout if layout.groups is not None else None
 
 

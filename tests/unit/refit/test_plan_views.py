@@ -171,7 +171,8 @@ def test_writes_are_made_on_access_once_and_batches_share_them():
 
 def _layout(module, **kwargs):
     validator = validate.RefitValidator(module, **kwargs)
-    return validator._experts_module("", "probe").lookups.layout
+    layouts = validator._experts_module("", "probe").lookups.layouts
+    return layouts[0] if layouts else None
 
 
 def _landed(stacks, entries) -> bool:
@@ -200,12 +201,35 @@ def test_the_layout_is_kept_per_module_and_reused_only_for_the_same_names():
     assert [id(group.stack) for group in kept.groups] == [id(first.fc1), id(first.fc2)]
     plan = validate.RefitValidator(first).plan(_entries(seed=8).items())
     assert _layout(first) is kept and all(w.target is first._views[w.name] for w in plan.writes)
-    fewer = _entries(experts=(0, 1), seed=9)  # other names: a new layout, kept in its place
+    fewer = _entries(experts=(0, 1), seed=9)  # other names: a new layout, kept in front of the first
     plan = validate.RefitValidator(first).plan(fewer.items())
     assert [w.name for w in plan.writes] == list(fewer) and _layout(first).names == list(fewer)
     grown = dict(fewer)
     grown["linear_fc2.weight3"] = _source("fc2")  # the caller's dict changed: the kept names are a copy
     assert [w.name for w in validate.RefitValidator(first).plan(grown.items()).writes] == list(grown)
+
+
+def test_layouts_of_names_refitted_in_turn_are_all_kept(monkeypatch):
+    """fc1 then fc2 (or halves of the experts) in turn: each list of names keeps its layout (up to
+    ``_LAYOUTS_KEPT``, least recently planned dropped first), and every plan lands its own entries."""
+    module = _stacks()
+    built = []
+    monkeypatch.setattr(validate, "_build_layout", lambda *a, _b=validate._build_layout: built.append(a[0]) or _b(*a))
+    specs = [dict(linears=("fc1",)), dict(linears=("fc2",)), dict(experts=(0, 1)), dict(experts=(2, 3))]
+    for round_ in range(3):  # new sources every round, the same names
+        lists = [_entries(seed=1 + 100 * round_ + 10 * position, **spec) for position, spec in enumerate(specs)]
+        for entries in lists:
+            refit_experts(module, entries, backend="reference")
+            assert _landed(module, entries) and _layout(module).names == list(entries)
+    assert built == [list(entries) for entries in lists]  # built once each, reused in rounds 2 and 3
+    kept = validate.RefitValidator(module)._experts_module("", "probe").lookups.layouts
+    assert len(kept) == validate._LAYOUTS_KEPT == 4
+    fifth = _entries(experts=(1, 2), seed=5)
+    refit_experts(module, fifth, backend="reference")
+    assert _landed(module, fifth)
+    assert [layout.names for layout in kept] == [list(fifth)] + [list(entries) for entries in lists[:0:-1]]
+    refit_experts(module, lists[0], backend="reference")  # the dropped one is built again
+    assert built[-1] == list(lists[0]) and len(built) == 6
 
 
 def test_a_name_that_maps_elsewhere_now_is_planned_against_the_new_mapping():
