@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s14w     # scale words (session 13, compile-only): bit tests, 128-deep K probes (run second)
 #   bash tools/gpu_next.sh owed13   # owed from session 13 (run first): the tails' cut and the squared-ReLU rows in doubt
 #   bash tools/gpu_next.sh s13b     # session 13, call 4: tests of the new defaults, MoE benchmark, demo, tail probes
 #   bash tools/gpu_next.sh s13a     # session 13, call 3: owed "sx4" float64 cases, 16-token "sx4" tails (tests, probes)
@@ -414,6 +415,20 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     moe_bench_and_demo 130 $L
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
+    cat $OUT/probe.jsonl ;;
+  s14w)
+    # session 13's scale words (compile-only so far): the bit-equality tests against byte loads (20 cases), then
+    # probes of the 128-deep K tiles they make possible, at 64 / 256 tokens, both activations and shapes
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "scale_words" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; grep -v "^\.*$" $OUT/tests.log | tail -20
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 50 $P --shape $s --tokens 64 --configs "s16k4_sx4_m3,s16k4_sx4_k128w,s16k4_sx4_m3w,s16k4_sx4_m3"
+      timeout 50 $P --shape $s --tokens 256 --configs "m32l4_sx_m_t16,m32l4_sx4_k128w_t16,m32l4_sx4_k128w_t16w,m32l4_sx_m_t16"
+      timeout 45 $P --shape $s --tokens 64 --activation squared_relu --configs "s16k_sx4_f4,s16k_sx4_f4_k128w,s16k_sx4_f4"
+      timeout 45 $P --shape $s --tokens 256 --activation squared_relu --configs "m32a_f4_t16,m32a_f4w_t16,m32a_f4_t16"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   owed13)
     # owed from session 13 (no device time left): squared ReLU 235b at 256 tokens with / without the 16-token tails

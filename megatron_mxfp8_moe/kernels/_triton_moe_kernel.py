@@ -451,6 +451,61 @@ def _scale_col_offsets(k, SCALE_COLS: tl.constexpr):
 
 
 @triton.jit
+def _scale_word_rows(s_base, rows, scale_tiles):
+    """SCALE_WORDS: ``[BLOCK_N]`` uint32 pointers to each weight row's scale word of scale columns 0-3 (the 4 bytes
+    of columns ``4c .. 4c + 3`` of a row are one aligned word in the 128x4 layout; the host checks the base)."""
+    offsets = (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
+    return s_base.to(tl.pointer_type(tl.uint32)) + offsets // 4
+
+
+@triton.jit
+def _scale_rows(s_base, rows, scale_tiles, WORD_SCALES: tl.constexpr):
+    """Per weight row, the pointer ``_scale_tile`` starts from: a byte pointer to scale column 0, or, WORD_SCALES, a
+    uint32 pointer to the word of columns 0-3 (``_scale_word_rows``)."""
+    if WORD_SCALES:
+        ptrs = _scale_word_rows(s_base, rows, scale_tiles)
+    else:
+        ptrs = s_base + (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
+    return ptrs
+
+
+@triton.jit
+def _scale_cols(k, WORD_SCALES: tl.constexpr, SCALE_COLS: tl.constexpr):
+    """Offsets from ``_scale_rows``' pointers to the scales of K step ``k``: ``SCALE_COLS`` byte offsets, or,
+    WORD_SCALES, ``SCALE_COLS // 4`` word offsets (512 bytes between two 128x4 tiles of a row)."""
+    if WORD_SCALES:
+        cols = (k * (SCALE_COLS // 4) + tl.arange(0, SCALE_COLS // 4)) * 128
+    else:
+        cols = _scale_col_offsets(k, SCALE_COLS)
+    return cols
+
+
+@triton.jit
+def _scale_tile(s_rows, cols, k_left, WORD_SCALES: tl.constexpr, SCALE_COLS: tl.constexpr, EVEN_K: tl.constexpr):
+    """uint8 E8M0 tile ``[BLOCK_N, SCALE_COLS]`` at ``s_rows[:, None] + cols[None, :]`` (``_scale_cols``; ``k_left``:
+    K values left from the step's start, unused when EVEN_K).
+
+    Bytes or, WORD_SCALES, ``SCALE_COLS // 4`` uint32 words per row split into their bytes: one 4-byte load per row
+    and word, which Triton pipelines through ``cp.async`` also when a step has only 4 scale columns (BLOCK_K 128; the
+    byte tile is then 2 bytes per thread and loaded synchronously). A masked-off word (past K) gives 0; a word that
+    straddles K reads the layout's padding bytes, whose weights and tokens are masked to 0."""
+    ptrs = s_rows[:, None] + cols[None, :]
+    if WORD_SCALES:
+        if EVEN_K:
+            words = tl.load(ptrs)
+        else:
+            words = tl.load(ptrs, mask=tl.arange(0, SCALE_COLS // 4)[None, :] * 128 < k_left, other=0)
+        shifts = (tl.arange(0, 4) * 8).to(tl.uint32)
+        b = (words[:, :, None] >> shifts[None, None, :]) & 0xFF
+        s = tl.reshape(b, [words.shape[0], SCALE_COLS]).to(tl.uint8)
+    elif EVEN_K:
+        s = tl.load(ptrs)
+    else:
+        s = tl.load(ptrs, mask=tl.arange(0, SCALE_COLS)[None, :] * 32 < k_left, other=0)
+    return s
+
+
+@triton.jit
 def _mma(w, x, acc, FP32_DOT: tl.constexpr):
     """``acc += w @ x`` with bf16 operands (fp32 ieee operands when ``FP32_DOT``)."""
     if FP32_DOT:
@@ -535,12 +590,11 @@ def _pow2_f32(shift):
 @triton.jit
 def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K, stride_wn, scale_tiles, shift,
                GATED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-               DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr):
+               DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr, WORD_SCALES: tl.constexpr = False):
     """The ``steps`` K steps of FC1, software-pipelined: ``(acc_g, acc_u)`` plus the tile's products (``acc_u``
     untouched unless GATED). ``x_rows`` [BLOCK_T]: each token column's row pointer; ``rows_n`` [BLOCK_N] int64: the (gate)
-    weight rows; ``shift``: DQ_SX_AUTO's exponent shift (0 otherwise)."""
+    weight rows; ``shift``: DQ_SX_AUTO's exponent shift (0 otherwise); WORD_SCALES: ``_scale_tile``."""
     offs_k = tl.arange(0, BLOCK_K)
-    offs_ks = tl.arange(0, BLOCK_K // 32)
     x_ptrs = x_rows[None, :] + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
     if DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT:  # uint32 words: WORDS K values per pointer
         WORDS: tl.constexpr = 4
@@ -554,30 +608,28 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
         offs_w = offs_k
         wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_w[None, :]
         row_step = N_OUT * stride_wn
-    sg_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+    sg_rows = _scale_rows(s_base, rows_n, scale_tiles, WORD_SCALES)
     if GATED:
         wu_ptrs = wg_ptrs + row_step
-        rows_u = rows_n + N_OUT
-        su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
+        su_rows = _scale_rows(s_base, rows_n + N_OUT, scale_tiles, WORD_SCALES)
     for k in range(0, steps):
-        s_cols = _scale_col_offsets(k, BLOCK_K // 32)
+        s_cols = _scale_cols(k, WORD_SCALES, BLOCK_K // 32)
         if EVEN_K:
+            k_left = K  # unused
             x = tl.load(x_ptrs, mask=token_mask[None, :], other=0.0)
             wg = tl.load(wg_ptrs)
-            sg = tl.load(sg_rows[:, None] + s_cols[None, :])
         else:
             k_left = K - k * BLOCK_K
             x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
             wg = tl.load(wg_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
-            sg = tl.load(sg_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+        sg = _scale_tile(sg_rows, s_cols, k_left, WORD_SCALES, BLOCK_K // 32, EVEN_K)
         acc_g = _step_mma(wg, sg, x, acc_g, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
         if GATED:
             if EVEN_K:
                 wu = tl.load(wu_ptrs)
-                su = tl.load(su_rows[:, None] + s_cols[None, :])
             else:
                 wu = tl.load(wu_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
-                su = tl.load(su_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+            su = _scale_tile(su_rows, s_cols, k_left, WORD_SCALES, BLOCK_K // 32, EVEN_K)
             acc_u = _step_mma(wu, su, x, acc_u, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
             wu_ptrs += BLOCK_K // WORDS
         x_ptrs += BLOCK_K
@@ -618,6 +670,7 @@ def _fc1_tile(
     DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,
     GATE_MERGE: tl.constexpr = False,
+    WORD_SCALES: tl.constexpr = False,
 ):
     """``act(W_gate x) [* W_up x]`` for one ``[BLOCK_N, BLOCK_T]`` tile (fp32), the K loop software-pipelined.
 
@@ -645,7 +698,7 @@ def _fc1_tile(
         rows_m = ((cols % N_OUT) + ((i // 8) % 2) * N_OUT).to(tl.int64)
         acc = tl.zeros([2 * BLOCK_N, BLOCK_T], dtype=tl.float32)
         acc, _ = _fc1_steps(acc, acc, x_rows, w_base, s_base, rows_m, token_mask, N_OUT, steps, K, stride_wn,
-                            scale_tiles, shift, False, 2 * BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
+                            scale_tiles, shift, False, 2 * BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT, WORD_SCALES)
         if DEQUANT == DQ_SX_AUTO:
             acc = acc * _pow2_f32(shift)
         acc = tl.permute(tl.reshape(acc, [BLOCK_N // 8, 2, 8, BLOCK_T]), (0, 2, 3, 1))
@@ -655,7 +708,8 @@ def _fc1_tile(
         rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
         acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
         acc_g, acc_u = _fc1_steps(acc_g, acc_g, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K,
-                                  stride_wn, scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
+                                  stride_wn, scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT,
+                                  WORD_SCALES)
         if DEQUANT == DQ_SX_AUTO:
             unshift = _pow2_f32(shift)
             acc_g = acc_g * unshift
@@ -695,6 +749,7 @@ def _fc1_kernel(
     DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,  # fp32 operands (ieee): for the Triton interpreter, whose bf16 math is wrong
     GATE_MERGE: tl.constexpr = False,  # gated: gate and up rows in one MMA tile (``_fc1_tile``)
+    WORD_SCALES: tl.constexpr = False,  # scale bytes read as uint32 words (``_scale_tile``)
 ):
     """FC1 + activation for one ``[BLOCK_N, BLOCK_T]`` tile of ``inter^T``; tokens gathered by pair index."""
     pid_n = tl.program_id(0)
@@ -710,7 +765,7 @@ def _fc1_kernel(
         h = _fc1_tile(x_rows, token_mask, w_ptr + expert * stride_we, s_ptr + expert * stride_se, pid_n * BLOCK_N,
                       offs_n, N_OUT, K,
                       stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT,
-                      GATE_MERGE)
+                      GATE_MERGE, WORD_SCALES)
         out_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + offs_n[:, None]
         tl.store(out_ptrs, h.to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N_OUT))
 
@@ -838,10 +893,10 @@ def _fc2_combine_kernel(
 @triton.jit
 def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, K, stride_wn, scale_tiles, shift,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, DEQUANT: tl.constexpr,
-               FP32_DOT: tl.constexpr):
-    """K steps ``[k_first, k_end)`` of FC2 (a split-K share), software-pipelined; ``shift`` as in ``_fc1_steps``."""
+               FP32_DOT: tl.constexpr, WORD_SCALES: tl.constexpr = False):
+    """K steps ``[k_first, k_end)`` of FC2 (a split-K share), software-pipelined; ``shift`` and WORD_SCALES as in
+    ``_fc1_steps``."""
     offs_k = tl.arange(0, BLOCK_K)
-    offs_ks = tl.arange(0, BLOCK_K // 32)
     a_ptrs = a_rows[None, :] + offs_k[:, None] + k_first * BLOCK_K  # [BLOCK_K, BLOCK_T]
     if DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT:  # uint32 words (``_fc1_steps``)
         WORDS: tl.constexpr = 4
@@ -853,18 +908,18 @@ def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, 
         W_OTHER: tl.constexpr = 0.0
         offs_w = offs_k
         w_ptrs = w_base + rows_n[:, None] * stride_wn + offs_w[None, :] + k_first * BLOCK_K
-    s_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+    s_rows = _scale_rows(s_base, rows_n, scale_tiles, WORD_SCALES)
     for k in range(k_first, k_end):
-        s_ptrs = s_rows[:, None] + _scale_col_offsets(k, BLOCK_K // 32)[None, :]
+        s_cols = _scale_cols(k, WORD_SCALES, BLOCK_K // 32)
         if EVEN_K:
+            k_left = K  # unused
             a = tl.load(a_ptrs, mask=token_mask[None, :], other=0.0)
             w = tl.load(w_ptrs)
-            s = tl.load(s_ptrs)
         else:
             k_left = K - k * BLOCK_K
             a = tl.load(a_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
             w = tl.load(w_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
-            s = tl.load(s_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
+        s = _scale_tile(s_rows, s_cols, k_left, WORD_SCALES, BLOCK_K // 32, EVEN_K)
         acc = _step_mma(w, s, a, acc, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K // WORDS
@@ -896,6 +951,7 @@ def _fc2_kernel(
     DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,  # fp32 operands (ieee): for the Triton interpreter, whose bf16 math is wrong
     SPLIT_K: tl.constexpr,  # 1: bf16 slot rows; > 1: fp32 partial rows per K split, summed in the combine
+    WORD_SCALES: tl.constexpr = False,  # scale bytes read as uint32 words (``_scale_tile``)
 ):
     """FC2 for one ``[BLOCK_N, BLOCK_T]`` tile of ``out^T``; writes each pair's unweighted row.
 
@@ -927,7 +983,7 @@ def _fc2_kernel(
             n_first = pid_n * BLOCK_N
             shift = _sx_auto_shift(s_base, n_first, tl.minimum(n_first + BLOCK_N, N) - 1, 0, scale_tiles, False)
         acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
-                         scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
+                         scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT, WORD_SCALES)
         if DEQUANT == DQ_SX_AUTO:
             acc = acc * _pow2_f32(shift)
         safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)

@@ -102,6 +102,11 @@ class TritonMoEConfig:
     # route took 9.4 us of a 232 us layer at 64 tokens (30b), serial work in one CTA. Run 16 profile at 512 pairs
     # (30b, 64 tokens): 14.5 / 9.3 / 8.4 / 8.7 us on 2 / 4 / 8 / 16 warps.
     route_warps: Optional[int] = None
+    # MMA path, block_k multiples of 128 (session 13, a probe knob): each row's scale bytes of a K step read as
+    # uint32 words (the 4 columns of a 128x4 tile row are one aligned word). At BLOCK_K 128 the byte tile is 2 bytes
+    # per thread, below cp.async's 4-byte minimum, so Triton loads it synchronously (compile-only, Triton 3.8: no
+    # 4-byte cp.async, one ld.global.b16); as words it is pipelined with the weights (``_scale_tile``).
+    scale_words: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -120,6 +125,10 @@ class TritonMoEConfig:
         if self.dequant in _WORD_MODES and (self.fc1_block_k % 64 or self.fc2_block_k % 64):
             raise ValueError(f"TritonMoEConfig: dequant={self.dequant!r} needs block_k multiples of 64 (4 planes of "
                              f"at least 16), got {self.fc1_block_k} / {self.fc2_block_k}")
+        if self.scale_words and (self.direct or self.gemv or self.fc1_block_k % 128 or self.fc2_block_k % 128):
+            raise ValueError(f"TritonMoEConfig: scale_words is for the MMA path with block_k multiples of 128 (whole "
+                             f"scale words), got block_k {self.fc1_block_k} / {self.fc2_block_k}, "
+                             f"direct={self.direct}, gemv={self.gemv}")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
             raise ValueError(f"TritonMoEConfig: route_warps must be a power of two up to 32, got {self.route_warps}")
         if self.gemv and not self.direct and self.block_t != 1:
@@ -506,11 +515,12 @@ def triton_mxfp8_moe(
     cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk,
                                   experts=route_experts or experts)
     codes = (cfg.dequant_code, cfg.tail.dequant_code if cfg.tail is not None else None)  # both launches' modes
-    if _DEQUANT_CODE["sx_auto"] in codes:
+    if _DEQUANT_CODE["sx_auto"] in codes or cfg.scale_words or (cfg.tail is not None and cfg.tail.scale_words):
         for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
             if weight.scale_bytes().data_ptr() % 4:  # sx_auto tests the scale rows as 32-bit words
                 raise MXFP8InputError(f"{name}: the swizzled scales must start at a 4-byte aligned address for the "
-                                      "'sx_auto' tiles; got a storage offset that is not (copy the stack)")
+                                      "'sx_auto' and scale_words tiles; got a storage offset that is not (copy the "
+                                      "stack)")
     if any(code in _WORD_DEQUANT for code in codes):
         for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
             data = weight.data
@@ -702,7 +712,7 @@ def _launch_mma(cfg, x, weights, inter, slots, route, grid_blocks, activation, t
         TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
         BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
         EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
-        GATE_MERGE=cfg.fc1_gate_merge, **cfg.launch_options(1),
+        GATE_MERGE=cfg.fc1_gate_merge, WORD_SCALES=cfg.scale_words, **cfg.launch_options(1),
     )
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,
@@ -711,7 +721,7 @@ def _launch_mma(cfg, x, weights, inter, slots, route, grid_blocks, activation, t
         slots.stride(1), slots.stride(0),
         BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
         EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot, SPLIT_K=split_k,
-        **cfg.launch_options(2),
+        WORD_SCALES=cfg.scale_words, **cfg.launch_options(2),
     )
 
 

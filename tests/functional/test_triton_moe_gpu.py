@@ -550,6 +550,28 @@ def test_sx4_tiles_match_float64(tile, case):
     _assert_tiles_keep_bits(base, dataclasses.replace(base, dequant="sx4"), case, SX4[tile], same_bits=False)
 
 
+# Session 13: scale bytes read as uint32 words (``TritonMoEConfig.scale_words``), so that 128-deep K steps pipeline
+# their scales. Only the load differs: the bits must equal the same tile's with byte loads. Not run yet (no device
+# time left in session 13: ``tools/gpu_next.sh s14w``).
+_K128 = dict(fc1_block_k=128, fc2_block_k=128, fc1_stages=4, fc2_stages=3)
+SCALE_WORDS = {
+    "s16k4_sx4_k128": ("s16k4_sx4_m3", _K128, "swiglu"),
+    "s16k4_sx4_m3": ("s16k4_sx4_m3", {}, "swiglu"),
+    "m32l4_sx4_k128": ("m32l4_sx_m", dict(_K128, dequant="sx4", fc1_stages=3), "swiglu"),
+    "s16k_sx4_f4_k128": ("s16k_sx4_f4", _K128, "squared_relu"),
+    "m32a_f4": ("m32a_f4", {}, "squared_relu"),
+}
+
+
+@pytest.mark.parametrize("tile", sorted(SCALE_WORDS))
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 64), (128, 8, 4096, 1536, 256), _ODD33, _ODD7],
+                         ids=["30b-T64", "235b-T256", "odd33", "odd7"])
+def test_scale_words_keep_the_bits(tile, case):
+    base, fields, activation = SCALE_WORDS[tile]
+    by_bytes = dataclasses.replace(TILES[base], **fields)
+    _assert_tiles_keep_bits(by_bytes, dataclasses.replace(by_bytes, scale_words=True), case, activation)
+
+
 # Session 11 candidates for squared ReLU at 176+ pairs per expert: x256w_sa_t32a with FC2 and / or FC1 on 4 warps
 # and 64 rows (two CTAs per SM, compile-only 214 / 227 registers, 107 KB shared each). Same K order per output
 # element as the default, so the bits must match (they did: run 14, call 5). NOT adopted: 4-14% slower at 4096

@@ -113,8 +113,8 @@ def test_tile_choice_uses_the_global_expert_count(monkeypatch):
 
 
 def test_sx_auto_needs_word_aligned_scales(monkeypatch):
-    """sx_auto tiles read the swizzled scales as 32-bit words: a stack whose scale bytes start at an odd address
-    (a view with a storage offset) is refused with a clear error; other tiles take it."""
+    """sx_auto and scale_words tiles read the swizzled scales as 32-bit words: a stack whose scale bytes start at an
+    odd address (a view with a storage offset) is refused with a clear error; other tiles take it."""
     from megatron_mxfp8_moe.kernels import triton_moe
     from megatron_mxfp8_moe.tensor import MXFP8Tensor
 
@@ -127,12 +127,25 @@ def test_sx_auto_needs_word_aligned_scales(monkeypatch):
     odd = MXFP8Tensor(fc2.data, shifted)
     x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
     probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
-    for name in ("l128a_sa", "l128a_sa_t32"):
+    words = dataclasses.replace(TILES["m32a"], scale_words=True)  # scale bytes read as words (block_k 128)
+    tail_words = dataclasses.replace(TILES["l128a_sa"], dequant="sx", tail=words)
+    for cfg in (TILES["l128a_sa"], TILES["l128a_sa_t32"], words, tail_words):
         with pytest.raises(MXFP8InputError, match="4-byte aligned"):
-            triton_mxfp8_moe(x, probs, ids, fc1, odd, valid_tokens=valid, config=TILES[name])
+            triton_mxfp8_moe(x, probs, ids, fc1, odd, valid_tokens=valid, config=cfg)
     triton_mxfp8_moe(x, probs, ids, fc1, odd, valid_tokens=valid, config=TILES["l64b"])
     triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, config=TILES["l128a_sa_t32"])
-    assert chosen == [TILES["l64b"], TILES["l128a_sa_t32"]]
+    triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, config=words)
+    assert chosen == [TILES["l64b"], TILES["l128a_sa_t32"], words]
+
+
+def test_scale_words_config_is_checked():
+    """scale_words needs the MMA path and whole scale words per K step (block_k a multiple of 128)."""
+    for tile, fields in (("l64b", {}), ("m32a", dict(fc2_block_k=64)), ("q1", dict(fc1_block_k=128, fc2_block_k=128)),
+                         ("g16p", dict(fc1_block_k=128, fc2_block_k=128))):
+        with pytest.raises(ValueError, match="scale_words"):
+            dataclasses.replace(TILES[tile], scale_words=True, **fields)
+    assert dataclasses.replace(TILES["s16k4_sx4_m3"], scale_words=True).launch_options(1) == \
+        TILES["s16k4_sx4_m3"].launch_options(1)
 
 
 def test_sx4_defaults_are_the_sx_tiles_with_word_loads():
@@ -471,6 +484,13 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         for name, extra in variants.items():
             out = run(x, probs, ids, fc1, fc2, activation, rows, valid, dataclasses.replace(cfg, **extra))
             check(key + "_" + name, out, ref, rows, valid, base if name in ("bits_int", "gate_merge") else None)
+        # scale bytes read as uint32 words (session 13): the same bits as the byte loads of the same tiles
+        for dequant in ("fp32", "sx4_int"):
+            k128 = dataclasses.replace(cfg, fc1_block_k=128, fc2_block_k=128, dequant_fp32=dequant == "fp32",
+                                       dequant="cvt" if dequant == "fp32" else dequant)
+            by_bytes = run(x, probs, ids, fc1, fc2, activation, rows, valid, k128)
+            out = run(x, probs, ids, fc1, fc2, activation, rows, valid, dataclasses.replace(k128, scale_words=True))
+            check(f"{key}_scale_words_{dequant}", out, ref, rows, valid, by_bytes)
 
     # Tail tiles: 48 rows x top-2 over 4 local experts (45 valid rows, ids over 5 experts: about 18 pairs each): 16-token blocks, and an expert's last
     # 1..8 pairs in an 8-token tail block; both route forms (one program; three launches over chunks of 16).
@@ -589,6 +609,10 @@ def test_kernels_under_triton_interpreter():
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
         assert result[key + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
         assert result[key + "_gate_merge"]["equal"], "one gate/up FC1 tile differs from two"
+        for dequant in ("fp32", "sx4_int"):
+            check = result[f"{key}_scale_words_{dequant}"]
+            assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"], (key, dequant, check)
+            assert check["equal"], f"scale words differ from scale bytes ({key}, {dequant})"
     for name in ("tail_tiles", "tail_tiles_split", "tail_tiles_sx4"):
         check = result[name]
         assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"] and check["tails"] > 0, (name, check)
