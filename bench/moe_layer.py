@@ -93,6 +93,10 @@ CANDIDATES = {
     "s16k4_sx4_m3w": dataclasses.replace(TILES["s16k4_sx4_m3"], scale_words=True),
     "m32l4_sx4_k128w": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", fc1_block_k=128, fc2_block_k=128,
                                            fc1_stages=3, fc2_stages=3, scale_words=True),
+    # FC1 with 64 + 64 rows on 8 warps (half the token-tile re-reads per weight byte): 88 registers, 66.5 KB
+    "m32l8_sx4_k128w": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", fc1_block_k=128, fc2_block_k=128,
+                                           fc1_stages=3, fc2_stages=3, scale_words=True, fc1_block_n=64,
+                                           fc1_warps=8, fc1_maxnreg=None),
     "s16k_sx4_f4_k128w": dataclasses.replace(TILES["s16k_sx4_f4"], fc1_block_k=128, fc2_block_k=128, fc1_stages=4,
                                              fc2_stages=3, scale_words=True),
     "m32a_f4w": dataclasses.replace(TILES["m32a_f4"], scale_words=True),
@@ -112,6 +116,7 @@ CANDIDATES.update({  # the same with 16-token tails (as the 8-16 pairs-per-exper
     "m32l4_sx4_k128w_t16": dataclasses.replace(CANDIDATES["m32l4_sx4_k128w"], tail=TILES["s16k4_sx4_m3"]),
     "m32l4_sx4_k128w_t16w": dataclasses.replace(CANDIDATES["m32l4_sx4_k128w"], tail=CANDIDATES["s16k4_sx4_k128w"]),
     "m32a_f4w_t16": dataclasses.replace(CANDIDATES["m32a_f4w"], tail=TILES["s16k_sx4_f4"]),
+    "m32l8_sx4_k128w_t16w": dataclasses.replace(CANDIDATES["m32l8_sx4_k128w"], tail=CANDIDATES["s16k4_sx4_k128w"]),
 })
 GEMV = ["g16p", "g16p3", "g32p", "g32p3"]
 ROUTED_GEMV = ["q1", "q1s3", "q1b"]

@@ -417,7 +417,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
     cat $OUT/probe.jsonl ;;
   s14w)
-    # session 13's scale words (compile-only so far): the bit-equality tests against byte loads (20 cases), then
+    # session 13's scale words (compile-only so far): the bit-equality tests against byte loads (24 cases), then
     # probes of the 128-deep K tiles they make possible, at 64 / 256 tokens, both activations and shapes
     timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
       -k "scale_words" > $OUT/tests.log 2>&1
@@ -425,7 +425,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 50 $P --shape $s --tokens 64 --configs "s16k4_sx4_m3,s16k4_sx4_k128w,s16k4_sx4_m3w,s16k4_sx4_m3"
-      timeout 50 $P --shape $s --tokens 256 --configs "m32l4_sx_m_t16,m32l4_sx4_k128w_t16,m32l4_sx4_k128w_t16w,m32l4_sx_m_t16"
+      timeout 60 $P --shape $s --tokens 256 --configs "m32l4_sx_m_t16,m32l4_sx4_k128w_t16,m32l4_sx4_k128w_t16w,m32l8_sx4_k128w_t16w,m32l4_sx_m_t16"
       timeout 45 $P --shape $s --tokens 64 --activation squared_relu --configs "s16k_sx4_f4,s16k_sx4_f4_k128w,s16k_sx4_f4"
       timeout 45 $P --shape $s --tokens 256 --activation squared_relu --configs "m32a_f4_t16,m32a_f4w_t16,m32a_f4_t16"
     done > $OUT/probe.jsonl 2> $OUT/probe.err

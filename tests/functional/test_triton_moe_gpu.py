@@ -552,12 +552,14 @@ def test_sx4_tiles_match_float64(tile, case):
 
 # Session 13: scale bytes read as uint32 words (``TritonMoEConfig.scale_words``), so that 128-deep K steps pipeline
 # their scales. Only the load differs: the bits must equal the same tile's with byte loads. Not run yet (no device
-# time left in session 13: ``tools/gpu_next.sh s14w``).
+# time left in session 13: ``tools/gpu_next.sh s14w``). The tiles are ``bench/moe_layer.py``'s ``*_k128w`` probes.
 _K128 = dict(fc1_block_k=128, fc2_block_k=128, fc1_stages=4, fc2_stages=3)
 SCALE_WORDS = {
     "s16k4_sx4_k128": ("s16k4_sx4_m3", _K128, "swiglu"),
     "s16k4_sx4_m3": ("s16k4_sx4_m3", {}, "swiglu"),
     "m32l4_sx4_k128": ("m32l4_sx_m", dict(_K128, dequant="sx4", fc1_stages=3), "swiglu"),
+    "m32l8_sx4_k128": ("m32l4_sx_m", dict(_K128, dequant="sx4", fc1_stages=3, fc1_block_n=64, fc1_warps=8,
+                                          fc1_maxnreg=None), "swiglu"),
     "s16k_sx4_f4_k128": ("s16k_sx4_f4", _K128, "squared_relu"),
     "m32a_f4": ("m32a_f4", {}, "squared_relu"),
 }
