@@ -37,6 +37,20 @@ from .tensor import MXFP8Tensor
 logger = logging.getLogger(__name__)
 
 
+def _tensors_in(value) -> list[torch.Tensor]:
+    """The tensors held by ``value``: a tensor, an MXFP8Tensor (data and scale unless released), or lists, tuples
+    and dataclasses of those (backend stacks)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, MXFP8Tensor):
+        return [] if value.is_released else [value.data, value.scale]
+    if isinstance(value, (list, tuple)):
+        return [tensor for item in value for tensor in _tensors_in(item)]
+    if dataclasses.is_dataclass(value):
+        return [tensor for field in dataclasses.fields(value) for tensor in _tensors_in(getattr(value, field.name))]
+    return []
+
+
 class MXFP8ExpertLayer(torch.nn.Module):
     """E local MXFP8 experts + one backend (see module docstring).
 
@@ -143,26 +157,25 @@ class MXFP8ExpertLayer(torch.nn.Module):
     def resident_bytes(self) -> int:
         """Bytes of expert-weight storage this layer keeps alive (distinct storages, canonical included)."""
         storages: dict[int, int] = {}
-
-        def visit(value) -> None:
-            if isinstance(value, torch.Tensor):
-                storage = value.untyped_storage()
-                storages[storage.data_ptr()] = storage.nbytes()
-            elif isinstance(value, MXFP8Tensor):
-                if not value.is_released:
-                    visit(value.data)
-                    visit(value.scale)
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    visit(item)
-            elif dataclasses.is_dataclass(value):
-                for field in dataclasses.fields(value):
-                    visit(getattr(value, field.name))
-
-        visit([self.expert_set.fc1, self.expert_set.fc2])
+        stacks = [self.expert_set.fc1, self.expert_set.fc2]
         if self._state is not None:
-            visit([self._state.fc1, self._state.fc2])
+            stacks += [self._state.fc1, self._state.fc2]
+        for tensor in _tensors_in(stacks):
+            storage = tensor.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
         return sum(storages.values())
+
+    def derived_tensors(self) -> list[torch.Tensor]:
+        """The tensors of the built kernel stack that write hooks rewrite in place, outside the canonical storage
+        (none before ``build_()`` or when the stack is the canonical storage itself). ``refit_experts`` refuses a
+        source lying in them: a hook could overwrite it before it is read."""
+        state = self._state
+        if state is None or state.shares_canonical:
+            return []
+        canonical = {tensor.untyped_storage().data_ptr()
+                     for tensor in _tensors_in([self.expert_set.fc1, self.expert_set.fc2])}
+        return [tensor for tensor in _tensors_in([state.fc1, state.fc2])
+                if tensor.untyped_storage().data_ptr() not in canonical]
 
     def _apply(self, fn, *args, **kwargs):
         # Module.to()/cuda(): move the canonical weights too (device only; fp8 bytes never change dtype).

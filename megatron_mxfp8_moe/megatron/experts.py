@@ -221,6 +221,10 @@ class MXFP8Experts(MegatronModule):
         """The refit targets ``{"linear_fc1.weight{i}": MXFP8Tensor, ...}`` (same objects on every call)."""
         return self.layer.mxfp8_weights()
 
+    def derived_tensors(self) -> list[torch.Tensor]:
+        """The kernel stack's tensors that write hooks rewrite (``MXFP8ExpertLayer.derived_tensors``)."""
+        return self.layer.derived_tensors()
+
     def load_from_module_(self, module: torch.nn.Module, backend: str = "auto") -> "MXFP8Experts":
         """Quantize/copy the weights of a Megatron experts module (TEGroupedMLP, InferenceGroupedMLP, SequentialMLP)."""
         self.layer.expert_set.load_from_module_(module, backend=backend)

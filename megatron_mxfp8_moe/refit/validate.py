@@ -28,11 +28,12 @@ Sources, per entry (target canonical weight ``[M, K]``, ``K % 32 == 0``):
 No source (a logical tensor as given, an MXFP8 source's data or scale) may overlap the canonical data or scale
 bytes of a weight the same batch writes (for a stream: the same module's group): writes run grouped per stack,
 not in entry order, so such a source could be overwritten before it is read. A source lying in the bytes of an
-expert that the batch does not write is fine; the bytes of derived stacks (repacked by write hooks) are not checked.
+expert that the batch does not write is fine. Nor may a source lie in a kernel stack that write hooks of a written
+module rewrite (``derived_tensors()`` of the experts module, e.g. a FlashInfer routed or the reference stack).
 
 Every failure raises ``RefitError`` whose message starts with ``refit entry '<name>':`` and says what is
 wrong (unknown name, not an expert weight, index out of range, shape, dtype, device, NaN/Inf, scale size,
-NaN scale byte, duplicate target, a source overlapping a written weight).
+NaN scale byte, duplicate target, a source overlapping a written weight or a kernel stack its hooks rewrite).
 
 Host cost: per experts module, the name -> target lookup is cached while ``mxfp8_weights()`` returns the same
 objects (``_Table``), per (module path, prefix, E) (``_Lookups``), with the per-stack split of the last few lists
@@ -974,6 +975,7 @@ class _PlanBuilder:
         batches = tuple(self.batches.values())
         if self.copy_flags or _logical_sources_may_alias(batches, self.copied):
             _check_sources_alias_no_target(writes)
+        _check_sources_avoid_derived_stacks(writes, self.experts)
         on_device = finite_on_device and _device_check_possible(batches, validator.backend)
         scan = self.scan
         if on_device:
@@ -1025,32 +1027,60 @@ def _range_index(ranges: list) -> tuple[list, list, list]:
     return ranges, list(map(_FIRST, ranges)), list(itertools.accumulate(map(_SECOND, ranges), max))
 
 
-def _check_sources_alias_no_target(writes: Sequence[PlannedWrite]) -> None:
-    """Raise for the first entry (in entry order) whose source overlaps the bytes of a weight this batch writes
-    (``_landing``): writes are grouped per stack, not run in entry order, so it could be read after it was
-    overwritten (or read while written). Compares address ranges per device: a logical source as given, an MXFP8
-    source's data and scale. A source in the bytes of an expert that the batch does not write is fine."""
-    written: dict[torch.device, list] = {}
-    for write in writes:
-        for tensor in _landing(write.target):
-            written.setdefault(tensor.device, []).append((*_byte_extent(tensor), write.name))
-    index = {device: _range_index(ranges) for device, ranges in written.items()}
+def _first_source_overlap(writes: Sequence[PlannedWrite], ranges_by_device: dict) -> Optional[tuple]:
+    """``(write, range)`` of the first entry (in entry order) whose source overlaps one of ``ranges_by_device``
+    (device -> ``[(begin, end, label), ...]`` byte ranges), or None. A logical source as given; an MXFP8 source's
+    data and scale."""
+    index = {device: _range_index(ranges) for device, ranges in ranges_by_device.items()}
     for write in writes:
         source = write.source
         for tensor in (source.data, source.scale) if write.kind == COPY else (source,):
             begin, end = _byte_extent(tensor)
             ranges, begins, reach = index.get(tensor.device, ((), (), ()))
-            position = bisect.bisect_left(begins, end) - 1  # the last written range starting before ``end``
+            position = bisect.bisect_left(begins, end) - 1  # the last range starting before ``end``
             while begin < end and position >= 0 and reach[position] > begin:
                 if ranges[position][1] > begin:
-                    what, copy = ("MXFP8 source", "of its data and scale") if write.kind == COPY else (
-                        "source", "source.clone()")
-                    raise refit_error(
-                        write.name, f"the {what} overlaps the bytes of a weight this refit writes (the target of "
-                        f"entry {ranges[position][2]!r}), so it could be overwritten before it is read; pass a copy "
-                        f"(e.g. {copy}) instead"
-                    )
+                    return write, ranges[position]
                 position -= 1
+    return None
+
+
+def _raise_overlap(write: PlannedWrite, what_it_overlaps: str) -> None:
+    what, copy = ("MXFP8 source", "of its data and scale") if write.kind == COPY else ("source", "source.clone()")
+    raise refit_error(write.name, f"the {what} overlaps {what_it_overlaps}, so it could be overwritten before it "
+                                  f"is read; pass a copy (e.g. {copy}) instead")
+
+
+def _check_sources_alias_no_target(writes: Sequence[PlannedWrite]) -> None:
+    """Raise for the first entry (in entry order) whose source overlaps the bytes of a weight this batch writes
+    (``_landing``): writes are grouped per stack, not run in entry order, so it could be read after it was
+    overwritten (or read while written). Compares address ranges per device. A source in the bytes of an expert
+    that the batch does not write is fine."""
+    written: dict[torch.device, list] = {}
+    for write in writes:
+        for tensor in _landing(write.target):
+            written.setdefault(tensor.device, []).append((*_byte_extent(tensor), write.name))
+    overlap = _first_source_overlap(writes, written)
+    if overlap is not None:
+        _raise_overlap(overlap[0], f"the bytes of a weight this refit writes (the target of entry {overlap[1][2]!r})")
+
+
+def _check_sources_avoid_derived_stacks(writes: Sequence[PlannedWrite], modules: Iterable[ExpertsModule]) -> None:
+    """Raise for the first entry whose source lies in a kernel stack that write hooks of the written modules
+    rewrite in place (``derived_tensors()`` of an experts module, e.g. a FlashInfer routed or the reference
+    backend's stack): the hooks run as the writes land, so a later entry's source there could be overwritten
+    before it is read. Any overlap with such a stack counts (the slot a hook rewrites is the backend's business)."""
+    derived: dict[torch.device, list] = {}
+    for info in modules:
+        tensors = getattr(info.module, "derived_tensors", None)
+        for tensor in tensors() if callable(tensors) else ():
+            derived.setdefault(tensor.device, []).append((*_byte_extent(tensor), info.path))
+    if derived:
+        overlap = _first_source_overlap(writes, derived)
+        if overlap is not None:
+            path = overlap[1][2]
+            _raise_overlap(overlap[0], "the kernel stack that write hooks of the experts module "
+                                       f"{path or '<the refit target>'!r} rewrite during this refit")
 
 
 def _logical_sources_may_alias(batches: Sequence[WriteBatch], copied: Sequence[torch.Tensor]) -> bool:

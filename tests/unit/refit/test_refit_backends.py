@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from megatron_mxfp8_moe import DeviceCaps, ExpertSet, MXFP8ExpertLayer, refit_experts
+from megatron_mxfp8_moe.errors import RefitError
 from megatron_mxfp8_moe.testing import random_weights
 
 E, H, I = 4, 256, 128
@@ -65,3 +66,37 @@ def test_refit_equals_a_fresh_layer_byte_for_byte(backend, partial, monkeypatch)
             assert torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
     after = [t.data_ptr() for t in _stack_tensors(layer.stack_state.fc1) + _stack_tensors(layer.stack_state.fc2)]
     assert after == pointers
+
+
+def _all_bytes(layer) -> list[torch.Tensor]:
+    """Clones of every canonical and kernel-stack byte of ``layer``."""
+    tensors = _stack_tensors(layer.stack_state.fc1) + _stack_tensors(layer.stack_state.fc2)
+    for stack in (layer.expert_set.fc1, layer.expert_set.fc2):
+        if not stack.is_released:
+            tensors += [stack.data, stack.scale]
+    return [tensor.contiguous().view(torch.uint8).clone() for tensor in tensors]
+
+
+@pytest.mark.parametrize("backend", ["reference", "flashinfer_routed", "flashinfer_cutlass"])
+def test_a_source_inside_a_rewritten_kernel_stack_is_refused(backend, monkeypatch):
+    """A source lying in a kernel stack that the written layer's hooks rewrite could be overwritten before it is
+    read (writes run grouped per stack, each followed by its hooks): refused, naming the entry, nothing written.
+    The Triton layer has no such stack (it reads the canonical storage): ``derived_tensors()`` is empty."""
+    fc1, fc2 = random_weights((E, 2 * I, H)), random_weights((E, H, I))
+    layer = _layer(backend, fc1, fc2, monkeypatch)
+    derived = layer.derived_tensors()
+    assert derived
+    largest = max(derived, key=lambda tensor: tensor.nbytes)
+    inside = largest.view(-1).view(torch.uint8)[: 2 * I * H * 4].view(torch.float32).view(2 * I, H)
+    fresh = random_weights((2 * I, H))
+    before = _all_bytes(layer)
+    with pytest.raises(RefitError, match=r"^refit entry 'linear_fc1.weight2': the source overlaps the kernel stack"):
+        refit_experts(layer, {"linear_fc1.weight0": fresh, "linear_fc1.weight2": inside})
+    after = _all_bytes(layer)
+    assert len(before) == len(after) and all(torch.equal(a, b) for a, b in zip(before, after))
+    refit_experts(layer, {"linear_fc1.weight2": inside.clone().nan_to_num(0.0, 0.0, 0.0)})  # a copy is fine
+
+
+def test_the_triton_layer_has_no_rewritten_stack(monkeypatch):
+    layer = _layer("triton", random_weights((E, 2 * I, H)), random_weights((E, H, I)), monkeypatch)
+    assert layer.stack_state.shares_canonical and layer.derived_tensors() == []
