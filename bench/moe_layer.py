@@ -100,6 +100,13 @@ CANDIDATES = {
     "s16k_sx4_f4_k128w": dataclasses.replace(TILES["s16k_sx4_f4"], fc1_block_k=128, fc2_block_k=128, fc1_stages=4,
                                              fc2_stages=3, scale_words=True),
     "m32a_f4w": dataclasses.replace(TILES["m32a_f4"], scale_words=True),
+    # the 256-token defaults read their scale tile with a synchronous 1-byte load per K step at BLOCK_K 64 (2
+    # columns); 128-deep K with words, 2 stages: FC1 242 (squared ReLU) / 255 (gated, merged), FC2 243 registers,
+    # 197 KB shared, no spill: one CTA per SM, as the defaults (220 / 255 / 206 registers, 115 KB)
+    "x256w_sa_k128w_t32a": dataclasses.replace(TILES["x256w_sa_t32a"], fc1_block_k=128, fc2_block_k=128,
+                                               fc1_stages=2, fc2_stages=2, scale_words=True),
+    "x256m_sa_k128w_t32": dataclasses.replace(TILES["x256m_sa_t32"], fc1_block_k=128, fc2_block_k=128,
+                                              fc1_stages=2, fc2_stages=2, scale_words=True),
     "m32a_sx4_k128w": dataclasses.replace(TILES["m32a_f4"], dequant="sx4", scale_words=True),
     # v6 GEMV small-T path (fc1 n/k/warps/stages, fc2 n/k/warps/stages; block_t unused): CUDA-core block sums,
     # FC2 per pair + the combine kernel ("p"); stages > 1 pipeline the K loop through shared memory (cp.async), 1

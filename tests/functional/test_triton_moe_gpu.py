@@ -574,6 +574,14 @@ def test_scale_words_keep_the_bits(tile, case):
     _assert_tiles_keep_bits(by_bytes, dataclasses.replace(by_bytes, scale_words=True), case, activation)
 
 
+@pytest.mark.parametrize("base,activation", [("x256w_sa_t32a", "squared_relu"), ("x256m_sa_t32", "swiglu")])
+def test_scale_words_keep_the_bits_on_256_token_tiles(base, activation):
+    """The 256-token defaults with 128-deep K steps, scale bytes against scale words (about 188 pairs per expert)."""
+    by_bytes = dataclasses.replace(TILES[base], fc1_block_k=128, fc2_block_k=128, fc1_stages=2, fc2_stages=2)
+    _assert_tiles_keep_bits(by_bytes, dataclasses.replace(by_bytes, scale_words=True), (128, 8, 2048, 768, 3000),
+                            activation)
+
+
 # Session 11 candidates for squared ReLU at 176+ pairs per expert: x256w_sa_t32a with FC2 and / or FC1 on 4 warps
 # and 64 rows (two CTAs per SM, compile-only 214 / 227 registers, 107 KB shared each). Same K order per output
 # element as the default, so the bits must match (they did: run 14, call 5). NOT adopted: 4-14% slower at 4096
