@@ -455,11 +455,11 @@ def _scale_rows(s_base, rows, scale_tiles, WORD_SCALES: tl.constexpr):
     """Per weight row, the pointer ``_scale_tile`` starts from: a byte pointer to scale column 0, or, WORD_SCALES, a
     uint32 pointer to the word of columns 0-3 (the 4 bytes of columns ``4c .. 4c + 3`` of a row are one aligned word
     in the 128x4 layout; the host checks the base address)."""
+    offsets = (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
     if WORD_SCALES:
-        offsets = (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
         ptrs = s_base.to(tl.pointer_type(tl.uint32)) + offsets // 4
     else:
-        ptrs = s_base + (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
+        ptrs = s_base + offsets
     return ptrs
 
 

@@ -514,14 +514,15 @@ def triton_mxfp8_moe(
         return out
     cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk,
                                   experts=route_experts or experts)
-    codes = (cfg.dequant_code, cfg.tail.dequant_code if cfg.tail is not None else None)  # both launches' modes
-    if _DEQUANT_CODE["sx_auto"] in codes or cfg.scale_words or (cfg.tail is not None and cfg.tail.scale_words):
+    launches = (cfg,) if cfg.tail is None else (cfg, cfg.tail)  # the tiles of both launch pairs
+    codes = {tile.dequant_code for tile in launches}
+    if _DEQUANT_CODE["sx_auto"] in codes or any(tile.scale_words for tile in launches):
         for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
             if weight.scale_bytes().data_ptr() % 4:  # sx_auto tests the scale rows as 32-bit words
                 raise MXFP8InputError(f"{name}: the swizzled scales must start at a 4-byte aligned address for the "
                                       "'sx_auto' and scale_words tiles; got a storage offset that is not (copy the "
                                       "stack)")
-    if any(code in _WORD_DEQUANT for code in codes):
+    if not codes.isdisjoint(_WORD_DEQUANT):
         for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
             data = weight.data
             if data.data_ptr() % 4 or data.stride(0) % 4 or data.stride(1) % 4:  # rows read as uint32 words
