@@ -38,6 +38,7 @@ ROTATE = 4
 
 # Candidate tile configurations for --sweep (block_t, fc1 n/k/warps/stages, fc2 n/k/warps/stages): the library's
 # TILES (what choose_config returns) and the other tile sets measured in runs 3-7.
+_K128W = dict(fc1_block_k=128, fc2_block_k=128, scale_words=True)  # 128-deep K steps, scales read as words
 CANDIDATES = {
     **TILES,
     "s16b": TritonMoEConfig(16, 64, 128, 8, 3, 128, 128, 8, 4),
@@ -88,25 +89,19 @@ CANDIDATES = {
     # at 64 tokens). Registers / shared per CTA: s16k4 FC1 96 / 45.8 KB, FC2 96 / 33.3 KB; m32l4 "sx4" 111 / 45.6 KB,
     # 110 / 45.6 KB (no spill: "sx4" on the 32-token tile without the 168 cap); squared ReLU s16k FC1 88; m32a FC1
     # 128 / 66 KB (its byte form is the 256-token default's, already 128-deep).
-    "s16k4_sx4_k128w": dataclasses.replace(TILES["s16k4_sx4_m3"], fc1_block_k=128, fc2_block_k=128, fc1_stages=4,
-                                           fc2_stages=3, scale_words=True),
+    "s16k4_sx4_k128w": dataclasses.replace(TILES["s16k4_sx4_m3"], **_K128W, fc1_stages=4, fc2_stages=3),
     "s16k4_sx4_m3w": dataclasses.replace(TILES["s16k4_sx4_m3"], scale_words=True),
-    "m32l4_sx4_k128w": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", fc1_block_k=128, fc2_block_k=128,
-                                           fc1_stages=3, fc2_stages=3, scale_words=True),
+    "m32l4_sx4_k128w": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", **_K128W, fc1_stages=3, fc2_stages=3),
     # FC1 with 64 + 64 rows on 8 warps (half the token-tile re-reads per weight byte): 88 registers, 66.5 KB
-    "m32l8_sx4_k128w": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", fc1_block_k=128, fc2_block_k=128,
-                                           fc1_stages=3, fc2_stages=3, scale_words=True, fc1_block_n=64,
-                                           fc1_warps=8, fc1_maxnreg=None),
-    "s16k_sx4_f4_k128w": dataclasses.replace(TILES["s16k_sx4_f4"], fc1_block_k=128, fc2_block_k=128, fc1_stages=4,
-                                             fc2_stages=3, scale_words=True),
+    "m32l8_sx4_k128w": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", **_K128W, fc1_stages=3, fc2_stages=3,
+                                           fc1_block_n=64, fc1_warps=8, fc1_maxnreg=None),
+    "s16k_sx4_f4_k128w": dataclasses.replace(TILES["s16k_sx4_f4"], **_K128W, fc1_stages=4, fc2_stages=3),
     "m32a_f4w": dataclasses.replace(TILES["m32a_f4"], scale_words=True),
     # the 256-token defaults read their scale tile with a synchronous 1-byte load per K step at BLOCK_K 64 (2
     # columns); 128-deep K with words, 2 stages: FC1 242 (squared ReLU) / 255 (gated, merged), FC2 243 registers,
     # 197 KB shared, no spill: one CTA per SM, as the defaults (220 / 255 / 206 registers, 115 KB)
-    "x256w_sa_k128w_t32a": dataclasses.replace(TILES["x256w_sa_t32a"], fc1_block_k=128, fc2_block_k=128,
-                                               fc1_stages=2, fc2_stages=2, scale_words=True),
-    "x256m_sa_k128w_t32": dataclasses.replace(TILES["x256m_sa_t32"], fc1_block_k=128, fc2_block_k=128,
-                                              fc1_stages=2, fc2_stages=2, scale_words=True),
+    "x256w_sa_k128w_t32a": dataclasses.replace(TILES["x256w_sa_t32a"], **_K128W, fc1_stages=2, fc2_stages=2),
+    "x256m_sa_k128w_t32": dataclasses.replace(TILES["x256m_sa_t32"], **_K128W, fc1_stages=2, fc2_stages=2),
     "m32a_sx4_k128w": dataclasses.replace(TILES["m32a_f4"], dequant="sx4", scale_words=True),
     # v6 GEMV small-T path (fc1 n/k/warps/stages, fc2 n/k/warps/stages; block_t unused): CUDA-core block sums,
     # FC2 per pair + the combine kernel ("p"); stages > 1 pipeline the K loop through shared memory (cp.async), 1

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import itertools
 import logging
 import os
 import platform
@@ -106,10 +107,10 @@ def rows(layer, per_expert, stacked):
 
     halves = [{name: source for name, source in per_expert.items() if name.startswith(f"linear_{linear}.")}
               for linear in ("fc1", "fc2")]
-    turn = iter(range(1 << 62))
+    turn = itertools.cycle(halves)
 
     def plan_in_turn():  # fc1's sources, then fc2's, in turn (a loop that syncs the two linears separately)
-        return validate.RefitValidator(layer).plan(halves[next(turn) & 1].items(), finite_on_device=True)
+        return validate.RefitValidator(layer).plan(next(turn).items(), finite_on_device=True)
 
     return {
         "plan-experts": (len(per_expert), plan(per_expert)),

@@ -51,7 +51,7 @@ import sys
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress, repeat
-from typing import Any, Optional, Union
+from typing import Any, NoReturn, Optional, Union
 
 import torch
 from megatron.core.inference.quantization.mxfp8_tensor import MXFP8Tensor as MegatronMXFP8Tensor
@@ -1045,7 +1045,7 @@ def _first_source_overlap(writes: Sequence[PlannedWrite], ranges_by_device: dict
     return None
 
 
-def _raise_overlap(write: PlannedWrite, what_it_overlaps: str) -> None:
+def _raise_overlap(write: PlannedWrite, what_it_overlaps: str) -> NoReturn:
     what, copy = ("MXFP8 source", "of its data and scale") if write.kind == COPY else ("source", "source.clone()")
     raise refit_error(write.name, f"the {what} overlaps {what_it_overlaps}, so it could be overwritten before it "
                                   f"is read; pass a copy (e.g. {copy}) instead")
