@@ -112,6 +112,12 @@ def test_tile_choice_uses_the_global_expert_count(monkeypatch):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, route_experts=8)
 
 
+def _copy_at_offset(raw: torch.Tensor, offset: int) -> torch.Tensor:
+    """A copy of the uint8 tensor ``raw`` that starts ``offset`` bytes into its storage (a misaligned view)."""
+    shifted = torch.empty(raw.numel() + offset, dtype=torch.uint8)[offset:].view_as(raw)
+    return shifted.copy_(raw)
+
+
 def test_sx_auto_needs_word_aligned_scales(monkeypatch):
     """sx_auto and scale_words tiles read the swizzled scales as 32-bit words: a stack whose scale bytes start at an
     odd address (a view with a storage offset) is refused with a clear error; other tiles take it."""
@@ -122,9 +128,7 @@ def test_sx_auto_needs_word_aligned_scales(monkeypatch):
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: chosen.append(cfg))
     fc1 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
     fc2 = quantize_mxfp8(random_weights((4, 64, 32), scale=0.1), backend="reference")
-    shifted = torch.empty(fc2.scale_bytes().numel() + 1, dtype=torch.uint8)[1:].view_as(fc2.scale_bytes())
-    shifted.copy_(fc2.scale_bytes())
-    odd = MXFP8Tensor(fc2.data, shifted)
+    odd = MXFP8Tensor(fc2.data, _copy_at_offset(fc2.scale_bytes(), 1))
     x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
     probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
     words = dataclasses.replace(TILES["m32a"], scale_words=True)  # scale bytes read as words (block_k 128)
@@ -195,10 +199,7 @@ def test_sx4_needs_word_aligned_weight_rows(monkeypatch):
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: chosen.append(cfg))
     fc1 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
     fc2 = quantize_mxfp8(random_weights((4, 64, 32), scale=0.1), backend="reference")
-    raw = fc1.data.view(torch.uint8)
-    shifted = torch.empty(raw.numel() + 2, dtype=torch.uint8)[2:].view_as(raw)
-    shifted.copy_(raw)
-    odd = MXFP8Tensor(shifted.view(fc1.data.dtype), fc1.scale_bytes())
+    odd = MXFP8Tensor(_copy_at_offset(fc1.data.view(torch.uint8), 2).view(fc1.data.dtype), fc1.scale_bytes())
     x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
     probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
     words = dataclasses.replace(TILES["s16k4_sx_m3"], dequant="sx4")
