@@ -38,7 +38,6 @@ ROTATE = 4
 
 # Candidate tile configurations for --sweep (block_t, fc1 n/k/warps/stages, fc2 n/k/warps/stages): the library's
 # TILES (what choose_config returns) and the other tile sets measured in runs 3-7.
-_K128W = dict(fc1_block_k=128, fc2_block_k=128, scale_words=True)  # 128-deep K steps, scales read as words
 CANDIDATES = {
     **TILES,
     "s16b": TritonMoEConfig(16, 64, 128, 8, 3, 128, 128, 8, 4),
@@ -84,25 +83,13 @@ CANDIDATES = {
     # session 11: the 256-token defaults with the 4-warp 32-token tiles as their tails (probe only)
     "x256m_sa_t32q": dataclasses.replace(TILES["x256m_sa"], tail=TILES["m32l4_sx_m"]),
     "x256w_sa_t32q": dataclasses.replace(TILES["x256w_sa"], tail=TILES["m32a_f4"]),
-    # session 13, compile-only (Triton 3.8, sm_90), not timed: scale bytes read as words (``scale_words``) so that
-    # 128-deep K steps pipeline their scales (the byte tile was loaded synchronously: run 16, 128-deep K 36% slower
-    # at 64 tokens). Registers / shared per CTA: s16k4 FC1 96 / 45.8 KB, FC2 96 / 33.3 KB; m32l4 "sx4" 111 / 45.6 KB,
-    # 110 / 45.6 KB (no spill: "sx4" on the 32-token tile without the 168 cap); squared ReLU s16k FC1 88; m32a FC1
-    # 128 / 66 KB (its byte form is the 256-token default's, already 128-deep).
-    "s16k4_sx4_k128w": dataclasses.replace(TILES["s16k4_sx4_m3"], **_K128W, fc1_stages=4, fc2_stages=3),
-    "s16k4_sx4_m3w": dataclasses.replace(TILES["s16k4_sx4_m3"], scale_words=True),
-    "m32l4_sx4_k128w": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", **_K128W, fc1_stages=3, fc2_stages=3),
-    # FC1 with 64 + 64 rows on 8 warps (half the token-tile re-reads per weight byte): 88 registers, 66.5 KB
-    "m32l8_sx4_k128w": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", **_K128W, fc1_stages=3, fc2_stages=3,
-                                           fc1_block_n=64, fc1_warps=8, fc1_maxnreg=None),
-    "s16k_sx4_f4_k128w": dataclasses.replace(TILES["s16k_sx4_f4"], **_K128W, fc1_stages=4, fc2_stages=3),
-    "m32a_f4w": dataclasses.replace(TILES["m32a_f4"], scale_words=True),
-    # the 256-token defaults read their scale tile with a synchronous 1-byte load per K step at BLOCK_K 64 (2
-    # columns); 128-deep K with words, 2 stages: FC1 242 (squared ReLU) / 255 (gated, merged), FC2 243 registers,
-    # 197 KB shared, no spill: one CTA per SM, as the defaults (220 / 255 / 206 registers, 115 KB)
-    "x256w_sa_k128w_t32a": dataclasses.replace(TILES["x256w_sa_t32a"], **_K128W, fc1_stages=2, fc2_stages=2),
-    "x256m_sa_k128w_t32": dataclasses.replace(TILES["x256m_sa_t32"], **_K128W, fc1_stages=2, fc2_stages=2),
-    "m32a_sx4_k128w": dataclasses.replace(TILES["m32a_f4"], dequant="sx4", scale_words=True),
+    # session 14: the "sx4" tiles with plane-major token operands (``planes``), and 32-token "sx4" tiles with them
+    "s16k4_sx4p_m3": dataclasses.replace(TILES["s16k4_sx4_m3"], planes=True),
+    "s16k_sx4p_f4": dataclasses.replace(TILES["s16k_sx4_f4"], planes=True),
+    "m32l4_sx4p_m": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", planes=True),
+    "m32l4_sx4p_mu": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", planes=True, fc1_maxnreg=None),
+    "m32k_sx4p_f4": TritonMoEConfig(32, 64, 256, 4, 3, 64, 256, 4, 2, dequant="sx4", fc2_maxnreg=168, planes=True),
+    "m32a_sx4p_f4": dataclasses.replace(TILES["m32a_f4"], dequant="sx4", planes=True),
     # v6 GEMV small-T path (fc1 n/k/warps/stages, fc2 n/k/warps/stages; block_t unused): CUDA-core block sums,
     # FC2 per pair + the combine kernel ("p"); stages > 1 pipeline the K loop through shared memory (cp.async), 1
     # loads straight to registers. TILES holds g16p3, g16p and g32p (the defaults). Session 5 also timed a form
@@ -115,10 +102,11 @@ CANDIDATES = {
     "q1b": TritonMoEConfig(1, 16, 512, 4, 1, 32, 256, 4, 1, gemv=True),
 }
 CANDIDATES.update({  # the same with 16-token tails (as the 8-16 pairs-per-expert defaults)
-    "m32l4_sx4_k128w_t16": dataclasses.replace(CANDIDATES["m32l4_sx4_k128w"], tail=TILES["s16k4_sx4_m3"]),
-    "m32l4_sx4_k128w_t16w": dataclasses.replace(CANDIDATES["m32l4_sx4_k128w"], tail=CANDIDATES["s16k4_sx4_k128w"]),
-    "m32a_f4w_t16": dataclasses.replace(CANDIDATES["m32a_f4w"], tail=TILES["s16k_sx4_f4"]),
-    "m32l8_sx4_k128w_t16w": dataclasses.replace(CANDIDATES["m32l8_sx4_k128w"], tail=CANDIDATES["s16k4_sx4_k128w"]),
+    "m32l4_sx4p_m_t16": dataclasses.replace(CANDIDATES["m32l4_sx4p_m"], tail=CANDIDATES["s16k4_sx4p_m3"]),
+    "m32l4_sx4p_mu_t16": dataclasses.replace(CANDIDATES["m32l4_sx4p_mu"], tail=CANDIDATES["s16k4_sx4p_m3"]),
+    "m32l4_sx_m_t16p": dataclasses.replace(TILES["m32l4_sx_m"], tail=CANDIDATES["s16k4_sx4p_m3"]),
+    "m32k_sx4p_f4_t16": dataclasses.replace(CANDIDATES["m32k_sx4p_f4"], tail=CANDIDATES["s16k_sx4p_f4"]),
+    "m32a_f4_t16p": dataclasses.replace(TILES["m32a_f4"], tail=CANDIDATES["s16k_sx4p_f4"]),
 })
 GEMV = ["g16p", "g16p3", "g32p", "g32p3"]
 ROUTED_GEMV = ["q1", "q1s3", "q1b"]

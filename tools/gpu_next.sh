@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s14w     # scale words (session 13, compile-only): bit tests, 128-deep K probes (run second)
-#   bash tools/gpu_next.sh s14x     # scale words on the 256-token tiles: bit tests, probes at 4096 tokens
-#   bash tools/gpu_next.sh owed13   # owed from session 13 (run first): the tails' cut and the squared-ReLU rows in doubt
+#   bash tools/gpu_next.sh s14p     # session 14: "sx4" with plane-major token operands (bit tests, probes at 64 / 256)
+#   bash tools/gpu_next.sh owed13   # owed from session 13 (session 14 ran it in part: bench/results/run17/call2_*)
+# (session 14 timed session 13's scale words, since removed: bench/results/run17/call1_s14w, call2_s14x_owed13)
 #   bash tools/gpu_next.sh s13b     # session 13, call 4: tests of the new defaults, MoE benchmark, demo, tail probes
 #   bash tools/gpu_next.sh s13a     # session 13, call 3: owed "sx4" float64 cases, 16-token "sx4" tails (tests, probes)
 #   bash tools/gpu_next.sh owed12   # owed from session 12 (run first): tests of "sx4" and its default, MoE benchmark,
@@ -417,30 +417,18 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
     cat $OUT/probe.jsonl ;;
-  s14w)
-    # session 13's scale words (compile-only so far): the bit-equality tests against byte loads (24 cases), then
-    # probes of the 128-deep K tiles they make possible, at 64 / 256 tokens, both activations and shapes
-    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "scale_words and not 256_token" > $OUT/tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests.log; grep -v "^\.*$" $OUT/tests.log | tail -20
+  s14p)
+    # session 14: plane-major token operands for the "sx4" tiles (compile-only so far): bit tests against the
+    # shuffled planes, then probes at 64 tokens (the sx4 defaults) and 256 tokens (32-token sx4 tiles, plane tails)
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "planes" \
+      > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; grep -v "^\.*$" $OUT/tests.log | tail -15
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
-      timeout 50 $P --shape $s --tokens 64 --configs "s16k4_sx4_m3,s16k4_sx4_k128w,s16k4_sx4_m3w,s16k4_sx4_m3"
-      timeout 60 $P --shape $s --tokens 256 --configs "m32l4_sx_m_t16,m32l4_sx4_k128w_t16,m32l4_sx4_k128w_t16w,m32l8_sx4_k128w_t16w,m32l4_sx_m_t16"
-      timeout 45 $P --shape $s --tokens 64 --activation squared_relu --configs "s16k_sx4_f4,s16k_sx4_f4_k128w,s16k_sx4_f4"
-      timeout 45 $P --shape $s --tokens 256 --activation squared_relu --configs "m32a_f4_t16,m32a_f4w_t16,m32a_f4_t16"
-    done > $OUT/probe.jsonl 2> $OUT/probe.err
-    cat $OUT/probe.jsonl ;;
-  s14x)
-    # scale words on the 256-token tiles (compile-only: their 64-deep K steps load the scales with a synchronous
-    # 1-byte load): bit tests at 3000 tokens, probes at 4096 tokens (squared ReLU misses mcore there by 19% on 235b)
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "scale_words_keep_the_bits_on_256" > $OUT/tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
-    P="python3 bench/triton_moe_probe.py"
-    for s in qwen3-30b-a3b qwen3-235b-a22b; do
-      timeout 80 $P --shape $s --tokens 4096 --activation squared_relu --configs "x256w_sa_t32a,x256w_sa_k128w_t32a,x256w_sa_t32a"
-      timeout 80 $P --shape $s --tokens 4096 --configs "x256m_sa_t32,x256m_sa_k128w_t32,x256m_sa_t32"
+      timeout 40 $P --shape $s --tokens 64 --configs "s16k4_sx4_m3,s16k4_sx4p_m3,s16k4_sx4_m3,s16k4_sx4p_m3"
+      timeout 40 $P --shape $s --tokens 64 --activation squared_relu --configs "s16k_sx4_f4,s16k_sx4p_f4,s16k_sx4_f4,s16k_sx4p_f4"
+      timeout 55 $P --shape $s --tokens 256 --configs "m32l4_sx_m_t16,m32l4_sx_m_t16p,m32l4_sx4p_m_t16,m32l4_sx4p_mu_t16,m32l4_sx_m_t16"
+      timeout 50 $P --shape $s --tokens 256 --activation squared_relu --configs "m32a_f4_t16,m32a_f4_t16p,m32k_sx4p_f4_t16,m32a_f4_t16"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   owed13)

@@ -345,16 +345,56 @@ def _int_plane(words, i: tl.constexpr):
 
 
 @triton.jit
-def _mma_sx4(words, s, x, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr,
-             FP32_DOT: tl.constexpr):
-    """``acc += W @ x`` for one K step: ``words`` ``[BLOCK_N, BLOCK_K // 4]`` uint32 (byte ``i`` of word ``j`` is
-    weight ``k = 4j + i``), ``s`` its E8M0 tile ``[BLOCK_N, BLOCK_K // 32]``, ``x`` ``[BLOCK_K, BLOCK_T]`` bf16.
-    Four MMAs over K / 4, plane by plane (DQ_SX4 / DQ_SX4_INT); the factors are DQ_SX's (exact)."""
+def _x_planes(x, BLOCK_K: tl.constexpr):
+    """The 4 byte-plane operands ``[BLOCK_K // 4, BLOCK_T]`` of a K-ordered token tile ``x`` ``[BLOCK_K, BLOCK_T]``:
+    plane ``i`` holds rows ``k = 4j + i``. Triton does this in registers and stores each plane back to shared
+    memory for the MMA, every K step (compile-only, Triton 3.8: a local_load, the shuffles and 4 local_allocs)."""
     BLOCK_T: tl.constexpr = x.shape[1]
     x4 = tl.reshape(tl.permute(tl.reshape(x, [BLOCK_K // 4, 4, BLOCK_T]), (0, 2, 1)), [BLOCK_K // 4, BLOCK_T, 2, 2])
     x_even, x_odd = tl.split(x4)  # planes 0, 2 / 1, 3 (the last axis of the [2, 2] pair is plane % 2)
     x0, x2 = tl.split(x_even)
     x1, x3 = tl.split(x_odd)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _load_planes(ptrs, token_mask, k_left, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """The 4 plane operands ``[BLOCK_K // 4, BLOCK_T]`` of one K step from tokens stored plane-major per K step
+    (``planes_of``: plane ``i`` is the contiguous run from ``i * BLOCK_K // 4``; ``ptrs`` point at plane 0): each
+    plane is loaded as its own tile, straight into the MMA's shared layout (no ``_x_planes`` shuffle). ``k_left``:
+    K values left from the step's start (unused when EVEN_K)."""
+    QUARTER: tl.constexpr = BLOCK_K // 4
+    if EVEN_K:
+        x0 = tl.load(ptrs, mask=token_mask[None, :], other=0.0)
+        x1 = tl.load(ptrs + QUARTER, mask=token_mask[None, :], other=0.0)
+        x2 = tl.load(ptrs + 2 * QUARTER, mask=token_mask[None, :], other=0.0)
+        x3 = tl.load(ptrs + 3 * QUARTER, mask=token_mask[None, :], other=0.0)
+    else:
+        k4 = 4 * tl.arange(0, QUARTER)[:, None]  # plane i, row j holds k = 4j + i
+        x0 = tl.load(ptrs, mask=token_mask[None, :] & (k4 < k_left), other=0.0)
+        x1 = tl.load(ptrs + QUARTER, mask=token_mask[None, :] & (k4 + 1 < k_left), other=0.0)
+        x2 = tl.load(ptrs + 2 * QUARTER, mask=token_mask[None, :] & (k4 + 2 < k_left), other=0.0)
+        x3 = tl.load(ptrs + 3 * QUARTER, mask=token_mask[None, :] & (k4 + 3 < k_left), other=0.0)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _plane_cols(cols, PLANE_K: tl.constexpr):
+    """Where K-ordered column ``cols`` of a row lives in the plane-major layout of ``PLANE_K``-deep K steps
+    (``planes_of``): ``c * PLANE_K + (r % 4) * (PLANE_K // 4) + r // 4`` for ``cols = c * PLANE_K + r``; 0: as is."""
+    if PLANE_K > 0:
+        r = cols % PLANE_K
+        cols = cols - r + (r % 4) * (PLANE_K // 4) + r // 4
+    return cols
+
+
+@triton.jit
+def _mma_sx4(words, s, x0, x1, x2, x3, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr,
+             FP32_DOT: tl.constexpr):
+    """``acc += W @ x`` for one K step: ``words`` ``[BLOCK_N, BLOCK_K // 4]`` uint32 (byte ``i`` of word ``j`` is
+    weight ``k = 4j + i``), ``s`` its E8M0 tile ``[BLOCK_N, BLOCK_K // 32]``, ``x0..x3`` the token tile's planes
+    ``[BLOCK_K // 4, BLOCK_T]`` bf16 (``_x_planes`` / ``_load_planes``). Four MMAs over K / 4, plane by plane (DQ_SX4 /
+    DQ_SX4_INT); the factors are DQ_SX's (exact)."""
     if DEQUANT == DQ_SX4_INT:
         lo, hi = _sx_factors_f32(s)
         acc = _plane_mma(_int_plane(words, 0), lo, hi, x0, acc, BLOCK_N, BLOCK_K, FP32_DOT)
@@ -451,55 +491,6 @@ def _scale_col_offsets(k, SCALE_COLS: tl.constexpr):
 
 
 @triton.jit
-def _scale_rows(s_base, rows, scale_tiles, WORD_SCALES: tl.constexpr):
-    """Per weight row, the pointer ``_scale_tile`` starts from: a byte pointer to scale column 0, or, WORD_SCALES, a
-    uint32 pointer to the word of columns 0-3 (the 4 bytes of columns ``4c .. 4c + 3`` of a row are one aligned word
-    in the 128x4 layout; the host checks the base address)."""
-    offsets = (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
-    if WORD_SCALES:
-        ptrs = s_base.to(tl.pointer_type(tl.uint32)) + offsets // 4
-    else:
-        ptrs = s_base + offsets
-    return ptrs
-
-
-@triton.jit
-def _scale_cols(k, WORD_SCALES: tl.constexpr, SCALE_COLS: tl.constexpr):
-    """Offsets from ``_scale_rows``' pointers to the scales of K step ``k``: ``SCALE_COLS`` byte offsets, or,
-    WORD_SCALES, ``SCALE_COLS // 4`` word offsets (512 bytes between two 128x4 tiles of a row)."""
-    if WORD_SCALES:
-        cols = (k * (SCALE_COLS // 4) + tl.arange(0, SCALE_COLS // 4)) * 128
-    else:
-        cols = _scale_col_offsets(k, SCALE_COLS)
-    return cols
-
-
-@triton.jit
-def _scale_tile(s_rows, cols, k_left, WORD_SCALES: tl.constexpr, SCALE_COLS: tl.constexpr, EVEN_K: tl.constexpr):
-    """uint8 E8M0 tile ``[BLOCK_N, SCALE_COLS]`` at ``s_rows[:, None] + cols[None, :]`` (``_scale_cols``; ``k_left``:
-    K values left from the step's start, unused when EVEN_K).
-
-    Bytes or, WORD_SCALES, ``SCALE_COLS // 4`` uint32 words per row split into their bytes: one 4-byte load per row
-    and word, which Triton pipelines through ``cp.async`` also when a step has only 4 scale columns (BLOCK_K 128; the
-    byte tile is then 2 bytes per thread and loaded synchronously). A masked-off word (past K) gives 0; a word that
-    straddles K reads the layout's padding bytes, whose weights and tokens are masked to 0."""
-    ptrs = s_rows[:, None] + cols[None, :]
-    if WORD_SCALES:
-        if EVEN_K:
-            words = tl.load(ptrs)
-        else:
-            words = tl.load(ptrs, mask=tl.arange(0, SCALE_COLS // 4)[None, :] * 128 < k_left, other=0)
-        shifts = (tl.arange(0, 4) * 8).to(tl.uint32)
-        b = (words[:, :, None] >> shifts[None, None, :]) & 0xFF
-        s = tl.reshape(b, [words.shape[0], SCALE_COLS]).to(tl.uint8)
-    elif EVEN_K:
-        s = tl.load(ptrs)
-    else:
-        s = tl.load(ptrs, mask=tl.arange(0, SCALE_COLS)[None, :] * 32 < k_left, other=0)
-    return s
-
-
-@triton.jit
 def _mma(w, x, acc, FP32_DOT: tl.constexpr):
     """``acc += w @ x`` with bf16 operands (fp32 ieee operands when ``FP32_DOT``)."""
     if FP32_DOT:
@@ -584,13 +575,19 @@ def _pow2_f32(shift):
 @triton.jit
 def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K, stride_wn, scale_tiles, shift,
                GATED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-               DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr, WORD_SCALES: tl.constexpr = False):
+               DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr, X_PLANES: tl.constexpr = False):
     """The ``steps`` K steps of FC1, software-pipelined: ``(acc_g, acc_u)`` plus the tile's products (``acc_u``
     untouched unless GATED). ``x_rows`` [BLOCK_T]: each token column's row pointer; ``rows_n`` [BLOCK_N] int64: the (gate)
-    weight rows; ``shift``: DQ_SX_AUTO's exponent shift (0 otherwise); WORD_SCALES: ``_scale_tile``."""
+    weight rows; ``shift``: DQ_SX_AUTO's exponent shift (0 otherwise); X_PLANES (DQ_SX4 / DQ_SX4_INT): the tokens are
+    stored plane-major per K step (``_load_planes``)."""
     offs_k = tl.arange(0, BLOCK_K)
-    x_ptrs = x_rows[None, :] + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
-    if DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT:  # uint32 words: WORDS K values per pointer
+    offs_ks = tl.arange(0, BLOCK_K // 32)
+    SX4: tl.constexpr = DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT
+    if SX4 and X_PLANES:
+        x_ptrs = x_rows[None, :] + tl.arange(0, BLOCK_K // 4)[:, None]  # [BLOCK_K // 4, BLOCK_T]: plane 0
+    else:
+        x_ptrs = x_rows[None, :] + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
+    if SX4:  # uint32 words: WORDS K values per pointer
         WORDS: tl.constexpr = 4
         W_OTHER: tl.constexpr = 0  # masked word loads
         offs_w = tl.arange(0, BLOCK_K // 4)
@@ -602,45 +599,47 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
         offs_w = offs_k
         wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_w[None, :]
         row_step = N_OUT * stride_wn
-    sg_rows = _scale_rows(s_base, rows_n, scale_tiles, WORD_SCALES)
+    sg_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
     if GATED:
         wu_ptrs = wg_ptrs + row_step
-        su_rows = _scale_rows(s_base, rows_n + N_OUT, scale_tiles, WORD_SCALES)
+        rows_u = rows_n + N_OUT
+        su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
     for k in range(0, steps):
-        s_cols = _scale_cols(k, WORD_SCALES, BLOCK_K // 32)
-        if EVEN_K:
-            k_left = K  # unused
+        s_cols = _scale_col_offsets(k, BLOCK_K // 32)
+        k_left = K - k * BLOCK_K  # unused when EVEN_K
+        if SX4 and X_PLANES:
+            x0, x1, x2, x3 = _load_planes(x_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
+        elif EVEN_K:
             x = tl.load(x_ptrs, mask=token_mask[None, :], other=0.0)
-            wg = tl.load(wg_ptrs)
         else:
-            k_left = K - k * BLOCK_K
             x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
+        if EVEN_K:
+            wg = tl.load(wg_ptrs)
+            sg = tl.load(sg_rows[:, None] + s_cols[None, :])
+        else:
             wg = tl.load(wg_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
-        sg = _scale_tile(sg_rows, s_cols, k_left, WORD_SCALES, BLOCK_K // 32, EVEN_K)
-        acc_g = _step_mma(wg, sg, x, acc_g, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
+            sg = tl.load(sg_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+        if SX4:
+            if not X_PLANES:
+                x0, x1, x2, x3 = _x_planes(x, BLOCK_K)
+            acc_g = _mma_sx4(wg, sg, x0, x1, x2, x3, acc_g, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
+        else:
+            acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT, shift), x, acc_g, FP32_DOT)
         if GATED:
             if EVEN_K:
                 wu = tl.load(wu_ptrs)
+                su = tl.load(su_rows[:, None] + s_cols[None, :])
             else:
                 wu = tl.load(wu_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
-            su = _scale_tile(su_rows, s_cols, k_left, WORD_SCALES, BLOCK_K // 32, EVEN_K)
-            acc_u = _step_mma(wu, su, x, acc_u, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
+                su = tl.load(su_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+            if SX4:
+                acc_u = _mma_sx4(wu, su, x0, x1, x2, x3, acc_u, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
+            else:
+                acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT, shift), x, acc_u, FP32_DOT)
             wu_ptrs += BLOCK_K // WORDS
         x_ptrs += BLOCK_K
         wg_ptrs += BLOCK_K // WORDS
     return acc_g, acc_u
-
-
-@triton.jit
-def _step_mma(w, s, x, acc, shift, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr,
-              FP32_DOT: tl.constexpr):
-    """``acc += W @ x`` for one K step: ``w`` fp8 ``[BLOCK_N, BLOCK_K]`` (``_dequant_tile``) or, DQ_SX4 /
-    DQ_SX4_INT, uint32 words ``[BLOCK_N, BLOCK_K // 4]`` (``_mma_sx4``)."""
-    if DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT:
-        acc = _mma_sx4(w, s, x, acc, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
-    else:
-        acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT, shift), x, acc, FP32_DOT)
-    return acc
 
 
 @triton.jit
@@ -664,9 +663,10 @@ def _fc1_tile(
     DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,
     GATE_MERGE: tl.constexpr = False,
-    WORD_SCALES: tl.constexpr = False,
+    X_PLANES: tl.constexpr = False,
 ):
-    """``act(W_gate x) [* W_up x]`` for one ``[BLOCK_N, BLOCK_T]`` tile (fp32), the K loop software-pipelined.
+    """``act(W_gate x) [* W_up x]`` for one ``[BLOCK_N, BLOCK_T]`` tile (fp32), the K loop software-pipelined;
+    X_PLANES: the token rows are plane-major (``_fc1_steps``).
 
     GATE_MERGE (gated only): ONE ``[2 * BLOCK_N, BLOCK_T]`` MMA tile whose weight rows alternate 8 gate rows and
     the same 8 up rows (tile row ``i``: output column ``(i // 16) * 8 + i % 8``, up half when ``i // 8`` is odd),
@@ -692,7 +692,7 @@ def _fc1_tile(
         rows_m = ((cols % N_OUT) + ((i // 8) % 2) * N_OUT).to(tl.int64)
         acc = tl.zeros([2 * BLOCK_N, BLOCK_T], dtype=tl.float32)
         acc, _ = _fc1_steps(acc, acc, x_rows, w_base, s_base, rows_m, token_mask, N_OUT, steps, K, stride_wn,
-                            scale_tiles, shift, False, 2 * BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT, WORD_SCALES)
+                            scale_tiles, shift, False, 2 * BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT, X_PLANES)
         if DEQUANT == DQ_SX_AUTO:
             acc = acc * _pow2_f32(shift)
         acc = tl.permute(tl.reshape(acc, [BLOCK_N // 8, 2, 8, BLOCK_T]), (0, 2, 3, 1))
@@ -703,7 +703,7 @@ def _fc1_tile(
         acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
         acc_g, acc_u = _fc1_steps(acc_g, acc_g, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K,
                                   stride_wn, scale_tiles, shift, GATED, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT,
-                                  WORD_SCALES)
+                                  X_PLANES)
         if DEQUANT == DQ_SX_AUTO:
             unshift = _pow2_f32(shift)
             acc_g = acc_g * unshift
@@ -743,7 +743,8 @@ def _fc1_kernel(
     DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,  # fp32 operands (ieee): for the Triton interpreter, whose bf16 math is wrong
     GATE_MERGE: tl.constexpr = False,  # gated: gate and up rows in one MMA tile (``_fc1_tile``)
-    WORD_SCALES: tl.constexpr = False,  # scale bytes read as uint32 words (``_scale_tile``)
+    X_PLANES: tl.constexpr = False,  # x rows plane-major per BLOCK_K step (``_load_planes``; "sx4" tiles)
+    PLANE_K2: tl.constexpr = 0,  # > 0: inter rows written plane-major per PLANE_K2-deep step of FC2 (``_plane_cols``)
 ):
     """FC1 + activation for one ``[BLOCK_N, BLOCK_T]`` tile of ``inter^T``; tokens gathered by pair index."""
     pid_n = tl.program_id(0)
@@ -759,8 +760,8 @@ def _fc1_kernel(
         h = _fc1_tile(x_rows, token_mask, w_ptr + expert * stride_we, s_ptr + expert * stride_se, pid_n * BLOCK_N,
                       offs_n, N_OUT, K,
                       stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT,
-                      GATE_MERGE, WORD_SCALES)
-        out_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + offs_n[:, None]
+                      GATE_MERGE, X_PLANES)
+        out_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + _plane_cols(offs_n, PLANE_K2)[:, None]
         tl.store(out_ptrs, h.to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N_OUT))
 
 
@@ -887,12 +888,17 @@ def _fc2_combine_kernel(
 @triton.jit
 def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, K, stride_wn, scale_tiles, shift,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, DEQUANT: tl.constexpr,
-               FP32_DOT: tl.constexpr, WORD_SCALES: tl.constexpr = False):
-    """K steps ``[k_first, k_end)`` of FC2 (a split-K share), software-pipelined; ``shift`` and WORD_SCALES as in
-    ``_fc1_steps``."""
+               FP32_DOT: tl.constexpr, X_PLANES: tl.constexpr = False):
+    """K steps ``[k_first, k_end)`` of FC2 (a split-K share), software-pipelined; ``shift`` and X_PLANES (the
+    inter rows plane-major) as in ``_fc1_steps``."""
     offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_rows[None, :] + offs_k[:, None] + k_first * BLOCK_K  # [BLOCK_K, BLOCK_T]
-    if DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT:  # uint32 words (``_fc1_steps``)
+    offs_ks = tl.arange(0, BLOCK_K // 32)
+    SX4: tl.constexpr = DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT
+    if SX4 and X_PLANES:
+        a_ptrs = a_rows[None, :] + tl.arange(0, BLOCK_K // 4)[:, None] + k_first * BLOCK_K  # plane 0
+    else:
+        a_ptrs = a_rows[None, :] + offs_k[:, None] + k_first * BLOCK_K  # [BLOCK_K, BLOCK_T]
+    if SX4:  # uint32 words (``_fc1_steps``)
         WORDS: tl.constexpr = 4
         W_OTHER: tl.constexpr = 0  # masked word loads
         offs_w = tl.arange(0, BLOCK_K // 4)
@@ -902,19 +908,28 @@ def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, 
         W_OTHER: tl.constexpr = 0.0
         offs_w = offs_k
         w_ptrs = w_base + rows_n[:, None] * stride_wn + offs_w[None, :] + k_first * BLOCK_K
-    s_rows = _scale_rows(s_base, rows_n, scale_tiles, WORD_SCALES)
+    s_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
     for k in range(k_first, k_end):
-        s_cols = _scale_cols(k, WORD_SCALES, BLOCK_K // 32)
-        if EVEN_K:
-            k_left = K  # unused
+        s_ptrs = s_rows[:, None] + _scale_col_offsets(k, BLOCK_K // 32)[None, :]
+        k_left = K - k * BLOCK_K  # unused when EVEN_K
+        if SX4 and X_PLANES:
+            a0, a1, a2, a3 = _load_planes(a_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
+        elif EVEN_K:
             a = tl.load(a_ptrs, mask=token_mask[None, :], other=0.0)
-            w = tl.load(w_ptrs)
         else:
-            k_left = K - k * BLOCK_K
             a = tl.load(a_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
+        if EVEN_K:
+            w = tl.load(w_ptrs)
+            s = tl.load(s_ptrs)
+        else:
             w = tl.load(w_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
-        s = _scale_tile(s_rows, s_cols, k_left, WORD_SCALES, BLOCK_K // 32, EVEN_K)
-        acc = _step_mma(w, s, a, acc, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
+            s = tl.load(s_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
+        if SX4:
+            if not X_PLANES:
+                a0, a1, a2, a3 = _x_planes(a, BLOCK_K)
+            acc = _mma_sx4(w, s, a0, a1, a2, a3, acc, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
+        else:
+            acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT, shift), a, acc, FP32_DOT)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K // WORDS
     return acc
@@ -945,7 +960,7 @@ def _fc2_kernel(
     DEQUANT: tl.constexpr,
     FP32_DOT: tl.constexpr,  # fp32 operands (ieee): for the Triton interpreter, whose bf16 math is wrong
     SPLIT_K: tl.constexpr,  # 1: bf16 slot rows; > 1: fp32 partial rows per K split, summed in the combine
-    WORD_SCALES: tl.constexpr = False,  # scale bytes read as uint32 words (``_scale_tile``)
+    X_PLANES: tl.constexpr = False,  # inter rows plane-major per BLOCK_K step (``_load_planes``; "sx4" tiles)
 ):
     """FC2 for one ``[BLOCK_N, BLOCK_T]`` tile of ``out^T``; writes each pair's unweighted row.
 
@@ -977,7 +992,7 @@ def _fc2_kernel(
             n_first = pid_n * BLOCK_N
             shift = _sx_auto_shift(s_base, n_first, tl.minimum(n_first + BLOCK_N, N) - 1, 0, scale_tiles, False)
         acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
-                         scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT, WORD_SCALES)
+                         scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT, X_PLANES)
         if DEQUANT == DQ_SX_AUTO:
             acc = acc * _pow2_f32(shift)
         safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)

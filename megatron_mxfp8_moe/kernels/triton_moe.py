@@ -102,11 +102,11 @@ class TritonMoEConfig:
     # route took 9.4 us of a 232 us layer at 64 tokens (30b), serial work in one CTA. Run 16 profile at 512 pairs
     # (30b, 64 tokens): 14.5 / 9.3 / 8.4 / 8.7 us on 2 / 4 / 8 / 16 warps.
     route_warps: Optional[int] = None
-    # MMA path, block_k multiples of 128 (session 13, a probe knob): each row's scale bytes of a K step read as
-    # uint32 words (the 4 columns of a 128x4 tile row are one aligned word). At BLOCK_K 128 the byte tile is 2 bytes
-    # per thread, below cp.async's 4-byte minimum, so Triton loads it synchronously (compile-only, Triton 3.8: no
-    # 4-byte cp.async, one ld.global.b16); as words it is pipelined with the weights (``_scale_tile``).
-    scale_words: bool = False
+    # "sx4" tiles (session 14): the MMA's token operands arrive plane-major (``planes_of``): the host copies x
+    # that way once per call and FC1 writes its output rows that way for FC2, so each K step loads the 4 plane
+    # tiles straight into the MMA's shared layout. Without it every K step reloads the K-ordered tile from shared
+    # memory, shuffles it into planes in registers and stores the 4 planes back (compile-only, Triton 3.8).
+    planes: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -125,10 +125,9 @@ class TritonMoEConfig:
         if self.dequant in _WORD_MODES and (self.fc1_block_k % 64 or self.fc2_block_k % 64):
             raise ValueError(f"TritonMoEConfig: dequant={self.dequant!r} needs block_k multiples of 64 (4 planes of "
                              f"at least 16), got {self.fc1_block_k} / {self.fc2_block_k}")
-        if self.scale_words and (self.direct or self.gemv or self.fc1_block_k % 128 or self.fc2_block_k % 128):
-            raise ValueError(f"TritonMoEConfig: scale_words is for the MMA path with block_k multiples of 128 (whole "
-                             f"scale words), got block_k {self.fc1_block_k} / {self.fc2_block_k}, "
-                             f"direct={self.direct}, gemv={self.gemv}")
+        if self.planes and self.dequant not in _WORD_MODES:
+            raise ValueError(f"TritonMoEConfig: planes is for the 'sx4' tiles (dequant {_WORD_MODES}), got "
+                             f"dequant={self.dequant!r}")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
             raise ValueError(f"TritonMoEConfig: route_warps must be a power of two up to 32, got {self.route_warps}")
         if self.gemv and not self.direct and self.block_t != 1:
@@ -516,12 +515,11 @@ def triton_mxfp8_moe(
                                   experts=route_experts or experts)
     launches = (cfg,) if cfg.tail is None else (cfg, cfg.tail)  # the tiles of both launch pairs
     codes = {tile.dequant_code for tile in launches}
-    if _DEQUANT_CODE["sx_auto"] in codes or any(tile.scale_words for tile in launches):
+    if _DEQUANT_CODE["sx_auto"] in codes:
         for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
             if weight.scale_bytes().data_ptr() % 4:  # sx_auto tests the scale rows as 32-bit words
                 raise MXFP8InputError(f"{name}: the swizzled scales must start at a 4-byte aligned address for the "
-                                      "'sx_auto' and scale_words tiles; got a storage offset that is not (copy the "
-                                      "stack)")
+                                      "'sx_auto' tiles; got a storage offset that is not (copy the stack)")
     if not codes.isdisjoint(_WORD_DEQUANT):
         for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
             data = weight.data
@@ -614,6 +612,19 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
 _MAX_GRID_Y = 65535  # CUDA grid axis 1 (the pairs / positions of the direct and routed GEMV launches)
 
 
+def planes_of(x: torch.Tensor, block_k: int) -> torch.Tensor:
+    """``x`` ``[R, K]`` plane-major per ``block_k``-deep K step: ``[R, Kp]`` (``Kp`` = K rounded up to ``block_k``,
+    zero past K), column ``c * block_k + i * block_k // 4 + j`` holding ``x[:, c * block_k + 4 * j + i]``. Byte
+    plane ``i`` of the "sx4" weight words (the weights ``k = 4j + i``) then meets a contiguous run of tokens."""
+    rows, k = x.shape
+    if block_k % 4:
+        raise ValueError(f"planes_of: block_k must be a multiple of 4, got {block_k}")
+    padded = -(-k // block_k) * block_k
+    if padded != k:
+        x = torch.nn.functional.pad(x, (0, padded - k))
+    return x.reshape(rows, padded // block_k, block_k // 4, 4).transpose(2, 3).reshape(rows, padded)
+
+
 def kernel_path(cfg: TritonMoEConfig, pairs: int) -> str:
     """Which launch sequence runs ``cfg`` for ``pairs = rows * topk``: "direct" (v4), "gemv" (v6), "routed_gemv"
     (v7) or "routed" (the MMA path). A direct config with more pairs than grid axis 1 holds runs the MMA path with
@@ -675,7 +686,9 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
                    cfg.route_warps)
     sorted_pairs, block_expert, num_blocks = route
 
-    inter = torch.empty(sorted_len, n_out, dtype=torch.bfloat16, device=device)
+    launches = (cfg,) if cfg.tail is None else (cfg, cfg.tail)
+    inter_cols = max(triton.cdiv(n_out, t.fc2_block_k) * t.fc2_block_k if t.planes else n_out for t in launches)
+    inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=device)
     if path == "routed_gemv":
         _launch_routed_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, route,
                             max_blocks, out, routing_map, probs, valid_tokens, rows, topk, experts, activation,
@@ -687,25 +700,30 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     else:
         slots = torch.empty(1, rows * topk, hidden, dtype=torch.bfloat16, device=device)
     weights = (fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles))
-    _launch_mma(cfg, x, weights, inter[:max_sorted], slots, (sorted_pairs, block_expert, num_blocks), max_blocks,
-                activation, topk, split_k)
+    dims = (hidden, n_out, inner)
+    x_planes = {t.fc1_block_k: planes_of(x[:rows], t.fc1_block_k) for t in launches if t.planes}  # one copy per depth
+    _launch_mma(cfg, x_planes.get(cfg.fc1_block_k, x) if cfg.planes else x, dims, weights, inter[:max_sorted], slots,
+                (sorted_pairs, block_expert, num_blocks), max_blocks, activation, topk, split_k)
     if tail_t:  # the tail blocks: narrower tiles over the second table (positions from max_sorted)
+        tail = cfg.tail
         tail_route = (sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:])
-        _launch_mma(cfg.tail, x, weights, inter[max_sorted:], slots, tail_route, min(experts, rows * topk),
-                    activation, topk, split_k)
+        _launch_mma(tail, x_planes[tail.fc1_block_k] if tail.planes else x, dims, weights, inter[max_sorted:], slots,
+                    tail_route, min(experts, rows * topk), activation, topk, split_k)
     _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
 
 
-def _launch_mma(cfg, x, weights, inter, slots, route, grid_blocks, activation, topk, split_k) -> None:
+def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activation, topk, split_k) -> None:
     """FC1 (+ activation) into ``inter`` rows by sorted position and FC2 into the pairs' ``slots`` rows, MMA tiles
     of ``cfg`` over the blocks of ``route`` = (sorted_pairs, block_expert, num_blocks) (``grid_blocks`` programs
-    per n tile: the table's capacity; blocks past ``num_blocks[0]`` exit at once)."""
+    per n tile: the table's capacity; blocks past ``num_blocks[0]`` exit at once). ``dims`` = (hidden, n_out,
+    inner); with ``cfg.planes`` ``x`` is ``planes_of(x, cfg.fc1_block_k)`` and FC1 writes ``inter``'s rows
+    plane-major for FC2 (``inter`` then has ``n_out`` rounded up to ``cfg.fc2_block_k`` columns)."""
     import triton
 
     from . import _triton_moe_kernel as kernels
 
     fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
-    hidden, n_out, inner = x.shape[1], inter.shape[1], fc2.data.shape[2]
+    hidden, n_out, inner = dims
     kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
         x, fc1.data, s1, inter, *route,
         n_out, hidden, x.stride(0),
@@ -713,7 +731,8 @@ def _launch_mma(cfg, x, weights, inter, slots, route, grid_blocks, activation, t
         TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
         BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
         EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
-        GATE_MERGE=cfg.fc1_gate_merge, WORD_SCALES=cfg.scale_words, **cfg.launch_options(1),
+        GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
+        **cfg.launch_options(1),
     )
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,
@@ -722,7 +741,7 @@ def _launch_mma(cfg, x, weights, inter, slots, route, grid_blocks, activation, t
         slots.stride(1), slots.stride(0),
         BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
         EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot, SPLIT_K=split_k,
-        WORD_SCALES=cfg.scale_words, **cfg.launch_options(2),
+        X_PLANES=cfg.planes, **cfg.launch_options(2),
     )
 
 

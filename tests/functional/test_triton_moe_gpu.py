@@ -550,36 +550,39 @@ def test_sx4_tiles_match_float64(tile, case):
     _assert_tiles_keep_bits(base, dataclasses.replace(base, dequant="sx4"), case, SX4[tile], same_bits=False)
 
 
-# Session 13: scale bytes read as uint32 words (``TritonMoEConfig.scale_words``), so that 128-deep K steps pipeline
-# their scales. Only the load differs: the bits must equal the same tile's with byte loads. Not run yet (no device
-# time left in session 13: ``tools/gpu_next.sh s14w``). The tiles are ``bench/moe_layer.py``'s ``*_k128w`` probes.
-_K128 = dict(fc1_block_k=128, fc2_block_k=128, fc1_stages=4, fc2_stages=3)
-SCALE_WORDS = {
-    "s16k4_sx4_k128": ("s16k4_sx4_m3", _K128, "swiglu"),
-    "s16k4_sx4_m3": ("s16k4_sx4_m3", {}, "swiglu"),
-    "m32l4_sx4_k128": ("m32l4_sx_m", dict(_K128, dequant="sx4", fc1_stages=3), "swiglu"),
-    "m32l8_sx4_k128": ("m32l4_sx_m", dict(_K128, dequant="sx4", fc1_stages=3, fc1_block_n=64, fc1_warps=8,
-                                          fc1_maxnreg=None), "swiglu"),
-    "s16k_sx4_f4_k128": ("s16k_sx4_f4", _K128, "squared_relu"),
-    "m32a_f4": ("m32a_f4", {}, "squared_relu"),
+# Session 14: the "sx4" tiles with plane-major token operands (``TritonMoEConfig.planes``: x copied plane-major
+# once per call, FC1 writing its rows plane-major for FC2). The same MMAs on the same values as the shuffled planes,
+# so the bits must match; the 32-token "sx4" tiles (probes) and the tails too.
+_M32_SX4 = dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4")
+PLANES = {
+    "s16k4_sx4_m3": (TILES["s16k4_sx4_m3"], "swiglu"),
+    "s16k_sx4_f4": (TILES["s16k_sx4_f4"], "squared_relu"),
+    "m32l4_sx4_m": (_M32_SX4, "swiglu"),
+    "m32l4_sx4_mu_t16": (dataclasses.replace(_M32_SX4, fc1_maxnreg=None, tail=TILES["s16k4_sx4_m3"]), "swiglu"),
+    "m32k_sx4_f4_t16": (TritonMoEConfig(32, 64, 256, 4, 3, 64, 256, 4, 2, dequant="sx4", fc2_maxnreg=168,
+                                        tail=TILES["s16k_sx4_f4"]), "squared_relu"),
 }
 
 
-@pytest.mark.parametrize("tile", sorted(SCALE_WORDS))
+def _with_planes(cfg):
+    tail = None if cfg.tail is None else dataclasses.replace(cfg.tail, planes=True)
+    return dataclasses.replace(cfg, planes=True, tail=tail)
+
+
+@pytest.mark.parametrize("tile", sorted(PLANES))
 @pytest.mark.parametrize("case", [(128, 8, 2048, 768, 64), (128, 8, 4096, 1536, 256), _ODD33, _ODD7],
                          ids=["30b-T64", "235b-T256", "odd33", "odd7"])
-def test_scale_words_keep_the_bits(tile, case):
-    base, fields, activation = SCALE_WORDS[tile]
-    by_bytes = dataclasses.replace(TILES[base], **fields)
-    _assert_tiles_keep_bits(by_bytes, dataclasses.replace(by_bytes, scale_words=True), case, activation)
+def test_planes_keep_the_bits(tile, case):
+    base, activation = PLANES[tile]
+    _assert_tiles_keep_bits(base, _with_planes(base), case, activation)
 
 
-@pytest.mark.parametrize("base,activation", [("x256w_sa_t32a", "squared_relu"), ("x256m_sa_t32", "swiglu")])
-def test_scale_words_keep_the_bits_on_256_token_tiles(base, activation):
-    """The 256-token defaults with 128-deep K steps, scale bytes against scale words (about 188 pairs per expert)."""
-    by_bytes = dataclasses.replace(TILES[base], fc1_block_k=128, fc2_block_k=128, fc1_stages=2, fc2_stages=2)
-    _assert_tiles_keep_bits(by_bytes, dataclasses.replace(by_bytes, scale_words=True), (128, 8, 2048, 768, 3000),
-                            activation)
+@pytest.mark.parametrize("tile,tokens", [("s16k4_sx4_m3", 64), ("m32l4_sx4_mu_t16", 256)])
+def test_cuda_graph_replay_with_planes(tile, tokens):
+    """The plane-major copy of x and the plane-major inter rows inside a captured graph, replayed with new
+    routing and valid-token counts."""
+    base, activation = PLANES[tile]
+    _graph_replay_of(lambda *shape: _with_planes(base), tokens, (tokens, tokens // 2, 1), activation)
 
 
 # Session 11 candidates for squared ReLU at 176+ pairs per expert: x256w_sa_t32a with FC2 and / or FC1 on 4 warps

@@ -119,8 +119,8 @@ def _copy_at_offset(raw: torch.Tensor, offset: int) -> torch.Tensor:
 
 
 def test_sx_auto_needs_word_aligned_scales(monkeypatch):
-    """sx_auto and scale_words tiles read the swizzled scales as 32-bit words: a stack whose scale bytes start at an
-    odd address (a view with a storage offset) is refused with a clear error; other tiles take it."""
+    """sx_auto tiles read the swizzled scales as 32-bit words: a stack whose scale bytes start at an odd address
+    (a view with a storage offset) is refused with a clear error; other tiles take it."""
     from megatron_mxfp8_moe.kernels import triton_moe
     from megatron_mxfp8_moe.tensor import MXFP8Tensor
 
@@ -131,25 +131,13 @@ def test_sx_auto_needs_word_aligned_scales(monkeypatch):
     odd = MXFP8Tensor(fc2.data, _copy_at_offset(fc2.scale_bytes(), 1))
     x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
     probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
-    words = dataclasses.replace(TILES["m32a"], scale_words=True)  # scale bytes read as words (block_k 128)
-    tail_words = dataclasses.replace(TILES["l128a_sa"], dequant="sx", tail=words)
-    for cfg in (TILES["l128a_sa"], TILES["l128a_sa_t32"], words, tail_words):
+    tail_auto = dataclasses.replace(TILES["l128a_sa"], dequant="sx", tail=TILES["l64b_sa"])  # only the tail's sx_auto
+    for cfg in (TILES["l128a_sa"], TILES["l128a_sa_t32"], tail_auto):
         with pytest.raises(MXFP8InputError, match="4-byte aligned"):
             triton_mxfp8_moe(x, probs, ids, fc1, odd, valid_tokens=valid, config=cfg)
     triton_mxfp8_moe(x, probs, ids, fc1, odd, valid_tokens=valid, config=TILES["l64b"])
     triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, config=TILES["l128a_sa_t32"])
-    triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, config=words)
-    assert chosen == [TILES["l64b"], TILES["l128a_sa_t32"], words]
-
-
-def test_scale_words_config_is_checked():
-    """scale_words needs the MMA path and whole scale words per K step (block_k a multiple of 128)."""
-    for tile, fields in (("l64b", {}), ("m32a", dict(fc2_block_k=64)), ("q1", dict(fc1_block_k=128, fc2_block_k=128)),
-                         ("g16p", dict(fc1_block_k=128, fc2_block_k=128))):
-        with pytest.raises(ValueError, match="scale_words"):
-            dataclasses.replace(TILES[tile], scale_words=True, **fields)
-    assert dataclasses.replace(TILES["s16k4_sx4_m3"], scale_words=True).launch_options(1) == \
-        TILES["s16k4_sx4_m3"].launch_options(1)
+    assert chosen == [TILES["l64b"], TILES["l128a_sa_t32"]]
 
 
 def test_sx4_defaults_are_the_sx_tiles_with_word_loads():
@@ -186,6 +174,34 @@ def test_route_warps_reach_the_route_launch(monkeypatch):
     assert seen == [None, 16]
     with pytest.raises(ValueError, match="route_warps"):
         dataclasses.replace(TILES["s16k4_sx_m3"], route_warps=3)
+
+
+def test_planes_of_puts_each_byte_plane_in_one_run():
+    """``planes_of``: column ``c * bk + i * bk / 4 + j`` holds K-ordered column ``c * bk + 4j + i``, zeros past K."""
+    from megatron_mxfp8_moe.kernels.triton_moe import planes_of
+
+    for k, block_k in ((256, 64), (160, 64), (96, 256), (2048, 256)):
+        x = torch.randn(3, k).to(torch.bfloat16)
+        p = planes_of(x, block_k)
+        padded = -(-k // block_k) * block_k
+        assert p.shape == (3, padded) and p.is_contiguous()
+        c, i, j = torch.meshgrid(torch.arange(padded // block_k), torch.arange(4), torch.arange(block_k // 4),
+                                 indexing="ij")
+        stored = (c * block_k + i * (block_k // 4) + j).flatten()
+        logical = (c * block_k + 4 * j + i).flatten()
+        inside = logical < k
+        assert torch.equal(p[:, stored[inside]], x[:, logical[inside]])
+        assert not p[:, stored[~inside]].any()
+    with pytest.raises(ValueError, match="multiple of 4"):
+        planes_of(torch.zeros(2, 8), 6)
+
+
+def test_planes_need_the_sx4_tiles():
+    """``planes`` is for the "sx4" tiles only (the others read K-ordered tokens)."""
+    assert dataclasses.replace(TILES["s16k4_sx4_m3"], planes=True).planes
+    for tile in ("s16k4_sx_m3", "l128a_sa", "q1", "g16p"):
+        with pytest.raises(ValueError, match="planes"):
+            dataclasses.replace(TILES[tile], planes=True)
 
 
 def test_sx4_needs_word_aligned_weight_rows(monkeypatch):
@@ -466,6 +482,10 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         # uint32 word loads, 4 byte-plane MMAs per K step (session 12): planes summed in order, so no bit equality
         "sx4_int": dict(dequant_fp32=False, dequant="sx4_int"),
         "sx4_int_merge_splitk2": dict(dequant_fp32=False, dequant="sx4_int", fc1_gate_merge=True, fc2_split_k=2),
+        # the same with plane-major token operands (session 14): the same MMAs on the same values, so the same bits
+        "sx4_int_planes": dict(dequant_fp32=False, dequant="sx4_int", planes=True),
+        "sx4_int_merge_splitk2_planes": dict(dequant_fp32=False, dequant="sx4_int", fc1_gate_merge=True,
+                                             fc2_split_k=2, planes=True),
     }
     for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32), ("geglu", 160, 96),
                                       ("swiglu", 160, 96)):
@@ -482,16 +502,12 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         key = f"{activation}_{hidden}_{inter}"
         base = run(x, probs, ids, fc1, fc2, activation, rows, valid, cfg)
         check(key, base, ref, rows, valid)
+        outs = {}
         for name, extra in variants.items():
-            out = run(x, probs, ids, fc1, fc2, activation, rows, valid, dataclasses.replace(cfg, **extra))
-            check(key + "_" + name, out, ref, rows, valid, base if name in ("bits_int", "gate_merge") else None)
-        # scale bytes read as uint32 words (session 13): the same bits as the byte loads of the same tiles
-        for dequant in ("fp32", "sx4_int"):
-            k128 = dataclasses.replace(cfg, fc1_block_k=128, fc2_block_k=128, dequant_fp32=dequant == "fp32",
-                                       dequant="cvt" if dequant == "fp32" else dequant)
-            by_bytes = run(x, probs, ids, fc1, fc2, activation, rows, valid, k128)
-            out = run(x, probs, ids, fc1, fc2, activation, rows, valid, dataclasses.replace(k128, scale_words=True))
-            check(f"{key}_scale_words_{dequant}", out, ref, rows, valid, by_bytes)
+            outs[name] = run(x, probs, ids, fc1, fc2, activation, rows, valid, dataclasses.replace(cfg, **extra))
+            same_as = outs[name[:-len("_planes")]] if name.endswith("_planes") else None
+            check(key + "_" + name, outs[name], ref, rows, valid,
+                  base if name in ("bits_int", "gate_merge") else same_as)
 
     # Tail tiles: 48 rows x top-2 over 4 local experts (45 valid rows, ids over 5 experts: about 18 pairs each): 16-token blocks, and an expert's last
     # 1..8 pairs in an 8-token tail block; both route forms (one program; three launches over chunks of 16).
@@ -516,6 +532,14 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         cfg, tail=dataclasses.replace(cfg, block_t=8, dequant_fp32=False, dequant="sx4_int")))
     check("tail_tiles_sx4", out, ref, rows, valid)
     result["tail_tiles_sx4"]["tails"] = tails
+    planes = run(x, probs, ids, fc1, fc2, "swiglu", rows, valid, dataclasses.replace(
+        cfg, dequant_fp32=False, dequant="sx4_int", planes=True,
+        tail=dataclasses.replace(cfg, block_t=8, dequant_fp32=False, dequant="sx4_int", planes=True, fc2_block_k=128)))
+    words = run(x, probs, ids, fc1, fc2, "swiglu", rows, valid, dataclasses.replace(
+        cfg, dequant_fp32=False, dequant="sx4_int",
+        tail=dataclasses.replace(cfg, block_t=8, dequant_fp32=False, dequant="sx4_int", fc2_block_k=128)))
+    check("tail_tiles_sx4_planes", planes, ref, rows, valid, words)  # both launches plane-major, two FC2 depths
+    result["tail_tiles_sx4_planes"]["tails"] = tails
     torch.set_rng_state(rng_state)
 
     # The GEMV defaults exactly as choose_config returns them (BLOCK_K 256 / 512 past K = 96: masked K and scale
@@ -604,17 +628,17 @@ def test_kernels_under_triton_interpreter():
     for key in _LAYER_KEYS:
         for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3", "_direct", "_direct_k32", "_gemv", "_gemv_k32",
                        "_gemv_pairs", "_gemv_pairs_k32", "_routed_gemv", "_routed_gemv_k32", "_gate_merge",
-                       "_gate_merge_n32", "_sx4_int", "_sx4_int_merge_splitk2"):
+                       "_gate_merge_n32", "_sx4_int", "_sx4_int_merge_splitk2", "_sx4_int_planes",
+                       "_sx4_int_merge_splitk2_planes"):
             check = result[key + suffix]
             assert check["err"] <= 1e-2, (key + suffix, check)
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
         assert result[key + "_bits_int"]["equal"], "bit-trick dequant differs from the fp32 dequant"
         assert result[key + "_gate_merge"]["equal"], "one gate/up FC1 tile differs from two"
-        for dequant in ("fp32", "sx4_int"):
-            check = result[f"{key}_scale_words_{dequant}"]
-            assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"], (key, dequant, check)
-            assert check["equal"], f"scale words differ from scale bytes ({key}, {dequant})"
-    for name in ("tail_tiles", "tail_tiles_split", "tail_tiles_sx4"):
+        assert result[key + "_sx4_int_planes"]["equal"], "plane-major tokens differ from the shuffled planes"
+        assert result[key + "_sx4_int_merge_splitk2_planes"]["equal"], "plane-major tokens differ (merged, split-K)"
+    assert result["tail_tiles_sx4_planes"]["equal"], "plane-major tokens differ on the tail tiles"
+    for name in ("tail_tiles", "tail_tiles_split", "tail_tiles_sx4", "tail_tiles_sx4_planes"):
         check = result[name]
         assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"] and check["tails"] > 0, (name, check)
     for name in ("g16p3", "g32p_geglu", "g16p", "g32p_e1k1", "q1", "q1_geglu", "q1_sq", "q1_e1k1"):
