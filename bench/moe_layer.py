@@ -83,12 +83,8 @@ CANDIDATES = {
     # session 11: the 256-token defaults with the 4-warp 32-token tiles as their tails (probe only)
     "x256m_sa_t32q": dataclasses.replace(TILES["x256m_sa"], tail=TILES["m32l4_sx_m"]),
     "x256w_sa_t32q": dataclasses.replace(TILES["x256w_sa"], tail=TILES["m32a_f4"]),
-    # session 14: the "sx4" tiles with plane-major token operands (``planes``), and 32-token "sx4" tiles with them
-    "s16k4_sx4p_m3": dataclasses.replace(TILES["s16k4_sx4_m3"], planes=True),
-    "s16k_sx4p_f4": dataclasses.replace(TILES["s16k_sx4_f4"], planes=True),
-    "m32l4_sx4p_m": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", planes=True),
+    # session 14: probes of plane-major token operands (``planes``) not adopted (TILES has the defaults)
     "m32l4_sx4p_mu": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", planes=True, fc1_maxnreg=None),
-    "m32k_sx4p_f4": TritonMoEConfig(32, 64, 256, 4, 3, 64, 256, 4, 2, dequant="sx4", fc2_maxnreg=168, planes=True),
     "m32a_sx4p_f4": dataclasses.replace(TILES["m32a_f4"], dequant="sx4", planes=True),
     # v6 GEMV small-T path (fc1 n/k/warps/stages, fc2 n/k/warps/stages; block_t unused): CUDA-core block sums,
     # FC2 per pair + the combine kernel ("p"); stages > 1 pipeline the K loop through shared memory (cp.async), 1
@@ -102,10 +98,8 @@ CANDIDATES = {
     "q1b": TritonMoEConfig(1, 16, 512, 4, 1, 32, 256, 4, 1, gemv=True),
 }
 CANDIDATES.update({  # the same with 16-token tails (as the 8-16 pairs-per-expert defaults)
-    "m32l4_sx4p_m_t16": dataclasses.replace(CANDIDATES["m32l4_sx4p_m"], tail=CANDIDATES["s16k4_sx4p_m3"]),
     "m32l4_sx4p_mu_t16": dataclasses.replace(CANDIDATES["m32l4_sx4p_mu"], tail=CANDIDATES["s16k4_sx4p_m3"]),
     "m32l4_sx_m_t16p": dataclasses.replace(TILES["m32l4_sx_m"], tail=CANDIDATES["s16k4_sx4p_m3"]),
-    "m32k_sx4p_f4_t16": dataclasses.replace(CANDIDATES["m32k_sx4p_f4"], tail=CANDIDATES["s16k_sx4p_f4"]),
     "m32a_f4_t16p": dataclasses.replace(TILES["m32a_f4"], tail=CANDIDATES["s16k_sx4p_f4"]),
 })
 GEMV = ["g16p", "g16p3", "g32p", "g32p3"]

@@ -252,6 +252,16 @@ TILES.update({
     # tails (an expert with 1-16 pairs past its last full 32-token block runs them on the 16-token tile).
     "m32l4_sx_m_t16": dataclasses.replace(TILES["m32l4_sx_m"], tail=TILES["s16k4_sx4_m3"]),
     "m32a_f4_t16": dataclasses.replace(TILES["m32a_f4"], tail=TILES["s16k_sx4_f4"]),
+    # Session 14 (run 17): the "sx4" tiles with plane-major token operands (``planes``), and the 32-token tiles in
+    # "sx4" with them (without planes "sx4" was 22-29% slower there: every K step shuffled 32 token columns).
+    "s16k4_sx4p_m3": dataclasses.replace(TILES["s16k4_sx4_m3"], planes=True),
+    "s16k_sx4p_f4": dataclasses.replace(TILES["s16k_sx4_f4"], planes=True),
+    "m32l4_sx4p_m": dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4", planes=True),
+    "m32k_sx4p_f4": TritonMoEConfig(32, 64, 256, 4, 3, 64, 256, 4, 2, dequant="sx4", fc2_maxnreg=168, planes=True),
+})
+TILES.update({
+    "m32l4_sx4p_m_t16": dataclasses.replace(TILES["m32l4_sx4p_m"], tail=TILES["s16k4_sx4p_m3"]),
+    "m32k_sx4p_f4_t16": dataclasses.replace(TILES["m32k_sx4p_f4"], tail=TILES["s16k_sx4p_f4"]),
 })
 
 
@@ -298,15 +308,22 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # l128m_sa_t64, squared ReLU 18-19% / 3.3-3.5% faster than l64a). Session 13: squared ReLU up to 8 pairs per
     # expert with "sx4" too (64 tokens: 5.6% / 6.3% faster on 30b / 235b); "sx4" on the 32-token tiles was 26-29%
     # slower (squared ReLU, 128-deep K) and 22-26% slower (gated, uncapped or 128-deep K) at 256 tokens.
+    # Session 14 (run 17 probes, us per layer, against the tile without planes in the same call): gated 64 tokens
+    # s16k4_sx4p_m3 206.5 / 207.4 vs 213.5 / 212.9 (30b), 694.6 / 710.1 vs 729.7 / 736.4 (235b); squared ReLU
+    # with planes was not faster there (30b 277.8 / 278.1 vs 274.1 / 272.0), so it keeps s16k_sx4_f4.
     if pairs_per_expert <= 8:
-        return TILES["s16k4_sx4_m3" if gated else "s16k_sx4_f4"]
+        return TILES["s16k4_sx4p_m3" if gated else "s16k_sx4_f4"]
     # Session 13: from 8 to 16 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token
     # "sx4" tile (tail). Run 16 probes, us per layer against the tile without tails: gated 256 tokens 268.8 vs 285.9
     # / 286.0 (30b), 898.5 vs 997.0 / 1008.6 (235b); 192 tokens 245.5 vs 285.7, 848.4 vs 994.0 (s16k4_sx4_m3 there:
     # 240.7 / 873.7); squared ReLU 256 tokens 337.2 vs 362.9 / 365.2 (30b). Past 16 the tails stop paying: 30b
     # gated 384 tokens 309.4 vs 298.1 (slower), 512 tokens 391.1 vs 394.4.
+    # Session 14: there the 32-token tiles in "sx4" with planes, their tails too (run 17 probes at 256 tokens,
+    # against m32l4_sx_m_t16 / m32a_f4_t16 twice in the same call): gated 252.5 vs 269.9 / 267.5 (30b), 873.4 vs
+    # 884.3 / 892.8 (235b); squared ReLU (m32k_sx4p_f4_t16: 256-deep K, FC1 3 stages) 320.8 vs 338.2 / 336.8, 1100.1
+    # vs 1168.9 / 1212.1. From 16 to 32 pairs per expert the planes were not timed.
     if pairs_per_expert <= 16:
-        return TILES["m32l4_sx_m_t16" if gated else "m32a_f4_t16"]
+        return TILES["m32l4_sx4p_m_t16" if gated else "m32k_sx4p_f4_t16"]
     if pairs_per_expert <= 32:
         return TILES["m32l4_sx_m" if gated else "m32a_f4"]
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While

@@ -15,6 +15,7 @@ import torch
 from megatron_mxfp8_moe.errors import MXFP8InputError
 from megatron_mxfp8_moe.kernels.triton_moe import (
     TILES,
+    TritonMoEConfig,
     choose_config,
     kernel_path,
     route_layout,
@@ -54,8 +55,8 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4_m3", "s16k_sx4_f4", "m32l4_sx_m_t16",
-                                     "m32a_f4_t16", "l128m_sa_t64", "x256m_sa_t32", "l128w_sa_t64",
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4p_m3", "s16k_sx4_f4",
+                                     "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "l128m_sa_t64", "x256m_sa_t32", "l128w_sa_t64",
                                      "x256w_sa_t32a"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
@@ -71,7 +72,7 @@ def test_choice_by_pairs_per_expert(gated):
     def pick(rows, experts=128):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
         return next(name for name, tile in TILES.items() if tile is cfg)
-    small = "s16k4_sx4_m3" if gated else "s16k_sx4_f4"
+    small = "s16k4_sx4p_m3" if gated else "s16k_sx4_f4"
     assert [pick(rows) for rows in (1, 2, 4, 8, 16, 24, 25, 64)] == (
         ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", small, small] if gated else
         ["g16p", "g16p", "g16p", "q1", "q1", "q1", small, small])
@@ -80,11 +81,11 @@ def test_choice_by_pairs_per_expert(gated):
     # tiles (session 8): gated from 24 pairs per expert (session 9), squared ReLU from 64 (1024 tokens); 64-token
     # tails below 72 pairs per expert, 32-token tails from there; squared ReLU with 128 FC1 rows per program from
     # 64 pairs per expert and 256-token tiles from 176 (session 10); 32-token tiles up to 32 (session 12), with
-    # 16-token "sx4" tails up to 16 (session 13)
+    # 16-token "sx4" tails up to 16 (session 13), "sx4" with plane-major tokens up to 16 (session 14)
     assert [pick(rows) for rows in (256, 257, 384, 512, 513, 1024, 1151, 1152, 2815, 2816, 4096)] == (
-        ["m32l4_sx_m_t16", "m32l4_sx_m", "m32l4_sx_m", "m32l4_sx_m", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64",
+        ["m32l4_sx4p_m_t16", "m32l4_sx_m", "m32l4_sx_m", "m32l4_sx_m", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64",
          "l128m_sa_t32", "l128m_sa_t32", "x256m_sa_t32", "x256m_sa_t32"] if gated else
-        ["m32a_f4_t16", "m32a_f4", "m32a_f4", "m32a_f4", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a",
+        ["m32k_sx4p_f4_t16", "m32a_f4", "m32a_f4", "m32a_f4", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a",
          "l128w_sa_t32a", "x256w_sa_t32a", "x256w_sa_t32a"])
     with pytest.raises(ValueError, match="sx_auto"):
         dataclasses.replace(TILES["d4_sx"], dequant="sx_auto")  # the direct path's FC2 has no sx_auto form
@@ -107,7 +108,7 @@ def test_tile_choice_uses_the_global_expert_count(monkeypatch):
     for global_experts in (None, 128):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, local_expert_offset=32, valid_tokens=valid,
                          route_experts=global_experts)
-    assert chosen == [TILES["s16k4_sx4_m3"], TILES["q1"]]
+    assert chosen == [TILES["s16k4_sx4p_m3"], TILES["q1"]]
     with pytest.raises(MXFP8InputError, match="route_experts"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, route_experts=8)
 
@@ -147,6 +148,18 @@ def test_sx4_defaults_are_the_sx_tiles_with_word_loads():
     assert TILES["s16k_sx4_f4"] == dataclasses.replace(TILES["s16k_sx_f4"], dequant="sx4")
     assert TILES["m32l4_sx_m_t16"] == dataclasses.replace(TILES["m32l4_sx_m"], tail=TILES["s16k4_sx4_m3"])
     assert TILES["m32a_f4_t16"] == dataclasses.replace(TILES["m32a_f4"], tail=TILES["s16k_sx4_f4"])
+
+
+def test_plane_defaults_are_the_sx4_tiles_with_planes():
+    """The session 14 defaults are the "sx4" tiles GPU-tested bit-equal with and without ``planes``
+    (test_planes_keep_the_bits: s16k4_sx4_m3, m32l4_sx4_m, m32k_sx4_f4_t16) with planes on, tails included."""
+    planes = dict(planes=True)
+    assert TILES["s16k4_sx4p_m3"] == dataclasses.replace(TILES["s16k4_sx4_m3"], **planes)
+    assert TILES["s16k_sx4p_f4"] == dataclasses.replace(TILES["s16k_sx4_f4"], **planes)
+    assert TILES["m32l4_sx4p_m_t16"] == dataclasses.replace(TILES["m32l4_sx_m"], dequant="sx4",
+                                                            tail=TILES["s16k4_sx4p_m3"], **planes)
+    assert TILES["m32k_sx4p_f4_t16"] == TritonMoEConfig(32, 64, 256, 4, 3, 64, 256, 4, 2, dequant="sx4",
+                                                        fc2_maxnreg=168, tail=TILES["s16k_sx4p_f4"], **planes)
 
 
 def test_route_warps_reach_the_route_launch(monkeypatch):
