@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s14r     # session 14, call 5: planes from 16 to 32 pairs per expert (tests, probes)
 #   bash tools/gpu_next.sh s14q     # session 14, call 4: tests of the plane defaults, MoE benchmark, demo, probes
 #   bash tools/gpu_next.sh s14p     # session 14: "sx4" with plane-major token operands (bit tests, probes at 64 / 256)
 #   bash tools/gpu_next.sh owed13   # owed from session 13 (session 14 ran it in part: bench/results/run17/call2_*)
@@ -417,6 +418,18 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     moe_bench_and_demo 130 $L
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
+    cat $OUT/probe.jsonl ;;
+  s14r)
+    # session 14, call 5: planes on the 32-token tiles from 16 to 32 pairs per expert (30b gated: 10-12% faster at
+    # 384 / 512 tokens in call 4): graph replays of both candidates at 512 tokens, probes on both shapes
+    timeout 100 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "four_warp and 512" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; grep -v "^\.*$" $OUT/tests.log | tail -4
+    P="python3 bench/triton_moe_probe.py"
+    timeout 60 $P --shape qwen3-235b-a22b --tokens 384,512 --configs "m32l4_sx_m,m32l4_sx4p_m,m32l4_sx_m" > $OUT/probe.jsonl 2> $OUT/probe.err
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 60 $P --shape $s --tokens 384,512 --activation squared_relu --configs "m32a_f4,m32k_sx4p_f4,m32a_f4"
+    done >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s14q)
     # session 14, call 4: GPU tests of the plane defaults (graph replays, float64 default cases), the full MoE

@@ -529,7 +529,7 @@ def test_four_warp_tiles_equal_the_tiles_they_replace(tile, case):
     ("m32l4_sx_m", 256, "swiglu"), ("m32l4_sx_m", 512, "swiglu"), ("s16k_sx_f4", 64, "squared_relu"),
     ("m32a_f4", 256, "squared_relu"), ("s16k_sx4_f4", 64, "squared_relu"), ("m32l4_sx_m_t16", 256, "swiglu"),
     ("m32a_f4_t16", 256, "squared_relu"), ("s16k4_sx4p_m3", 64, "swiglu"), ("m32l4_sx4p_m_t16", 256, "swiglu"),
-    ("m32k_sx4p_f4_t16", 256, "squared_relu"),
+    ("m32k_sx4p_f4_t16", 256, "squared_relu"), ("m32l4_sx4p_m", 512, "swiglu"), ("m32k_sx4p_f4", 512, "squared_relu"),
 ])
 def test_cuda_graph_replay_of_the_four_warp_tiles(tile, tokens, activation):
     """The session 11-14 defaults captured once and replayed with new routing and valid-token counts."""
