@@ -321,11 +321,15 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # Session 14: there the 32-token tiles in "sx4" with planes, their tails too (run 17 probes at 256 tokens,
     # against m32l4_sx_m_t16 / m32a_f4_t16 twice in the same call): gated 252.5 vs 269.9 / 267.5 (30b), 873.4 vs
     # 884.3 / 892.8 (235b); squared ReLU (m32k_sx4p_f4_t16: 256-deep K, FC1 3 stages) 320.8 vs 338.2 / 336.8, 1100.1
-    # vs 1168.9 / 1212.1. From 16 to 32 pairs per expert the planes were not timed.
+    # vs 1168.9 / 1212.1. From 16 to 32 pairs per expert the same tiles without tails (run 17 probes at 384 / 512
+    # tokens against m32l4_sx_m / m32a_f4 twice): gated 270.9 vs 299.9 / 301.6 and 347.3 vs 394.4 / 394.9 (30b),
+    # 917.5 vs 1035.2 / 1059.5 and 1266.9 vs 1385.7 / 1397.5 (235b); squared ReLU 327.4 vs 377.8 / 377.3 and 437.9
+    # vs 498.4 / 500.5 (30b), 1177.5 vs 1351.3 / 1356.7 and 1639.8 vs 1843.6 / 1837.3 (235b). The cut at 32 pairs
+    # per expert dates from the tiles without planes (0.7-3.5% faster than the 128 / 64-token tiles at 512 tokens).
     if pairs_per_expert <= 16:
         return TILES["m32l4_sx4p_m_t16" if gated else "m32k_sx4p_f4_t16"]
     if pairs_per_expert <= 32:
-        return TILES["m32l4_sx_m" if gated else "m32a_f4"]
+        return TILES["m32l4_sx4p_m" if gated else "m32k_sx4p_f4"]
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
     # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
     # both shapes and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per

@@ -81,11 +81,11 @@ def test_choice_by_pairs_per_expert(gated):
     # tiles (session 8): gated from 24 pairs per expert (session 9), squared ReLU from 64 (1024 tokens); 64-token
     # tails below 72 pairs per expert, 32-token tails from there; squared ReLU with 128 FC1 rows per program from
     # 64 pairs per expert and 256-token tiles from 176 (session 10); 32-token tiles up to 32 (session 12), with
-    # 16-token "sx4" tails up to 16 (session 13), "sx4" with plane-major tokens up to 16 (session 14)
+    # 16-token "sx4" tails up to 16 (session 13), "sx4" with plane-major tokens up to 32 (session 14)
     assert [pick(rows) for rows in (256, 257, 384, 512, 513, 1024, 1151, 1152, 2815, 2816, 4096)] == (
-        ["m32l4_sx4p_m_t16", "m32l4_sx_m", "m32l4_sx_m", "m32l4_sx_m", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64",
+        ["m32l4_sx4p_m_t16", "m32l4_sx4p_m", "m32l4_sx4p_m", "m32l4_sx4p_m", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64",
          "l128m_sa_t32", "l128m_sa_t32", "x256m_sa_t32", "x256m_sa_t32"] if gated else
-        ["m32k_sx4p_f4_t16", "m32a_f4", "m32a_f4", "m32a_f4", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a",
+        ["m32k_sx4p_f4_t16", "m32k_sx4p_f4", "m32k_sx4p_f4", "m32k_sx4p_f4", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a",
          "l128w_sa_t32a", "x256w_sa_t32a", "x256w_sa_t32a"])
     with pytest.raises(ValueError, match="sx_auto"):
         dataclasses.replace(TILES["d4_sx"], dequant="sx_auto")  # the direct path's FC2 has no sx_auto form
