@@ -723,7 +723,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     weights = (fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles))
     dims = (hidden, n_out, inner)
     x_planes = {t.fc1_block_k: planes_of(x[:rows], t.fc1_block_k) for t in launches if t.planes}  # one copy per depth
-    _launch_mma(cfg, x_planes.get(cfg.fc1_block_k, x) if cfg.planes else x, dims, weights, inter[:max_sorted], slots,
+    _launch_mma(cfg, x_planes[cfg.fc1_block_k] if cfg.planes else x, dims, weights, inter[:max_sorted], slots,
                 (sorted_pairs, block_expert, num_blocks), max_blocks, activation, topk, split_k)
     if tail_t:  # the tail blocks: narrower tiles over the second table (positions from max_sorted)
         tail = cfg.tail
