@@ -581,7 +581,6 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
     weight rows; ``shift``: DQ_SX_AUTO's exponent shift (0 otherwise); X_PLANES (DQ_SX4 / DQ_SX4_INT): the tokens are
     stored plane-major per K step (``_load_planes``)."""
     offs_k = tl.arange(0, BLOCK_K)
-    offs_ks = tl.arange(0, BLOCK_K // 32)
     SX4: tl.constexpr = DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT
     if SX4 and X_PLANES:
         x_ptrs = x_rows[None, :] + tl.arange(0, BLOCK_K // 4)[:, None]  # [BLOCK_K // 4, BLOCK_T]: plane 0
@@ -589,13 +588,11 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
         x_ptrs = x_rows[None, :] + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
     if SX4:  # uint32 words: WORDS K values per pointer
         WORDS: tl.constexpr = 4
-        W_OTHER: tl.constexpr = 0  # masked word loads
         offs_w = tl.arange(0, BLOCK_K // 4)
         wg_ptrs = _word_rows(w_base, rows_n, stride_wn) + offs_w[None, :]
         row_step = N_OUT * (stride_wn // 4)
     else:
         WORDS: tl.constexpr = 1
-        W_OTHER: tl.constexpr = 0.0
         offs_w = offs_k
         wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_w[None, :]
         row_step = N_OUT * stride_wn
@@ -605,7 +602,6 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
         rows_u = rows_n + N_OUT
         su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
     for k in range(0, steps):
-        s_cols = _scale_col_offsets(k, BLOCK_K // 32)
         k_left = K - k * BLOCK_K  # unused when EVEN_K
         if SX4 and X_PLANES:
             x0, x1, x2, x3 = _load_planes(x_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
@@ -613,12 +609,7 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
             x = tl.load(x_ptrs, mask=token_mask[None, :], other=0.0)
         else:
             x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
-        if EVEN_K:
-            wg = tl.load(wg_ptrs)
-            sg = tl.load(sg_rows[:, None] + s_cols[None, :])
-        else:
-            wg = tl.load(wg_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
-            sg = tl.load(sg_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+        wg, sg = _weight_step(wg_ptrs, sg_rows, k, K, BLOCK_K, EVEN_K, WORDS)
         if SX4:
             if not X_PLANES:
                 x0, x1, x2, x3 = _x_planes(x, BLOCK_K)
@@ -626,12 +617,7 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
         else:
             acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT, shift), x, acc_g, FP32_DOT)
         if GATED:
-            if EVEN_K:
-                wu = tl.load(wu_ptrs)
-                su = tl.load(su_rows[:, None] + s_cols[None, :])
-            else:
-                wu = tl.load(wu_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
-                su = tl.load(su_rows[:, None] + s_cols[None, :], mask=offs_ks[None, :] * 32 < k_left, other=0)
+            wu, su = _weight_step(wu_ptrs, su_rows, k, K, BLOCK_K, EVEN_K, WORDS)
             if SX4:
                 acc_u = _mma_sx4(wu, su, x0, x1, x2, x3, acc_u, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
             else:
@@ -892,7 +878,6 @@ def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, 
     """K steps ``[k_first, k_end)`` of FC2 (a split-K share), software-pipelined; ``shift`` and X_PLANES (the
     inter rows plane-major) as in ``_fc1_steps``."""
     offs_k = tl.arange(0, BLOCK_K)
-    offs_ks = tl.arange(0, BLOCK_K // 32)
     SX4: tl.constexpr = DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT
     if SX4 and X_PLANES:
         a_ptrs = a_rows[None, :] + tl.arange(0, BLOCK_K // 4)[:, None] + k_first * BLOCK_K  # plane 0
@@ -900,17 +885,14 @@ def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, 
         a_ptrs = a_rows[None, :] + offs_k[:, None] + k_first * BLOCK_K  # [BLOCK_K, BLOCK_T]
     if SX4:  # uint32 words (``_fc1_steps``)
         WORDS: tl.constexpr = 4
-        W_OTHER: tl.constexpr = 0  # masked word loads
         offs_w = tl.arange(0, BLOCK_K // 4)
         w_ptrs = _word_rows(w_base, rows_n, stride_wn) + offs_w[None, :] + k_first * (BLOCK_K // 4)
     else:
         WORDS: tl.constexpr = 1
-        W_OTHER: tl.constexpr = 0.0
         offs_w = offs_k
         w_ptrs = w_base + rows_n[:, None] * stride_wn + offs_w[None, :] + k_first * BLOCK_K
     s_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
     for k in range(k_first, k_end):
-        s_ptrs = s_rows[:, None] + _scale_col_offsets(k, BLOCK_K // 32)[None, :]
         k_left = K - k * BLOCK_K  # unused when EVEN_K
         if SX4 and X_PLANES:
             a0, a1, a2, a3 = _load_planes(a_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
@@ -918,12 +900,7 @@ def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, 
             a = tl.load(a_ptrs, mask=token_mask[None, :], other=0.0)
         else:
             a = tl.load(a_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
-        if EVEN_K:
-            w = tl.load(w_ptrs)
-            s = tl.load(s_ptrs)
-        else:
-            w = tl.load(w_ptrs, mask=offs_w[None, :] * WORDS < k_left, other=W_OTHER)
-            s = tl.load(s_ptrs, mask=offs_ks[None, :] * 32 < k_left, other=0)
+        w, s = _weight_step(w_ptrs, s_rows, k, K, BLOCK_K, EVEN_K, WORDS)
         if SX4:
             if not X_PLANES:
                 a0, a1, a2, a3 = _x_planes(a, BLOCK_K)
@@ -1045,15 +1022,19 @@ def _expert_rows(w_ptr, s_ptr, expert, rows, stride_we, stride_wn, stride_se, sc
 
 
 @triton.jit
-def _weight_step(w_ptrs, s_rows, k, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
-    """The fp8 tile at ``w_ptrs`` and its E8M0 tile ``[BLOCK_N, BLOCK_K // 32]`` for K step ``k`` (zeros past K)."""
+def _weight_step(w_ptrs, s_rows, k, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, WORDS: tl.constexpr = 1):
+    """The fp8 tile at ``w_ptrs`` (or, WORDS = 4, its uint32 words: "sx4") and its E8M0 tile
+    ``[BLOCK_N, BLOCK_K // 32]`` for K step ``k`` (zeros past K; a word is loaded whole or not at all)."""
     s_ptrs = s_rows[:, None] + _scale_col_offsets(k, BLOCK_K // 32)[None, :]
     if EVEN_K:
         w = tl.load(w_ptrs)
         s = tl.load(s_ptrs)
     else:
         k_left = K - k * BLOCK_K
-        w = tl.load(w_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
+        if WORDS == 1:
+            w = tl.load(w_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
+        else:
+            w = tl.load(w_ptrs, mask=tl.arange(0, BLOCK_K // WORDS)[None, :] * WORDS < k_left, other=0)
         s = tl.load(s_ptrs, mask=tl.arange(0, BLOCK_K // 32)[None, :] * 32 < k_left, other=0)
     return w, s
 
