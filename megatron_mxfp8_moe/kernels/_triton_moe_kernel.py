@@ -358,6 +358,17 @@ def _x_planes(x, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def _load_tokens(ptrs, token_mask, k_left, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """The K-ordered token tile ``[BLOCK_K, BLOCK_T]`` of one K step (``ptrs``), zeros in the columns without a token
+    and, unless EVEN_K, past the ``k_left`` K values left."""
+    if EVEN_K:
+        x = tl.load(ptrs, mask=token_mask[None, :], other=0.0)
+    else:
+        x = tl.load(ptrs, mask=token_mask[None, :] & (tl.arange(0, BLOCK_K)[:, None] < k_left), other=0.0)
+    return x
+
+
+@triton.jit
 def _load_planes(ptrs, token_mask, k_left, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     """The 4 plane operands ``[BLOCK_K // 4, BLOCK_T]`` of one K step from tokens stored plane-major per K step
     (``planes_of``: plane ``i`` is the contiguous run from ``i * BLOCK_K // 4``; ``ptrs`` point at plane 0): each
@@ -605,10 +616,8 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
         k_left = K - k * BLOCK_K  # unused when EVEN_K
         if SX4 and X_PLANES:
             x0, x1, x2, x3 = _load_planes(x_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
-        elif EVEN_K:
-            x = tl.load(x_ptrs, mask=token_mask[None, :], other=0.0)
         else:
-            x = tl.load(x_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
+            x = _load_tokens(x_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
         wg, sg = _weight_step(wg_ptrs, sg_rows, k, K, BLOCK_K, EVEN_K, WORDS)
         if SX4:
             if not X_PLANES:
@@ -896,10 +905,8 @@ def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, 
         k_left = K - k * BLOCK_K  # unused when EVEN_K
         if SX4 and X_PLANES:
             a0, a1, a2, a3 = _load_planes(a_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
-        elif EVEN_K:
-            a = tl.load(a_ptrs, mask=token_mask[None, :], other=0.0)
         else:
-            a = tl.load(a_ptrs, mask=token_mask[None, :] & (offs_k[:, None] < k_left), other=0.0)
+            a = _load_tokens(a_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
         w, s = _weight_step(w_ptrs, s_rows, k, K, BLOCK_K, EVEN_K, WORDS)
         if SX4:
             if not X_PLANES:

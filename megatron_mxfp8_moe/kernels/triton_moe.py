@@ -138,6 +138,11 @@ class TritonMoEConfig:
     def dequant_code(self) -> int:
         return _DEQUANT_CODE["fp32" if self.dequant_fp32 else self.dequant]
 
+    @property
+    def launch_tiles(self) -> tuple["TritonMoEConfig", ...]:
+        """The tiles of the MMA launch pairs: this one, and its tail tile if it has one."""
+        return (self,) if self.tail is None else (self, self.tail)
+
     def launch_options(self, fc: int) -> dict:
         """Triton launch options of the FC1 (``fc=1``) or FC2 (``fc=2``) kernel."""
         warps, stages, maxnreg = ((self.fc1_warps, self.fc1_stages, self.fc1_maxnreg) if fc == 1
@@ -534,8 +539,7 @@ def triton_mxfp8_moe(
         return out
     cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk,
                                   experts=route_experts or experts)
-    launches = (cfg,) if cfg.tail is None else (cfg, cfg.tail)  # the tiles of both launch pairs
-    codes = {tile.dequant_code for tile in launches}
+    codes = {tile.dequant_code for tile in cfg.launch_tiles}
     if _DEQUANT_CODE["sx_auto"] in codes:
         for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
             if weight.scale_bytes().data_ptr() % 4:  # sx_auto tests the scale rows as 32-bit words
@@ -707,8 +711,8 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
                    cfg.route_warps)
     sorted_pairs, block_expert, num_blocks = route
 
-    launches = (cfg,) if cfg.tail is None else (cfg, cfg.tail)
-    inter_cols = max(triton.cdiv(n_out, t.fc2_block_k) * t.fc2_block_k if t.planes else n_out for t in launches)
+    inter_cols = max(triton.cdiv(n_out, t.fc2_block_k) * t.fc2_block_k if t.planes else n_out
+                     for t in cfg.launch_tiles)
     inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=device)
     if path == "routed_gemv":
         _launch_routed_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, route,
@@ -722,7 +726,8 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         slots = torch.empty(1, rows * topk, hidden, dtype=torch.bfloat16, device=device)
     weights = (fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles))
     dims = (hidden, n_out, inner)
-    x_planes = {t.fc1_block_k: planes_of(x[:rows], t.fc1_block_k) for t in launches if t.planes}  # one copy per depth
+    # one plane-major copy of x per FC1 depth that a launch pair reads
+    x_planes = {t.fc1_block_k: planes_of(x[:rows], t.fc1_block_k) for t in cfg.launch_tiles if t.planes}
     _launch_mma(cfg, x_planes[cfg.fc1_block_k] if cfg.planes else x, dims, weights, inter[:max_sorted], slots,
                 (sorted_pairs, block_expert, num_blocks), max_blocks, activation, topk, split_k)
     if tail_t:  # the tail blocks: narrower tiles over the second table (positions from max_sorted)

@@ -560,8 +560,8 @@ PLANES = {
     "s16k_sx4_f4": (TILES["s16k_sx4_f4"], "squared_relu"),
     "m32l4_sx4_m": (_M32_SX4, "swiglu"),
     "m32l4_sx4_mu_t16": (dataclasses.replace(_M32_SX4, fc1_maxnreg=None, tail=TILES["s16k4_sx4_m3"]), "swiglu"),
-    "m32k_sx4_f4_t16": (TritonMoEConfig(32, 64, 256, 4, 3, 64, 256, 4, 2, dequant="sx4", fc2_maxnreg=168,
-                                        tail=TILES["s16k_sx4_f4"]), "squared_relu"),
+    "m32k_sx4_f4_t16": (dataclasses.replace(TILES["m32k_sx4p_f4"], planes=False, tail=TILES["s16k_sx4_f4"]),
+                        "squared_relu"),
 }
 
 
