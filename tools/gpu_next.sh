@@ -421,18 +421,25 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
     cat $OUT/probe.jsonl ;;
   s15a)
-    # owed from session 14: the float64 default cases at 300 tokens (235b, now on the 16-32 region's plane tiles),
-    # then where the 32-token plane tiles stop paying (the cut at 32 pairs per expert predates planes: 576-1024
-    # tokens against the 64 / 128-token defaults there) and FC2 3 stages / an uncapped FC1 at 256 tokens on 30b
+    # owed from session 14: the float64 default cases at 300 tokens (235b, now on the 16-32 region's plane tiles);
+    # per-kernel times of the 256-token defaults; where the 32-token plane tiles stop paying (the cut at 32 pairs per
+    # expert predates planes: 640-1024 tokens against the 64 / 128-token defaults there, and 64-token plane tiles);
+    # FC2 3 stages / an uncapped FC1 at 256 tokens on 30b; "sx4" with planes on the 256-token squared-ReLU tile
     timeout 90 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
       -k "matches_float64 and -300-" > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log; grep -v "^\.*$" $OUT/tests.log | tail -4
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
-      timeout 80 $P --shape $s --tokens 640,768,1024 --configs "l128m_sa_t64,m32l4_sx4p_m,l128m_sa_t64"
-      timeout 80 $P --shape $s --tokens 640,768,1024 --activation squared_relu --configs "l64a,m32k_sx4p_f4,l64a"
+      timeout 40 $P --shape $s --tokens 256 --profile --configs m32l4_sx4p_m_t16
+      timeout 40 $P --shape $s --tokens 256 --profile --activation squared_relu --configs m32k_sx4p_f4_t16
+    done > $OUT/profile.jsonl 2> $OUT/profile.err
+    cat $OUT/profile.jsonl
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 100 $P --shape $s --tokens 640,768,1024 --configs "l128m_sa_t64,m32l4_sx4p_m,m32l4_sx4p_m+block_t=64,l128m_sa_t64"
+      timeout 100 $P --shape $s --tokens 640,768,1024 --activation squared_relu --configs "l64a,m32k_sx4p_f4,m32k_sx4p_f4+block_t=64,l64a"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     timeout 60 $P --shape qwen3-30b-a3b --tokens 256 --configs "m32l4_sx4p_m_t16,m32l4_sx4p_m_t16+fc2_stages=3,m32l4_sx4p_mu_t16,m32l4_sx4p_m_t16" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    timeout 80 $P --shape qwen3-235b-a22b --tokens 4096 --activation squared_relu --configs "x256w_sa_t32a,x256w_sa_t32a@sx4+planes=1,x256w_sa_t32a@sx4+planes=1+fc1_block_k=128+fc2_block_k=128,x256w_sa_t32a" >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s14r)
     # session 14, call 5: planes on the 32-token tiles from 16 to 32 pairs per expert (30b gated: 10-12% faster at
