@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s15b     # session 15, call 2: 64-token plane tiles, tails (probes)
 #   bash tools/gpu_next.sh s15a     # owed from session 14 (run first): float64 cases at 300 tokens, the 32-pair cut
 #   bash tools/gpu_next.sh s14r     # session 14, call 5: planes from 16 to 32 pairs per expert (tests, probes)
 #   bash tools/gpu_next.sh s14q     # session 14, call 4: tests of the plane defaults, MoE benchmark, demo, probes
@@ -420,6 +421,26 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
     cat $OUT/probe.jsonl ;;
+  s15b)
+    # session 15, call 2: 64-token plane tiles (call 1: 5-11% faster than the defaults at 40-48 pairs per expert,
+    # 10-12% slower at 64 gated) uncapped, with 32-token plane tails, as tails of the 128-token tiles; squared ReLU
+    # with 2 FC1 stages (82 KB shared: 2 CTAs per SM instead of 1); plane tails at 4096 tokens; 30b FC2 at 256 tokens
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 110 $P --shape $s --tokens 512,1024 --configs "m32l4_sx4p_m,l128m_sa_t64,l64_sx4p_m,l64_sx4p_mu,l64_sx4p_mu_t32,l128m_sa_t64p"
+      timeout 50 $P --shape $s --tokens 640,768 --configs "l64_sx4p_m,l64_sx4p_mu,l64_sx4p_mu_t32"
+      timeout 110 $P --shape $s --tokens 512,1024 --activation squared_relu --configs "m32k_sx4p_f4,l64a,l128w_sa_t64,l64k_sx4p_f4,l64k_sx4p_f4+fc1_stages=2,l64k_sx4p_f4_t32,l128w_sa_t64p"
+      timeout 40 $P --shape $s --tokens 640,768 --activation squared_relu --configs "l64k_sx4p_f4,l64k_sx4p_f4+fc1_stages=2"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    timeout 50 $P --shape qwen3-235b-a22b --tokens 4096 --configs "x256m_sa_t32,x256m_sa_t32p" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    timeout 50 $P --shape qwen3-235b-a22b --tokens 4096 --activation squared_relu --configs "x256w_sa_t32a,x256w_sa_t32p" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    timeout 45 $P --shape qwen3-30b-a3b --tokens 256 --configs "m32l4_sx4p_m_t16,m32l4_sx4p_m_t16+fc2_block_k=128+fc2_stages=3,m32l4_sx4p_m_t16+fc2_block_n=128,m32l4_sx4p_m_t16" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    python3 -c "
+import json,sys
+for l in open('$OUT/probe.jsonl'):
+    if l.startswith('{'):
+        r=json.loads(l); print(r['shape'][6:9], r['activation'][:4], r['tokens'], r['config'], r.get('us', r.get('error')))
+" ;;
   s15a)
     # owed from session 14: the float64 default cases at 300 tokens (235b, now on the 16-32 region's plane tiles);
     # per-kernel times of the 256-token defaults; where the 32-token plane tiles stop paying (the cut at 32 pairs per
