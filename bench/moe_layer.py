@@ -102,20 +102,11 @@ CANDIDATES.update({  # the same with 16-token tails (as the 8-16 pairs-per-exper
     "m32l4_sx_m_t16p": dataclasses.replace(TILES["m32l4_sx_m"], tail=CANDIDATES["s16k4_sx4p_m3"]),
     "m32a_f4_t16p": dataclasses.replace(TILES["m32a_f4"], tail=CANDIDATES["s16k_sx4p_f4"]),
 })
-# session 15: the 32-token plane tiles at 64 tokens (run 18, call 1: 5-11% faster than the 128 / 64-token defaults at
-# 40-48 pairs per expert), with 32-token plane tails, and the plane tiles as tails of the 128 / 256-token tiles
+# session 15 (run 18, call 2; the 64-token plane tiles and their tails are in TILES): probes not adopted, the
+# capped 64-token gated tile with 32-token tails, and 32-token plane tails on the 128 / 256-token tiles (4096
+# tokens, 235b: 1.0% / 0.9% slower than x256m_sa_t32 / x256w_sa_t32a)
 CANDIDATES.update({
-    "l64_sx4p_m": dataclasses.replace(TILES["m32l4_sx4p_m"], block_t=64),
-    "l64k_sx4p_f4": dataclasses.replace(TILES["m32k_sx4p_f4"], block_t=64),
-    # uncapped FC1 (compile-only, Triton 3.8: capped at 168 it spills 76 bytes; 82 KB shared fits 2 CTAs per SM anyway)
-    "l64_sx4p_mu": dataclasses.replace(TILES["m32l4_sx4p_m"], block_t=64, fc1_maxnreg=None),
-})
-CANDIDATES.update({
-    "l64_sx4p_m_t32": dataclasses.replace(CANDIDATES["l64_sx4p_m"], tail=TILES["m32l4_sx4p_m"]),
-    "l64_sx4p_mu_t32": dataclasses.replace(CANDIDATES["l64_sx4p_mu"], tail=TILES["m32l4_sx4p_m"]),
-    "l64k_sx4p_f4_t32": dataclasses.replace(CANDIDATES["l64k_sx4p_f4"], tail=TILES["m32k_sx4p_f4"]),
-    "l128m_sa_t64p": dataclasses.replace(TILES["l128m_sa"], tail=CANDIDATES["l64_sx4p_m"]),
-    "l128w_sa_t64p": dataclasses.replace(TILES["l128w_sa"], tail=CANDIDATES["l64k_sx4p_f4"]),
+    "l64_sx4p_m_t32": dataclasses.replace(TILES["l64_sx4p_m"], tail=TILES["m32l4_sx4p_m"]),
     "l128m_sa_t32p": dataclasses.replace(TILES["l128m_sa"], tail=TILES["m32l4_sx4p_m"]),
     "x256m_sa_t32p": dataclasses.replace(TILES["x256m_sa"], tail=TILES["m32l4_sx4p_m"]),
     "x256w_sa_t32p": dataclasses.replace(TILES["x256w_sa"], tail=TILES["m32k_sx4p_f4"]),

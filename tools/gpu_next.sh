@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s15c     # session 15, call 3: tests of the 64-token plane defaults, MoE benchmark, demo
 #   bash tools/gpu_next.sh s15b     # session 15, call 2: 64-token plane tiles, tails (probes)
 #   bash tools/gpu_next.sh s15a     # owed from session 14 (run first): float64 cases at 300 tokens, the 32-pair cut
 #   bash tools/gpu_next.sh s14r     # session 14, call 5: planes from 16 to 32 pairs per expert (tests, probes)
@@ -420,6 +421,23 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     moe_bench_and_demo 130 $L
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
+    cat $OUT/probe.jsonl ;;
+  s15c)
+    # session 15, call 3: GPU tests of the 64-token plane defaults (bits with and without planes, graph replays, the
+    # float64 default cases at 600 / 700 tokens), the full MoE benchmark and the demo; then the untimed cut at 24
+    # pairs per expert (384 / 448 tokens)
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "(matches_float64 and (-600- or -700-)) or l64_ or l64k or t64p" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=" $L
+    moe_bench_and_demo 170 $L
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 50 $P --shape $s --tokens 384,448 --configs "m32l4_sx4p_m,l64_sx4p_mu_t32"
+      timeout 50 $P --shape $s --tokens 384,448 --activation squared_relu --configs "m32k_sx4p_f4,l64k_sx4p_f4_t32"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s15b)
     # session 15, call 2: 64-token plane tiles (call 1: 5-11% faster than the defaults at 40-48 pairs per expert,

@@ -267,6 +267,19 @@ TILES.update({
 TILES.update({
     "m32l4_sx4p_m_t16": dataclasses.replace(TILES["m32l4_sx4p_m"], tail=TILES["s16k4_sx4p_m3"]),
     "m32k_sx4p_f4_t16": dataclasses.replace(TILES["m32k_sx4p_f4"], tail=TILES["s16k_sx4p_f4"]),
+    # Session 15 (run 18): the 32-token plane tiles with 64 tokens. Gated: FC1 uncapped ("mu"; compile-only, Triton
+    # 3.8: 194 registers, no spill; capped at 168 it spilled 76 bytes, and its 82 KB of shared memory fit two CTAs per
+    # SM either way). Squared ReLU: 2 FC1 stages ("k2": 82 KB shared, two CTAs per SM; 3 stages took 132 KB, one).
+    "l64_sx4p_m": dataclasses.replace(TILES["m32l4_sx4p_m"], block_t=64),
+    "l64_sx4p_mu": dataclasses.replace(TILES["m32l4_sx4p_m"], block_t=64, fc1_maxnreg=None),
+    "l64k_sx4p_f4": dataclasses.replace(TILES["m32k_sx4p_f4"], block_t=64),
+    "l64k2_sx4p_f4": dataclasses.replace(TILES["m32k_sx4p_f4"], block_t=64, fc1_stages=2),
+})
+TILES.update({
+    "l64_sx4p_mu_t32": dataclasses.replace(TILES["l64_sx4p_mu"], tail=TILES["m32l4_sx4p_m"]),
+    "l64k_sx4p_f4_t32": dataclasses.replace(TILES["l64k_sx4p_f4"], tail=TILES["m32k_sx4p_f4"]),
+    "l128m_sa_t64p": dataclasses.replace(TILES["l128m_sa"], tail=TILES["l64_sx4p_m"]),
+    "l128w_sa_t64p": dataclasses.replace(TILES["l128w_sa"], tail=TILES["l64k_sx4p_f4"]),
 })
 
 
@@ -333,8 +346,21 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # per expert dates from the tiles without planes (0.7-3.5% faster than the 128 / 64-token tiles at 512 tokens).
     if pairs_per_expert <= 16:
         return TILES["m32l4_sx4p_m_t16" if gated else "m32k_sx4p_f4_t16"]
-    if pairs_per_expert <= 32:
+    if pairs_per_expert <= 24:
         return TILES["m32l4_sx4p_m" if gated else "m32k_sx4p_f4"]
+    # Session 15 (run 18 probes, us per layer, 30b / 235b): the plane tiles with 64 tokens. At 32 pairs per expert
+    # (512 tokens) with 32-token plane tails: gated 323.9 / 1116.5 vs m32l4_sx4p_m 345.0 / 1250.8, squared ReLU
+    # 415.9 / 1481.4 vs m32k_sx4p_f4 435.3 / 1618.2. From 40 without tails: gated 640 tokens 358.3 / 1274.8 (tails
+    # 371.2 / 1243.4) vs l128m_sa_t64 398.4, 395.4 / 1419.5, 1432.6 (call 1), 768 tokens 368.6 / 1303.9 (tails
+    # 389.8 / 1359.9) vs 425.8, 425.3 / 1459.8, 1466.3; squared ReLU with 2 FC1 stages 640 tokens 463.4 / 1683.6 vs
+    # l64a 523.6, 522.7 / 1929.0, 1929.7, 768 tokens 470.7 (30b; 235b with 3 stages 1769.1) vs 527.7, 524.0 / 1947.7,
+    # 1946.4. At 64 pairs per expert the 64-token tiles pad most experts to two blocks (1024 tokens: 10-12% slower
+    # than l128m_sa_t64); there they became the 128-token tiles' tails (below). The cut at 24 was not timed (the
+    # 32-token tiles won at 24 against the 64 / 128-token defaults in session 12; the 64-token ones ran from 32).
+    if pairs_per_expert < 40:
+        return TILES["l64_sx4p_mu_t32" if gated else "l64k_sx4p_f4_t32"]
+    if pairs_per_expert < 64:
+        return TILES["l64_sx4p_mu" if gated else "l64k2_sx4p_f4"]
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
     # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
     # both shapes and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per
@@ -347,14 +373,15 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # Gated layers: gate and up rows in one FC1 tile on 8 warps, in the same regions as squared ReLU (l128m_sa: 5.6%
     # faster at 64 pairs per expert on 30b; x256m_sa: 12.4% / 10.9% faster at 256 on 30b / 235b). With two FC1 tiles 256-token tiles were 0.1-4.7% slower at
     # 4096-8192 tokens (40-53% at 2048), 128 FC1 rows per half 2-4% and 256 FC2 rows 4-9% slower at 1024-4096.
+    # Session 15: the 64-token tails are the plane tiles (1024 tokens, run 18 call 2: gated l128m_sa_t64p 448.1 /
+    # 1567.5 vs l128m_sa_t64 466.0 / 1639.5, squared ReLU l128w_sa_t64p 575.0 / 2088.3 vs l128w_sa_t64 591.2 / 2202.6;
+    # 32-token plane tails at 4096 tokens on 235b were 1.0% / 0.9% slower than x256m_sa_t32 / x256w_sa_t32a).
     if not gated:
-        if pairs_per_expert < 64:
-            return TILES["l64a"]
         if pairs_per_expert < 72:
-            return TILES["l128w_sa_t64"]
+            return TILES["l128w_sa_t64p"]
         return TILES["l128w_sa_t32a" if pairs_per_expert < 176 else "x256w_sa_t32a"]
     if pairs_per_expert < 72:
-        return TILES["l128m_sa_t64"]
+        return TILES["l128m_sa_t64p"]
     return TILES["l128m_sa_t32" if pairs_per_expert < 176 else "x256m_sa_t32"]
 
 

@@ -211,6 +211,8 @@ CASES = [
     (128, 8, 2048, 768, 1024),
     (128, 8, 4096, 1536, 16),
     (128, 8, 4096, 1536, 300),
+    (128, 8, 2048, 768, 600),  # 37.5 pairs per expert: 64-token plane tiles with 32-token tails (session 15)
+    (128, 8, 4096, 1536, 700),  # 43.75: 64-token plane tiles
     (6, 3, 96, 64, 7),  # H = 96: not a multiple of the K tile (masked K loop)
     (5, 2, 160, 96, 33),
 ]
@@ -530,9 +532,11 @@ def test_four_warp_tiles_equal_the_tiles_they_replace(tile, case):
     ("m32a_f4", 256, "squared_relu"), ("s16k_sx4_f4", 64, "squared_relu"), ("m32l4_sx_m_t16", 256, "swiglu"),
     ("m32a_f4_t16", 256, "squared_relu"), ("s16k4_sx4p_m3", 64, "swiglu"), ("m32l4_sx4p_m_t16", 256, "swiglu"),
     ("m32k_sx4p_f4_t16", 256, "squared_relu"), ("m32l4_sx4p_m", 512, "swiglu"), ("m32k_sx4p_f4", 512, "squared_relu"),
+    ("l64_sx4p_mu_t32", 512, "swiglu"), ("l64_sx4p_mu", 768, "swiglu"), ("l64k_sx4p_f4_t32", 512, "squared_relu"),
+    ("l64k2_sx4p_f4", 768, "squared_relu"), ("l128m_sa_t64p", 1024, "swiglu"), ("l128w_sa_t64p", 1024, "squared_relu"),
 ])
 def test_cuda_graph_replay_of_the_four_warp_tiles(tile, tokens, activation):
-    """The session 11-14 defaults captured once and replayed with new routing and valid-token counts."""
+    """The session 11-15 defaults captured once and replayed with new routing and valid-token counts."""
     _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), activation)
 
 
@@ -561,6 +565,13 @@ PLANES = {
     "m32l4_sx4_m": (_M32_SX4, "swiglu"),
     "m32l4_sx4_mu_t16": (dataclasses.replace(_M32_SX4, fc1_maxnreg=None, tail=TILES["s16k4_sx4_m3"]), "swiglu"),
     "m32k_sx4_f4_t16": (dataclasses.replace(TILES["m32k_sx4p_f4"], planes=False, tail=TILES["s16k_sx4_f4"]),
+                        "squared_relu"),
+    # session 15: the 64-token tiles (test_64_token_plane_defaults_are_the_tested_tiles ties the defaults to these)
+    "l64_sx4_mu_t32": (dataclasses.replace(_M32_SX4, block_t=64, fc1_maxnreg=None, tail=_M32_SX4), "swiglu"),
+    "l64k2_sx4_f4": (dataclasses.replace(TILES["m32k_sx4p_f4"], planes=False, block_t=64, fc1_stages=2),
+                     "squared_relu"),
+    "l64k_sx4_f4_t32": (dataclasses.replace(TILES["m32k_sx4p_f4"], planes=False, block_t=64,
+                                            tail=dataclasses.replace(TILES["m32k_sx4p_f4"], planes=False)),
                         "squared_relu"),
 }
 
@@ -616,7 +627,7 @@ _V3 = {
 
 
 @pytest.mark.parametrize("variant", sorted(_V3))
-@pytest.mark.parametrize("experts,topk,hidden,inter,tokens", [CASES[0], CASES[1], CASES[3], CASES[5], CASES[6]])
+@pytest.mark.parametrize("experts,topk,hidden,inter,tokens", [CASES[0], CASES[1], CASES[3], CASES[7], CASES[8]])
 def test_v3_variants(experts, topk, hidden, inter, tokens, variant):
     activation = "swiglu"
     fc1, fc2 = _layer(experts, hidden, inter, activation)

@@ -81,12 +81,15 @@ def test_choice_by_pairs_per_expert(gated):
     # tiles (session 8): gated from 24 pairs per expert (session 9), squared ReLU from 64 (1024 tokens); 64-token
     # tails below 72 pairs per expert, 32-token tails from there; squared ReLU with 128 FC1 rows per program from
     # 64 pairs per expert and 256-token tiles from 176 (session 10); 32-token tiles up to 32 (session 12), with
-    # 16-token "sx4" tails up to 16 (session 13), "sx4" with plane-major tokens up to 32 (session 14)
-    assert [pick(rows) for rows in (256, 257, 384, 512, 513, 1024, 1151, 1152, 2815, 2816, 4096)] == (
-        ["m32l4_sx4p_m_t16", "m32l4_sx4p_m", "m32l4_sx4p_m", "m32l4_sx4p_m", "l128m_sa_t64", "l128m_sa_t64", "l128m_sa_t64",
-         "l128m_sa_t32", "l128m_sa_t32", "x256m_sa_t32", "x256m_sa_t32"] if gated else
-        ["m32k_sx4p_f4_t16", "m32k_sx4p_f4", "m32k_sx4p_f4", "m32k_sx4p_f4", "l64a", "l128w_sa_t64", "l128w_sa_t64", "l128w_sa_t32a",
-         "l128w_sa_t32a", "x256w_sa_t32a", "x256w_sa_t32a"])
+    # 16-token "sx4" tails up to 16 (session 13), "sx4" with plane-major tokens up to 32 (session 14); session 15:
+    # 64-token plane tiles from 24 pairs per expert (32-token plane tails below 40) and as the 64-token tails
+    assert [pick(rows) for rows in (256, 257, 384, 385, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)] == (
+        ["m32l4_sx4p_m_t16", "m32l4_sx4p_m", "m32l4_sx4p_m", "l64_sx4p_mu_t32", "l64_sx4p_mu_t32", "l64_sx4p_mu",
+         "l64_sx4p_mu", "l128m_sa_t64p", "l128m_sa_t64p", "l128m_sa_t32", "l128m_sa_t32", "x256m_sa_t32",
+         "x256m_sa_t32"] if gated else
+        ["m32k_sx4p_f4_t16", "m32k_sx4p_f4", "m32k_sx4p_f4", "l64k_sx4p_f4_t32", "l64k_sx4p_f4_t32", "l64k2_sx4p_f4",
+         "l64k2_sx4p_f4", "l128w_sa_t64p", "l128w_sa_t64p", "l128w_sa_t32a", "l128w_sa_t32a", "x256w_sa_t32a",
+         "x256w_sa_t32a"])
     with pytest.raises(ValueError, match="sx_auto"):
         dataclasses.replace(TILES["d4_sx"], dequant="sx_auto")  # the direct path's FC2 has no sx_auto form
 
@@ -160,6 +163,20 @@ def test_plane_defaults_are_the_sx4_tiles_with_planes():
                                                             tail=TILES["s16k4_sx4p_m3"], **planes)
     assert TILES["m32k_sx4p_f4_t16"] == TritonMoEConfig(32, 64, 256, 4, 3, 64, 256, 4, 2, dequant="sx4",
                                                         fc2_maxnreg=168, tail=TILES["s16k_sx4p_f4"], **planes)
+
+
+def test_64_token_plane_defaults_are_the_tested_tiles():
+    """The session 15 defaults from 24 to 72 pairs per expert are the tiles GPU-tested bit-equal with and without
+    ``planes`` (test_planes_keep_the_bits: l64_sx4_mu_t32, l64k2_sx4_f4, l64k_sx4_f4_t32) with planes on, and the
+    128-token tiles with them as tails."""
+    m32, f32 = TILES["m32l4_sx4p_m"], TILES["m32k_sx4p_f4"]
+    assert TILES["l64_sx4p_mu"] == dataclasses.replace(m32, block_t=64, fc1_maxnreg=None)
+    assert TILES["l64_sx4p_mu_t32"] == dataclasses.replace(TILES["l64_sx4p_mu"], tail=m32)
+    assert TILES["l64k2_sx4p_f4"] == dataclasses.replace(f32, block_t=64, fc1_stages=2)
+    assert TILES["l64k_sx4p_f4_t32"] == dataclasses.replace(f32, block_t=64, tail=f32)
+    assert TILES["l128m_sa_t64p"] == dataclasses.replace(TILES["l128m_sa"], tail=dataclasses.replace(m32, block_t=64))
+    assert TILES["l128w_sa_t64p"] == dataclasses.replace(TILES["l128w_sa"], tail=dataclasses.replace(f32, block_t=64))
+    assert all(t.planes for t in (m32, f32))
 
 
 def test_route_warps_reach_the_route_launch(monkeypatch):
