@@ -346,7 +346,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # per expert dates from the tiles without planes (0.7-3.5% faster than the 128 / 64-token tiles at 512 tokens).
     if pairs_per_expert <= 16:
         return TILES["m32l4_sx4p_m_t16" if gated else "m32k_sx4p_f4_t16"]
-    if pairs_per_expert <= 24:
+    if pairs_per_expert < 28:
         return TILES["m32l4_sx4p_m" if gated else "m32k_sx4p_f4"]
     # Session 15 (run 18 probes, us per layer, 30b / 235b): the plane tiles with 64 tokens. At 32 pairs per expert
     # (512 tokens) with 32-token plane tails: gated 323.9 / 1116.5 vs m32l4_sx4p_m 345.0 / 1250.8, squared ReLU
@@ -355,8 +355,10 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # 389.8 / 1359.9) vs 425.8, 425.3 / 1459.8, 1466.3; squared ReLU with 2 FC1 stages 640 tokens 463.4 / 1683.6 vs
     # l64a 523.6, 522.7 / 1929.0, 1929.7, 768 tokens 470.7 (30b; 235b with 3 stages 1769.1) vs 527.7, 524.0 / 1947.7,
     # 1946.4. At 64 pairs per expert the 64-token tiles pad most experts to two blocks (1024 tokens: 10-12% slower
-    # than l128m_sa_t64); there they became the 128-token tiles' tails (below). The cut at 24 was not timed (the
-    # 32-token tiles won at 24 against the 64 / 128-token defaults in session 12; the 64-token ones ran from 32).
+    # than l128m_sa_t64); there they became the 128-token tiles' tails (below). The cut at 28 (call 3, the 64-token
+    # tiles with tails against the 32-token ones): 24 pairs per expert (384 tokens) gated 286.9 vs 269.3 / 936.9 vs
+    # 925.7, squared ReLU 346.1 vs 329.4 / 1195.7 vs 1168.3 (slower on both shapes); 28 (448 tokens) gated 300.0 vs
+    # 294.7 / 1004.0 vs 1072.9, squared ReLU 373.0 vs 364.2 / 1325.1 vs 1339.7 (slower on 30b, faster on 235b).
     if pairs_per_expert < 40:
         return TILES["l64_sx4p_mu_t32" if gated else "l64k_sx4p_f4_t32"]
     if pairs_per_expert < 64:
