@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s16a     # for session 16: untimed combinations of the 64-token plane tiles (probes)
 #   bash tools/gpu_next.sh s15c     # session 15, call 3: tests of the 64-token plane defaults, MoE benchmark, demo
 #   bash tools/gpu_next.sh s15b     # session 15, call 2: 64-token plane tiles, tails (probes)
 #   bash tools/gpu_next.sh s15a     # owed from session 14 (run first): float64 cases at 300 tokens, the 32-pair cut
@@ -421,6 +422,18 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     moe_bench_and_demo 130 $L
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
+    cat $OUT/probe.jsonl ;;
+  s16a)
+    # prepared in session 15 (not run): the untimed combinations of the 64-token plane tiles (uncapped / 2-stage
+    # tails of the 128-token tiles at 1024 tokens, the 2-stage squared-ReLU tile with 32-token tails at 512), then a
+    # per-kernel profile of the 30b 256-token default for the FC2 work NOTES session 15 names
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 70 $P --shape $s --tokens 1024 --configs "l128m_sa_t64p,l128m_sa_t64pu,l128m_sa_t64p"
+      timeout 70 $P --shape $s --tokens 1024 --activation squared_relu --configs "l128w_sa_t64p,l128w_sa_t64p2,l128w_sa_t64p"
+      timeout 70 $P --shape $s --tokens 512 --activation squared_relu --configs "l64k_sx4p_f4_t32,l64k2_sx4p_f4_t32,l64k_sx4p_f4_t32"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    timeout 40 $P --shape qwen3-30b-a3b --tokens 256 --profile --configs m32l4_sx4p_m_t16 >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s15c)
     # session 15, call 3: GPU tests of the 64-token plane defaults (bits with and without planes, graph replays, the
