@@ -495,6 +495,14 @@ def _scale_row_offsets(rows):
 
 
 @triton.jit
+def _scale_rows(s_base, rows, scale_tiles):
+    """Pointers to scale column 0 of each weight row ``rows`` in one expert's 128x4-swizzled scales at ``s_base``:
+    the tile-row term (``scale_tiles`` = Cp // 4 tiles of 512 bytes per 128-row tile row) plus
+    ``_scale_row_offsets``."""
+    return s_base + (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
+
+
+@triton.jit
 def _scale_col_offsets(k, SCALE_COLS: tl.constexpr):
     """Byte offsets (within a row's tile run) of the ``SCALE_COLS`` scale columns of K step ``k``."""
     cols = k * SCALE_COLS + tl.arange(0, SCALE_COLS)
@@ -584,6 +592,62 @@ def _pow2_f32(shift):
 
 
 @triton.jit
+def _token_ptrs(rows, k_first, BLOCK_K: tl.constexpr, PLANE_MAJOR: tl.constexpr):
+    """Pointers to K step ``k_first`` of the token columns whose row pointers are ``rows`` [BLOCK_T]: the K-ordered
+    tile ``[BLOCK_K, BLOCK_T]`` or, PLANE_MAJOR (rows stored by ``planes_of``), plane 0 ``[BLOCK_K // 4, BLOCK_T]``."""
+    if PLANE_MAJOR:
+        ptrs = rows[None, :] + tl.arange(0, BLOCK_K // 4)[:, None] + k_first * BLOCK_K
+    else:
+        ptrs = rows[None, :] + tl.arange(0, BLOCK_K)[:, None] + k_first * BLOCK_K
+    return ptrs
+
+
+@triton.jit
+def _weight_ptrs(w_base, rows, stride_wn, k_first, BLOCK_K: tl.constexpr, WORDS: tl.constexpr):
+    """Pointers to K step ``k_first`` of weight ``rows`` (int64 [BLOCK_N]): fp8 ``[BLOCK_N, BLOCK_K]`` or, WORDS = 4
+    ("sx4"), uint32 words ``[BLOCK_N, BLOCK_K // 4]``."""
+    if WORDS == 4:
+        ptrs = _word_rows(w_base, rows, stride_wn) + tl.arange(0, BLOCK_K // 4)[None, :] + k_first * (BLOCK_K // 4)
+    else:
+        ptrs = w_base + rows[:, None] * stride_wn + tl.arange(0, BLOCK_K)[None, :] + k_first * BLOCK_K
+    return ptrs
+
+
+@triton.jit
+def _token_operands(ptrs, token_mask, k_left, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, PLANE_MAJOR: tl.constexpr):
+    """The token operands of one K step (``_token_ptrs``) as 4 tiles: the 4 plane tiles of plane-major rows
+    (PLANE_MAJOR, ``_load_planes``), or the K-ordered tile 4 times (``_load_tokens``; ``_as_planes`` shuffles it
+    into planes for "sx4", ``_mma_step`` reads the first otherwise)."""
+    if PLANE_MAJOR:
+        x0, x1, x2, x3 = _load_planes(ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
+    else:
+        x = _load_tokens(ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
+        x0, x1, x2, x3 = x, x, x, x
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _as_planes(x0, x1, x2, x3, BLOCK_K: tl.constexpr, SHUFFLE: tl.constexpr):
+    """``_token_operands``' tiles as "sx4" plane operands: SHUFFLE (a K-ordered tile) through ``_x_planes``, else
+    unchanged. Called after the step's weight load: the order the "sx4" kernels were compiled and timed with."""
+    if SHUFFLE:
+        x0, x1, x2, x3 = _x_planes(x0, BLOCK_K)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _mma_step(w, s, x0, x1, x2, x3, acc, shift, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr,
+              FP32_DOT: tl.constexpr):
+    """``acc += W @ x`` for one K step: ``w`` / ``s`` from ``_weight_step``, ``x0..x3`` from ``_as_planes``;
+    "sx4" words through ``_mma_sx4``, fp8 bytes through ``_dequant_tile`` (``shift``: DQ_SX_AUTO's)."""
+    if DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT:
+        acc = _mma_sx4(w, s, x0, x1, x2, x3, acc, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
+    else:
+        acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT, shift), x0, acc, FP32_DOT)
+    return acc
+
+
+@triton.jit
 def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, steps, K, stride_wn, scale_tiles, shift,
                GATED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
                DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr, X_PLANES: tl.constexpr = False):
@@ -591,46 +655,26 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
     untouched unless GATED). ``x_rows`` [BLOCK_T]: each token column's row pointer; ``rows_n`` [BLOCK_N] int64: the (gate)
     weight rows; ``shift``: DQ_SX_AUTO's exponent shift (0 otherwise); X_PLANES (DQ_SX4 / DQ_SX4_INT): the tokens are
     stored plane-major per K step (``_load_planes``)."""
-    offs_k = tl.arange(0, BLOCK_K)
     SX4: tl.constexpr = DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT
-    if SX4 and X_PLANES:
-        x_ptrs = x_rows[None, :] + tl.arange(0, BLOCK_K // 4)[:, None]  # [BLOCK_K // 4, BLOCK_T]: plane 0
-    else:
-        x_ptrs = x_rows[None, :] + offs_k[:, None]  # [BLOCK_K, BLOCK_T]
-    if SX4:  # uint32 words: WORDS K values per pointer
+    if SX4:  # K values per weight pointer ("sx4": uint32 words)
         WORDS: tl.constexpr = 4
-        offs_w = tl.arange(0, BLOCK_K // 4)
-        wg_ptrs = _word_rows(w_base, rows_n, stride_wn) + offs_w[None, :]
-        row_step = N_OUT * (stride_wn // 4)
     else:
         WORDS: tl.constexpr = 1
-        offs_w = offs_k
-        wg_ptrs = w_base + rows_n[:, None] * stride_wn + offs_w[None, :]
-        row_step = N_OUT * stride_wn
-    sg_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+    x_ptrs = _token_ptrs(x_rows, 0, BLOCK_K, SX4 and X_PLANES)
+    wg_ptrs = _weight_ptrs(w_base, rows_n, stride_wn, 0, BLOCK_K, WORDS)
+    sg_rows = _scale_rows(s_base, rows_n, scale_tiles)
     if GATED:
-        wu_ptrs = wg_ptrs + row_step
-        rows_u = rows_n + N_OUT
-        su_rows = s_base + (rows_u // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_u)
+        wu_ptrs = wg_ptrs + N_OUT * (stride_wn // WORDS)
+        su_rows = _scale_rows(s_base, rows_n + N_OUT, scale_tiles)
     for k in range(0, steps):
         k_left = K - k * BLOCK_K  # unused when EVEN_K
-        if SX4 and X_PLANES:
-            x0, x1, x2, x3 = _load_planes(x_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
-        else:
-            x = _load_tokens(x_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
+        x0, x1, x2, x3 = _token_operands(x_ptrs, token_mask, k_left, BLOCK_K, EVEN_K, SX4 and X_PLANES)
         wg, sg = _weight_step(wg_ptrs, sg_rows, k, K, BLOCK_K, EVEN_K, WORDS)
-        if SX4:
-            if not X_PLANES:
-                x0, x1, x2, x3 = _x_planes(x, BLOCK_K)
-            acc_g = _mma_sx4(wg, sg, x0, x1, x2, x3, acc_g, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
-        else:
-            acc_g = _mma(_dequant_tile(wg, sg, BLOCK_N, BLOCK_K, DEQUANT, shift), x, acc_g, FP32_DOT)
+        x0, x1, x2, x3 = _as_planes(x0, x1, x2, x3, BLOCK_K, SX4 and not X_PLANES)
+        acc_g = _mma_step(wg, sg, x0, x1, x2, x3, acc_g, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
         if GATED:
             wu, su = _weight_step(wu_ptrs, su_rows, k, K, BLOCK_K, EVEN_K, WORDS)
-            if SX4:
-                acc_u = _mma_sx4(wu, su, x0, x1, x2, x3, acc_u, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
-            else:
-                acc_u = _mma(_dequant_tile(wu, su, BLOCK_N, BLOCK_K, DEQUANT, shift), x, acc_u, FP32_DOT)
+            acc_u = _mma_step(wu, su, x0, x1, x2, x3, acc_u, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
             wu_ptrs += BLOCK_K // WORDS
         x_ptrs += BLOCK_K
         wg_ptrs += BLOCK_K // WORDS
@@ -852,7 +896,7 @@ def _fc2_combine_kernel(
     cols = tl.arange(0, BLOCK_T)
     col0 = cols == 0
     w_rows = w_ptr + rows_n[:, None] * stride_wn + offs_k[None, :]
-    s_rows = s_ptr + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+    s_rows = _scale_rows(s_ptr, rows_n, scale_tiles)
     a_cols = inter_ptr + offs_k[:, None] + cols[None, :] * 0
     acc = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
     k_steps = tl.cdiv(K, BLOCK_K)
@@ -886,34 +930,20 @@ def _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_end, 
                FP32_DOT: tl.constexpr, X_PLANES: tl.constexpr = False):
     """K steps ``[k_first, k_end)`` of FC2 (a split-K share), software-pipelined; ``shift`` and X_PLANES (the
     inter rows plane-major) as in ``_fc1_steps``."""
-    offs_k = tl.arange(0, BLOCK_K)
     SX4: tl.constexpr = DEQUANT == DQ_SX4 or DEQUANT == DQ_SX4_INT
-    if SX4 and X_PLANES:
-        a_ptrs = a_rows[None, :] + tl.arange(0, BLOCK_K // 4)[:, None] + k_first * BLOCK_K  # plane 0
-    else:
-        a_ptrs = a_rows[None, :] + offs_k[:, None] + k_first * BLOCK_K  # [BLOCK_K, BLOCK_T]
     if SX4:  # uint32 words (``_fc1_steps``)
         WORDS: tl.constexpr = 4
-        offs_w = tl.arange(0, BLOCK_K // 4)
-        w_ptrs = _word_rows(w_base, rows_n, stride_wn) + offs_w[None, :] + k_first * (BLOCK_K // 4)
     else:
         WORDS: tl.constexpr = 1
-        offs_w = offs_k
-        w_ptrs = w_base + rows_n[:, None] * stride_wn + offs_w[None, :] + k_first * BLOCK_K
-    s_rows = s_base + (rows_n // 128) * (scale_tiles * 512) + _scale_row_offsets(rows_n)
+    a_ptrs = _token_ptrs(a_rows, k_first, BLOCK_K, SX4 and X_PLANES)
+    w_ptrs = _weight_ptrs(w_base, rows_n, stride_wn, k_first, BLOCK_K, WORDS)
+    s_rows = _scale_rows(s_base, rows_n, scale_tiles)
     for k in range(k_first, k_end):
         k_left = K - k * BLOCK_K  # unused when EVEN_K
-        if SX4 and X_PLANES:
-            a0, a1, a2, a3 = _load_planes(a_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
-        else:
-            a = _load_tokens(a_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
+        a0, a1, a2, a3 = _token_operands(a_ptrs, token_mask, k_left, BLOCK_K, EVEN_K, SX4 and X_PLANES)
         w, s = _weight_step(w_ptrs, s_rows, k, K, BLOCK_K, EVEN_K, WORDS)
-        if SX4:
-            if not X_PLANES:
-                a0, a1, a2, a3 = _x_planes(a, BLOCK_K)
-            acc = _mma_sx4(w, s, a0, a1, a2, a3, acc, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
-        else:
-            acc = _mma(_dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT, shift), a, acc, FP32_DOT)
+        a0, a1, a2, a3 = _as_planes(a0, a1, a2, a3, BLOCK_K, SX4 and not X_PLANES)
+        acc = _mma_step(w, s, a0, a1, a2, a3, acc, shift, BLOCK_N, BLOCK_K, DEQUANT, FP32_DOT)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K // WORDS
     return acc
@@ -1024,7 +1054,7 @@ def _expert_rows(w_ptr, s_ptr, expert, rows, stride_we, stride_wn, stride_se, sc
     the rows' scale bytes (column 0) in the expert's 128x4-swizzled scales ``[BLOCK_N]``."""
     e64 = expert.to(tl.int64)
     w_ptrs = w_ptr + e64 * stride_we + rows[:, None] * stride_wn + tl.arange(0, BLOCK_K)[None, :]
-    s_rows = s_ptr + e64 * stride_se + (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
+    s_rows = _scale_rows(s_ptr + e64 * stride_se, rows, scale_tiles)
     return w_ptrs, s_rows
 
 
