@@ -110,10 +110,8 @@ CANDIDATES.update({
     "l128m_sa_t32p": dataclasses.replace(TILES["l128m_sa"], tail=TILES["m32l4_sx4p_m"]),
     "x256m_sa_t32p": dataclasses.replace(TILES["x256m_sa"], tail=TILES["m32l4_sx4p_m"]),
     "x256w_sa_t32p": dataclasses.replace(TILES["x256w_sa"], tail=TILES["m32k_sx4p_f4"]),
-    # untimed combinations of the session 15 tiles (tools/gpu_next.sh s16a): the defaults' tails as probed were the
-    # capped gated / 3-stage squared-ReLU 64-token tiles, the faster main tiles uncapped / 2-stage
-    "l128m_sa_t64pu": dataclasses.replace(TILES["l128m_sa"], tail=TILES["l64_sx4p_mu"]),
-    "l128w_sa_t64p2": dataclasses.replace(TILES["l128w_sa"], tail=TILES["l64k2_sx4p_f4"]),
+    # session 15's untimed combination, timed in session 16 with the second stream (30b, 512 tokens: 396.7 us vs
+    # l64k_sx4p_f4_t32 with it 414.8; not on 235b)
     "l64k2_sx4p_f4_t32": dataclasses.replace(TILES["l64k2_sx4p_f4"], tail=TILES["m32k_sx4p_f4"]),
 })
 GEMV = ["g16p", "g16p3", "g32p", "g32p3"]

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s16b     # session 16, call 1: the second stream (probes at 64 / 256 tokens; its tests)
+#   bash tools/gpu_next.sh s16c     # session 16, call 2: the second stream at 1024 / 4096 tokens, s16a's probes
+#   bash tools/gpu_next.sh s16d     # session 16, call 3: tests of the second-stream defaults, MoE benchmark, demo
 #   bash tools/gpu_next.sh s16a     # for session 16: untimed combinations of the 64-token plane tiles (probes)
 #   bash tools/gpu_next.sh s15c     # session 15, call 3: tests of the 64-token plane defaults, MoE benchmark, demo
 #   bash tools/gpu_next.sh s15b     # session 15, call 2: 64-token plane tiles, tails (probes)
@@ -423,6 +426,62 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
     cat $OUT/probe.jsonl ;;
+  s16b)
+    # session 16, call 1: the second stream (side_stream 1: the plane copies of x beside the route; 2: also the tail
+    # pair beside the main pair) against one stream, at 256 tokens (the 30b SwiGLU target) and 64; then its GPU tests
+    # (bits against one stream, graph replay) and plane bit tests, which now read the device plane copy
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      c=m32l4_sx4p_m_t16
+      timeout 70 $P --shape $s --tokens 256 --configs "$c,$c+side_stream=1,$c+side_stream=2,$c,$c+side_stream=2"
+      c=m32k_sx4p_f4_t16
+      timeout 60 $P --shape $s --tokens 256 --activation squared_relu --configs "$c,$c+side_stream=1,$c+side_stream=2,$c"
+      c=s16k4_sx4p_m3
+      timeout 50 $P --shape $s --tokens 64 --configs "$c,$c+side_stream=1,$c"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 170 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "side_stream or (planes_keep and (30b-T64 or odd33))" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -20 ;;
+  s16c)
+    # session 16, call 2: the rest of s16b's tests (its 170 s stopped after the plane tests and 2 of the second-stream
+    # tests), then the second stream at 512 / 1024 / 4096 tokens (tail tiles there; s16a's untimed tails beside)
+    # and 235b gated at 256 again (call 1: slower with the tails beside, with a wide spread)
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "side_stream" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -20
+    P="python3 bench/triton_moe_probe.py"
+    s=qwen3-30b-a3b
+    c=l64_sx4p_mu_t32
+    timeout 60 $P --shape $s --tokens 512 --configs "$c,$c+side_stream=2,$c" > $OUT/probe.jsonl 2> $OUT/probe.err
+    c=l64k_sx4p_f4_t32
+    timeout 60 $P --shape $s --tokens 512 --activation squared_relu --configs "$c,$c+side_stream=2,l64k2_sx4p_f4_t32+side_stream=2,$c" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      c=l128m_sa_t64p
+      timeout 60 $P --shape $s --tokens 1024 --configs "$c,$c+side_stream=2,l128m_sa_t64pu+side_stream=2,$c"
+      c=l128w_sa_t64p
+      timeout 60 $P --shape $s --tokens 1024 --activation squared_relu --configs "$c,$c+side_stream=2,l128w_sa_t64p2+side_stream=2,$c"
+      c=x256w_sa_t32a
+      timeout 60 $P --shape $s --tokens 4096 --activation squared_relu --configs "$c,$c+side_stream=2,$c"
+    done >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    c=m32l4_sx4p_m_t16
+    timeout 60 $P --shape qwen3-235b-a22b --tokens 256 --configs "$c,$c+side_stream=2,$c+side_stream=1,$c,$c+side_stream=2" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    cat $OUT/probe.jsonl ;;
+  s16d)
+    # session 16, call 3: the float64 default cases and the layer's CUDA graphs on the second-stream defaults, then
+    # the full MoE benchmark and the demo
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 190 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      tests/functional/test_layer_cuda_graph_gpu.py -k "matches_float64 or graph_replay_matches or row_bound or refit_after" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -20
+    moe_bench_and_demo 175 $L ;;
   s16a)
     # prepared in session 15 (not run): the untimed combinations of the 64-token plane tiles (uncapped / 2-stage
     # tails of the 128-token tiles at 1024 tokens, the 2-stage squared-ReLU tile with 32-token tails at 512), then a

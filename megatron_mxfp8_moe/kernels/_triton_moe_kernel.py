@@ -400,6 +400,19 @@ def _plane_cols(cols, PLANE_K: tl.constexpr):
 
 
 @triton.jit
+def _planes_kernel(x_ptr, out_ptr, rows, K, K_PADDED, stride_x, stride_out, PLANE_K: tl.constexpr,
+                   BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """``planes_of`` on the device: ``out[r, _plane_cols(c)] = x[r, c]`` for a ``[BLOCK_R, BLOCK_C]`` tile (grid:
+    row blocks, column blocks; BLOCK_C a multiple of PLANE_K), zeros for ``K <= c < K_PADDED``."""
+    r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    live = (r < rows)[:, None]
+    v = tl.load(x_ptr + r[:, None] * stride_x + c[None, :], mask=live & (c < K)[None, :], other=0.0)
+    tl.store(out_ptr + r[:, None] * stride_out + _plane_cols(c, PLANE_K)[None, :], v,
+             mask=live & (c < K_PADDED)[None, :])
+
+
+@triton.jit
 def _mma_sx4(words, s, x0, x1, x2, x3, acc, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr,
              FP32_DOT: tl.constexpr):
     """``acc += W @ x`` for one K step: ``words`` ``[BLOCK_N, BLOCK_K // 4]`` uint32 (byte ``i`` of word ``j`` is

@@ -16,6 +16,7 @@ expert's pairs run on the narrower tail tile (its last ones) is fixed by the rou
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from typing import Optional
@@ -107,6 +108,11 @@ class TritonMoEConfig:
     # tiles straight into the MMA's shared layout. Without it every K step reloads the K-ordered tile from shared
     # memory, shuffles it into planes in registers and stores the 4 planes back (compile-only, Triton 3.8).
     planes: bool = False
+    # Session 16: a second CUDA stream beside the call's own (MMA path, CUDA only; same bits, other order of
+    # independent launches). 1: the plane-major copies of x (``planes``) run beside the route; 2: also the tail
+    # tile's launch pair beside the main pair (it waits only for the route), so neither pair's last wave leaves
+    # SMs idle while the other has work. 0: one stream. Forks and joins are event waits: graph-safe, no host sync.
+    side_stream: int = 0
 
     def __post_init__(self):
         if self.tail is not None:
@@ -128,6 +134,8 @@ class TritonMoEConfig:
         if self.planes and self.dequant not in _WORD_MODES:
             raise ValueError(f"TritonMoEConfig: planes is for the 'sx4' tiles (dequant {_WORD_MODES}), got "
                              f"dequant={self.dequant!r}")
+        if self.side_stream not in (0, 1, 2):
+            raise ValueError(f"TritonMoEConfig: side_stream must be 0, 1 or 2, got {self.side_stream}")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
             raise ValueError(f"TritonMoEConfig: route_warps must be a power of two up to 32, got {self.route_warps}")
         if self.gemv and not self.direct and self.block_t != 1:
@@ -280,7 +288,15 @@ TILES.update({
     "l64k_sx4p_f4_t32": dataclasses.replace(TILES["l64k_sx4p_f4"], tail=TILES["m32k_sx4p_f4"]),
     "l128m_sa_t64p": dataclasses.replace(TILES["l128m_sa"], tail=TILES["l64_sx4p_m"]),
     "l128w_sa_t64p": dataclasses.replace(TILES["l128w_sa"], tail=TILES["l64k_sx4p_f4"]),
+    # session 16: the 128-token tiles with the uncapped / 2-stage 64-token plane tiles as tails
+    "l128m_sa_t64pu": dataclasses.replace(TILES["l128m_sa"], tail=TILES["l64_sx4p_mu"]),
+    "l128w_sa_t64p2": dataclasses.replace(TILES["l128w_sa"], tail=TILES["l64k2_sx4p_f4"]),
 })
+# Session 16: the plane / tail defaults below 72 pairs per expert with the second stream (``side_stream`` 2: the plane
+# copies of x beside the route, the tail pair beside the main pair), "_s2"; the same launches, so the same bits.
+TILES.update({f"{name}_s2": dataclasses.replace(TILES[name], side_stream=2) for name in (
+    "s16k4_sx4p_m3", "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4", "l64_sx4p_mu_t32",
+    "l64k_sx4p_f4_t32", "l64_sx4p_mu", "l64k2_sx4p_f4", "l128m_sa_t64pu", "l128w_sa_t64p2")})
 
 
 def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int) -> TritonMoEConfig:
@@ -330,7 +346,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # s16k4_sx4p_m3 206.5 / 207.4 vs 213.5 / 212.9 (30b), 694.6 / 710.1 vs 729.7 / 736.4 (235b); squared ReLU
     # with planes was not faster there (30b 277.8 / 278.1 vs 274.1 / 272.0), so it keeps s16k_sx4_f4.
     if pairs_per_expert <= 8:
-        return TILES["s16k4_sx4p_m3" if gated else "s16k_sx4_f4"]
+        return TILES["s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4"]
     # Session 13: from 8 to 16 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token
     # "sx4" tile (tail). Run 16 probes, us per layer against the tile without tails: gated 256 tokens 268.8 vs 285.9
     # / 286.0 (30b), 898.5 vs 997.0 / 1008.6 (235b); 192 tokens 245.5 vs 285.7, 848.4 vs 994.0 (s16k4_sx4_m3 there:
@@ -345,9 +361,9 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # vs 498.4 / 500.5 (30b), 1177.5 vs 1351.3 / 1356.7 and 1639.8 vs 1843.6 / 1837.3 (235b). The cut at 32 pairs
     # per expert dates from the tiles without planes (0.7-3.5% faster than the 128 / 64-token tiles at 512 tokens).
     if pairs_per_expert <= 16:
-        return TILES["m32l4_sx4p_m_t16" if gated else "m32k_sx4p_f4_t16"]
+        return TILES["m32l4_sx4p_m_t16_s2" if gated else "m32k_sx4p_f4_t16_s2"]
     if pairs_per_expert < 28:
-        return TILES["m32l4_sx4p_m" if gated else "m32k_sx4p_f4"]
+        return TILES["m32l4_sx4p_m_s2" if gated else "m32k_sx4p_f4_s2"]
     # Session 15 (run 18 probes, us per layer, 30b / 235b): the plane tiles with 64 tokens. At 32 pairs per expert
     # (512 tokens) with 32-token plane tails: gated 323.9 / 1116.5 vs m32l4_sx4p_m 345.0 / 1250.8, squared ReLU
     # 415.9 / 1481.4 vs m32k_sx4p_f4 435.3 / 1618.2. From 40 without tails: gated 640 tokens 358.3 / 1274.8 (tails
@@ -360,9 +376,9 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # 925.7, squared ReLU 346.1 vs 329.4 / 1195.7 vs 1168.3 (slower on both shapes); 28 (448 tokens) gated 300.0 vs
     # 294.7 / 1004.0 vs 1072.9, squared ReLU 373.0 vs 364.2 / 1325.1 vs 1339.7 (slower on 30b, faster on 235b).
     if pairs_per_expert < 40:
-        return TILES["l64_sx4p_mu_t32" if gated else "l64k_sx4p_f4_t32"]
+        return TILES["l64_sx4p_mu_t32_s2" if gated else "l64k_sx4p_f4_t32_s2"]
     if pairs_per_expert < 64:
-        return TILES["l64_sx4p_mu" if gated else "l64k2_sx4p_f4"]
+        return TILES["l64_sx4p_mu_s2" if gated else "l64k2_sx4p_f4_s2"]
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
     # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
     # both shapes and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per
@@ -378,12 +394,21 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # Session 15: the 64-token tails are the plane tiles (1024 tokens, run 18 call 2: gated l128m_sa_t64p 448.1 /
     # 1567.5 vs l128m_sa_t64 466.0 / 1639.5, squared ReLU l128w_sa_t64p 575.0 / 2088.3 vs l128w_sa_t64 591.2 / 2202.6;
     # 32-token plane tails at 4096 tokens on 235b were 1.0% / 0.9% slower than x256m_sa_t32 / x256w_sa_t32a).
+    # Session 16: the second stream (run 19 probes, us per layer, against one stream in the same call, 30b / 235b):
+    # at 1024 tokens with the uncapped / 2-stage 64-token tails, gated 438.5 (t64p beside: 446.3) vs 479.9, 478.8 /
+    # 1595.0 (1603.1) vs 1629.8, 1651.8; squared ReLU 558.4 (574.4) vs 609.1, 608.5 / 2082.5 (2088.1) vs 2118.4,
+    # 2160.1. At 256 tokens gated 238.2, 237.3 vs 261.0, 261.5 (30b), on 235b 910.6, 883.5, 852.6, 890.0 vs 869.8,
+    # 876.6, 864.1, 870.8 (a spread with two streams, none with one); squared ReLU 312.7 vs 332.2, 332.0 / 1133.4 vs
+    # 1141.6, 1201.5. 64 tokens (the plane copy beside the route) 207.0 vs 214.4, 214.1 / 728.6 vs 730.0, 781.7. 512
+    # tokens (30b) gated 315.9 vs 339.5, 338.4, squared ReLU 414.8 vs 426.5, 426.2. Squared ReLU at 4096 tokens
+    # (x256w_sa_t32a) was not faster (1320.7 vs 1301.6, 1311.6 / 4988.1 vs 4979.1, 5031.7): the 256-token tiles keep
+    # one stream. 16-28 and 40-64 pairs per expert (the plane copy beside the route, no tails) were not timed.
     if not gated:
         if pairs_per_expert < 72:
-            return TILES["l128w_sa_t64p"]
+            return TILES["l128w_sa_t64p2_s2"]
         return TILES["l128w_sa_t32a" if pairs_per_expert < 176 else "x256w_sa_t32a"]
     if pairs_per_expert < 72:
-        return TILES["l128m_sa_t64p"]
+        return TILES["l128m_sa_t64pu_s2"]
     return TILES["l128m_sa_t32" if pairs_per_expert < 176 else "x256m_sa_t32"]
 
 
@@ -736,14 +761,12 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         return
     tail_t = cfg.tail.block_t if cfg.tail is not None else 0
     max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, cfg.block_t, tail_t)
-    route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
-                   cfg.route_warps)
-    sorted_pairs, block_expert, num_blocks = route
-
     inter_cols = max(triton.cdiv(n_out, t.fc2_block_k) * t.fc2_block_k if t.planes else n_out
                      for t in cfg.launch_tiles)
     inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=device)
     if path == "routed_gemv":
+        route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, 0,
+                       cfg.route_warps)
         _launch_routed_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, route,
                             max_blocks, out, routing_map, probs, valid_tokens, rows, topk, experts, activation,
                             local_expert_offset)
@@ -755,16 +778,64 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         slots = torch.empty(1, rows * topk, hidden, dtype=torch.bfloat16, device=device)
     weights = (fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles))
     dims = (hidden, n_out, inner)
-    # one plane-major copy of x per FC1 depth that a launch pair reads
-    x_planes = {t.fc1_block_k: planes_of(x[:rows], t.fc1_block_k) for t in cfg.launch_tiles if t.planes}
+    # one plane-major copy of x per FC1 depth that a launch pair reads (all buffers come from this stream)
+    x_planes = {t.fc1_block_k: torch.empty(rows, triton.cdiv(hidden, t.fc1_block_k) * t.fc1_block_k,
+                                           dtype=x.dtype, device=device) for t in cfg.launch_tiles if t.planes}
+    side = _side_stream(device) if cfg.side_stream and (x_planes or tail_t) else None
+    tails_beside = side is not None and cfg.side_stream == 2 and bool(tail_t)
+    main = torch.cuda.current_stream(device) if side is not None else None
+    if side is not None:
+        side.wait_stream(main)  # fork: x and the buffers are ready
+    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+        for block_k, planes in x_planes.items():
+            _planes_into(x[:rows], planes, block_k)
+    route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
+                   cfg.route_warps)
+    sorted_pairs, block_expert, num_blocks = route
+    if side is not None:
+        if tails_beside:
+            side.wait_stream(main)  # the tail pair needs the route's tables
+        main.wait_stream(side)  # the main pair needs the planes
     _launch_mma(cfg, x_planes[cfg.fc1_block_k] if cfg.planes else x, dims, weights, inter[:max_sorted], slots,
-                (sorted_pairs, block_expert, num_blocks), max_blocks, activation, topk, split_k)
+                route, max_blocks, activation, topk, split_k)
     if tail_t:  # the tail blocks: narrower tiles over the second table (positions from max_sorted)
         tail = cfg.tail
         tail_route = (sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:])
-        _launch_mma(tail, x_planes[tail.fc1_block_k] if tail.planes else x, dims, weights, inter[max_sorted:], slots,
-                    tail_route, min(experts, rows * topk), activation, topk, split_k)
+        with torch.cuda.stream(side) if tails_beside else contextlib.nullcontext():
+            _launch_mma(tail, x_planes[tail.fc1_block_k] if tail.planes else x, dims, weights, inter[max_sorted:],
+                        slots, tail_route, min(experts, rows * topk), activation, topk, split_k)
+    if tails_beside:
+        main.wait_stream(side)  # join before the combine reads every slot row
     _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device: torch.device):
+    """This process's second stream on ``device`` (``TritonMoEConfig.side_stream``), or None for a CPU device (the
+    Triton interpreter) and where it is the current stream itself (then everything runs in order on that one)."""
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = _SIDE_STREAMS.get(index)
+    if stream is None:
+        stream = _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return None if stream == torch.cuda.current_stream(index) else stream
+
+
+def _planes_into(x: torch.Tensor, planes: torch.Tensor, block_k: int) -> None:
+    """``planes[:] = planes_of(x, block_k)`` in one launch (``_planes_kernel``); ``planes`` ``[R, Kp]``."""
+    import triton
+
+    from . import _triton_moe_kernel as kernels
+
+    rows, k = x.shape
+    block_c = block_k * max(1, 512 // block_k)
+    kernels._planes_kernel[(triton.cdiv(rows, 8), triton.cdiv(planes.shape[1], block_c))](
+        x, planes, rows, k, planes.shape[1], x.stride(0), planes.stride(0),
+        PLANE_K=block_k, BLOCK_R=8, BLOCK_C=block_c, num_warps=4,
+    )
 
 
 def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activation, topk, split_k) -> None:

@@ -791,3 +791,38 @@ def test_v3_cuda_graph_replay(variant):
         return dataclasses.replace(_mma_config(tokens, hidden, inter, topk, experts), **_V3[variant])
 
     _graph_replay_of(config_for, 16, (16, 5, 1))
+
+
+# Session 16: a second stream (``side_stream``): the plane copies of x beside the route (1), and the tail tile's
+# launch pair beside the main pair (2). The same launches on the same data in another order, so the same bits.
+SIDE_STREAM = {
+    "m32l4_sx4p_m_t16": ("swiglu", (128, 8, 2048, 768, 256)),
+    "m32k_sx4p_f4_t16": ("squared_relu", (128, 8, 2048, 768, 256)),
+    "s16k4_sx4p_m3": ("swiglu", (128, 8, 2048, 768, 64)),
+    "l64_sx4p_mu_t32": ("swiglu", (128, 8, 4096, 1536, 512)),
+    "l128w_sa_t64p": ("squared_relu", (128, 8, 2048, 768, 1024)),
+    "x256m_sa_t32": ("swiglu", (128, 8, 2048, 768, 4096)),
+}
+
+
+@pytest.mark.parametrize("level", [1, 2])
+@pytest.mark.parametrize("tile", sorted(SIDE_STREAM))
+def test_side_stream_keeps_the_bits(tile, level):
+    activation, case = SIDE_STREAM[tile]
+    _assert_tiles_keep_bits(TILES[tile], dataclasses.replace(TILES[tile], side_stream=level), case, activation)
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_side_stream_on_odd_shapes(level):
+    """Odd K (a partial last plane step), N wrapping the tiles, tail blocks, non-local ids."""
+    tile = dataclasses.replace(TILES["m32l4_sx4p_m_t16"], side_stream=level)
+    _assert_tiles_keep_bits(TILES["m32l4_sx4p_m_t16"], tile, _TAIL_ODD16, "swiglu")
+
+
+@pytest.mark.parametrize("tile,tokens,activation", [("m32l4_sx4p_m_t16", 256, "swiglu"),
+                                                    ("l128w_sa_t64p", 1024, "squared_relu")])
+def test_cuda_graph_replay_with_a_side_stream(tile, tokens, activation):
+    """Both streams captured in one graph (fork and join as event waits), replayed with new routing and valid-token
+    counts: equal to eager, within BOUND of float64."""
+    cfg = dataclasses.replace(TILES[tile], side_stream=2)
+    _graph_replay_of(lambda *shape: cfg, tokens, (tokens, tokens * 2 // 3, 5), activation)

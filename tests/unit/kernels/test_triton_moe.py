@@ -55,9 +55,9 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4p_m3", "s16k_sx4_f4",
-                                     "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "l128m_sa_t64p", "x256m_sa_t32",
-                                     "l128w_sa_t64p", "x256w_sa_t32a"} <= picked
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4p_m3_s2", "s16k_sx4_f4",
+                                     "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2", "l128m_sa_t64pu_s2", "x256m_sa_t32",
+                                     "l128w_sa_t64p2_s2", "x256w_sa_t32a"} <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
     capped = dataclasses.replace(tile, fc2_maxnreg=128)
@@ -72,7 +72,7 @@ def test_choice_by_pairs_per_expert(gated):
     def pick(rows, experts=128):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
         return next(name for name, tile in TILES.items() if tile is cfg)
-    small = "s16k4_sx4p_m3" if gated else "s16k_sx4_f4"
+    small = "s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4"
     assert [pick(rows) for rows in (1, 2, 4, 8, 16, 24, 25, 64)] == (
         ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", small, small] if gated else
         ["g16p", "g16p", "g16p", "q1", "q1", "q1", small, small])
@@ -82,14 +82,15 @@ def test_choice_by_pairs_per_expert(gated):
     # tails below 72 pairs per expert, 32-token tails from there; squared ReLU with 128 FC1 rows per program from
     # 64 pairs per expert and 256-token tiles from 176 (session 10); 32-token tiles up to 32 (session 12), with
     # 16-token "sx4" tails up to 16 (session 13), "sx4" with plane-major tokens up to 32 (session 14); session 15:
-    # 64-token plane tiles from 28 pairs per expert (32-token plane tails below 40) and as the 64-token tails
+    # 64-token plane tiles from 28 pairs per expert (32-token plane tails below 40) and as the 64-token tails;
+    # session 16: every plane / tail tile below 72 pairs per expert with the second stream ("_s2")
     assert [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)] == (
-        ["m32l4_sx4p_m_t16", "m32l4_sx4p_m", "m32l4_sx4p_m", "l64_sx4p_mu_t32", "l64_sx4p_mu_t32", "l64_sx4p_mu",
-         "l64_sx4p_mu", "l128m_sa_t64p", "l128m_sa_t64p", "l128m_sa_t32", "l128m_sa_t32", "x256m_sa_t32",
-         "x256m_sa_t32"] if gated else
-        ["m32k_sx4p_f4_t16", "m32k_sx4p_f4", "m32k_sx4p_f4", "l64k_sx4p_f4_t32", "l64k_sx4p_f4_t32", "l64k2_sx4p_f4",
-         "l64k2_sx4p_f4", "l128w_sa_t64p", "l128w_sa_t64p", "l128w_sa_t32a", "l128w_sa_t32a", "x256w_sa_t32a",
-         "x256w_sa_t32a"])
+        ["m32l4_sx4p_m_t16_s2", "m32l4_sx4p_m_s2", "m32l4_sx4p_m_s2", "l64_sx4p_mu_t32_s2", "l64_sx4p_mu_t32_s2",
+         "l64_sx4p_mu_s2", "l64_sx4p_mu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t32", "l128m_sa_t32",
+         "x256m_sa_t32", "x256m_sa_t32"] if gated else
+        ["m32k_sx4p_f4_t16_s2", "m32k_sx4p_f4_s2", "m32k_sx4p_f4_s2", "l64k_sx4p_f4_t32_s2", "l64k_sx4p_f4_t32_s2",
+         "l64k2_sx4p_f4_s2", "l64k2_sx4p_f4_s2", "l128w_sa_t64p2_s2", "l128w_sa_t64p2_s2", "l128w_sa_t32a",
+         "l128w_sa_t32a", "x256w_sa_t32a", "x256w_sa_t32a"])
     with pytest.raises(ValueError, match="sx_auto"):
         dataclasses.replace(TILES["d4_sx"], dequant="sx_auto")  # the direct path's FC2 has no sx_auto form
 
@@ -111,7 +112,7 @@ def test_tile_choice_uses_the_global_expert_count(monkeypatch):
     for global_experts in (None, 128):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, local_expert_offset=32, valid_tokens=valid,
                          route_experts=global_experts)
-    assert chosen == [TILES["s16k4_sx4p_m3"], TILES["q1"]]
+    assert chosen == [TILES["s16k4_sx4p_m3_s2"], TILES["q1"]]
     with pytest.raises(MXFP8InputError, match="route_experts"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, route_experts=8)
 
@@ -179,6 +180,83 @@ def test_64_token_plane_defaults_are_the_tested_tiles():
     assert all(t.planes for t in (m32, f32))
 
 
+def test_second_stream_defaults_are_the_tested_tiles():
+    """The session 16 defaults ("_s2") differ from their tiles only in ``side_stream`` 2, whose launches
+    test_side_stream_keeps_the_bits / test_side_stream_on_odd_shapes (GPU) check bit for bit against one stream;
+    the 256-token tiles and the 128-token tiles with 32-token tails keep one stream."""
+    names = [name for name in TILES if name.endswith("_s2")]
+    assert len(names) == 11
+    for name in names:
+        assert TILES[name] == dataclasses.replace(TILES[name[:-3]], side_stream=2) and TILES[name[:-3]].side_stream == 0
+        tile = TILES[name]
+        assert any(t.planes for t in tile.launch_tiles) or tile.tail is not None, name
+    for name in ("x256m_sa_t32", "x256w_sa_t32a", "l128m_sa_t32", "l128w_sa_t32a"):
+        assert TILES[name].side_stream == 0
+    assert TILES["l128m_sa_t64pu"] == dataclasses.replace(TILES["l128m_sa"], tail=TILES["l64_sx4p_mu"])
+    assert TILES["l128w_sa_t64p2"] == dataclasses.replace(TILES["l128w_sa"], tail=TILES["l64k2_sx4p_f4"])
+
+
+def test_second_stream_orders_the_launches(monkeypatch):
+    """Where the launches go (CPU: the stream calls recorded): with ``side_stream`` 2 the plane copies and the tail pair
+    run on the second stream, which forks from the call's stream first and waits for the route before the tail
+    pair; the main pair waits for the plane copies, the combine for the tail pair. Level 1 keeps the tail pair on
+    the call's stream; 0 makes no stream calls, and CPU tensors get no second stream."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    events = []
+
+    class FakeStream:
+        def __init__(self, name):
+            self.name = name
+
+        def wait_stream(self, other):
+            events.append(f"{self.name} waits {other.name}")
+
+    main, side = FakeStream("main"), FakeStream("side")
+    current = [main]
+
+    class StreamContext:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def __enter__(self):
+            current.append(self.stream)
+
+        def __exit__(self, *exc):
+            current.pop()
+
+    monkeypatch.setattr(triton_moe, "_side_stream", lambda device: side)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: main)
+    monkeypatch.setattr(torch.cuda, "stream", StreamContext)
+    monkeypatch.setattr(triton_moe, "_planes_into", lambda x, planes, block_k: events.append(f"planes {current[-1].name}"))
+    monkeypatch.setattr(triton_moe, "_route", lambda *args: (events.append(f"route {current[-1].name}"),
+                                                                torch.zeros(4096, dtype=torch.int32),
+                                                                torch.zeros(4096, dtype=torch.int32),
+                                                                torch.zeros(8, dtype=torch.int32))[1:])
+    monkeypatch.setattr(triton_moe, "_launch_mma", lambda cfg, *args: events.append(
+        f"{'tail' if cfg.block_t == 16 else 'main'} pair {current[-1].name}"))
+    monkeypatch.setattr(triton_moe, "_launch_combine", lambda *args: events.append(f"combine {current[-1].name}"))
+    fc1 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((4, 64, 32), scale=0.1), backend="reference")
+    x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
+    probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
+
+    steps = {}
+    for level in (0, 1, 2):
+        events.clear()
+        cfg = dataclasses.replace(TILES["m32l4_sx4p_m_t16"], side_stream=level)
+        triton_moe._launch(cfg, x, probs, ids, fc1, fc2, triton_moe.parse_activation("swiglu"), 0, valid, 8,
+                           torch.empty(8, 64, dtype=torch.bfloat16), 4, 64, 32, 2)
+        steps[level] = list(events)
+    assert steps[0] == ["planes main", "route main", "main pair main", "tail pair main", "combine main"]
+    assert steps[1] == ["side waits main", "planes side", "route main", "main waits side", "main pair main",
+                        "tail pair main", "combine main"]
+    assert steps[2] == ["side waits main", "planes side", "route main", "side waits main", "main waits side",
+                        "main pair main", "tail pair side", "main waits side", "combine main"]
+    monkeypatch.undo()
+    assert triton_moe._side_stream(torch.device("cpu")) is None  # CPU tensors (the interpreter): one stream
+
+
 def test_route_warps_reach_the_route_launch(monkeypatch):
     """``route_warps`` (a probe knob) is checked and handed to ``_route``; None keeps the default rule."""
     from megatron_mxfp8_moe.kernels import triton_moe
@@ -224,6 +302,43 @@ def test_planes_of_puts_each_byte_plane_in_one_run():
         assert not p[:, stored[~inside]].any()
     with pytest.raises(ValueError, match="multiple of 4"):
         planes_of(torch.zeros(2, 8), 6)
+
+
+_PLANES_SCRIPT = textwrap.dedent(
+    """
+    import json, os
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    from megatron_mxfp8_moe.kernels.triton_moe import _planes_into, planes_of
+
+    torch.manual_seed(5)
+    same = []
+    # K a multiple of the depth, K with a partial last step (zeros past K), rows not a multiple of 8, strided x
+    for rows, k, block_k in ((5, 256, 64), (11, 160, 64), (9, 96, 256), (3, 1024, 256), (17, 640, 128)):
+        x = torch.randn(rows, 2 * k).to(torch.bfloat16)[:, :k]
+        padded = -(-k // block_k) * block_k
+        planes = torch.full((rows, padded), float("nan"), dtype=torch.bfloat16)
+        _planes_into(x, planes, block_k)
+        same.append([rows, k, block_k, bool(torch.equal(planes, planes_of(x, block_k)))])
+    print(json.dumps(same))
+    """
+)
+
+
+def test_plane_copy_kernel_equals_planes_of():
+    """``_planes_kernel`` (the device copy of x that the plane tiles read; Triton interpreter): bit for bit
+    ``planes_of`` (zeros past K included) on odd row counts, partial last K steps and strided rows."""
+    pytest.importorskip("triton")
+    result = _interpreter_json(["-c", _PLANES_SCRIPT], timeout=300)
+    assert len(result) == 5 and all(ok for *_, ok in result), result
+
+
+def test_side_stream_is_checked():
+    """``side_stream``: 0 (one stream), 1 (plane copies beside the route) or 2 (also the tail pair)."""
+    for level in (0, 1, 2):
+        assert dataclasses.replace(TILES["m32l4_sx4p_m_t16"], side_stream=level).side_stream == level
+    with pytest.raises(ValueError, match="side_stream"):
+        dataclasses.replace(TILES["m32l4_sx4p_m_t16"], side_stream=3)
 
 
 def test_planes_need_the_sx4_tiles():
