@@ -3,6 +3,7 @@
 #   bash tools/gpu_next.sh s16b     # session 16, call 1: the second stream (probes at 64 / 256 tokens; its tests)
 #   bash tools/gpu_next.sh s16c     # session 16, call 2: the second stream at 1024 / 4096 tokens, s16a's probes
 #   bash tools/gpu_next.sh s16d     # session 16, call 3: tests of the second-stream defaults, MoE benchmark, demo
+#   bash tools/gpu_next.sh s16e     # session 16, call 5: the second stream where no tails run (24 / 48 pairs per expert)
 #   bash tools/gpu_next.sh s16a     # for session 16: untimed combinations of the 64-token plane tiles (probes)
 #   bash tools/gpu_next.sh s15c     # session 15, call 3: tests of the 64-token plane defaults, MoE benchmark, demo
 #   bash tools/gpu_next.sh s15b     # session 15, call 2: 64-token plane tiles, tails (probes)
@@ -482,6 +483,15 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     echo "pytest rc=$?" >> $L
     grep "passed\|failed\|rc=\|Error" $L | tail -20
     moe_bench_and_demo 175 $L ;;
+  s16e)
+    # session 16, call 5 (about 4 device minutes left): the second-stream defaults where only the plane copy moves
+    # (16-28 and 40-64 pairs per expert: 384 / 768 tokens), against the same tiles on one stream
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 55 $P --shape $s --tokens 384,768 --configs "m32l4_sx4p_m,m32l4_sx4p_m_s2,l64_sx4p_mu,l64_sx4p_mu_s2"
+      timeout 55 $P --shape $s --tokens 384,768 --activation squared_relu --configs "m32k_sx4p_f4,m32k_sx4p_f4_s2,l64k2_sx4p_f4,l64k2_sx4p_f4_s2"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl ;;
   s16a)
     # prepared in session 15 (not run): the untimed combinations of the 64-token plane tiles (uncapped / 2-stage
     # tails of the 128-token tiles at 1024 tokens, the 2-stage squared-ReLU tile with 32-token tails at 512), then a

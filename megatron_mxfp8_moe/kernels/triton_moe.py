@@ -402,7 +402,9 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # 1141.6, 1201.5. 64 tokens (the plane copy beside the route) 207.0 vs 214.4, 214.1 / 728.6 vs 730.0, 781.7. 512
     # tokens (30b) gated 315.9 vs 339.5, 338.4, squared ReLU 414.8 vs 426.5, 426.2. Squared ReLU at 4096 tokens
     # (x256w_sa_t32a) was not faster (1320.7 vs 1301.6, 1311.6 / 4988.1 vs 4979.1, 5031.7): the 256-token tiles keep
-    # one stream. 16-28 and 40-64 pairs per expert (the plane copy beside the route, no tails) were not timed.
+    # one stream. 16-28 and 40-64 pairs per expert (the plane copy beside the route, no tails; call 5, one sample):
+    # 384 tokens gated 273.1 vs 282.4 / 959.0 vs 966.2, squared ReLU 332.4 vs 342.5 / 1270.6 vs 1224.6 (slower); 768
+    # tokens gated 380.7 vs 394.3 / 1356.0 vs 1352.3, squared ReLU 486.6 vs 496.3 / 1784.3 vs 1792.5.
     if not gated:
         if pairs_per_expert < 72:
             return TILES["l128w_sa_t64p2_s2"]
