@@ -4,7 +4,7 @@
 #   bash tools/gpu_next.sh s16c     # session 16, call 2: the second stream at 1024 / 4096 tokens, s16a's probes
 #   bash tools/gpu_next.sh s16d     # session 16, call 3: tests of the second-stream defaults, MoE benchmark, demo
 #   bash tools/gpu_next.sh s16e     # session 16, call 5: the second stream where no tails run (24 / 48 pairs per expert)
-#   bash tools/gpu_next.sh s16a     # for session 16: untimed combinations of the 64-token plane tiles (probes)
+#   bash tools/gpu_next.sh s16a     # prepared in session 15, not run (s16c timed its 1024-token tails with the second stream)
 #   bash tools/gpu_next.sh s15c     # session 15, call 3: tests of the 64-token plane defaults, MoE benchmark, demo
 #   bash tools/gpu_next.sh s15b     # session 15, call 2: 64-token plane tiles, tails (probes)
 #   bash tools/gpu_next.sh s15a     # owed from session 14 (run first): float64 cases at 300 tokens, the 32-pair cut

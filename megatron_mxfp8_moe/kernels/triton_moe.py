@@ -11,7 +11,8 @@ new routing and a new ``valid_tokens``. The token count ``rows`` picks the tile 
 which is fixed per graph. Every output element is one MMA column (on the GEMV small-T path: fp32 block sums in a
 fixed order) plus a top-k sum in fixed order, and the route places each expert's pairs in pair order (no
 atomics), so the same inputs give the same bits, with tail tiles (``TritonMoEConfig.tail``) too: which of an
-expert's pairs run on the narrower tail tile (its last ones) is fixed by the routing.
+expert's pairs run on the narrower tail tile (its last ones) is fixed by the routing. Independent launches may run
+on a second stream (``TritonMoEConfig.side_stream``): event waits only, same launches, same bits.
 """
 
 from __future__ import annotations
@@ -696,7 +697,8 @@ _MAX_GRID_Y = 65535  # CUDA grid axis 1 (the pairs / positions of the direct and
 def planes_of(x: torch.Tensor, block_k: int) -> torch.Tensor:
     """``x`` ``[R, K]`` plane-major per ``block_k``-deep K step: ``[R, Kp]`` (``Kp`` = K rounded up to ``block_k``,
     zero past K), column ``c * block_k + i * block_k // 4 + j`` holding ``x[:, c * block_k + 4 * j + i]``. Byte
-    plane ``i`` of the "sx4" weight words (the weights ``k = 4j + i``) then meets a contiguous run of tokens."""
+    plane ``i`` of the "sx4" weight words (the weights ``k = 4j + i``) then meets a contiguous run of tokens. The torch
+    twin of ``_planes_into`` (one Triton launch), which the calls use."""
     rows, k = x.shape
     if block_k % 4:
         raise ValueError(f"planes_of: block_k must be a multiple of 4, got {block_k}")
