@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s17a     # for session 17: the second stream at 72-176 pairs per expert (2048 tokens), the
+#                                   # 2-stage squared-ReLU tile with tails on 235b, the 235b spread at 256 tokens (probes)
 #   bash tools/gpu_next.sh s16b     # session 16, call 1: the second stream (probes at 64 / 256 tokens; its tests)
 #   bash tools/gpu_next.sh s16c     # session 16, call 2: the second stream at 1024 / 4096 tokens, s16a's probes
 #   bash tools/gpu_next.sh s16d     # session 16, call 3: tests of the second-stream defaults, MoE benchmark, demo
@@ -426,6 +428,19 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     moe_bench_and_demo 130 $L
     timeout 30 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 4096,1024 \
       --configs l128a_sa_t32,x256m_sa_t32,l128a_sa_t64,l128m_sa_t64 > $OUT/probe.jsonl 2>/dev/null
+    cat $OUT/probe.jsonl ;;
+  s17a)
+    # prepared in session 16 (not run): the second stream on the 128-token tiles with 32-token tails (72-176 pairs per
+    # expert: not timed, so they keep one stream), l64k2_sx4p_f4_t32 with it on 235b (30b 512 tokens: 396.7 vs 414.8),
+    # and the spread of two-stream graphs on 235b at 256 tokens (852.6-910.6 us against 864.1-876.6 on one stream)
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 60 $P --shape $s --tokens 2048 --configs "l128m_sa_t32,l128m_sa_t32+side_stream=2,l128m_sa_t32"
+      timeout 60 $P --shape $s --tokens 2048 --activation squared_relu --configs "l128w_sa_t32a,l128w_sa_t32a+side_stream=2,l128w_sa_t32a"
+      timeout 60 $P --shape $s --tokens 512 --activation squared_relu --configs "l64k_sx4p_f4_t32_s2,l64k2_sx4p_f4_t32+side_stream=2,l64k_sx4p_f4_t32_s2"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    c=m32l4_sx4p_m_t16
+    timeout 70 $P --shape qwen3-235b-a22b --tokens 256 --configs "$c,${c}_s2,$c,${c}_s2,$c,${c}_s2" >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s16b)
     # session 16, call 1: the second stream (side_stream 1: the plane copies of x beside the route; 2: also the tail
