@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s17a     # for session 17: the second stream at 72-176 pairs per expert (2048 tokens), the
-#                                   # 2-stage squared-ReLU tile with tails on 235b, the 235b spread at 256 tokens (probes)
+#   bash tools/gpu_next.sh s17a     # for session 17 (run first): the layer graph tests (one new, never run), then probes:
+#                                   # the second stream at 72-176 pairs per expert, l64k2_sx4p_f4_t32 on 235b, the spread
 #   bash tools/gpu_next.sh s16b     # session 16, call 1: the second stream (probes at 64 / 256 tokens; its tests)
 #   bash tools/gpu_next.sh s16c     # session 16, call 2: the second stream at 1024 / 4096 tokens, s16a's probes
 #   bash tools/gpu_next.sh s16d     # session 16, call 3: tests of the second-stream defaults, MoE benchmark, demo
@@ -432,7 +432,13 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
   s17a)
     # prepared in session 16 (not run): the second stream on the 128-token tiles with 32-token tails (72-176 pairs per
     # expert: not timed, so they keep one stream), l64k2_sx4p_f4_t32 with it on 235b (30b 512 tokens: 396.7 vs 414.8),
-    # and the spread of two-stream graphs on 235b at 256 tokens (852.6-910.6 us against 864.1-876.6 on one stream)
+    # and the spread of two-stream graphs on 235b at 256 tokens (852.6-910.6 us against 864.1-876.6 on one stream);
+    # first the one GPU test written after session 16's device time ran out (Megatron's layer captured with the
+    # second stream)
+    L=$OUT/log.txt
+    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/functional/test_layer_cuda_graph_gpu.py > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -5
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 60 $P --shape $s --tokens 2048 --configs "l128m_sa_t32,l128m_sa_t32+side_stream=2,l128m_sa_t32"

@@ -106,19 +106,19 @@ def _capture(layer, static_x, bounded_rows=None):
     return graph, static_out, forward
 
 
-def _run_case(layer, valid_counts, bounded_rows=None):
+def _run_case(layer, valid_counts, bounded_rows=None, rows=ROWS):
     from megatron.core.inference.utils import InferenceMode
     from megatron.core.transformer.moe.token_dispatcher_inference import InferenceAllGatherDispatcherBase
 
     from megatron_mxfp8_moe.testing import relative_error
 
     valid_tensor = InferenceAllGatherDispatcherBase._valid_tokens_tensor
-    static_x = torch.randn(ROWS, 1, H, dtype=torch.bfloat16, device="cuda")
-    valid_tensor.fill_(ROWS)
+    static_x = torch.randn(rows, 1, H, dtype=torch.bfloat16, device="cuda")
+    valid_tensor.fill_(rows)
     graph, static_out, forward = _capture(layer, static_x, bounded_rows)
     address = static_out.data_ptr()
     for valid in valid_counts:
-        static_x.copy_(torch.randn(ROWS, 1, H, dtype=torch.bfloat16, device="cuda"))
+        static_x.copy_(torch.randn(rows, 1, H, dtype=torch.bfloat16, device="cuda"))
         valid_tensor.fill_(valid)
         graph.replay()
         torch.cuda.synchronize()
@@ -127,7 +127,7 @@ def _run_case(layer, valid_counts, bounded_rows=None):
             eager = forward().clone()
         assert static_out.data_ptr() == address
         assert torch.equal(replayed, eager), f"valid={valid}: graph replay differs from eager"
-        flat = replayed.view(ROWS, H)
+        flat = replayed.view(rows, H)
         assert torch.isfinite(flat).all()
         assert torch.equal(flat[valid:], torch.zeros_like(flat[valid:])), f"valid={valid}: rows past valid written"
         oracle = _oracle(layer, static_x, valid)
@@ -138,6 +138,18 @@ def test_graph_replay_matches_eager_across_valid_counts(gpu_megatron):
     layer = _build_layer(gpu_megatron)
     _run_case(layer, valid_counts=[ROWS, 5, 1, 11, ROWS])
     assert layer.experts.layer.stack_state is not None
+
+
+def test_graph_replay_with_the_second_stream(gpu_megatron):
+    """64 rows top-2 over 8 experts (16 pairs per expert): the Triton tiles with 16-token tails on the second stream
+    (``side_stream`` 2), so Megatron's layer is captured with the plane copy and the tail pair on another stream."""
+    from megatron_mxfp8_moe.kernels.triton_moe import choose_config
+
+    rows = 64
+    if torch.cuda.get_device_capability()[0] == 9:  # "auto" picks triton on Hopper only
+        assert choose_config(rows, H, I, gated=False, topk=TOPK, experts=EXPERTS).side_stream == 2
+    layer = _build_layer(gpu_megatron)
+    _run_case(layer, valid_counts=[rows, 37, 5, rows], rows=rows)
 
 
 def test_a_row_bound_below_the_buffer_at_ep1_never_truncates_a_graph(gpu_megatron):
