@@ -17,7 +17,6 @@ on a second stream (``TritonMoEConfig.side_stream``): event waits only, same lau
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from typing import Optional
@@ -790,7 +789,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     main = torch.cuda.current_stream(device) if side is not None else None
     if side is not None:
         side.wait_stream(main)  # fork: x and the buffers are ready
-    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+    with torch.cuda.stream(side):  # None: the current stream (a no-op)
         for block_k, planes in x_planes.items():
             _planes_into(x[:rows], planes, block_k)
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
@@ -805,7 +804,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     if tail_t:  # the tail blocks: narrower tiles over the second table (positions from max_sorted)
         tail = cfg.tail
         tail_route = (sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:])
-        with torch.cuda.stream(side) if tails_beside else contextlib.nullcontext():
+        with torch.cuda.stream(side if tails_beside else None):
             _launch_mma(tail, x_planes[tail.fc1_block_k] if tail.planes else x, dims, weights, inter[max_sorted:],
                         slots, tail_route, min(experts, rows * topk), activation, topk, split_k)
     if tails_beside:

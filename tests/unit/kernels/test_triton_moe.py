@@ -219,8 +219,8 @@ def test_second_stream_orders_the_launches(monkeypatch):
         def __init__(self, stream):
             self.stream = stream
 
-        def __enter__(self):
-            current.append(self.stream)
+        def __enter__(self):  # None stays on the current stream, as torch.cuda.stream(None) does
+            current.append(self.stream or current[-1])
 
         def __exit__(self, *exc):
             current.pop()
