@@ -110,9 +110,6 @@ CANDIDATES.update({
     "l128m_sa_t32p": dataclasses.replace(TILES["l128m_sa"], tail=TILES["m32l4_sx4p_m"]),
     "x256m_sa_t32p": dataclasses.replace(TILES["x256m_sa"], tail=TILES["m32l4_sx4p_m"]),
     "x256w_sa_t32p": dataclasses.replace(TILES["x256w_sa"], tail=TILES["m32k_sx4p_f4"]),
-    # session 15's untimed combination, timed in session 16 with the second stream (30b, 512 tokens: 396.7 us vs
-    # l64k_sx4p_f4_t32 with it 414.8; not on 235b)
-    "l64k2_sx4p_f4_t32": dataclasses.replace(TILES["l64k2_sx4p_f4"], tail=TILES["m32k_sx4p_f4"]),
 })
 GEMV = ["g16p", "g16p3", "g32p", "g32p3"]
 ROUTED_GEMV = ["q1", "q1s3", "q1b"]

@@ -34,7 +34,10 @@ def parse_config(name: str):
     for item in overrides:
         key, _, value = item.partition("=")
         current = getattr(cfg, key)  # AttributeError names an unknown field
-        fields[key] = value if isinstance(current, str) else int(value)
+        if isinstance(current, bool):
+            fields[key] = value in ("1", "True", "true")
+        else:
+            fields[key] = value if isinstance(current, str) else int(value)
     return dataclasses.replace(cfg, **fields)
 
 

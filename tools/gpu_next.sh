@@ -2,6 +2,8 @@
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s17a     # for session 17 (run first): the layer graph tests (one new, never run), then probes:
 #                                   # the second stream at 72-176 pairs per expert, l64k2_sx4p_f4_t32 on 235b, the spread
+#   bash tools/gpu_next.sh s17c     # session 17, call 3: tests of the new defaults, MoE benchmark, demo
+#   bash tools/gpu_next.sh s17b     # session 17, call 2: "halves" on the 256 / 128-token tiles (probes, tests)
 #   bash tools/gpu_next.sh s16b     # session 16, call 1: the second stream (probes at 64 / 256 tokens; its tests)
 #   bash tools/gpu_next.sh s16c     # session 16, call 2: the second stream at 1024 / 4096 tokens, s16a's probes
 #   bash tools/gpu_next.sh s16d     # session 16, call 3: tests of the second-stream defaults, MoE benchmark, demo
@@ -448,6 +450,39 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     c=m32l4_sx4p_m_t16
     timeout 70 $P --shape qwen3-235b-a22b --tokens 256 --configs "$c,${c}_s2,$c,${c}_s2,$c,${c}_s2" >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
+  s17c)
+    # session 17, call 3: the float64 default cases and the layer's CUDA graphs on the new defaults (second stream on
+    # the 128-token tiles with 32-token tails, l64k2_sx4p_f4_t32_s2), then the full MoE benchmark and the demo
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      tests/functional/test_layer_cuda_graph_gpu.py -k "(matches_float64 and (600 or 1024 or 700)) or graph_replay_matches or second_stream or (side_stream and l128m_sa_t32)" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -20
+    moe_bench_and_demo 180 $L ;;
+  s17b)
+    # session 17, call 2: "halves" (the token tile as two accumulators fed by one dequantized weight tile; compile-only,
+    # Triton 3.8: the 256-token tiles' wgmmas are no longer serialized, C7515) at 4096 tokens, with and without the
+    # second stream, and on the 128-token tiles at 2048; then the tests of halves and of the new second-stream
+    # defaults (128-token tiles with 32-token tails, the 2-stage squared-ReLU tile with 32-token tails)
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      c=x256w_sa_t32a
+      timeout 80 $P --shape $s --tokens 4096 --activation squared_relu --configs "$c,$c+halves=1,$c+halves=1+side_stream=2,$c"
+      c=x256m_sa_t32
+      timeout 80 $P --shape $s --tokens 4096 --configs "$c,$c+halves=1,$c+halves=1+side_stream=2,$c"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      c=l128w_sa_t32a_s2
+      timeout 45 $P --shape $s --tokens 2048 --activation squared_relu --configs "$c,$c+halves=1"
+      c=l128m_sa_t32_s2
+      timeout 45 $P --shape $s --tokens 2048 --configs "$c,$c+halves=1"
+    done >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    cat $OUT/probe.jsonl
+    L=$OUT/log.txt
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "halves or (side_stream_keeps and (l128 or l64k2))" > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -8 ;;
   s16b)
     # session 16, call 1: the second stream (side_stream 1: the plane copies of x beside the route; 2: also the tail
     # pair beside the main pair) against one stream, at 256 tokens (the 30b SwiGLU target) and 64; then its GPU tests

@@ -291,12 +291,16 @@ TILES.update({
     # session 16: the 128-token tiles with the uncapped / 2-stage 64-token plane tiles as tails
     "l128m_sa_t64pu": dataclasses.replace(TILES["l128m_sa"], tail=TILES["l64_sx4p_mu"]),
     "l128w_sa_t64p2": dataclasses.replace(TILES["l128w_sa"], tail=TILES["l64k2_sx4p_f4"]),
+    # session 17: the 2-stage squared-ReLU 64-token plane tile with 32-token tails (timed with the second stream)
+    "l64k2_sx4p_f4_t32": dataclasses.replace(TILES["l64k2_sx4p_f4"], tail=TILES["m32k_sx4p_f4"]),
 })
 # Session 16: the plane / tail defaults below 72 pairs per expert with the second stream (``side_stream`` 2: the plane
 # copies of x beside the route, the tail pair beside the main pair), "_s2"; the same launches, so the same bits.
+# Session 17: also the 128-token tiles with 32-token tails (72-176 pairs per expert).
 TILES.update({f"{name}_s2": dataclasses.replace(TILES[name], side_stream=2) for name in (
     "s16k4_sx4p_m3", "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4", "l64_sx4p_mu_t32",
-    "l64k_sx4p_f4_t32", "l64_sx4p_mu", "l64k2_sx4p_f4", "l128m_sa_t64pu", "l128w_sa_t64p2")})
+    "l64k_sx4p_f4_t32", "l64_sx4p_mu", "l64k2_sx4p_f4", "l128m_sa_t64pu", "l128w_sa_t64p2", "l64k2_sx4p_f4_t32",
+    "l128m_sa_t32", "l128w_sa_t32a")})
 
 
 def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int) -> TritonMoEConfig:
@@ -375,8 +379,10 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # tiles with tails against the 32-token ones): 24 pairs per expert (384 tokens) gated 286.9 vs 269.3 / 936.9 vs
     # 925.7, squared ReLU 346.1 vs 329.4 / 1195.7 vs 1168.3 (slower on both shapes); 28 (448 tokens) gated 300.0 vs
     # 294.7 / 1004.0 vs 1072.9, squared ReLU 373.0 vs 364.2 / 1325.1 vs 1339.7 (slower on 30b, faster on 235b).
+    # Session 17 (run 20, 512 tokens, us per layer, 30b / 235b): squared ReLU with the 2-stage tile and tails,
+    # 395.6 / 1448.4 vs l64k_sx4p_f4_t32_s2 413.1, 413.7 / 1433.4, 1452.9 (30b 4.3% faster, 235b within its spread).
     if pairs_per_expert < 40:
-        return TILES["l64_sx4p_mu_t32_s2" if gated else "l64k_sx4p_f4_t32_s2"]
+        return TILES["l64_sx4p_mu_t32_s2" if gated else "l64k2_sx4p_f4_t32_s2"]
     if pairs_per_expert < 64:
         return TILES["l64_sx4p_mu_s2" if gated else "l64k2_sx4p_f4_s2"]
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
@@ -405,13 +411,16 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # one stream. 16-28 and 40-64 pairs per expert (the plane copy beside the route, no tails; call 5, one sample):
     # 384 tokens gated 273.1 vs 282.4 / 959.0 vs 966.2, squared ReLU 332.4 vs 342.5 / 1270.6 vs 1224.6 (slower); 768
     # tokens gated 380.7 vs 394.3 / 1356.0 vs 1352.3, squared ReLU 486.6 vs 496.3 / 1784.3 vs 1792.5.
+    # Session 17 (run 20, 2048 tokens = 128 pairs per expert, against one stream twice): the 128-token tiles with
+    # 32-token tails on two streams, gated 627.4 vs 648.9, 652.4 / 2316.9 vs 2339.8, 2401.2, squared ReLU 816.7 vs
+    # 823.4, 861.9 / 3073.6 vs 3090.8, 3233.5.
     if not gated:
         if pairs_per_expert < 72:
             return TILES["l128w_sa_t64p2_s2"]
-        return TILES["l128w_sa_t32a" if pairs_per_expert < 176 else "x256w_sa_t32a"]
+        return TILES["l128w_sa_t32a_s2" if pairs_per_expert < 176 else "x256w_sa_t32a"]
     if pairs_per_expert < 72:
         return TILES["l128m_sa_t64pu_s2"]
-    return TILES["l128m_sa_t32" if pairs_per_expert < 176 else "x256m_sa_t32"]
+    return TILES["l128m_sa_t32_s2" if pairs_per_expert < 176 else "x256m_sa_t32"]
 
 
 def _pow2_at_least(value: int) -> int:

@@ -802,6 +802,10 @@ SIDE_STREAM = {
     "l64_sx4p_mu_t32": ("swiglu", (128, 8, 4096, 1536, 512)),
     "l128w_sa_t64p": ("squared_relu", (128, 8, 2048, 768, 1024)),
     "x256m_sa_t32": ("swiglu", (128, 8, 2048, 768, 4096)),
+    # session 17: the 128-token tiles with 32-token tails, the 2-stage squared-ReLU 64-token tile with 32-token tails
+    "l128m_sa_t32": ("swiglu", (128, 8, 4096, 1536, 2048)),
+    "l128w_sa_t32a": ("squared_relu", (128, 8, 2048, 768, 2048)),
+    "l64k2_sx4p_f4_t32": ("squared_relu", (128, 8, 4096, 1536, 512)),
 }
 
 
@@ -820,9 +824,11 @@ def test_side_stream_on_odd_shapes(level):
 
 
 @pytest.mark.parametrize("tile,tokens,activation", [("m32l4_sx4p_m_t16", 256, "swiglu"),
-                                                    ("l128w_sa_t64p", 1024, "squared_relu")])
+                                                    ("l128w_sa_t64p", 1024, "squared_relu"),
+                                                    ("l128m_sa_t32", 1500, "swiglu")])
 def test_cuda_graph_replay_with_a_side_stream(tile, tokens, activation):
     """Both streams captured in one graph (fork and join as event waits), replayed with new routing and valid-token
     counts: equal to eager, within BOUND of float64."""
     cfg = dataclasses.replace(TILES[tile], side_stream=2)
     _graph_replay_of(lambda *shape: cfg, tokens, (tokens, tokens * 2 // 3, 5), activation)
+

@@ -83,14 +83,15 @@ def test_choice_by_pairs_per_expert(gated):
     # 64 pairs per expert and 256-token tiles from 176 (session 10); 32-token tiles up to 32 (session 12), with
     # 16-token "sx4" tails up to 16 (session 13), "sx4" with plane-major tokens up to 32 (session 14); session 15:
     # 64-token plane tiles from 28 pairs per expert (32-token plane tails below 40) and as the 64-token tails;
-    # session 16: every plane / tail tile below 72 pairs per expert with the second stream ("_s2")
+    # session 16: every plane / tail tile below 72 pairs per expert with the second stream ("_s2"); session 17:
+    # the 128-token tiles with 32-token tails too, and squared ReLU's 2-stage 64-token tile with tails at 28-40
     assert [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)] == (
         ["m32l4_sx4p_m_t16_s2", "m32l4_sx4p_m_s2", "m32l4_sx4p_m_s2", "l64_sx4p_mu_t32_s2", "l64_sx4p_mu_t32_s2",
-         "l64_sx4p_mu_s2", "l64_sx4p_mu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t32", "l128m_sa_t32",
-         "x256m_sa_t32", "x256m_sa_t32"] if gated else
-        ["m32k_sx4p_f4_t16_s2", "m32k_sx4p_f4_s2", "m32k_sx4p_f4_s2", "l64k_sx4p_f4_t32_s2", "l64k_sx4p_f4_t32_s2",
-         "l64k2_sx4p_f4_s2", "l64k2_sx4p_f4_s2", "l128w_sa_t64p2_s2", "l128w_sa_t64p2_s2", "l128w_sa_t32a",
-         "l128w_sa_t32a", "x256w_sa_t32a", "x256w_sa_t32a"])
+         "l64_sx4p_mu_s2", "l64_sx4p_mu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t32_s2",
+         "l128m_sa_t32_s2", "x256m_sa_t32", "x256m_sa_t32"] if gated else
+        ["m32k_sx4p_f4_t16_s2", "m32k_sx4p_f4_s2", "m32k_sx4p_f4_s2", "l64k2_sx4p_f4_t32_s2", "l64k2_sx4p_f4_t32_s2",
+         "l64k2_sx4p_f4_s2", "l64k2_sx4p_f4_s2", "l128w_sa_t64p2_s2", "l128w_sa_t64p2_s2", "l128w_sa_t32a_s2",
+         "l128w_sa_t32a_s2", "x256w_sa_t32a", "x256w_sa_t32a"])
     with pytest.raises(ValueError, match="sx_auto"):
         dataclasses.replace(TILES["d4_sx"], dequant="sx_auto")  # the direct path's FC2 has no sx_auto form
 
@@ -181,19 +182,20 @@ def test_64_token_plane_defaults_are_the_tested_tiles():
 
 
 def test_second_stream_defaults_are_the_tested_tiles():
-    """The session 16 defaults ("_s2") differ from their tiles only in ``side_stream`` 2, whose launches
+    """The session 16-17 defaults ("_s2") differ from their tiles only in ``side_stream`` 2, whose launches
     test_side_stream_keeps_the_bits / test_side_stream_on_odd_shapes (GPU) check bit for bit against one stream;
-    the 256-token tiles and the 128-token tiles with 32-token tails keep one stream."""
+    the 256-token tiles keep one stream."""
     names = [name for name in TILES if name.endswith("_s2")]
-    assert len(names) == 11
+    assert len(names) == 14
     for name in names:
         assert TILES[name] == dataclasses.replace(TILES[name[:-3]], side_stream=2) and TILES[name[:-3]].side_stream == 0
         tile = TILES[name]
         assert any(t.planes for t in tile.launch_tiles) or tile.tail is not None, name
-    for name in ("x256m_sa_t32", "x256w_sa_t32a", "l128m_sa_t32", "l128w_sa_t32a"):
+    for name in ("x256m_sa_t32", "x256w_sa_t32a"):
         assert TILES[name].side_stream == 0
     assert TILES["l128m_sa_t64pu"] == dataclasses.replace(TILES["l128m_sa"], tail=TILES["l64_sx4p_mu"])
     assert TILES["l128w_sa_t64p2"] == dataclasses.replace(TILES["l128w_sa"], tail=TILES["l64k2_sx4p_f4"])
+    assert TILES["l64k2_sx4p_f4_t32"] == dataclasses.replace(TILES["l64k2_sx4p_f4"], tail=TILES["m32k_sx4p_f4"])
 
 
 def test_second_stream_orders_the_launches(monkeypatch):
