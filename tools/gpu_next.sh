@@ -2,6 +2,7 @@
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s17a     # for session 17 (run first): the layer graph tests (one new, never run), then probes:
 #                                   # the second stream at 72-176 pairs per expert, l64k2_sx4p_f4_t32 on 235b, the spread
+#   bash tools/gpu_next.sh s17d     # session 17, call 4: squared ReLU planes + plane copy beside the route at 64 tokens
 #   bash tools/gpu_next.sh s17c     # session 17, call 3: tests of the new defaults, MoE benchmark, demo
 #   bash tools/gpu_next.sh s17b     # session 17, call 2: "halves" on the 256 / 128-token tiles (probes, tests)
 #   bash tools/gpu_next.sh s16b     # session 16, call 1: the second stream (probes at 64 / 256 tokens; its tests)
@@ -449,6 +450,17 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     c=m32l4_sx4p_m_t16
     timeout 70 $P --shape qwen3-235b-a22b --tokens 256 --configs "$c,${c}_s2,$c,${c}_s2,$c,${c}_s2" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    cat $OUT/probe.jsonl ;;
+  s17d)
+    # session 17, call 4 (the last device minutes): squared ReLU at up to 8 pairs per expert with planes and the plane
+    # copy of x beside the route (session 14 timed planes there on one stream: 1-2% slower on 30b), against the
+    # default twice; then per-kernel profiles of the 256-token defaults on 30b (where FC1 / FC2 stand with two streams)
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 60 $P --shape $s --tokens 64 --activation squared_relu --configs "s16k_sx4_f4,s16k_sx4p_f4+side_stream=1,s16k_sx4_f4,s16k_sx4p_f4+side_stream=1"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    timeout 50 $P --shape qwen3-30b-a3b --tokens 256 --profile --configs m32l4_sx4p_m_t16_s2 >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    timeout 50 $P --shape qwen3-30b-a3b --tokens 256 --activation squared_relu --profile --configs m32k_sx4p_f4_t16_s2 >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s17c)
     # session 17, call 3: the float64 default cases and the layer's CUDA graphs on the new defaults (second stream on
