@@ -2,6 +2,7 @@
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s17a     # for session 17 (run first): the layer graph tests (one new, never run), then probes:
 #                                   # the second stream at 72-176 pairs per expert, l64k2_sx4p_f4_t32 on 235b, the spread
+#   bash tools/gpu_next.sh s17e     # session 17, call 5: the route plan folded into the scatter, the coalesced plane copy
 #   bash tools/gpu_next.sh s17d     # session 17, call 4: squared ReLU planes + plane copy beside the route at 64 tokens
 #   bash tools/gpu_next.sh s17c     # session 17, call 3: tests of the new defaults, MoE benchmark, demo
 #   bash tools/gpu_next.sh s17b     # session 17, call 2: "halves" on the 256 / 128-token tiles (probes, tests)
@@ -450,6 +451,24 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     c=m32l4_sx4p_m_t16
     timeout 70 $P --shape qwen3-235b-a22b --tokens 256 --configs "$c,${c}_s2,$c,${c}_s2,$c,${c}_s2" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    cat $OUT/probe.jsonl ;;
+  s17e)
+    # session 17, call 5: the route's plan folded into its scatter programs (two launches above 1024 pairs instead of
+    # three) and the coalesced plane copy of x; GPU tests of both, then same-call A/B against the previous tree
+    # (carried in .devcarry/old), 256 tokens, alternating old / new, and a per-kernel profile of the new tree
+    L=$OUT/log.txt
+    timeout 130 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "route_tables_match or one_program_route_on or three_launch or (planes_keep_the_bits and odd) or (side_stream_keeps and m32l4)" > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -8
+    OLD="env PYTHONPATH=/tmp/site:$PWD/.devcarry/old python3 .devcarry/old/bench/triton_moe_probe.py"
+    NEW="python3 bench/triton_moe_probe.py"
+    c=m32l4_sx4p_m_t16_s2
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      for P in "$OLD" "$NEW" "$OLD" "$NEW"; do
+        timeout 40 $P --shape $s --tokens 256 --configs "$c,$c" | sed "s/}\$/, \"tree\": \"${P%% *}\"}/"
+      done
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    timeout 40 $NEW --shape qwen3-30b-a3b --tokens 256 --profile --configs $c >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s17d)
     # session 17, call 4 (the last device minutes): squared ReLU at up to 8 pairs per expert with planes and the plane

@@ -33,13 +33,15 @@ ACT_SILU = tl.constexpr(4)
 # expert's pairs; (3) per chunk: each local pair's rank is its (chunk, expert) cursor plus the pairs of its expert
 # before it in the chunk (one sort of the chunk's keys; no atomics), so an expert's pairs keep pair order and the
 # tables are deterministic (equal to ``route_reference``); the rank maps to a position. Small pair counts run the
-# three steps in one program over one chunk (``_route_kernel``); larger ones as three launches over the chunks
-# (``_route_count_kernel``, ``_route_plan_kernel``, ``_route_scatter_kernel``).
+# three steps in one program over one chunk (``_route_kernel``); larger ones as two launches over the chunks
+# (``_route_count_kernel``, then ``_route_plan_scatter_kernel``: session 17, every chunk's program plans from all
+# chunks' counts itself, keeps its own cursor row and tables, and writes its share of the block table, so step (2)
+# is no longer a one-program launch between the two).
 # Tail blocks (TAIL_T > 0): an expert whose count leaves 1..TAIL_T pairs past its last full BLOCK_T block puts them
 # in one TAIL_T block of a second table (positions from max_sorted, blocks from tail_block_offset, its count in
 # num_blocks[4]) that narrower tiles process; a larger remainder takes one more BLOCK_T block.
-# Scratch int32: counts [n_chunks, E_POW2], cursors [n_chunks, E_POW2], then per expert first position, positions
-# in BLOCK_T blocks (cap), first tail position ([3, E_POW2]).
+# Scratch int32: counts [n_chunks, E_POW2], cursors [n_chunks, E_POW2], then per chunk and expert first position,
+# positions in BLOCK_T blocks (cap), first tail position ([n_chunks, 3, E_POW2]).
 
 
 @triton.jit
@@ -60,10 +62,12 @@ def _route_count(routing_map_ptr, valid_pairs, sorted_pairs_ptr, counts_ptr, chu
 
 @triton.jit
 def _route_plan(counts_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks_ptr, n_chunks, max_sorted,
-                max_blocks, tail_block_offset, E: tl.constexpr, E_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
-                TAIL_T: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK_B: tl.constexpr):
-    """Blocks per expert (experts in order), ``num_blocks``, ``block_expert``, the per-expert position tables and
-    the (chunk, expert) cursors (the pairs of that expert in earlier chunks)."""
+                max_blocks, tail_block_offset, part, parts, E: tl.constexpr, E_POW2: tl.constexpr,
+                BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK_B: tl.constexpr):
+    """Blocks per expert (experts in order) from every chunk's counts; by program ``part`` of ``parts``: the
+    per-expert position tables at ``tables_ptr``, the cursor row of chunk ``part`` (the pairs of each expert in
+    earlier chunks), every ``parts``-th CHUNK_B slice of ``block_expert`` from slice ``part``, and (part 0)
+    ``num_blocks`` and the tail block table."""
     chunks = tl.arange(0, CHUNKS_POW2)
     experts = tl.arange(0, E_POW2)
     at = chunks[:, None] * E_POW2 + experts[None, :]
@@ -79,22 +83,23 @@ def _route_plan(counts_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks
         blocks = full + (rest > 0).to(tl.int32)
     block_end = tl.cumsum(blocks, axis=0)  # [E_POW2]: first block after expert e
     total_blocks = tl.sum(blocks, axis=0)
-    tl.store(num_blocks_ptr, total_blocks)
     tail_index = tl.cumsum(has_tail, axis=0) - has_tail
     tl.store(tables_ptr + experts, (block_end - blocks) * BLOCK_T)
     tl.store(tables_ptr + E_POW2 + experts, blocks * BLOCK_T)
     tl.store(tables_ptr + 2 * E_POW2 + experts, max_sorted + tail_index * TAIL_T)
-    tl.store(cursor_ptr + at, tl.cumsum(counts, axis=0) - counts, mask=chunks[:, None] < n_chunks)
+    tl.store(cursor_ptr + at, tl.cumsum(counts, axis=0) - counts, mask=chunks[:, None] == part)
     # block -> expert: the number of experts whose blocks end at or before block b.
     block_lanes = tl.arange(0, CHUNK_B)
-    for start in range(0, max_blocks, CHUNK_B):
+    for start in range(part * CHUNK_B, max_blocks, parts * CHUNK_B):
         b = start + block_lanes
         owner = tl.sum((block_end[None, :] <= b[:, None]).to(tl.int32), axis=1)
         owner = tl.where(b < total_blocks, owner, 0)
         tl.store(block_expert_ptr + b, owner, mask=b < max_blocks)
-    if TAIL_T > 0:
-        tl.store(block_expert_ptr + tail_block_offset + tail_index, experts, mask=has_tail > 0)
-        tl.store(num_blocks_ptr + 4, tl.sum(has_tail, axis=0))
+    if part == 0:
+        tl.store(num_blocks_ptr, total_blocks)
+        if TAIL_T > 0:
+            tl.store(block_expert_ptr + tail_block_offset + tail_index, experts, mask=has_tail > 0)
+            tl.store(num_blocks_ptr + 4, tl.sum(has_tail, axis=0))
 
 
 @triton.jit
@@ -161,7 +166,7 @@ def _route_kernel(
                  E, E_POW2, CHUNK)
     tl.debug_barrier()  # counts visible to every thread
     _route_plan(scratch_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks_ptr, 1, max_sorted, max_blocks,
-                tail_block_offset, E, E_POW2, BLOCK_T, TAIL_T, 2, CHUNK_B)  # a [2, E_POW2] tile, second row masked
+                tail_block_offset, 0, 1, E, E_POW2, BLOCK_T, TAIL_T, 2, CHUNK_B)  # a [2, E_POW2] tile, second row masked
     tl.debug_barrier()  # the -1 fill, the cursors and the tables are visible to every thread before the scatter
     _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, scratch_ptr, cursor_ptr, tables_ptr, 0,
                    local_expert_offset, E, E_POW2, CHUNK)
@@ -181,24 +186,22 @@ def _route_count_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, scr
 
 
 @triton.jit
-def _route_plan_kernel(scratch_ptr, block_expert_ptr, num_blocks_ptr, n_chunks, max_sorted, max_blocks,
-                       tail_block_offset, E: tl.constexpr, E_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
-                       TAIL_T: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK_B: tl.constexpr):
-    """Split route, step 2 (one program)."""
-    cursor_ptr = scratch_ptr + n_chunks * E_POW2
-    _route_plan(scratch_ptr, cursor_ptr, cursor_ptr + n_chunks * E_POW2, block_expert_ptr, num_blocks_ptr, n_chunks,
-                max_sorted, max_blocks, tail_block_offset, E, E_POW2, BLOCK_T, TAIL_T, CHUNKS_POW2, CHUNK_B)
-
-
-@triton.jit
-def _route_scatter_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, scratch_ptr, rows, n_chunks,
-                          local_expert_offset, TOPK: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr,
-                          CHUNK: tl.constexpr):
-    """Split route, step 3 (grid: n_chunks)."""
+def _route_plan_scatter_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, scratch_ptr, block_expert_ptr,
+                               num_blocks_ptr, rows, n_chunks, max_sorted, max_blocks, tail_block_offset,
+                               local_expert_offset, TOPK: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr,
+                               BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr, CHUNKS_POW2: tl.constexpr,
+                               CHUNK_B: tl.constexpr, CHUNK: tl.constexpr):
+    """Split route, steps 2 and 3 (grid: n_chunks): each chunk's program plans from every chunk's counts (its own
+    cursor row and tables, its share of the block table), then scatters its chunk."""
+    chunk = tl.program_id(0)
     valid_pairs = tl.minimum(tl.load(valid_tokens_ptr), rows) * TOPK
     cursor_ptr = scratch_ptr + n_chunks * E_POW2
-    _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, scratch_ptr, cursor_ptr,
-                   cursor_ptr + n_chunks * E_POW2, tl.program_id(0), local_expert_offset, E, E_POW2, CHUNK)
+    tables_ptr = cursor_ptr + n_chunks * E_POW2 + chunk * 3 * E_POW2
+    _route_plan(scratch_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks_ptr, n_chunks, max_sorted,
+                max_blocks, tail_block_offset, chunk, n_chunks, E, E_POW2, BLOCK_T, TAIL_T, CHUNKS_POW2, CHUNK_B)
+    tl.debug_barrier()  # this program's cursor row and tables are visible to every thread before the scatter
+    _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, scratch_ptr, cursor_ptr, tables_ptr, chunk,
+                   local_expert_offset, E, E_POW2, CHUNK)
 
 
 # Dequant modes (keep in sync with ``_DEQUANT_CODE`` in triton_moe.py).
@@ -400,16 +403,19 @@ def _plane_cols(cols, PLANE_K: tl.constexpr):
 
 
 @triton.jit
-def _planes_kernel(x_ptr, out_ptr, rows, K, K_PADDED, stride_x, stride_out, PLANE_K: tl.constexpr,
-                   BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """``planes_of`` on the device: ``out[r, _plane_cols(c)] = x[r, c]`` for a ``[BLOCK_R, BLOCK_C]`` tile (grid:
-    row blocks, column blocks; BLOCK_C a multiple of PLANE_K), zeros for ``K <= c < K_PADDED``."""
+def _planes_kernel(x_ptr, out_ptr, rows, K, stride_x, stride_out, PLANE_K: tl.constexpr, BLOCK_R: tl.constexpr):
+    """``planes_of`` on the device for rows ``[BLOCK_R]`` and K step ``program_id(1)`` (grid: row blocks, K_PADDED //
+    PLANE_K steps): the step ``[BLOCK_R, PLANE_K]`` loaded in K order (zeros from K on), its columns put in plane
+    order in registers (``k = 4j + i`` -> ``i * PLANE_K // 4 + j``, ``_plane_cols``), stored contiguously. Session 17:
+    storing each value at its plane column instead (2-byte scattered stores) took 11 us for 1 MB of x."""
     r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    live = (r < rows)[:, None]
-    v = tl.load(x_ptr + r[:, None] * stride_x + c[None, :], mask=live & (c < K)[None, :], other=0.0)
-    tl.store(out_ptr + r[:, None] * stride_out + _plane_cols(c, PLANE_K)[None, :], v,
-             mask=live & (c < K_PADDED)[None, :])
+    c0 = tl.program_id(1) * PLANE_K
+    k = tl.arange(0, PLANE_K // 4)[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]  # [1, PLANE_K // 4, 4]
+    v = tl.load(x_ptr + r[:, None, None] * stride_x + c0 + k, mask=(r < rows)[:, None, None] & (c0 + k < K),
+                other=0.0)
+    v = tl.reshape(tl.permute(v, (0, 2, 1)), [BLOCK_R, PLANE_K])  # [r, i, j] -> column i * PLANE_K // 4 + j
+    c = tl.arange(0, PLANE_K)
+    tl.store(out_ptr + r[:, None] * stride_out + c0 + c[None, :], v, mask=(r < rows)[:, None])
 
 
 @triton.jit

@@ -672,7 +672,7 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
     block_expert = torch.empty(tail_block_offset + (min(experts, rows * topk) if tail_t else 0), dtype=torch.int32,
                                device=device)
     num_blocks = torch.empty(8, dtype=torch.int32, device=device)
-    scratch = torch.empty((2 * n_chunks + 3) * e_pow2, dtype=torch.int32, device=device)
+    scratch = torch.empty(5 * n_chunks * e_pow2, dtype=torch.int32, device=device)
     tables = dict(E=experts, E_POW2=e_pow2, BLOCK_T=block_t, TAIL_T=tail_t,
                   CHUNK_B=min(128, _pow2_at_least(max_blocks)))
     if one_program:
@@ -686,15 +686,12 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
         routing_map, valid_tokens, sorted_pairs, scratch, rows, sorted_len, triton.cdiv(sorted_len, n_chunks),
         local_expert_offset, TOPK=topk, E=experts, E_POW2=e_pow2, CHUNK=chunk, num_warps=4,
     )
-    kernels._route_plan_kernel[(1,)](
-        scratch, block_expert, num_blocks, n_chunks, max_sorted, max_blocks, tail_block_offset,
-        CHUNKS_POW2=_pow2_at_least(n_chunks), **tables, num_warps=8,
-    )
     # the scatter sorts its chunk in registers: more warps for long chunks (compile-only, Triton 3.8, sm_90: 16384
     # lanes on 4 warps take 255 registers and spill 2.9 KB, on 16 warps 128 registers and no spill)
-    kernels._route_scatter_kernel[(n_chunks,)](
-        routing_map, valid_tokens, sorted_pairs, scratch, rows, n_chunks, local_expert_offset,
-        TOPK=topk, E=experts, E_POW2=e_pow2, CHUNK=chunk, num_warps=min(16, max(4, chunk // 512)),
+    kernels._route_plan_scatter_kernel[(n_chunks,)](
+        routing_map, valid_tokens, sorted_pairs, scratch, block_expert, num_blocks, rows, n_chunks, max_sorted,
+        max_blocks, tail_block_offset, local_expert_offset, TOPK=topk, CHUNK=chunk,
+        CHUNKS_POW2=_pow2_at_least(n_chunks), **tables, num_warps=min(16, max(4, chunk // 512)),
     )
     return sorted_pairs, block_expert, num_blocks
 
@@ -843,10 +840,8 @@ def _planes_into(x: torch.Tensor, planes: torch.Tensor, block_k: int) -> None:
     from . import _triton_moe_kernel as kernels
 
     rows, k = x.shape
-    block_c = block_k * max(1, 512 // block_k)
-    kernels._planes_kernel[(triton.cdiv(rows, 8), triton.cdiv(planes.shape[1], block_c))](
-        x, planes, rows, k, planes.shape[1], x.stride(0), planes.stride(0),
-        PLANE_K=block_k, BLOCK_R=8, BLOCK_C=block_c, num_warps=4,
+    kernels._planes_kernel[(triton.cdiv(rows, 8), planes.shape[1] // block_k)](
+        x, planes, rows, k, x.stride(0), planes.stride(0), PLANE_K=block_k, BLOCK_R=8, num_warps=4,
     )
 
 
