@@ -457,7 +457,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     # three) and the coalesced plane copy of x; GPU tests of both, then same-call A/B against the previous tree
     # (carried in .devcarry/old), 256 tokens, alternating old / new, and a per-kernel profile of the new tree
     L=$OUT/log.txt
-    timeout 130 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "route_tables_match or one_program_route_on or three_launch or (planes_keep_the_bits and odd) or (side_stream_keeps and m32l4)" > $L 2>&1
+    timeout 130 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "route_tables_match or one_program_route_on or chunked_route or (planes_keep_the_bits and odd) or (side_stream_keeps and m32l4)" > $L 2>&1
     echo "pytest rc=$?" >> $L
     grep "passed\|failed\|rc=\|Error" $L | tail -8
     OLD="env PYTHONPATH=/tmp/site:$PWD/.devcarry/old python3 .devcarry/old/bench/triton_moe_probe.py"

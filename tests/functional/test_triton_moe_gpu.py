@@ -300,7 +300,7 @@ def test_cuda_graph_replay_with_new_routing_and_valid_tokens():
 @pytest.mark.parametrize("rows,topk,experts,block_t,tail_t,offset,valid_rows", [
     (4096, 8, 128, 128, 0, 0, 4000),  # 32768 pairs: the three-launch route, 64 chunks of 512
     (20000, 8, 128, 128, 32, 0, 19990),  # 160000 pairs: 40 chunks of 4096, the scatter on 8 warps
-    (300, 8, 64, 16, 0, 5, 299),  # 2400 pairs: three launches, 10 chunks of 256
+    (300, 8, 64, 16, 0, 5, 299),  # 2400 pairs: two launches, 10 chunks of 256
     (100, 8, 128, 16, 0, 0, 97),  # 800 pairs: one program
     (96, 8, 128, 1, 0, 0, 90),  # the routed GEMV's block_t 1
     (4096, 8, 128, 128, 32, 0, 4000),  # tail tables
@@ -357,7 +357,7 @@ def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, ta
                            ref_blocks[tail_offset:tail_offset + tails])
 
 
-def test_cuda_graph_replay_with_the_three_launch_route():
+def test_cuda_graph_replay_with_the_chunked_route():
     """1024 tokens (8192 pairs: the chunked route, the default tiles l128a_sa_t64) captured once, replayed with new
     routing and valid-token counts."""
     _graph_replay_of(lambda t, h, i, k, e: choose_config(t, h, i, gated=True, topk=k, experts=e), 1024,

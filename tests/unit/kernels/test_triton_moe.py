@@ -412,7 +412,7 @@ def test_route_refuses_pairs_beyond_its_int32_sort_keys():
 
 
 def test_route_launch_shape():
-    """One program up to 1024 pairs (one chunk holds them all); above, three launches over at most 64 chunks of at
+    """One program up to 1024 pairs (one chunk holds them all); above, two launches over at most 64 chunks of at
     least 256 pairs that together cover every pair."""
     from megatron_mxfp8_moe.kernels.triton_moe import route_launch_shape
 
@@ -657,7 +657,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
                   base if name in ("bits_int", "gate_merge") else same_as)
 
     # Tail tiles: 48 rows x top-2 over 4 local experts (45 valid rows, ids over 5 experts: about 18 pairs each): 16-token blocks, and an expert's last
-    # 1..8 pairs in an 8-token tail block; both route forms (one program; three launches over chunks of 16).
+    # 1..8 pairs in an 8-token tail block; both route forms (one program; two launches over chunks of 16).
     rng_state = torch.get_rng_state()  # the sections after this one draw the same inputs as without it
     hidden, inter, rows = 96, 32, 48
     fc1 = quantize_mxfp8(random_weights((4, 2 * inter, hidden), scale=0.1), backend="reference")
