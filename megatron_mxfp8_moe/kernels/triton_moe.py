@@ -625,7 +625,8 @@ def triton_mxfp8_moe(
 
 # Route launch shapes: up to _ROUTE_ONE_PROGRAM_PAIRS pairs one program does the whole route (one launch); above,
 # two launches over chunks of _ROUTE_CHUNK pairs or more, at most _ROUTE_MAX_CHUNKS of them (each plan-and-scatter
-# program holds the [chunks, E] tile of counts). The single-program form took 150 us at 32768 pairs (4096 tokens, top-8) on an H200 (session 8).
+# program holds the [chunks, E] tile of counts). The single-program form took 150 us at 32768 pairs (4096 tokens,
+# top-8) on an H200 (session 8).
 _ROUTE_ONE_PROGRAM_PAIRS = 1024
 _ROUTE_CHUNK = 256
 _ROUTE_MAX_CHUNKS = 64
