@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s17a     # for session 17 (run first): the layer graph tests (one new, never run), then probes:
-#                                   # the second stream at 72-176 pairs per expert, l64k2_sx4p_f4_t32 on 235b, the spread
+#   bash tools/gpu_next.sh s18a     # for session 18 (run first): tests owed from session 17's call 5, MoE benchmark, demo
+#   bash tools/gpu_next.sh s18b     # for session 18: profiles with the new route, FC2 pipelining probes at 256 tokens
+#   bash tools/gpu_next.sh s17a     # session 17, call 1: the layer graph tests (one new), then probes: the second stream
+#                                   # at 72-176 pairs per expert, l64k2_sx4p_f4_t32 on 235b, the spread
 #   bash tools/gpu_next.sh s17e     # session 17, call 5: the route plan folded into the scatter, the coalesced plane copy
 #   bash tools/gpu_next.sh s17d     # session 17, call 4: squared ReLU planes + plane copy beside the route at 64 tokens
 #   bash tools/gpu_next.sh s17c     # session 17, call 3: tests of the new defaults, MoE benchmark, demo
@@ -451,6 +453,28 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     c=m32l4_sx4p_m_t16
     timeout 70 $P --shape qwen3-235b-a22b --tokens 256 --configs "$c,${c}_s2,$c,${c}_s2,$c,${c}_s2" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    cat $OUT/probe.jsonl ;;
+  s18a)
+    # prepared in session 17 (run first): the GPU tests owed from call 5 (the route fold, the coalesced plane copy),
+    # the float64 default cases and the layer's CUDA graphs on the final tree, then the full MoE benchmark and the demo
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      tests/functional/test_layer_cuda_graph_gpu.py -k "(planes_keep_the_bits and odd7) or (side_stream_keeps and (m32l4 or l128m)) or (matches_float64 and (300 or 600 or 1024)) or graph_replay_matches or second_stream or chunked_route" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -20
+    moe_bench_and_demo 180 $L ;;
+  s18b)
+    # prepared in session 17: per-kernel profiles of the 256-token defaults with the new route (30b, both
+    # activations), then FC2 pipelining on the 30b 256-token gated default (K = 768: 3 steps of 256 on 2 stages;
+    # FC2 streams at 51% of the read roofline there), each against the default in the same process
+    P="python3 bench/triton_moe_probe.py"
+    c=m32l4_sx4p_m_t16_s2
+    timeout 45 $P --shape qwen3-30b-a3b --tokens 256 --profile --configs $c > $OUT/probe.jsonl 2> $OUT/probe.err
+    timeout 45 $P --shape qwen3-30b-a3b --tokens 256 --activation squared_relu --profile --configs m32k_sx4p_f4_t16_s2 >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 90 $P --shape $s --tokens 256 --configs "$c,$c+fc2_stages=3,$c+fc2_block_k=128+fc2_stages=4,$c+fc2_block_n=32,$c"
+    done >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl ;;
   s17e)
     # session 17, call 5: the route's plan folded into its scatter programs (two launches above 1024 pairs instead of
