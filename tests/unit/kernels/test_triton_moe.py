@@ -566,7 +566,9 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             ("route4_split", small, 8, 5, 4, 0, 8), ("route1_split", small, 8, 5, 1, 0, 8),
             ("route16_split", large, 251, 8, 16, 0, 32), ("route16", large, 251, 8, 16, 0, None),
             ("route4_tail2", small, 8, 5, 4, 2, None), ("route4_tail2_split", small, 8, 5, 4, 2, 8),
-            ("route64_tail32", large, 251, 8, 64, 32, None), ("route64_tail32_split", large, 251, 8, 64, 32, 32)]:
+            ("route64_tail32", large, 251, 8, 64, 32, None), ("route64_tail32_split", large, 251, 8, 64, 32, 32),
+            # one-pair blocks: about 1000 blocks, so the split route's programs write 8 slices of the block table
+            ("route1_many_split", large, 251, 8, 1, 0, 32)]:
         host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (4096, 256)
         rows = ids.shape[0]
         sorted_pairs, block_expert, blocks = host._route(ids, torch.tensor([valid], dtype=torch.int32), rows,
@@ -767,7 +769,7 @@ def test_kernels_under_triton_interpreter():
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _INTERPRETER_SCRIPT], timeout=900)
     for name in ("route4", "route1", "route4_split", "route1_split", "route16_split", "route16", "route4_tail2",
-                 "route4_tail2_split", "route64_tail32", "route64_tail32_split"):
+                 "route4_tail2_split", "route64_tail32", "route64_tail32_split", "route1_many_split"):
         route = result[name]
         assert route["split"] == name.endswith("_split"), (name, route)
         assert route["tail_used"] == ("tail" in name), (name, route)
