@@ -34,7 +34,9 @@ def parse_config(name: str):
     for item in overrides:
         key, _, value = item.partition("=")
         current = getattr(cfg, key)  # AttributeError names an unknown field
-        if isinstance(current, bool):
+        if value.lower() == "none":
+            fields[key] = None
+        elif isinstance(current, bool):
             fields[key] = value in ("1", "True", "true")
         else:
             fields[key] = value if isinstance(current, str) else int(value)

@@ -2,6 +2,8 @@
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s18a     # for session 18 (run first): tests owed from session 17's call 5, MoE benchmark, demo
 #   bash tools/gpu_next.sh s18b     # for session 18: profiles with the new route, FC2 pipelining probes at 256 tokens
+#   bash tools/gpu_next.sh s18c     # session 18, call 3: FC2 by TMA / warp specialization (bit tests, probes at 256)
+#   bash tools/gpu_next.sh s18d     # session 18, call 4: TMA FC2 with pointer-loaded scales, uncapped warp specialization
 #   bash tools/gpu_next.sh s17a     # session 17, call 1: the layer graph tests (one new), then probes: the second stream
 #                                   # at 72-176 pairs per expert, l64k2_sx4p_f4_t32 on 235b, the spread
 #   bash tools/gpu_next.sh s17e     # session 17, call 5: the route plan folded into the scatter, the coalesced plane copy
@@ -464,6 +466,43 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     echo "pytest rc=$?" >> $L
     grep "passed\|failed\|rc=\|Error" $L | tail -20
     moe_bench_and_demo 180 $L ;;
+  s18c)
+    # session 18, call 3 (the fc2_tma code was removed after call 4: apply bench/results/run21/fc2_tma.patch to rerun)
+    # FC2 of the "sx4" plane tiles with TMA loads (fc2_tma 1) and warp specialization (2): bit
+    # tests, then same-call probes at 256 tokens (both shapes, both activations: default, tma 1, tma 2, default) and
+    # per-kernel profiles on 30b
+    L=$OUT/log.txt
+    timeout 170 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "fc2_tma" > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -8
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      c=m32l4_sx4p_m_t16_s2
+      timeout 75 $P --shape $s --tokens 256 --configs "$c,$c+fc2_tma=1,$c+fc2_tma=2,$c"
+      c=m32k_sx4p_f4_t16_s2
+      timeout 75 $P --shape $s --tokens 256 --activation squared_relu --configs "$c,$c+fc2_tma=1,$c+fc2_tma=2,$c"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    c=m32k_sx4p_f4_t16_s2
+    timeout 60 $P --shape qwen3-30b-a3b --tokens 256 --activation squared_relu --profile --configs "$c+fc2_tma=1,$c+fc2_tma=2" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -5 $OUT/probe.err ;;
+  s18d)
+    # session 18, call 4: s18c's TMA FC2 was slower (scales unswizzled through shared memory; warp specialization
+    # 2x slower at a 168-register cap). Bit tests of TMA with pointer-loaded scales (fc2_tma 3), then probes at 256
+    # tokens: default, tma 3, tma 2 uncapped, tma 3 with 3 stages, default
+    L=$OUT/log.txt
+    timeout 100 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "tma_pointer_scales" > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -8
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      c=m32k_sx4p_f4_t16_s2
+      timeout 80 $P --shape $s --tokens 256 --activation squared_relu --configs "$c,$c+fc2_tma=3,$c+fc2_tma=2+fc2_maxnreg=none,$c+fc2_tma=3+fc2_stages=3,$c"
+      c=m32l4_sx4p_m_t16_s2
+      timeout 60 $P --shape $s --tokens 256 --configs "$c,$c+fc2_tma=3,$c"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    c=m32k_sx4p_f4_t16_s2
+    timeout 50 $P --shape qwen3-30b-a3b --tokens 256 --activation squared_relu --profile --configs "$c+fc2_tma=3" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s18b)
     # prepared in session 17: per-kernel profiles of the 256-token defaults with the new route (30b, both
     # activations), then FC2 pipelining on the 30b 256-token gated default (K = 768: 3 steps of 256 on 2 stages;
