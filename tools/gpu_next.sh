@@ -4,6 +4,7 @@
 #   bash tools/gpu_next.sh s18b     # for session 18: profiles with the new route, FC2 pipelining probes at 256 tokens
 #   bash tools/gpu_next.sh s18c     # session 18, call 3: FC2 by TMA / warp specialization (bit tests, probes at 256)
 #   bash tools/gpu_next.sh s18d     # session 18, call 4: TMA FC2 with pointer-loaded scales, uncapped warp specialization
+#   bash tools/gpu_next.sh s18e     # session 18, call 5: 1024 tokens, same-call A/B against the tree before the route fold
 #   bash tools/gpu_next.sh s17a     # session 17, call 1: the layer graph tests (one new), then probes: the second stream
 #                                   # at 72-176 pairs per expert, l64k2_sx4p_f4_t32 on 235b, the spread
 #   bash tools/gpu_next.sh s17e     # session 17, call 5: the route plan folded into the scatter, the coalesced plane copy
@@ -502,6 +503,21 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     c=m32k_sx4p_f4_t16_s2
     timeout 50 $P --shape qwen3-30b-a3b --tokens 256 --activation squared_relu --profile --configs "$c+fc2_tma=3" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s18e)
+    # session 18, call 5: run 21 timed 1024 tokens 7% / 3% faster than run 20 (30b / 235b) with the same tiles; the
+    # route fold and the coalesced plane copy (session 17, call 5) came between. Same-call A/B against the tree before
+    # them (d890f8a, carried in .devcarry/old), alternating old / new, both activations, then per-kernel profiles
+    OLD="env PYTHONPATH=/tmp/site:$PWD/.devcarry/old python3 .devcarry/old/bench/triton_moe_probe.py"
+    NEW="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      for P in "$OLD" "$NEW" "$OLD" "$NEW"; do
+        timeout 35 $P --shape $s --tokens 1024 --configs "l128m_sa_t64pu_s2" | sed "s/}\$/, \"tree\": \"${P%% *}\"}/"
+      done
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    for P in "$OLD" "$NEW"; do
+      timeout 35 $P --shape qwen3-30b-a3b --tokens 1024 --profile --configs "l128m_sa_t64pu_s2" | sed "s/}\$/, \"tree\": \"${P%% *}\"}/"
+    done >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s18b)
     # prepared in session 17: per-kernel profiles of the 256-token defaults with the new route (30b, both
