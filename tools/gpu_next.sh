@@ -5,6 +5,7 @@
 #   bash tools/gpu_next.sh s18c     # session 18, call 3: FC2 by TMA / warp specialization (bit tests, probes at 256)
 #   bash tools/gpu_next.sh s18d     # session 18, call 4: TMA FC2 with pointer-loaded scales, uncapped warp specialization
 #   bash tools/gpu_next.sh s18e     # session 18, call 5: 1024 tokens, same-call A/B against the tree before the route fold
+#   bash tools/gpu_next.sh s18f     # session 18, call 6: FC2 in Gluon with asynchronous wgmma (bench/gluon_fc2_probe.py)
 #   bash tools/gpu_next.sh s17a     # session 17, call 1: the layer graph tests (one new), then probes: the second stream
 #                                   # at 72-176 pairs per expert, l64k2_sx4p_f4_t32 on 235b, the spread
 #   bash tools/gpu_next.sh s17e     # session 17, call 5: the route plan folded into the scatter, the coalesced plane copy
@@ -519,6 +520,15 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
       timeout 35 $P --shape qwen3-30b-a3b --tokens 1024 --profile --configs "l128m_sa_t64pu_s2" | sed "s/}\$/, \"tree\": \"${P%% *}\"}/"
     done >> $OUT/probe.jsonl 2>> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s18f)
+    # session 18, call 6: FC2 in Gluon with asynchronous wgmma (bench/gluon_fc2_probe.py): float64 error, bits against
+    # the Triton FC2 at 128-deep K steps, CUDA-graph times against the Triton FC2 at 128 / 256-deep steps; 16 pairs
+    # per 32-token block (256 tokens), 30b / 235b FC2 shapes, gated and squared ReLU
+    for shape in "2048 1536" "2048 768" "4096 3072" "4096 1536"; do
+      set -- $shape
+      timeout 100 python3 bench/gluon_fc2_probe.py --hidden $1 --inter $2 --gluon "64:3:4,64:2:4,64:4:4,128:3:4"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -5 $OUT/probe.err ;;
   s18b)
     # prepared in session 17: per-kernel profiles of the 256-token defaults with the new route (30b, both
     # activations), then FC2 pipelining on the 30b 256-token gated default (K = 768: 3 steps of 256 on 2 stages;
