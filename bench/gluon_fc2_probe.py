@@ -1,18 +1,12 @@
-"""Probe (session 18): FC2 of the "sx4" plane tiles written in Gluon, with asynchronous wgmma.
+"""Probe (session 18): the Gluon FC2 (``megatron_mxfp8_moe/kernels/_gluon_fc2_kernel.py``: asynchronous wgmma, TMA
+stages) against the Triton FC2 (``_fc2_kernel``) on one FC2 problem shaped like a 256-token decode step.
 
-The Triton FC2 (``_fc2_kernel``) dequantizes a K step and then runs its MMAs; Triton makes each ``tl.dot`` whose
-result feeds the next step wait for it, so the dequant of step k + 1 never overlaps the MMAs of step k. This kernel
-issues the 4 byte-plane MMAs of a step with ``is_async=True`` and waits for them only after the next step's dequant
-(``warpgroup_mma_wait(num_outstanding=4)``), with TMA copies of the weight words and token planes into a ring of
-shared-memory stages and mbarriers. Same values, same MMA order per output element as the Triton kernel with the same
-K step, so the bits should match.
+``E`` experts, one 32-token block each with ``--pairs`` pairs (the rest padding), inter rows plane-major per K step,
+weights canonical MXFP8. Prints one JSON line: the relative error of every kernel against a float64 reference,
+whether each Gluon run is bit-equal to the Triton FC2 at 128-deep K steps, and CUDA-graph times (us, median of
+``triton.testing.do_bench_cudagraph``) of the Gluon runs and of Triton at 128- and 256-deep K steps.
 
-One FC2 problem shaped like a 256-token decode step: ``E`` experts, one 32-token block each with ``--pairs`` pairs
-(the rest padding), inter rows plane-major per K step, weights canonical MXFP8. Prints one JSON line: the relative
-error of both kernels against a float64 reference, whether their outputs are bit-equal, and CUDA-graph times (us,
-median of ``triton.testing.do_bench_cudagraph``) of Gluon and of Triton at 128- and 256-deep K steps.
-
-    python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 1536
+    python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 1536 --gluon 64:3:4,128:3:4
 """
 
 from __future__ import annotations
@@ -22,140 +16,11 @@ import json
 
 import torch
 import triton
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-
-@gluon.jit
-def _sx4_planes(words):
-    """int32 words of 4 e4m3 bytes -> 4 bf16 tensors (byte i in the i-th), each ``e4m3 * 2 ** -120``: the Triton
-    kernel's ``_fp8x4_sx_to_bf16``."""
-    return gl.inline_asm_elementwise(
-        asm="""
-        {
-        .reg .b32 a, b;
-        prmt.b32 a, $4, 0, 0x9180;
-        prmt.b32 b, $4, 0, 0xB3A2;
-        shl.b32 a, a, 4;
-        shl.b32 b, b, 4;
-        and.b32 a, a, 0x87F087F0;
-        and.b32 b, b, 0x87F087F0;
-        mov.b32 {$0, $1}, a;
-        mov.b32 {$2, $3}, b;
-        }
-        """,
-        constraints="=h,=h,=h,=h,r",
-        args=[words],
-        dtype=(gl.bfloat16, gl.bfloat16, gl.bfloat16, gl.bfloat16),
-        is_pure=True,
-        pack=1,
-    )
-
-
-@gluon.jit
-def _step_scales(s_base, rows, cols, k, scale_tiles, Q: gl.constexpr):
-    """E8M0 bytes of K step ``k`` for every element of a ``[BLOCK_N, Q]`` plane tile (column j: block j // 8), read
-    straight into the plane tiles' layout from the 128x4-swizzled scales."""
-    c = k * (Q // 8) + cols // 8
-    offs = (rows // 128) * (scale_tiles * 512) + (rows % 32) * 16 + ((rows % 128) // 32) * 4
-    return gl.load(s_base + offs[:, None] + ((c // 4) * 512 + c % 4)[None, :])
-
-
-@gluon.jit
-def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
-    Q: gl.constexpr = BLOCK_K // 4
-    st = k % STAGES
-    mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 4 * a_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bars.index(st), w_smem.index(st))
-    for p in gl.static_range(4):
-        tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K + p * Q], bars.index(st), x_smem.index(st * 4 + p))
-
-
-@gluon.jit
-def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
-                      stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
-                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
-    Q: gl.constexpr = BLOCK_K // 4
-    pid_n = gl.program_id(0)
-    pid_b = gl.program_id(1)
-    if pid_b < gl.load(num_blocks_ptr):
-        expert = gl.load(block_expert_ptr + pid_b)
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                      instr_shape=[16, BLOCK_T, 16])
-        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-        w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, Q], w_desc.layout)
-        x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES * 4, BLOCK_T, Q], a_desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(bars.index(i), count=1)
-        n_first = pid_n * BLOCK_N
-        w_row = expert * N + n_first
-        a_row = pid_b * BLOCK_T
-        steps = K // BLOCK_K
-        for i in gl.static_range(STAGES - 1):
-            if i < steps:
-                _issue(w_desc, a_desc, w_smem, x_smem, bars, i, w_row, a_row, STAGES, BLOCK_K)
-        rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
-        cols = gl.arange(0, Q, layout=gl.SliceLayout(0, a_layout))
-        s_base = s_ptr + expert.to(gl.int64) * stride_se
-        s_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q)
-        acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-        zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
-        q0, q1, q2, q3 = zero, zero, zero, zero  # the previous step's planes: alive until its MMAs are done
-        for k in range(steps):
-            st = k % STAGES
-            mbarrier.wait(bars.index(st), (k // STAGES) & 1)
-            words = w_smem.index(st).load(a_layout)
-            s = s_next
-            s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q)
-            si = s.to(gl.int16)
-            lo = ((gl.minimum(si, 134) + 120) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-            hi = ((gl.maximum(si, 134) - 7) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-            v0, v1, v2, v3 = _sx4_planes(words)
-            p0 = v0 * lo * hi
-            p1 = v1 * lo * hi
-            p2 = v2 * lo * hi
-            p3 = v3 * lo * hi
-            acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc, is_async=True)
-            # the previous step's 4 MMAs are done past this wait: its stage and its planes are free
-            acc, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc, q0, q1, q2, q3))
-            q0, q1, q2, q3 = p0, p1, p2, p3
-            if k + STAGES - 1 < steps:
-                _issue(w_desc, a_desc, w_smem, x_smem, bars, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K)
-        acc, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, q0, q1, q2, q3))
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(bars.index(i))
-        positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
-        pairs = gl.load(sorted_pairs_ptr + positions)
-        offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
-        ptrs = slot_ptr + gl.where(pairs >= 0, pairs, 0).to(gl.int64)[None, :] * stride_slot + offs_n[:, None]
-        gl.store(ptrs, acc.to(gl.bfloat16), mask=(pairs >= 0)[None, :] & (offs_n < N)[:, None])
-
-
-def gluon_fc2(inter_planes, w, scales, slots, sorted_pairs, block_expert, num_blocks, *, block_n=64, block_t=32,
-              block_k=128, stages=3, num_warps=4):
-    """Launch ``_fc2_gluon_kernel``: ``inter_planes`` [blocks * block_t, K] bf16 plane-major per ``block_k``, ``w``
-    [E, N, K] fp8 (canonical), ``scales`` [E, Mp * Cp] uint8 swizzled, ``slots`` [pairs, N] bf16 out."""
-    experts, n, k = w.shape
-    q = block_k // 4
-    words = w.view(torch.uint8).view(experts * n, k).view(torch.int32)
-    w_desc = TensorDescriptor.from_tensor(words, [block_n, q], gl.NVMMASharedLayout.get_default_for([block_n, q],
-                                                                                                    gl.int32))
-    a_desc = TensorDescriptor.from_tensor(inter_planes, [block_t, q],
-                                          gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16))
-    scale_tiles = scales.stride(0) // (-(-n // 128) * 128) // 4
-    _fc2_gluon_kernel[(triton.cdiv(n, block_n), block_expert.numel())](
-        w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, n, k, scales.stride(0), scale_tiles,
-        slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, num_warps=num_warps)
 
 
 def main() -> None:
     from megatron_mxfp8_moe.kernels import _triton_moe_kernel as kernels
+    from megatron_mxfp8_moe.kernels._gluon_fc2_kernel import launch_gluon_fc2
     from megatron_mxfp8_moe.kernels.triton_moe import TILES, _scale_args, planes_of
     from megatron_mxfp8_moe.tensor import quantize_mxfp8
     from megatron_mxfp8_moe.testing import relative_error
@@ -204,8 +69,8 @@ def main() -> None:
         block_n, stages, warps = (int(v) for v in spec.split(":"))
         planes = planes_of(h, 128)
         slots = torch.full((pairs, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        return (lambda: gluon_fc2(planes, fc2.data, scales, slots, sorted_pairs, block_expert, num_blocks,
-                                  block_n=block_n, stages=stages, num_warps=warps)), slots
+        return (lambda: launch_gluon_fc2(planes, fc2.data, scales, slots, sorted_pairs, block_expert, num_blocks, e,
+                                         block_n=block_n, block_t=bt, stages=stages, num_warps=warps)), slots
 
     runs = [("triton_k256", triton_fc2(256)), ("triton_k128", triton_fc2(128))]
     runs += [(f"gluon_k128_{spec}", gluon_run(spec)) for spec in args.gluon.split(",")]

@@ -6,6 +6,7 @@
 #   bash tools/gpu_next.sh s18d     # session 18, call 4: TMA FC2 with pointer-loaded scales, uncapped warp specialization
 #   bash tools/gpu_next.sh s18e     # session 18, call 5: 1024 tokens, same-call A/B against the tree before the route fold
 #   bash tools/gpu_next.sh s18f     # session 18, call 6: FC2 in Gluon with asynchronous wgmma (bench/gluon_fc2_probe.py)
+#   bash tools/gpu_next.sh s18g     # session 18, call 7: the Gluon FC2 in the layer (bit tests, graph replay, probes)
 #   bash tools/gpu_next.sh s17a     # session 17, call 1: the layer graph tests (one new), then probes: the second stream
 #                                   # at 72-176 pairs per expert, l64k2_sx4p_f4_t32 on 235b, the spread
 #   bash tools/gpu_next.sh s17e     # session 17, call 5: the route plan folded into the scatter, the coalesced plane copy
@@ -529,6 +530,22 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
       timeout 100 python3 bench/gluon_fc2_probe.py --hidden $1 --inter $2 --gluon "64:3:4,64:2:4,64:4:4,128:3:4"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -5 $OUT/probe.err ;;
+  s18g)
+    # session 18, call 7 (the last device minutes): the Gluon FC2 inside the layer (fc2_gluon): bit tests against the
+    # Triton FC2 at 128-deep steps and a graph replay, then layer probes at 256 tokens: default, Gluon, default
+    L=$OUT/log.txt
+    timeout 110 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "(gluon_fc2_keeps_the_bits and n128s3 and (m32k or m32l4)) or replay_with_the_gluon" > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -8
+    P="python3 bench/triton_moe_probe.py"
+    G="+fc2_block_k=128+fc2_gluon=1+fc2_block_n=128+fc2_stages=3"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      c=m32k_sx4p_f4_t16_s2
+      timeout 45 $P --shape $s --tokens 256 --activation squared_relu --configs "$c,$c$G,$c"
+      c=m32l4_sx4p_m_t16_s2
+      timeout 45 $P --shape $s --tokens 256 --configs "$c,$c$G,$c"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s18b)
     # prepared in session 17: per-kernel profiles of the 256-token defaults with the new route (30b, both
     # activations), then FC2 pipelining on the 30b 256-token gated default (K = 768: 3 steps of 256 on 2 stages;

@@ -113,6 +113,11 @@ class TritonMoEConfig:
     # tile's launch pair beside the main pair (it waits only for the route), so neither pair's last wave leaves
     # SMs idle while the other has work. 0: one stream. Forks and joins are event waits: graph-safe, no host sync.
     side_stream: int = 0
+    # Session 18: FC2 as the Gluon kernel (``_gluon_fc2_kernel``: asynchronous wgmma, TMA stages; the same bits as the
+    # Triton FC2 at the same 128-deep K steps). For the plane tiles ("sx4", ``planes``, ``fc2_block_k`` 128, no
+    # split-K); ``fc2_block_n`` (a multiple of 64 rows), ``fc2_stages`` and ``fc2_warps`` (4 or 8) are its tile.
+    # Shapes need I % 128 == 0 and H % fc2_block_n == 0; ``fc2_maxnreg`` is ignored.
+    fc2_gluon: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -134,6 +139,14 @@ class TritonMoEConfig:
         if self.planes and self.dequant not in _WORD_MODES:
             raise ValueError(f"TritonMoEConfig: planes is for the 'sx4' tiles (dequant {_WORD_MODES}), got "
                              f"dequant={self.dequant!r}")
+        if self.fc2_gluon and not (self.planes and self.dequant == "sx4" and self.fc2_block_k == 128
+                                   and self.fc2_split_k == 1 and self.fc2_block_n % 64 == 0
+                                   and self.fc2_warps in (4, 8) and self.fc2_stages >= 2):
+            raise ValueError("TritonMoEConfig: fc2_gluon needs planes=True, dequant='sx4', fc2_block_k=128, "
+                             "fc2_split_k=1, fc2_block_n a multiple of 64, fc2_warps 4 or 8 and fc2_stages >= 2; got "
+                             f"planes={self.planes}, dequant={self.dequant!r}, fc2_block_k={self.fc2_block_k}, "
+                             f"fc2_split_k={self.fc2_split_k}, fc2_block_n={self.fc2_block_n}, "
+                             f"fc2_warps={self.fc2_warps}, fc2_stages={self.fc2_stages}")
         if self.side_stream not in (0, 1, 2):
             raise ValueError(f"TritonMoEConfig: side_stream must be 0, 1 or 2, got {self.side_stream}")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
@@ -617,10 +630,30 @@ def triton_mxfp8_moe(
                 raise MXFP8InputError(f"{name}: the 'sx4' tiles read weight rows as 32-bit words; the fp8 rows must "
                                       f"start at 4-byte aligned addresses (strides {tuple(data.stride())}, address "
                                       f"{data.data_ptr()}; copy the stack)")
+    for tile in cfg.launch_tiles:
+        if tile.fc2_gluon:
+            _check_gluon_fc2(tile, fc2, x.device)
     with on_device(x.device):  # Triton launches on the current device
         _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
                 experts, hidden, inner, topk)
     return out
+
+
+def _check_gluon_fc2(cfg: TritonMoEConfig, fc2: MXFP8Tensor, device: torch.device) -> None:
+    """Raise before any launch unless ``cfg``'s Gluon FC2 can run here on this FC2 stack."""
+    _, hidden, inner = fc2.data.shape
+    if inner % 128 or hidden % cfg.fc2_block_n:
+        raise MXFP8InputError(f"fc2_gluon: the FC2 stack {tuple(fc2.data.shape)} needs I % 128 == 0 and H % "
+                              f"fc2_block_n ({cfg.fc2_block_n}) == 0")
+    if not (fc2.data.is_contiguous() and fc2.scale_bytes().is_contiguous()):
+        raise MXFP8InputError("fc2_gluon: the FC2 stack and its scales must be contiguous (TMA descriptors)")
+    if device.type != "cuda":
+        raise BackendUnavailableError("fc2_gluon runs on a Hopper GPU only (Gluon has no CPU interpreter)")
+    try:
+        from . import _gluon_fc2_kernel  # noqa: F401
+    except ImportError as error:
+        raise BackendUnavailableError("fc2_gluon needs Triton's Gluon dialect with its Hopper API "
+                                      f"(triton.experimental.gluon; Triton 3.6 was tested): {error}") from error
 
 
 # Route launch shapes: up to _ROUTE_ONE_PROGRAM_PAIRS pairs one program does the whole route (one launch); above,
@@ -834,6 +867,16 @@ def _side_stream(device: torch.device):
     return None if stream == torch.cuda.current_stream(index) else stream
 
 
+def _launch_gluon_fc2(cfg: TritonMoEConfig, inter: torch.Tensor, fc2: MXFP8Tensor, s2: torch.Tensor,
+                      slots: torch.Tensor, route, grid_blocks: int) -> None:
+    """FC2 of ``cfg`` (``fc2_gluon``, checked by ``_check_gluon_fc2``) through the Gluon kernel; ``slots``
+    ``[pairs, H]`` (one split)."""
+    from ._gluon_fc2_kernel import launch_gluon_fc2
+
+    launch_gluon_fc2(inter, fc2.data, s2, slots, *route, grid_blocks, block_n=cfg.fc2_block_n, block_t=cfg.block_t,
+                     stages=cfg.fc2_stages, num_warps=cfg.fc2_warps)
+
+
 def _planes_into(x: torch.Tensor, planes: torch.Tensor, block_k: int) -> None:
     """``planes[:] = planes_of(x, block_k)`` in one launch (``_planes_kernel``); ``planes`` ``[R, Kp]``."""
     import triton
@@ -868,6 +911,9 @@ def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activat
         GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
         **cfg.launch_options(1),
     )
+    if cfg.fc2_gluon:
+        _launch_gluon_fc2(cfg, inter, fc2, s2, slots[0], route, grid_blocks)
+        return
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,
         hidden, inner, inter.stride(0),

@@ -832,3 +832,34 @@ def test_cuda_graph_replay_with_a_side_stream(tile, tokens, activation):
     cfg = dataclasses.replace(TILES[tile], side_stream=2)
     _graph_replay_of(lambda *shape: cfg, tokens, (tokens, tokens * 2 // 3, 5), activation)
 
+
+
+# Session 18: FC2 as the Gluon kernel (``fc2_gluon``: asynchronous wgmma, TMA stages). Same values and the same MMA
+# order per output element as the Triton FC2 at the same 128-deep K steps, so the bits must match it, on the plane
+# tiles (the tails stay Triton) and with the Gluon tile's own rows / stages / warps.
+GLUON_FC2 = {
+    "m32l4_sx4p_m_t16": (TILES["m32l4_sx4p_m_t16"], "swiglu"),
+    "m32k_sx4p_f4_t16": (TILES["m32k_sx4p_f4_t16"], "squared_relu"),
+    "l64_sx4p_mu_t32": (TILES["l64_sx4p_mu_t32"], "swiglu"),
+}
+GLUON_TILES = {"n64s3": dict(fc2_block_n=64, fc2_stages=3, fc2_warps=4),
+               "n128s3": dict(fc2_block_n=128, fc2_stages=3, fc2_warps=4),
+               "n128s2w8": dict(fc2_block_n=128, fc2_stages=2, fc2_warps=8)}
+
+
+@pytest.mark.parametrize("variant", sorted(GLUON_TILES))
+@pytest.mark.parametrize("tile", sorted(GLUON_FC2))
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 300)], ids=["30b-T256", "235b-T300"])
+def test_gluon_fc2_keeps_the_bits(tile, variant, case):
+    base, activation = GLUON_FC2[tile]
+    k128 = dataclasses.replace(base, fc2_block_k=128)
+    _assert_tiles_keep_bits(k128, dataclasses.replace(k128, fc2_gluon=True, **GLUON_TILES[variant]), case, activation)
+
+
+@pytest.mark.parametrize("tile,tokens", [("m32k_sx4p_f4_t16", 256), ("m32l4_sx4p_m_t16", 256)])
+def test_cuda_graph_replay_with_the_gluon_fc2(tile, tokens):
+    """The Gluon FC2 (host TMA descriptors captured by value) and the second stream in one graph, replayed with new
+    routing and valid-token counts: equal to eager, within BOUND of float64."""
+    base, activation = GLUON_FC2[tile]
+    cfg = dataclasses.replace(base, fc2_block_k=128, fc2_gluon=True, side_stream=2, **GLUON_TILES["n128s3"])
+    _graph_replay_of(lambda *shape: cfg, tokens, (tokens, tokens * 2 // 3, 5), activation)

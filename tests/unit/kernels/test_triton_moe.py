@@ -377,6 +377,37 @@ def test_sx4_needs_word_aligned_weight_rows(monkeypatch):
             dataclasses.replace(words, **bad)
 
 
+def test_gluon_fc2_is_checked(monkeypatch):
+    """The Gluon FC2 (``fc2_gluon``) takes only the plane tiles at 128-deep FC2 steps, and a call refuses shapes it
+    cannot tile, and a CPU device, with a clear error before any launch."""
+    from megatron_mxfp8_moe.errors import BackendUnavailableError
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    tile = dataclasses.replace(TILES["m32k_sx4p_f4"], fc2_block_k=128, fc2_gluon=True)
+    for bad, field in ((dict(planes=False), "planes"), (dict(fc2_block_k=256), "fc2_block_k"),
+                       (dict(fc2_block_n=32), "fc2_block_n"), (dict(fc2_warps=2), "fc2_warps"),
+                       (dict(fc2_stages=1), "fc2_stages"), (dict(fc2_split_k=2), "fc2_split_k")):
+        with pytest.raises(ValueError, match=f"fc2_gluon needs.*{field}="):
+            dataclasses.replace(tile, **bad)
+    launched = []
+    monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
+    fc1 = quantize_mxfp8(random_weights((4, 256, 64), scale=0.1), backend="reference")
+    x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
+    probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
+    odd = quantize_mxfp8(random_weights((4, 64, 96), scale=0.1), backend="reference")  # I = 96: not 128-deep steps
+    with pytest.raises(MXFP8InputError, match="I % 128"):
+        triton_mxfp8_moe(x, probs, ids, quantize_mxfp8(random_weights((4, 96, 64), scale=0.1), backend="reference"),
+                         odd, activation="squared_relu", valid_tokens=valid, config=tile)
+    fc2 = quantize_mxfp8(random_weights((4, 64, 256), scale=0.1), backend="reference")
+    with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, config=tile)
+    # the tail tile of a pair is checked too
+    with pytest.raises(MXFP8InputError, match="fc2_block_n"):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid,
+                         config=dataclasses.replace(TILES["l64k_sx4p_f4"], tail=dataclasses.replace(tile, fc2_block_n=128)))
+    assert launched == []
+
+
 def test_gemv_config_is_checked():
     tile = TILES["d4_sx"]
     assert dataclasses.replace(tile, gemv=True).gemv

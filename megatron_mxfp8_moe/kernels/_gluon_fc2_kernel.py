@@ -1,0 +1,156 @@
+"""FC2 of the "sx4" plane tiles in Gluon (Triton's explicit-layout dialect), with asynchronous wgmma (session 18).
+
+The Triton FC2 (``_triton_moe_kernel._fc2_kernel``) dequantizes a K step and then runs its MMAs; Triton makes each
+``tl.dot`` whose result feeds the next step wait for it, so the dequant of step k + 1 never overlaps the MMAs of
+step k. This kernel issues the 4 byte-plane MMAs of a step with ``is_async=True`` and waits for them only after the
+next step's dequant (``warpgroup_mma_wait(num_outstanding=4)``); the weight words and the token planes come by TMA
+into a ring of shared-memory stages (one mbarrier each), the E8M0 bytes by plain loads one step ahead, straight into
+the planes' register layout. Same values and the same MMA order per output element as ``_fc2_kernel`` with
+128-deep K steps, hence the same bits (GPU tests). Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon``
+(Triton 3.6 was tested).
+
+Layouts: weights ``[E, H, I]`` fp8 seen as int32 words ``[E * H, I // 4]`` (byte ``i`` of word ``j`` is weight
+``k = 4j + i``); inter rows ``[rows, I]`` bf16 plane-major per 128-deep K step (``planes_of``); scales ``[E, Mp * Cp]``
+uint8 in the cuBLAS 128x4 layout; output: each pair's unweighted bf16 row of ``slots`` ``[pairs, H]``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+GLUON_FC2_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 tokens' values
+
+
+@gluon.jit
+def _sx4_planes(words):
+    """int32 words of 4 e4m3 bytes -> 4 bf16 tensors (byte i in the i-th), each ``e4m3 * 2 ** -120``: the Triton
+    kernel's ``_fp8x4_sx_to_bf16``."""
+    return gl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 a, b;
+        prmt.b32 a, $4, 0, 0x9180;
+        prmt.b32 b, $4, 0, 0xB3A2;
+        shl.b32 a, a, 4;
+        shl.b32 b, b, 4;
+        and.b32 a, a, 0x87F087F0;
+        and.b32 b, b, 0x87F087F0;
+        mov.b32 {$0, $1}, a;
+        mov.b32 {$2, $3}, b;
+        }
+        """,
+        constraints="=h,=h,=h,=h,r",
+        args=[words],
+        dtype=(gl.bfloat16, gl.bfloat16, gl.bfloat16, gl.bfloat16),
+        is_pure=True,
+        pack=1,
+    )
+
+
+@gluon.jit
+def _step_scales(s_base, rows, cols, k, scale_tiles, Q: gl.constexpr):
+    """E8M0 bytes of K step ``k`` for every element of a ``[BLOCK_N, Q]`` plane tile (column j: block j // 8), read
+    straight into the plane tiles' layout from the 128x4-swizzled scales."""
+    c = k * (Q // 8) + cols // 8
+    offs = (rows // 128) * (scale_tiles * 512) + (rows % 32) * 16 + ((rows % 128) // 32) * 4
+    return gl.load(s_base + offs[:, None] + ((c // 4) * 512 + c % 4)[None, :])
+
+
+@gluon.jit
+def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
+    Q: gl.constexpr = BLOCK_K // 4
+    st = k % STAGES
+    mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 4 * a_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bars.index(st), w_smem.index(st))
+    for p in gl.static_range(4):
+        tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K + p * Q], bars.index(st), x_smem.index(st * 4 + p))
+
+
+@gluon.jit
+def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
+                      stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
+                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    Q: gl.constexpr = BLOCK_K // 4
+    pid_n = gl.program_id(0)
+    pid_b = gl.program_id(1)
+    if pid_b < gl.load(num_blocks_ptr):
+        expert = gl.load(block_expert_ptr + pid_b)
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                      instr_shape=[16, BLOCK_T, 16])
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, Q], w_desc.layout)
+        x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES * 4, BLOCK_T, Q], a_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        n_first = pid_n * BLOCK_N
+        w_row = expert * N + n_first
+        a_row = pid_b * BLOCK_T
+        steps = K // BLOCK_K
+        for i in gl.static_range(STAGES - 1):
+            if i < steps:
+                _issue(w_desc, a_desc, w_smem, x_smem, bars, i, w_row, a_row, STAGES, BLOCK_K)
+        rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
+        cols = gl.arange(0, Q, layout=gl.SliceLayout(0, a_layout))
+        s_base = s_ptr + expert.to(gl.int64) * stride_se
+        s_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q)
+        acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+        zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
+        q0, q1, q2, q3 = zero, zero, zero, zero  # the previous step's planes: alive until its MMAs are done
+        for k in range(steps):
+            st = k % STAGES
+            mbarrier.wait(bars.index(st), (k // STAGES) & 1)
+            words = w_smem.index(st).load(a_layout)
+            s = s_next
+            s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q)
+            si = s.to(gl.int16)
+            lo = ((gl.minimum(si, 134) + 120) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+            hi = ((gl.maximum(si, 134) - 7) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+            v0, v1, v2, v3 = _sx4_planes(words)
+            p0 = v0 * lo * hi
+            p1 = v1 * lo * hi
+            p2 = v2 * lo * hi
+            p3 = v3 * lo * hi
+            acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc, is_async=True)
+            # the previous step's 4 MMAs are done past this wait: its stage and its planes are free
+            acc, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc, q0, q1, q2, q3))
+            q0, q1, q2, q3 = p0, p1, p2, p3
+            if k + STAGES - 1 < steps:
+                _issue(w_desc, a_desc, w_smem, x_smem, bars, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K)
+        acc, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, q0, q1, q2, q3))
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
+        positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
+        pairs = gl.load(sorted_pairs_ptr + positions)
+        offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+        ptrs = slot_ptr + gl.where(pairs >= 0, pairs, 0).to(gl.int64)[None, :] * stride_slot + offs_n[:, None]
+        gl.store(ptrs, acc.to(gl.bfloat16), mask=(pairs >= 0)[None, :] & (offs_n < N)[:, None])
+
+
+def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, slots: torch.Tensor,
+                     sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor, grid_blocks: int,
+                     *, block_n: int, block_t: int, stages: int, num_warps: int) -> None:
+    """One ``_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
+    ``inter`` ``[positions, I]`` bf16 plane-major per 128-deep step (row stride a multiple of 8), ``w`` ``[E, H, I]``
+    fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8, ``slots`` ``[pairs, H]`` bf16 (row stride ``slots.stride(0)``).
+    The caller checks ``I % 128 == 0`` and ``H % block_n == 0``."""
+    experts, hidden, inner = w.shape
+    q = GLUON_FC2_BLOCK_K // 4
+    words = w.view(torch.uint8).view(experts * hidden, inner).view(torch.int32)
+    w_desc = TensorDescriptor.from_tensor(words, [block_n, q],
+                                          gl.NVMMASharedLayout.get_default_for([block_n, q], gl.int32))
+    a_desc = TensorDescriptor.from_tensor(inter, [block_t, q],
+                                          gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16))
+    scale_tiles = scales.stride(0) // (-(-hidden // 128) * 128) // 4
+    _fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
+        w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
+        scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,
+        num_warps=num_warps)
