@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s18a     # for session 18 (run first): tests owed from session 17's call 5, MoE benchmark, demo
+#   bash tools/gpu_next.sh s19a     # for session 19 (run first): Gluon FC2 tiles: their tests, probes at 384 / 512 tokens,
+#                                   # the full MoE benchmark and the demo with MEGATRON_MXFP8_MOE_GLUON_FC2=1
+#   bash tools/gpu_next.sh s18a     # session 18, call 1: tests owed from session 17's call 5, MoE benchmark, demo
 #   bash tools/gpu_next.sh s18b     # for session 18: profiles with the new route, FC2 pipelining probes at 256 tokens
 #   bash tools/gpu_next.sh s18c     # session 18, call 3: FC2 by TMA / warp specialization (bit tests, probes at 256)
 #   bash tools/gpu_next.sh s18d     # session 18, call 4: TMA FC2 with pointer-loaded scales, uncapped warp specialization
@@ -530,6 +532,25 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
       timeout 100 python3 bench/gluon_fc2_probe.py --hidden $1 --inter $2 --gluon "64:3:4,64:2:4,64:4:4,128:3:4"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -5 $OUT/probe.err ;;
+  s19a)
+    # prepared in session 18 (run first): the Gluon FC2 tiles ("_g_s2", opt-in through MEGATRON_MXFP8_MOE_GLUON_FC2):
+    # the rest of their GPU tests, probes at 384 / 512 tokens (16-28 pairs per expert: the tiles without tails) and
+    # at 256 again, then the full benchmark and the demo with the switch on. If all pass and the rows are faster,
+    # make the switch default to on (choose_config), then run s18a-style tests of the defaults
+    L=$OUT/log.txt
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "gluon" > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -8
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      for t in 384 512; do
+        timeout 45 $P --shape $s --tokens $t --activation squared_relu --configs "m32k_sx4p_f4_s2,m32k_sx4p_f4_g_s2,m32k_sx4p_f4_s2"
+        timeout 45 $P --shape $s --tokens $t --configs "m32l4_sx4p_m_s2,m32l4_sx4p_m_g_s2,m32l4_sx4p_m_s2"
+      done
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl
+    export MEGATRON_MXFP8_MOE_GLUON_FC2=1
+    moe_bench_and_demo 180 $L ;;
   s18g)
     # session 18, call 7 (the last device minutes): the Gluon FC2 inside the layer (fc2_gluon): bit tests against the
     # Triton FC2 at 128-deep steps and a graph replay, then layer probes at 256 tokens: default, Gluon, default

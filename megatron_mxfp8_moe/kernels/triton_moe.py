@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Optional
 
 import torch
@@ -314,6 +315,30 @@ TILES.update({f"{name}_s2": dataclasses.replace(TILES[name], side_stream=2) for 
     "s16k4_sx4p_m3", "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4", "l64_sx4p_mu_t32",
     "l64k_sx4p_f4_t32", "l64_sx4p_mu", "l64k2_sx4p_f4", "l128m_sa_t64pu", "l128w_sa_t64p2", "l64k2_sx4p_f4_t32",
     "l128m_sa_t32", "l128w_sa_t32a")})
+# Session 18: the 32-token plane tiles with the Gluon FC2 (``fc2_gluon``: 128 rows, 3 stages, 128-deep K steps),
+# "_g_s2". Run 21 probes at 256 tokens, us per layer against the "_s2" tile before / after: 30b 296.6 vs 307.9 / 307.7
+# (squared ReLU), 222.9 vs 230.9 / 230.4 (gated); 235b 1043.7 vs 1064.2 / 1086.3, 782.6 vs 809.8 / 826.9. Chosen only
+# when GLUON_FC2_ENV opts in (``choose_config``); the full benchmark and the demo have not run with them yet.
+_GLUON_FC2_TILE = dict(fc2_block_k=128, fc2_gluon=True, fc2_block_n=128, fc2_stages=3, fc2_maxnreg=None)
+TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_FC2_TILE) for name in (
+    "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4")})
+_GLUON_TWINS = {TILES[f"{name}_g_s2"]: TILES[f"{name}_s2"] for name in (
+    "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4")}
+# Environment switch: "1" lets ``choose_config`` pick the "_g_s2" tiles (8-28 pairs per expert, H and I multiples
+# of 128); a call falls back to the Triton twin where the Gluon FC2 cannot run (``_gluon_fc2_problem``).
+GLUON_FC2_ENV = "MEGATRON_MXFP8_MOE_GLUON_FC2"
+
+
+def gluon_fc2_opted_in() -> bool:
+    """Whether ``GLUON_FC2_ENV`` asks ``choose_config`` for the Gluon FC2 tiles."""
+    return os.environ.get(GLUON_FC2_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _plane_tile(name: str, hidden: int, intermediate: int) -> TritonMoEConfig:
+    """``name``'s "_s2" tile, or its Gluon FC2 twin "_g_s2" where ``gluon_fc2_opted_in`` and the shapes tile."""
+    if gluon_fc2_opted_in() and hidden % 128 == 0 and intermediate % 128 == 0:
+        return TILES[f"{name}_g_s2"]
+    return TILES[f"{name}_s2"]
 
 
 def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int) -> TritonMoEConfig:
@@ -378,9 +403,9 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # vs 498.4 / 500.5 (30b), 1177.5 vs 1351.3 / 1356.7 and 1639.8 vs 1843.6 / 1837.3 (235b). The cut at 32 pairs
     # per expert dates from the tiles without planes (0.7-3.5% faster than the 128 / 64-token tiles at 512 tokens).
     if pairs_per_expert <= 16:
-        return TILES["m32l4_sx4p_m_t16_s2" if gated else "m32k_sx4p_f4_t16_s2"]
+        return _plane_tile("m32l4_sx4p_m_t16" if gated else "m32k_sx4p_f4_t16", hidden, intermediate)
     if pairs_per_expert < 28:
-        return TILES["m32l4_sx4p_m_s2" if gated else "m32k_sx4p_f4_s2"]
+        return _plane_tile("m32l4_sx4p_m" if gated else "m32k_sx4p_f4", hidden, intermediate)
     # Session 15 (run 18 probes, us per layer, 30b / 235b): the plane tiles with 64 tokens. At 32 pairs per expert
     # (512 tokens) with 32-token plane tails: gated 323.9 / 1116.5 vs m32l4_sx4p_m 345.0 / 1250.8, squared ReLU
     # 415.9 / 1481.4 vs m32k_sx4p_f4 435.3 / 1618.2. From 40 without tails: gated 640 tokens 358.3 / 1274.8 (tails
@@ -630,30 +655,37 @@ def triton_mxfp8_moe(
                 raise MXFP8InputError(f"{name}: the 'sx4' tiles read weight rows as 32-bit words; the fp8 rows must "
                                       f"start at 4-byte aligned addresses (strides {tuple(data.stride())}, address "
                                       f"{data.data_ptr()}; copy the stack)")
-    for tile in cfg.launch_tiles:
-        if tile.fc2_gluon:
-            _check_gluon_fc2(tile, fc2, x.device)
+    problem = next(filter(None, (_gluon_fc2_problem(tile, fc2, x.device) for tile in cfg.launch_tiles)), None)
+    if problem is not None:
+        if config is not None or cfg not in _GLUON_TWINS:
+            raise problem
+        logger.debug("Gluon FC2 tiles not used (%s): the Triton twin runs", problem)
+        cfg = _GLUON_TWINS[cfg]
     with on_device(x.device):  # Triton launches on the current device
         _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
                 experts, hidden, inner, topk)
     return out
 
 
-def _check_gluon_fc2(cfg: TritonMoEConfig, fc2: MXFP8Tensor, device: torch.device) -> None:
-    """Raise before any launch unless ``cfg``'s Gluon FC2 can run here on this FC2 stack."""
+def _gluon_fc2_problem(cfg: TritonMoEConfig, fc2: MXFP8Tensor, device: torch.device) -> Optional[Exception]:
+    """None where ``cfg``'s FC2 is not Gluon or can run here on this FC2 stack; else the error to raise (before any
+    launch) when the caller chose ``cfg``."""
+    if not cfg.fc2_gluon:
+        return None
     _, hidden, inner = fc2.data.shape
     if inner % 128 or hidden % cfg.fc2_block_n:
-        raise MXFP8InputError(f"fc2_gluon: the FC2 stack {tuple(fc2.data.shape)} needs I % 128 == 0 and H % "
-                              f"fc2_block_n ({cfg.fc2_block_n}) == 0")
+        return MXFP8InputError(f"fc2_gluon: the FC2 stack {tuple(fc2.data.shape)} needs I % 128 == 0 and H % "
+                               f"fc2_block_n ({cfg.fc2_block_n}) == 0")
     if not (fc2.data.is_contiguous() and fc2.scale_bytes().is_contiguous()):
-        raise MXFP8InputError("fc2_gluon: the FC2 stack and its scales must be contiguous (TMA descriptors)")
+        return MXFP8InputError("fc2_gluon: the FC2 stack and its scales must be contiguous (TMA descriptors)")
     if device.type != "cuda":
-        raise BackendUnavailableError("fc2_gluon runs on a Hopper GPU only (Gluon has no CPU interpreter)")
+        return BackendUnavailableError("fc2_gluon runs on a Hopper GPU only (Gluon has no CPU interpreter)")
     try:
         from . import _gluon_fc2_kernel  # noqa: F401
     except ImportError as error:
-        raise BackendUnavailableError("fc2_gluon needs Triton's Gluon dialect with its Hopper API "
-                                      f"(triton.experimental.gluon; Triton 3.6 was tested): {error}") from error
+        return BackendUnavailableError("fc2_gluon needs Triton's Gluon dialect with its Hopper API "
+                                       f"(triton.experimental.gluon; Triton 3.6 was tested): {error}")
+    return None
 
 
 # Route launch shapes: up to _ROUTE_ONE_PROGRAM_PAIRS pairs one program does the whole route (one launch); above,
@@ -869,7 +901,7 @@ def _side_stream(device: torch.device):
 
 def _launch_gluon_fc2(cfg: TritonMoEConfig, inter: torch.Tensor, fc2: MXFP8Tensor, s2: torch.Tensor,
                       slots: torch.Tensor, route, grid_blocks: int) -> None:
-    """FC2 of ``cfg`` (``fc2_gluon``, checked by ``_check_gluon_fc2``) through the Gluon kernel; ``slots``
+    """FC2 of ``cfg`` (``fc2_gluon``, checked by ``_gluon_fc2_problem``) through the Gluon kernel; ``slots``
     ``[pairs, H]`` (one split)."""
     from ._gluon_fc2_kernel import launch_gluon_fc2
 

@@ -863,3 +863,30 @@ def test_cuda_graph_replay_with_the_gluon_fc2(tile, tokens):
     base, activation = GLUON_FC2[tile]
     cfg = dataclasses.replace(base, fc2_block_k=128, fc2_gluon=True, side_stream=2, **GLUON_TILES["n128s3"])
     _graph_replay_of(lambda *shape: cfg, tokens, (tokens, tokens * 2 // 3, 5), activation)
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+def test_gluon_fc2_defaults_under_the_env_switch(activation, monkeypatch):
+    """Under GLUON_FC2_ENV a default call at 256 tokens (16 pairs per expert) runs the "_g_s2" tile: the same bits as
+    that tile passed explicitly, within BOUND of float64, every row written."""
+    from megatron_mxfp8_moe.kernels import triton_moe as host
+
+    experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 256
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+    name = "m32l4_sx4p_m_t16_g_s2" if activation == "swiglu" else "m32k_sx4p_f4_t16_g_s2"
+    monkeypatch.setenv(host.GLUON_FC2_ENV, "1")
+    chosen = []
+    launch = host._launch
+    monkeypatch.setattr(host, "_launch", lambda cfg, *args: (chosen.append(cfg), launch(cfg, *args)))
+    outs = []
+    for cfg in (None, TILES[name]):
+        out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=3, valid_tokens=valid,
+                         out=out, rows=tokens, config=cfg)
+        torch.cuda.synchronize()
+        assert torch.isfinite(out[:tokens]).all() and torch.isnan(out[tokens:]).all()
+        outs.append(out[:tokens])
+    assert chosen == [TILES[name], TILES[name]]
+    assert torch.equal(outs[0], outs[1])
+    assert relative_error(outs[0], _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)) <= BOUND

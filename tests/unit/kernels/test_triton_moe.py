@@ -25,7 +25,7 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     triton_mxfp8_moe,
 )
 from megatron_mxfp8_moe.tensor import quantize_mxfp8
-from megatron_mxfp8_moe.testing import random_weights
+from megatron_mxfp8_moe.testing import random_routing, random_weights
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -185,7 +185,7 @@ def test_second_stream_defaults_are_the_tested_tiles():
     """The session 16-17 defaults ("_s2") differ from their tiles only in ``side_stream`` 2, whose launches
     test_side_stream_keeps_the_bits / test_side_stream_on_odd_shapes (GPU) check bit for bit against one stream;
     the 256-token tiles keep one stream."""
-    names = [name for name in TILES if name.endswith("_s2")]
+    names = [name for name in TILES if name.endswith("_s2") and not name.endswith("_g_s2")]  # _g_s2: Gluon FC2
     assert len(names) == 14
     for name in names:
         assert TILES[name] == dataclasses.replace(TILES[name[:-3]], side_stream=2) and TILES[name[:-3]].side_stream == 0
@@ -406,6 +406,42 @@ def test_gluon_fc2_is_checked(monkeypatch):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid,
                          config=dataclasses.replace(TILES["l64k_sx4p_f4"], tail=dataclasses.replace(tile, fc2_block_n=128)))
     assert launched == []
+
+
+def test_gluon_fc2_tiles_are_opt_in_with_a_triton_fallback(monkeypatch):
+    """``choose_config`` picks the Gluon FC2 twins of the 32-token plane tiles (8-28 pairs per expert) only under
+    GLUON_FC2_ENV and where H and I tile by 128; a default call falls back to the Triton twin where the Gluon FC2
+    cannot run (here: a CPU device), while an explicit Gluon config raises."""
+    from megatron_mxfp8_moe.errors import BackendUnavailableError
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    shape = dict(gated=True, topk=8, experts=128)
+    monkeypatch.delenv(triton_moe.GLUON_FC2_ENV, raising=False)
+    assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_s2"]
+    monkeypatch.setenv(triton_moe.GLUON_FC2_ENV, "1")
+    for rows, gated, name in ((256, True, "m32l4_sx4p_m_t16"), (256, False, "m32k_sx4p_f4_t16"),
+                              (384, True, "m32l4_sx4p_m"), (384, False, "m32k_sx4p_f4")):
+        cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=128)
+        assert cfg is TILES[name + "_g_s2"]
+        assert cfg == dataclasses.replace(TILES[name + "_s2"], fc2_block_k=128, fc2_gluon=True, fc2_block_n=128,
+                                          fc2_stages=3, fc2_maxnreg=None)
+        assert triton_moe._GLUON_TWINS[cfg] is TILES[name + "_s2"]
+    assert choose_config(256, 2048, 96 * 8, **shape).fc2_gluon  # I = 768
+    assert not choose_config(256, 2048, 800, **shape).fc2_gluon  # I not a multiple of 128
+    assert not choose_config(64, 2048, 768, **shape).fc2_gluon  # 4 pairs per expert: the 16-token tiles
+    assert not choose_config(1024, 2048, 768, **shape).fc2_gluon
+    launched = []
+    monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
+    fc1 = quantize_mxfp8(random_weights((4, 256, 128), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((4, 128, 128), scale=0.1), backend="reference")
+    x = torch.randn(64, 128).to(torch.bfloat16)
+    probs, ids = random_routing(64, 4, 2)
+    valid = torch.tensor([64], dtype=torch.int32)
+    triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, route_experts=8)  # 16 pairs per expert
+    assert launched == [TILES["m32l4_sx4p_m_t16_s2"]]
+    with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, config=TILES["m32l4_sx4p_m_t16_g_s2"])
+    assert len(launched) == 1
 
 
 def test_gemv_config_is_checked():
