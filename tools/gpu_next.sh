@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s19a     # for session 19 (run first): Gluon FC2 tiles: their tests, probes at 384 / 512 tokens,
-#                                   # the full MoE benchmark and the demo with MEGATRON_MXFP8_MOE_GLUON_FC2=1
+#   bash tools/gpu_next.sh s19a     # for session 19 (run first): all Gluon FC2 tests, the Gluon FC1 probe (compile-only so far)
+#   bash tools/gpu_next.sh s19b     # for session 19: Gluon FC2 tiles at 384 tokens, the full MoE benchmark and the demo with
+#                                   # MEGATRON_MXFP8_MOE_GLUON_FC2=1
 #   bash tools/gpu_next.sh s18a     # session 18, call 1: tests owed from session 17's call 5, MoE benchmark, demo
 #   bash tools/gpu_next.sh s18b     # for session 18: profiles with the new route, FC2 pipelining probes at 256 tokens
 #   bash tools/gpu_next.sh s18c     # session 18, call 3: FC2 by TMA / warp specialization (bit tests, probes at 256)
@@ -533,20 +534,29 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -5 $OUT/probe.err ;;
   s19a)
-    # prepared in session 18 (run first): the Gluon FC2 tiles ("_g_s2", opt-in through MEGATRON_MXFP8_MOE_GLUON_FC2):
-    # the rest of their GPU tests, probes at 384 / 512 tokens (16-28 pairs per expert: the tiles without tails) and
-    # at 256 again, then the full benchmark and the demo with the switch on. If all pass and the rows are faster,
-    # make the switch default to on (choose_config), then run s18a-style tests of the defaults
+    # prepared in session 18 (run first): all GPU tests of the Gluon FC2 (18 bit cases, 2 graph replays, 2 of the
+    # env switch; 6 ran in session 18), then the Gluon FC1 probe (bench/gluon_fc1_probe.py, compile-only so far):
+    # float64 error, bits against the Triton FC1 at 128-deep steps with separate gate / up tiles, CUDA-graph times
+    # against the Triton default FC1; 16 pairs per expert (256 tokens)
     L=$OUT/log.txt
     timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "gluon" > $L 2>&1
     echo "pytest rc=$?" >> $L
     grep "passed\|failed\|rc=\|Error" $L | tail -8
+    for shape in "2048 768 swiglu" "2048 768 squared_relu" "4096 1536 swiglu" "4096 1536 squared_relu"; do
+      set -- $shape
+      timeout 80 python3 bench/gluon_fc1_probe.py --hidden $1 --inter $2 --activation $3 --gluon "64:3:4,64:2:4,128:3:8"
+    done > $OUT/fc1_probe.jsonl 2> $OUT/fc1_probe.err
+    cat $OUT/fc1_probe.jsonl; tail -3 $OUT/fc1_probe.err ;;
+  s19b)
+    # prepared in session 18: the Gluon FC2 tiles without tails at 512 tokens (32 pairs per expert is past their
+    # region: 28; so 384 tokens = 24 pairs), against the "_s2" tiles, then the full MoE benchmark and the demo with
+    # MEGATRON_MXFP8_MOE_GLUON_FC2=1 (compare with run 21, PERFORMANCE 2a)
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
-      for t in 384 512; do
-        timeout 45 $P --shape $s --tokens $t --activation squared_relu --configs "m32k_sx4p_f4_s2,m32k_sx4p_f4_g_s2,m32k_sx4p_f4_s2"
-        timeout 45 $P --shape $s --tokens $t --configs "m32l4_sx4p_m_s2,m32l4_sx4p_m_g_s2,m32l4_sx4p_m_s2"
-      done
+      timeout 45 $P --shape $s --tokens 384 --activation squared_relu --configs "m32k_sx4p_f4_s2,m32k_sx4p_f4_g_s2,m32k_sx4p_f4_s2"
+      timeout 45 $P --shape $s --tokens 384 --configs "m32l4_sx4p_m_s2,m32l4_sx4p_m_g_s2,m32l4_sx4p_m_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl
     export MEGATRON_MXFP8_MOE_GLUON_FC2=1
