@@ -42,16 +42,6 @@ ACT_SQUARED_RELU = gl.constexpr(2)
 
 
 @gluon.jit
-def _dequant(words, s):
-    """The 4 bf16 plane tiles of one K step: "sx4" bits times the two exact factors (``_sx_factors``)."""
-    si = s.to(gl.int16)
-    lo = ((gl.minimum(si, 134) + 120) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-    hi = ((gl.maximum(si, 134) - 7) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-    v0, v1, v2, v3 = _sx4_planes(words)
-    return v0 * lo * hi, v1 * lo * hi, v2 * lo * hi, v3 * lo * hi
-
-
-@gluon.jit
 def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, w_row, N_OUT, GATED: gl.constexpr,
            STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
@@ -129,13 +119,13 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
             sg_next = _step_scales(s_base, rows, cols, nxt, scale_tiles, Q)
             if GATED:
                 su_next = _step_scales(s_base, rows + N_OUT, cols, nxt, scale_tiles, Q)
-            p0, p1, p2, p3 = _dequant(wg_smem.index(st).load(a_layout), sg)
+            p0, p1, p2, p3 = _sx4_planes(wg_smem.index(st).load(a_layout), sg)
             acc_g = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc_g, is_async=True)
             acc_g = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc_g, is_async=True)
             acc_g = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc_g, is_async=True)
             acc_g = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc_g, is_async=True)
             if GATED:
-                r0, r1, r2, r3 = _dequant(wu_smem.index(st).load(a_layout), su)
+                r0, r1, r2, r3 = _sx4_planes(wu_smem.index(st).load(a_layout), su)
                 acc_u = warpgroup_mma(r0, x_smem.index(st * 4 + 0).permute((1, 0)), acc_u, is_async=True)
                 acc_u = warpgroup_mma(r1, x_smem.index(st * 4 + 1).permute((1, 0)), acc_u, is_async=True)
                 acc_u = warpgroup_mma(r2, x_smem.index(st * 4 + 2).permute((1, 0)), acc_u, is_async=True)

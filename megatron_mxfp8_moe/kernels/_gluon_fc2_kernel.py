@@ -23,33 +23,23 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from ._triton_moe_kernel import SX4_PRMT_ASM, SX4_PRMT_CONSTRAINTS
+
 GLUON_FC2_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 tokens' values
 
 
 @gluon.jit
-def _sx4_planes(words):
-    """int32 words of 4 e4m3 bytes -> 4 bf16 tensors (byte i in the i-th), each ``e4m3 * 2 ** -120``: the Triton
-    kernel's ``_fp8x4_sx_to_bf16``."""
-    return gl.inline_asm_elementwise(
-        asm="""
-        {
-        .reg .b32 a, b;
-        prmt.b32 a, $4, 0, 0x9180;
-        prmt.b32 b, $4, 0, 0xB3A2;
-        shl.b32 a, a, 4;
-        shl.b32 b, b, 4;
-        and.b32 a, a, 0x87F087F0;
-        and.b32 b, b, 0x87F087F0;
-        mov.b32 {$0, $1}, a;
-        mov.b32 {$2, $3}, b;
-        }
-        """,
-        constraints="=h,=h,=h,=h,r",
-        args=[words],
-        dtype=(gl.bfloat16, gl.bfloat16, gl.bfloat16, gl.bfloat16),
-        is_pure=True,
-        pack=1,
-    )
+def _sx4_planes(words, s):
+    """int32 words of 4 e4m3 bytes and their E8M0 bytes ``s`` (same shape and layout) -> the 4 exact bf16 plane
+    tiles (byte i in the i-th): the Triton kernel's "sx4" dequant, ``(e4m3 * 2 ** -120) * lo * hi`` with
+    ``_sx_factors``' two factors."""
+    v0, v1, v2, v3 = gl.inline_asm_elementwise(asm=SX4_PRMT_ASM, constraints=SX4_PRMT_CONSTRAINTS, args=[words],
+                                               dtype=(gl.bfloat16, gl.bfloat16, gl.bfloat16, gl.bfloat16),
+                                               is_pure=True, pack=1)
+    si = s.to(gl.int16)
+    lo = ((gl.minimum(si, 134) + 120) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+    hi = ((gl.maximum(si, 134) - 7) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+    return v0 * lo * hi, v1 * lo * hi, v2 * lo * hi, v3 * lo * hi
 
 
 @gluon.jit
@@ -108,14 +98,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
             words = w_smem.index(st).load(a_layout)
             s = s_next
             s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q)
-            si = s.to(gl.int16)
-            lo = ((gl.minimum(si, 134) + 120) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-            hi = ((gl.maximum(si, 134) - 7) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-            v0, v1, v2, v3 = _sx4_planes(words)
-            p0 = v0 * lo * hi
-            p1 = v1 * lo * hi
-            p2 = v2 * lo * hi
-            p3 = v3 * lo * hi
+            p0, p1, p2, p3 = _sx4_planes(words, s)
             acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc, is_async=True)
