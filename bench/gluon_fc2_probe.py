@@ -1,7 +1,7 @@
 """Probe (session 18): the Gluon FC2 (``megatron_mxfp8_moe/kernels/_gluon_fc2_kernel.py``: asynchronous wgmma, TMA
 stages) against the Triton FC2 (``_fc2_kernel``) on one FC2 problem shaped like a 256-token decode step.
 
-``E`` experts, one 32-token block each with ``--pairs`` pairs (the rest padding), inter rows plane-major per K step,
+``E`` experts, one ``--block-t``-token block each with ``--pairs`` pairs (the rest padding), inter rows plane-major per K step,
 weights canonical MXFP8. Prints one JSON line: the relative error of every kernel against a float64 reference,
 whether each Gluon run is bit-equal to the Triton FC2 at 128-deep K steps, and CUDA-graph times (us, median of
 ``triton.testing.do_bench_cudagraph``) of the Gluon runs and of Triton at 128- and 256-deep K steps.
@@ -29,11 +29,12 @@ def main() -> None:
     parser.add_argument("--experts", type=int, default=128)
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--inter", type=int, default=1536)
-    parser.add_argument("--pairs", type=int, default=16, help="pairs per 32-token block")
+    parser.add_argument("--block-t", type=int, default=32, help="tokens per block (16 / 32 / 64: the tiles' widths)")
+    parser.add_argument("--pairs", type=int, default=16, help="pairs per block")
     parser.add_argument("--gluon", default="64:3:4", help="comma-separated block_n:stages:warps of the Gluon runs")
     args = parser.parse_args()
     torch.manual_seed(0)
-    e, n, k, bt = args.experts, args.hidden, args.inter, 32
+    e, n, k, bt = args.experts, args.hidden, args.inter, args.block_t
     fc2 = quantize_mxfp8(torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16) * 0.05)
     scales, stride_se, scale_tiles = _scale_args(fc2)
     h = torch.randn(e * bt, k, device="cuda", dtype=torch.bfloat16)
@@ -48,7 +49,7 @@ def main() -> None:
     for x in range(e):
         rows = valid[x * bt:(x + 1) * bt].nonzero().squeeze(1) + x * bt
         ref[sorted_pairs[rows].long()] = h[rows].double() @ w64[x].t()
-    result = {"experts": e, "hidden": n, "inter": k, "pairs_per_block": args.pairs}
+    result = {"experts": e, "hidden": n, "inter": k, "block_t": bt, "pairs_per_block": args.pairs}
     outs, times = {}, {}
 
     def triton_fc2(block_k):

@@ -3,6 +3,7 @@
 #   bash tools/gpu_next.sh s19a     # for session 19 (run first): all Gluon FC2 tests, the Gluon FC1 probe (compile-only so far)
 #   bash tools/gpu_next.sh s19b     # for session 19: Gluon FC2 tiles at 384 tokens, the full MoE benchmark and the demo with
 #                                   # MEGATRON_MXFP8_MOE_GLUON_FC2=1
+#   bash tools/gpu_next.sh s19c     # for session 19: the Gluon FC2 at 16- / 64-token block widths (kernel-level probe)
 #   bash tools/gpu_next.sh s18a     # session 18, call 1: tests owed from session 17's call 5, MoE benchmark, demo
 #   bash tools/gpu_next.sh s18b     # for session 18: profiles with the new route, FC2 pipelining probes at 256 tokens
 #   bash tools/gpu_next.sh s18c     # session 18, call 3: FC2 by TMA / warp specialization (bit tests, probes at 256)
@@ -561,6 +562,15 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     cat $OUT/probe.jsonl
     export MEGATRON_MXFP8_MOE_GLUON_FC2=1
     moe_bench_and_demo 180 $L ;;
+  s19c)
+    # prepared in session 18: the Gluon FC2 at the 16- and 64-token tiles' widths (kernel level, bench/gluon_fc2_probe.py;
+    # compile-only so far: 16 tokens x 64 rows 72 registers, 64 tokens x 64 / 128 rows 96 / 168): 4 pairs per 16-token
+    # block (64 tokens) and 40 per 64-token block (640 tokens), 30b FC2 shapes
+    for shape in "16 4 2048 1536" "16 4 2048 768" "64 40 2048 1536" "64 40 2048 768"; do
+      set -- $shape
+      timeout 100 python3 bench/gluon_fc2_probe.py --block-t $1 --pairs $2 --hidden $3 --inter $4 --gluon "64:3:4,64:4:4,128:3:4"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s18g)
     # session 18, call 7 (the last device minutes): the Gluon FC2 inside the layer (fc2_gluon): bit tests against the
     # Triton FC2 at 128-deep steps and a graph replay, then layer probes at 256 tokens: default, Gluon, default
