@@ -157,17 +157,17 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
         gl.store(ptrs, h.to(gl.bfloat16), mask=(out_pairs >= 0)[None, :] & (offs_n < N_OUT)[:, None])
 
 
-def gluon_fc1(x_planes, w, scales, inter, sorted_pairs, block_expert, num_blocks, *, n_out, gated, activation, topk,
-              block_n=64, block_t=32, stages=3, num_warps=4):
+def gluon_fc1(x_planes, w, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks, *, n_out, gated,
+              activation, topk, block_n=64, block_t=32, stages=3, num_warps=4):
     """Launch ``_fc1_gluon_kernel``: ``x_planes`` [T, H] bf16 plane-major per 128, ``w`` [E, N1, H] fp8, ``scales``
-    [E, Mp * Cp] uint8, ``inter`` [positions, I] bf16 out (plane-major per 128)."""
+    [E, Mp * Cp] uint8 with ``scale_tiles`` = Cp // 4 (``_scale_args``), ``inter`` [positions, I] bf16 out
+    (plane-major per 128)."""
     experts, n1, k = w.shape
     q = 32
     words = w.view(torch.uint8).view(experts * n1, k).view(torch.int32)
     w_desc = TensorDescriptor.from_tensor(words, [block_n, q], gl.NVMMASharedLayout.get_default_for([block_n, q],
                                                                                                     gl.int32))
     x_layout = gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16)
-    scale_tiles = scales.stride(0) // (-(-n1 // 128) * 128) // 4
     _fc1_gluon_kernel[(triton.cdiv(n_out, block_n), block_expert.numel())](
         w_desc, x_planes, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, k, x_planes.stride(0),
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, GATED=gated, ACTIVATION=activation,
@@ -241,7 +241,7 @@ def main() -> None:
         block_n, stages, warps = (int(v) for v in spec.split(":"))
         planes = planes_of(x, 128)
         inter = torch.full((e * bt, inner), float("nan"), device="cuda", dtype=torch.bfloat16)
-        return (lambda: gluon_fc1(planes, fc1.data, scales, inter, sorted_pairs, block_expert, num_blocks,
+        return (lambda: gluon_fc1(planes, fc1.data, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks,
                                   n_out=inner, gated=gated, activation=act, topk=topk, block_n=block_n,
                                   stages=stages, num_warps=warps)), inter
 

@@ -70,8 +70,9 @@ def main() -> None:
         block_n, stages, warps = (int(v) for v in spec.split(":"))
         planes = planes_of(h, 128)
         slots = torch.full((pairs, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        return (lambda: launch_gluon_fc2(planes, fc2.data, scales, slots, sorted_pairs, block_expert, num_blocks, e,
-                                         block_n=block_n, block_t=bt, stages=stages, num_warps=warps)), slots
+        return (lambda: launch_gluon_fc2(planes, fc2.data, scales, scale_tiles, slots, sorted_pairs, block_expert,
+                                         num_blocks, e, block_n=block_n, block_t=bt, stages=stages,
+                                         num_warps=warps)), slots
 
     runs = [("triton_k256", triton_fc2(256)), ("triton_k128", triton_fc2(128))]
     runs += [(f"gluon_k128_{spec}", gluon_run(spec)) for spec in args.gluon.split(",")]

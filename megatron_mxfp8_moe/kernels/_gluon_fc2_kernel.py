@@ -118,13 +118,14 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         gl.store(ptrs, acc.to(gl.bfloat16), mask=(pairs >= 0)[None, :] & (offs_n < N)[:, None])
 
 
-def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, slots: torch.Tensor,
+def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int, slots: torch.Tensor,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor, grid_blocks: int,
                      *, block_n: int, block_t: int, stages: int, num_warps: int) -> None:
     """One ``_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``inter`` ``[positions, I]`` bf16 plane-major per 128-deep step (row stride a multiple of 8), ``w`` ``[E, H, I]``
-    fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8, ``slots`` ``[pairs, H]`` bf16 (row stride ``slots.stride(0)``).
-    The caller checks ``I % 128 == 0`` and ``H % block_n == 0``."""
+    fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
+    ``slots`` ``[pairs, H]`` bf16 (row stride ``slots.stride(0)``). The caller checks ``I % 128 == 0`` and
+    ``H % block_n == 0``."""
     experts, hidden, inner = w.shape
     q = GLUON_FC2_BLOCK_K // 4
     words = w.view(torch.uint8).view(experts * hidden, inner).view(torch.int32)
@@ -132,7 +133,6 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
                                           gl.NVMMASharedLayout.get_default_for([block_n, q], gl.int32))
     a_desc = TensorDescriptor.from_tensor(inter, [block_t, q],
                                           gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16))
-    scale_tiles = scales.stride(0) // (-(-hidden // 128) * 128) // 4
     _fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,

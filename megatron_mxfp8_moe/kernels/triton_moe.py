@@ -320,10 +320,9 @@ TILES.update({f"{name}_s2": dataclasses.replace(TILES[name], side_stream=2) for 
 # (squared ReLU), 222.9 vs 230.9 / 230.4 (gated); 235b 1043.7 vs 1064.2 / 1086.3, 782.6 vs 809.8 / 826.9. Chosen only
 # when GLUON_FC2_ENV opts in (``choose_config``); the full benchmark and the demo have not run with them yet.
 _GLUON_FC2_TILE = dict(fc2_block_k=128, fc2_gluon=True, fc2_block_n=128, fc2_stages=3, fc2_maxnreg=None)
-TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_FC2_TILE) for name in (
-    "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4")})
-_GLUON_TWINS = {TILES[f"{name}_g_s2"]: TILES[f"{name}_s2"] for name in (
-    "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4")}
+_GLUON_FC2_BASES = ("m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4")
+TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_FC2_TILE) for name in _GLUON_FC2_BASES})
+_GLUON_TWINS = {TILES[f"{name}_g_s2"]: TILES[f"{name}_s2"] for name in _GLUON_FC2_BASES}
 # Environment switch: "1" lets ``choose_config`` pick the "_g_s2" tiles (8-28 pairs per expert, H and I multiples
 # of 128); a call falls back to the Triton twin where the Gluon FC2 cannot run (``_gluon_fc2_problem``).
 GLUON_FC2_ENV = "MEGATRON_MXFP8_MOE_GLUON_FC2"
@@ -899,16 +898,6 @@ def _side_stream(device: torch.device):
     return None if stream == torch.cuda.current_stream(index) else stream
 
 
-def _launch_gluon_fc2(cfg: TritonMoEConfig, inter: torch.Tensor, fc2: MXFP8Tensor, s2: torch.Tensor,
-                      slots: torch.Tensor, route, grid_blocks: int) -> None:
-    """FC2 of ``cfg`` (``fc2_gluon``, checked by ``_gluon_fc2_problem``) through the Gluon kernel; ``slots``
-    ``[pairs, H]`` (one split)."""
-    from ._gluon_fc2_kernel import launch_gluon_fc2
-
-    launch_gluon_fc2(inter, fc2.data, s2, slots, *route, grid_blocks, block_n=cfg.fc2_block_n, block_t=cfg.block_t,
-                     stages=cfg.fc2_stages, num_warps=cfg.fc2_warps)
-
-
 def _planes_into(x: torch.Tensor, planes: torch.Tensor, block_k: int) -> None:
     """``planes[:] = planes_of(x, block_k)`` in one launch (``_planes_kernel``); ``planes`` ``[R, Kp]``."""
     import triton
@@ -943,8 +932,11 @@ def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activat
         GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
         **cfg.launch_options(1),
     )
-    if cfg.fc2_gluon:
-        _launch_gluon_fc2(cfg, inter, fc2, s2, slots[0], route, grid_blocks)
+    if cfg.fc2_gluon:  # checked by _gluon_fc2_problem before any launch; one split: slots[0] is [pairs, H]
+        from ._gluon_fc2_kernel import launch_gluon_fc2
+
+        launch_gluon_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
+                         block_t=cfg.block_t, stages=cfg.fc2_stages, num_warps=cfg.fc2_warps)
         return
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,

@@ -833,7 +833,6 @@ def test_cuda_graph_replay_with_a_side_stream(tile, tokens, activation):
     _graph_replay_of(lambda *shape: cfg, tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
-
 # Session 18: FC2 as the Gluon kernel (``fc2_gluon``: asynchronous wgmma, TMA stages). Same values and the same MMA
 # order per output element as the Triton FC2 at the same 128-deep K steps, so the bits must match it, on the plane
 # tiles (the tails stay Triton) and with the Gluon tile's own rows / stages / warps.
