@@ -34,6 +34,23 @@ def graph_median_us(fn, iters: int = 100, warmup: int = 3) -> float:
     return times[len(times) // 2]
 
 
+def time_variants(runs, check, result: dict) -> None:
+    """Probes: for each ``(name, (run, out))`` run once, then ``check(name, out, outs)`` (``outs``: the earlier
+    variants' outputs by name; it writes its findings into ``result``), then ``graph_median_us(run)`` into
+    ``result["us"]``. A variant that raises is reported as ``result[name + "_error"]`` and the others go on."""
+    outs, times = {}, {}
+    for name, (run, out) in runs:
+        try:
+            run()
+            torch.cuda.synchronize()
+            outs[name] = out.clone()
+            check(name, out, outs)
+            times[name] = graph_median_us(run)
+        except Exception as exc:  # a probe: report and go on
+            result[name + "_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    result["us"] = {name: round(t, 1) for name, t in times.items()}
+
+
 def eager_median_us(fn, iters: int = 30, warmup: int = 3) -> float:
     """Median time in microseconds of eager calls of ``fn`` (CUDA events), for work a graph cannot capture."""
     for _ in range(warmup):

@@ -11,7 +11,8 @@ FC2 follow ``_fc1_kernel``.
 
 The harness builds one FC1 problem shaped like a 256-token decode step (every expert with ``--pairs`` pairs in one
 32-token block), checks the Gluon FC1 against a float64 reference and bit for bit against the Triton FC1 with the
-same 128-deep steps and two gate / up tiles, and times both (and the Triton default tile) under CUDA graphs:
+same 128-deep steps and two gate / up tiles, and times both (and the Triton default tile) as CUDA-graph medians
+(``bench.common.time_variants``):
 
     python3 bench/gluon_fc1_probe.py --hidden 2048 --inter 768 --activation swiglu
 """
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 
 import torch
 import triton
@@ -35,7 +38,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from megatron_mxfp8_moe.kernels._gluon_fc2_kernel import _step_scales, _sx4_planes
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.common import time_variants  # noqa: E402
+from megatron_mxfp8_moe.kernels._gluon_fc2_kernel import _step_scales, _sx4_planes  # noqa: E402
 
 ACT_SWIGLU = gl.constexpr(0)  # the codes of _triton_moe_kernel
 ACT_SQUARED_RELU = gl.constexpr(2)
@@ -216,7 +222,6 @@ def main() -> None:
     ref = planes_of(ref, 128)
     act = ACT_SWIGLU if gated else ACT_SQUARED_RELU
     result = {"experts": e, "hidden": hidden, "inter": inner, "activation": args.activation, "pairs": args.pairs}
-    outs, times = {}, {}
 
     def triton_fc1(name, block_k, **tile):
         cfg = dict(block_n=TILES[name].fc1_block_n, warps=TILES[name].fc1_warps, stages=TILES[name].fc1_stages,
@@ -251,19 +256,13 @@ def main() -> None:
     runs += [(f"gluon_{spec}", gluon_run(spec)) for spec in args.gluon.split(",")]
     runs += [("triton_default_again", triton_fc1(default, 256))]
     keep = planes_of(valid[:, None].expand(-1, inner).contiguous(), 128)
-    for name, (run, inter) in runs:
-        try:
-            run()
-            torch.cuda.synchronize()
-            outs[name] = inter.clone()
-            result[name + "_err"] = relative_error(torch.where(keep, inter.double(), 0.0), ref)
-            if name.startswith("gluon"):
-                result[name + "_equals_triton_k128_split"] = bool(
-                    torch.equal(inter[keep], outs["triton_k128_split"][keep]))
-            times[name] = triton.testing.do_bench_cudagraph(run, rep=200, return_mode="median") * 1000
-        except Exception as exc:  # a probe: report and go on
-            result[name + "_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-    result["us"] = {name: round(t, 1) for name, t in times.items()}
+
+    def check(name, inter, outs):
+        result[name + "_err"] = relative_error(torch.where(keep, inter.double(), 0.0), ref)
+        if name.startswith("gluon"):
+            result[name + "_equals_triton_k128_split"] = bool(torch.equal(inter[keep], outs["triton_k128_split"][keep]))
+
+    time_variants(runs, check, result)
     print(json.dumps(result))
 
 

@@ -1,10 +1,11 @@
 """Probe (session 18): the Gluon FC2 (``megatron_mxfp8_moe/kernels/_gluon_fc2_kernel.py``: asynchronous wgmma, TMA
 stages) against the Triton FC2 (``_fc2_kernel``) on one FC2 problem shaped like a 256-token decode step.
 
-``E`` experts, one ``--block-t``-token block each with ``--pairs`` pairs (the rest padding), inter rows plane-major per K step,
-weights canonical MXFP8. Prints one JSON line: the relative error of every kernel against a float64 reference,
-whether each Gluon run is bit-equal to the Triton FC2 at 128-deep K steps, and CUDA-graph times (us, median of
-``triton.testing.do_bench_cudagraph``) of the Gluon runs and of Triton at 128- and 256-deep K steps.
+``E`` experts, one ``--block-t``-token block each with ``--pairs`` pairs (the rest padding), inter rows plane-major
+per K step, weights canonical MXFP8. Prints one JSON line: the relative error of every kernel against a float64
+reference, whether each Gluon run is bit-equal to the Triton FC2 at 128-deep K steps, and CUDA-graph medians
+(``bench.common.time_variants``, us) of the Gluon runs and of Triton at 128- and 256-deep K steps. Session 18's
+call 6 timed with ``triton.testing.do_bench_cudagraph`` (median) instead.
 
     python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 1536 --gluon 64:3:4,128:3:4
 """
@@ -13,9 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 
 import torch
 import triton
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.common import time_variants  # noqa: E402
 
 
 def main() -> None:
@@ -50,7 +57,6 @@ def main() -> None:
         rows = valid[x * bt:(x + 1) * bt].nonzero().squeeze(1) + x * bt
         ref[sorted_pairs[rows].long()] = h[rows].double() @ w64[x].t()
     result = {"experts": e, "hidden": n, "inter": k, "block_t": bt, "pairs_per_block": args.pairs}
-    outs, times = {}, {}
 
     def triton_fc2(block_k):
         cfg = TILES["m32k_sx4p_f4"]
@@ -77,18 +83,13 @@ def main() -> None:
     runs = [("triton_k256", triton_fc2(256)), ("triton_k128", triton_fc2(128))]
     runs += [(f"gluon_k128_{spec}", gluon_run(spec)) for spec in args.gluon.split(",")]
     runs += [("triton_k256_again", triton_fc2(256))]
-    for name, (run, slots) in runs:
-        try:
-            run()
-            torch.cuda.synchronize()
-            outs[name] = slots.clone()
-            result[name + "_err"] = relative_error(slots.double(), ref)
-            if name.startswith("gluon"):
-                result[name + "_equals_triton_k128"] = bool(torch.equal(slots, outs["triton_k128"]))
-            times[name] = triton.testing.do_bench_cudagraph(run, rep=200, return_mode="median") * 1000
-        except Exception as exc:  # a probe: report and go on
-            result[name + "_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-    result["us"] = {name: round(t, 1) for name, t in times.items()}
+
+    def check(name, slots, outs):
+        result[name + "_err"] = relative_error(slots.double(), ref)
+        if name.startswith("gluon"):
+            result[name + "_equals_triton_k128"] = bool(torch.equal(slots, outs["triton_k128"]))
+
+    time_variants(runs, check, result)
     print(json.dumps(result))
 
 
