@@ -4,6 +4,7 @@
 #   bash tools/gpu_next.sh s19b     # for session 19: Gluon FC2 tiles at 384 tokens, the full MoE benchmark and the demo with
 #                                   # MEGATRON_MXFP8_MOE_GLUON_FC2=1
 #   bash tools/gpu_next.sh s19c     # for session 19: the Gluon FC2 at 16- / 64-token block widths (kernel-level probe)
+#   bash tools/gpu_next.sh s19d     # session 19, call 3: the Gluon FC1 in the layer (bit tests, graph replays, probes)
 #   bash tools/gpu_next.sh s18a     # session 18, call 1: tests owed from session 17's call 5, MoE benchmark, demo
 #   bash tools/gpu_next.sh s18b     # for session 18: profiles with the new route, FC2 pipelining probes at 256 tokens
 #   bash tools/gpu_next.sh s18c     # session 18, call 3: FC2 by TMA / warp specialization (bit tests, probes at 256)
@@ -552,8 +553,13 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     # prepared in session 18: the Gluon FC2 tiles without tails at 512 tokens (32 pairs per expert is past their
     # region: 28; so 384 tokens = 24 pairs), against the "_s2" tiles, then the full MoE benchmark and the demo with
     # MEGATRON_MXFP8_MOE_GLUON_FC2=1 (compare with run 21, PERFORMANCE 2a)
+    # session 19: first the Gluon tests that s19a's 200 s ran out before (16 of 22 passed there)
     L=$OUT/log.txt
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 170 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "(gluon and 235b-T300-m32l4 and n64s3) or env_switch" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -6
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 45 $P --shape $s --tokens 384 --activation squared_relu --configs "m32k_sx4p_f4_s2,m32k_sx4p_f4_g_s2,m32k_sx4p_f4_s2"
@@ -562,6 +568,26 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     cat $OUT/probe.jsonl
     export MEGATRON_MXFP8_MOE_GLUON_FC2=1
     moe_bench_and_demo 180 $L ;;
+  s19d)
+    # session 19, call 3: the Gluon FC1 (fc1_gluon) in the layer: its bit tests (the n64s3 tile, the other
+    # activations, the "_gg_s2" tiles against their Triton form, graph replays), the new default test, then layer
+    # probes "_g_s2" (Gluon FC2) against "_gg_s2" (both FCs in Gluon) at 256 tokens (squared ReLU at 2x inter)
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 230 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "(gluon_fc1 and (n64s3 or other_activations or triton_form or graph)) or gluon_defaults" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -8
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      for t in 256 384; do
+        [ $t = 384 ] && n=m32l4_sx4p_m || n=m32l4_sx4p_m_t16
+        timeout 40 $P --shape $s --tokens $t --configs "${n}_g_s2,${n}_gg_s2,${n}_g_s2"
+      done
+      timeout 40 $P --shape $s --tokens 256 --activation squared_relu \
+        --configs "m32k_sx4p_f4_t16_g_s2,m32k_sx4p_f4_t16_gg_s2,m32k_sx4p_f4_t16_g_s2"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s19c)
     # prepared in session 18: the Gluon FC2 at the 16- and 64-token tiles' widths (kernel level, bench/gluon_fc2_probe.py;
     # compile-only so far: 16 tokens x 64 rows 72 registers, 64 tokens x 64 / 128 rows 96 / 168): 4 pairs per 16-token

@@ -119,6 +119,12 @@ class TritonMoEConfig:
     # split-K); ``fc2_block_n`` (a multiple of 64 rows), ``fc2_stages`` and ``fc2_warps`` (4 or 8) are its tile.
     # Shapes need I % 128 == 0 and H % fc2_block_n == 0; ``fc2_maxnreg`` is ignored.
     fc2_gluon: bool = False
+    # Session 19: FC1 (+ activation) as the Gluon kernel (``_gluon_fc1_kernel``: asynchronous wgmma, weight words by
+    # TMA, gathered token planes by cp.async; the same bits as the Triton FC1 at the same 128-deep K steps with
+    # separate gate / up tiles). For the plane tiles ("sx4", ``planes``, ``fc1_block_k`` 128, ``fc1_gate_merge``
+    # off); ``fc1_block_n`` (a multiple of 16 * ``fc1_warps``), ``fc1_stages`` and ``fc1_warps`` (4 or 8) are its
+    # tile. Shapes need H % 128 == 0 and n_out % fc1_block_n == 0; ``fc1_maxnreg`` is ignored.
+    fc1_gluon: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -148,6 +154,15 @@ class TritonMoEConfig:
                              f"planes={self.planes}, dequant={self.dequant!r}, fc2_block_k={self.fc2_block_k}, "
                              f"fc2_split_k={self.fc2_split_k}, fc2_block_n={self.fc2_block_n}, "
                              f"fc2_warps={self.fc2_warps}, fc2_stages={self.fc2_stages}")
+        if self.fc1_gluon and not (self.planes and self.dequant == "sx4" and self.fc1_block_k == 128
+                                   and not self.fc1_gate_merge and self.fc1_warps in (4, 8)
+                                   and self.fc1_block_n % (16 * self.fc1_warps) == 0 and self.fc1_stages >= 2):
+            raise ValueError("TritonMoEConfig: fc1_gluon needs planes=True, dequant='sx4', fc1_block_k=128, "
+                             "fc1_gate_merge=False, fc1_warps 4 or 8, fc1_block_n a multiple of 16 * fc1_warps and "
+                             f"fc1_stages >= 2; got planes={self.planes}, dequant={self.dequant!r}, "
+                             f"fc1_block_k={self.fc1_block_k}, fc1_gate_merge={self.fc1_gate_merge}, "
+                             f"fc1_warps={self.fc1_warps}, fc1_block_n={self.fc1_block_n}, "
+                             f"fc1_stages={self.fc1_stages}")
         if self.side_stream not in (0, 1, 2):
             raise ValueError(f"TritonMoEConfig: side_stream must be 0, 1 or 2, got {self.side_stream}")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
@@ -317,26 +332,38 @@ TILES.update({f"{name}_s2": dataclasses.replace(TILES[name], side_stream=2) for 
     "l128m_sa_t32", "l128w_sa_t32a")})
 # Session 18: the 32-token plane tiles with the Gluon FC2 (``fc2_gluon``: 128 rows, 3 stages, 128-deep K steps),
 # "_g_s2". Run 21 probes at 256 tokens, us per layer against the "_s2" tile before / after: 30b 296.6 vs 307.9 / 307.7
-# (squared ReLU), 222.9 vs 230.9 / 230.4 (gated); 235b 1043.7 vs 1064.2 / 1086.3, 782.6 vs 809.8 / 826.9. Chosen only
-# when GLUON_FC2_ENV opts in (``choose_config``); the full benchmark and the demo have not run with them yet.
+# (squared ReLU), 222.9 vs 230.9 / 230.4 (gated); 235b 1043.7 vs 1064.2 / 1086.3, 782.6 vs 809.8 / 826.9. Run 22
+# (session 19) at 384 tokens: 30b 299.0 vs 321.5 / 324.3, 249.7 vs 263.6 / 263.5; 235b 1127.6 vs 1162.8 / 1180.1,
+# 889.6 vs 916.6 / 948.0; the full benchmark with them: 256 tokens 222.8 / 291.5 us (30b) against run 21's 228.7 /
+# 301.3. The defaults since session 19.
 _GLUON_FC2_TILE = dict(fc2_block_k=128, fc2_gluon=True, fc2_block_n=128, fc2_stages=3, fc2_maxnreg=None)
-_GLUON_FC2_BASES = ("m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4")
-TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_FC2_TILE) for name in _GLUON_FC2_BASES})
-_GLUON_TWINS = {TILES[f"{name}_g_s2"]: TILES[f"{name}_s2"] for name in _GLUON_FC2_BASES}
-# Environment switch: "1" lets ``choose_config`` pick the "_g_s2" tiles (8-28 pairs per expert, H and I multiples
-# of 128); a call falls back to the Triton twin where the Gluon FC2 cannot run (``_gluon_fc2_problem``).
-GLUON_FC2_ENV = "MEGATRON_MXFP8_MOE_GLUON_FC2"
+# Session 19: also FC1 in Gluon (``fc1_gluon``: 64 rows per gate / up tile, 3 stages, 4 warps, 128-deep K steps),
+# "_gg_s2". Run 22 kernel probe (bench/gluon_fc1_probe.py, 16 pairs per expert) against the Triton default FC1,
+# before / after: gated 30b 141.0 vs 156.0 / 152.5 us, 235b 503.2 vs 571.4 / 538.6.
+_GLUON_FC1_TILE = dict(fc1_block_k=128, fc1_gluon=True, fc1_block_n=64, fc1_stages=3, fc1_warps=4,
+                       fc1_gate_merge=False, fc1_maxnreg=None)
+_GLUON_BASES = ("m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4")
+TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_FC2_TILE) for name in _GLUON_BASES})
+TILES.update({f"{name}_gg_s2": dataclasses.replace(TILES[f"{name}_g_s2"], **_GLUON_FC1_TILE) for name in _GLUON_BASES})
+# the Triton tile a call runs where a Gluon tile cannot (``_gluon_problem``)
+_GLUON_TWINS = {TILES[f"{name}{kind}_s2"]: TILES[f"{name}_s2"] for name in _GLUON_BASES for kind in ("_g", "_gg")}
+# the bases whose default takes the Gluon FC1 too ("_gg_s2"; the others "_g_s2")
+_GLUON_FC1_BASES = ()
+# Environment switch: "0" (or false / no / off) keeps ``choose_config`` on the Triton "_s2" tiles; by default it
+# picks the Gluon tiles at 8-28 pairs per expert where H and I are multiples of 128.
+GLUON_ENV = "MEGATRON_MXFP8_MOE_GLUON"
 
 
-def gluon_fc2_opted_in() -> bool:
-    """Whether ``GLUON_FC2_ENV`` asks ``choose_config`` for the Gluon FC2 tiles."""
-    return os.environ.get(GLUON_FC2_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+def gluon_enabled() -> bool:
+    """Whether ``choose_config`` may pick the Gluon tiles (``GLUON_ENV`` not set to 0 / false / no / off)."""
+    return os.environ.get(GLUON_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _plane_tile(name: str, hidden: int, intermediate: int) -> TritonMoEConfig:
-    """``name``'s "_s2" tile, or its Gluon FC2 twin "_g_s2" where ``gluon_fc2_opted_in`` and the shapes tile."""
-    if gluon_fc2_opted_in() and hidden % 128 == 0 and intermediate % 128 == 0:
-        return TILES[f"{name}_g_s2"]
+    """``name``'s Gluon tile ("_gg_s2" for ``_GLUON_FC1_BASES``, else "_g_s2") where ``gluon_enabled`` and the
+    shapes tile by 128; else its Triton "_s2" tile."""
+    if gluon_enabled() and hidden % 128 == 0 and intermediate % 128 == 0:
+        return TILES[f"{name}_gg_s2" if name in _GLUON_FC1_BASES else f"{name}_g_s2"]
     return TILES[f"{name}_s2"]
 
 
@@ -654,11 +681,11 @@ def triton_mxfp8_moe(
                 raise MXFP8InputError(f"{name}: the 'sx4' tiles read weight rows as 32-bit words; the fp8 rows must "
                                       f"start at 4-byte aligned addresses (strides {tuple(data.stride())}, address "
                                       f"{data.data_ptr()}; copy the stack)")
-    problem = next(filter(None, (_gluon_fc2_problem(tile, fc2, x.device) for tile in cfg.launch_tiles)), None)
+    problem = next(filter(None, (_gluon_problem(tile, fc1, fc2, inner, x.device) for tile in cfg.launch_tiles)), None)
     if problem is not None:
         if config is not None or cfg not in _GLUON_TWINS:
             raise problem
-        logger.debug("Gluon FC2 tiles not used (%s): the Triton twin runs", problem)
+        logger.debug("Gluon tiles not used (%s): the Triton twin runs", problem)
         cfg = _GLUON_TWINS[cfg]
     with on_device(x.device):  # Triton launches on the current device
         _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
@@ -666,23 +693,33 @@ def triton_mxfp8_moe(
     return out
 
 
-def _gluon_fc2_problem(cfg: TritonMoEConfig, fc2: MXFP8Tensor, device: torch.device) -> Optional[Exception]:
-    """None where ``cfg``'s FC2 is not Gluon or can run here on this FC2 stack; else the error to raise (before any
-    launch) when the caller chose ``cfg``."""
-    if not cfg.fc2_gluon:
+def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor, n_out: int,
+                   device: torch.device) -> Optional[Exception]:
+    """None where ``cfg`` has no Gluon kernel or its Gluon kernels can run here on these stacks; else the error to
+    raise (before any launch) when the caller chose ``cfg``."""
+    if not (cfg.fc1_gluon or cfg.fc2_gluon):
         return None
-    _, hidden, inner = fc2.data.shape
-    if inner % 128 or hidden % cfg.fc2_block_n:
-        return MXFP8InputError(f"fc2_gluon: the FC2 stack {tuple(fc2.data.shape)} needs I % 128 == 0 and H % "
-                               f"fc2_block_n ({cfg.fc2_block_n}) == 0")
-    if not (fc2.data.is_contiguous() and fc2.scale_bytes().is_contiguous()):
-        return MXFP8InputError("fc2_gluon: the FC2 stack and its scales must be contiguous (TMA descriptors)")
+    if cfg.fc1_gluon:
+        hidden = fc1.data.shape[2]
+        if hidden % 128 or n_out % cfg.fc1_block_n:
+            return MXFP8InputError(f"fc1_gluon: the FC1 stack {tuple(fc1.data.shape)} needs H % 128 == 0 and its "
+                                   f"output width ({n_out}) a multiple of fc1_block_n ({cfg.fc1_block_n})")
+    if cfg.fc2_gluon:
+        _, hidden, inner = fc2.data.shape
+        if inner % 128 or hidden % cfg.fc2_block_n:
+            return MXFP8InputError(f"fc2_gluon: the FC2 stack {tuple(fc2.data.shape)} needs I % 128 == 0 and H % "
+                                   f"fc2_block_n ({cfg.fc2_block_n}) == 0")
+    for flag, name, weight in ((cfg.fc1_gluon, "fc1", fc1), (cfg.fc2_gluon, "fc2", fc2)):
+        if flag and not (weight.data.is_contiguous() and weight.scale_bytes().is_contiguous()):
+            return MXFP8InputError(f"{name}_gluon: the {name.upper()} stack and its scales must be contiguous (TMA "
+                                   "descriptors)")
     if device.type != "cuda":
-        return BackendUnavailableError("fc2_gluon runs on a Hopper GPU only (Gluon has no CPU interpreter)")
+        return BackendUnavailableError("the Gluon kernels (fc1_gluon / fc2_gluon) run on a Hopper GPU only (Gluon "
+                                       "has no CPU interpreter)")
     try:
-        from . import _gluon_fc2_kernel  # noqa: F401
+        from . import _gluon_fc1_kernel, _gluon_fc2_kernel  # noqa: F401
     except ImportError as error:
-        return BackendUnavailableError("fc2_gluon needs Triton's Gluon dialect with its Hopper API "
+        return BackendUnavailableError("fc1_gluon / fc2_gluon need Triton's Gluon dialect with its Hopper API "
                                        f"(triton.experimental.gluon; Triton 3.6 was tested): {error}")
     return None
 
@@ -922,17 +959,16 @@ def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activat
 
     fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
     hidden, n_out, inner = dims
-    kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
-        x, fc1.data, s1, inter, *route,
-        n_out, hidden, x.stride(0),
-        fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, inter.stride(0),
-        TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
-        BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
-        EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
-        GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
-        **cfg.launch_options(1),
-    )
-    if cfg.fc2_gluon:  # checked by _gluon_fc2_problem before any launch; one split: slots[0] is [pairs, H]
+    if cfg.fc1_gluon:  # checked by _gluon_problem before any launch
+        from ._gluon_fc1_kernel import launch_gluon_fc1
+
+        launch_gluon_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out, gated=activation.gated,
+                         activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
+                         block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
+                         plane_k2=cfg.fc2_block_k)
+    else:
+        _launch_fc1(cfg, x, fc1, s1, s1_stride, s1_tiles, inter, route, grid_blocks, hidden, n_out, activation, topk)
+    if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
         from ._gluon_fc2_kernel import launch_gluon_fc2
 
         launch_gluon_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
@@ -947,6 +983,26 @@ def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activat
         EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot, SPLIT_K=split_k,
         X_PLANES=cfg.planes, **cfg.launch_options(2),
     )
+
+
+def _launch_fc1(cfg, x, fc1, s1, s1_stride, s1_tiles, inter, route, grid_blocks, hidden, n_out, activation,
+                topk) -> None:
+    """The Triton FC1 (+ activation) of ``_launch_mma``."""
+    import triton
+
+    from . import _triton_moe_kernel as kernels
+
+    kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
+        x, fc1.data, s1, inter, *route,
+        n_out, hidden, x.stride(0),
+        fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, inter.stride(0),
+        TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
+        BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
+        EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
+        GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
+        **cfg.launch_options(1),
+    )
+
 
 
 def _launch_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, out, routing_map, probs, valid_tokens, rows,

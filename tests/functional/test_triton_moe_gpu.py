@@ -865,27 +865,75 @@ def test_cuda_graph_replay_with_the_gluon_fc2(tile, tokens):
 
 
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
-def test_gluon_fc2_defaults_under_the_env_switch(activation, monkeypatch):
-    """Under GLUON_FC2_ENV a default call at 256 tokens (16 pairs per expert) runs the "_g_s2" tile: the same bits as
-    that tile passed explicitly, within BOUND of float64, every row written."""
+def test_gluon_defaults_and_the_env_switch(activation, monkeypatch):
+    """A default call at 256 tokens (16 pairs per expert) runs the Gluon tile ``_plane_tile`` names, GLUON_ENV=0 the
+    Triton "_s2" tile: each the same bits as its tile passed explicitly, within BOUND of float64, every row written."""
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 256
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
-    name = "m32l4_sx4p_m_t16_g_s2" if activation == "swiglu" else "m32k_sx4p_f4_t16_g_s2"
-    monkeypatch.setenv(host.GLUON_FC2_ENV, "1")
+    base = "m32l4_sx4p_m_t16" if activation == "swiglu" else "m32k_sx4p_f4_t16"
     chosen = []
     launch = host._launch
     monkeypatch.setattr(host, "_launch", lambda cfg, *args: (chosen.append(cfg), launch(cfg, *args)))
-    outs = []
-    for cfg in (None, TILES[name]):
-        out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=3, valid_tokens=valid,
-                         out=out, rows=tokens, config=cfg)
-        torch.cuda.synchronize()
-        assert torch.isfinite(out[:tokens]).all() and torch.isnan(out[tokens:]).all()
-        outs.append(out[:tokens])
-    assert chosen == [TILES[name], TILES[name]]
-    assert torch.equal(outs[0], outs[1])
-    assert relative_error(outs[0], _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)) <= BOUND
+    for switch in ("1", "0"):
+        monkeypatch.setenv(host.GLUON_ENV, switch)
+        tile = host._plane_tile(base, hidden, inter)
+        assert (tile.fc2_gluon, tile is TILES[base + "_s2"]) == ((True, False) if switch == "1" else (False, True))
+        outs = []
+        for cfg in (None, tile):
+            out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
+            triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=3,
+                             valid_tokens=valid, out=out, rows=tokens, config=cfg)
+            torch.cuda.synchronize()
+            assert torch.isfinite(out[:tokens]).all() and torch.isnan(out[tokens:]).all()
+            outs.append(out[:tokens])
+        assert chosen[-2:] == [tile, tile]
+        assert torch.equal(outs[0], outs[1])
+        assert relative_error(outs[0], _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)) <= BOUND
+
+
+# Session 19: FC1 as the Gluon kernel (``fc1_gluon``: asynchronous wgmma, TMA weights, cp.async token planes). Same
+# values and MMA order per output element as the Triton FC1 at 128-deep K steps with separate gate / up tiles, so
+# the bits must match that tile (FC2 in Triton at 128-deep steps, which the Gluon FC2 matches too), for every
+# activation and with the Gluon tile's own rows / stages / warps.
+GLUON_FC1 = {"n64s3": dict(fc1_block_n=64, fc1_stages=3, fc1_warps=4),
+             "n64s2": dict(fc1_block_n=64, fc1_stages=2, fc1_warps=4),
+             "n128s3w8": dict(fc1_block_n=128, fc1_stages=3, fc1_warps=8)}
+
+
+def _triton_twin_of_gluon_fc1(base):
+    return dataclasses.replace(base, fc1_block_k=128, fc1_gate_merge=False, fc1_maxnreg=None, fc2_block_k=128)
+
+
+@pytest.mark.parametrize("variant", sorted(GLUON_FC1))
+@pytest.mark.parametrize("tile,activation", [("m32l4_sx4p_m_t16", "swiglu"), ("m32k_sx4p_f4_t16", "squared_relu")])
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 300)], ids=["30b-T256", "235b-T300"])
+def test_gluon_fc1_keeps_the_bits(tile, activation, variant, case):
+    k128 = _triton_twin_of_gluon_fc1(dataclasses.replace(TILES[tile], **GLUON_FC1[variant]))
+    _assert_tiles_keep_bits(k128, dataclasses.replace(k128, fc1_gluon=True), case, activation)
+
+
+@pytest.mark.parametrize("activation", ["geglu", "relu", "silu"])
+def test_gluon_fc1_keeps_the_bits_of_the_other_activations(activation):
+    base = TILES["m32l4_sx4p_m_t16" if activation == "geglu" else "m32k_sx4p_f4_t16"]
+    k128 = _triton_twin_of_gluon_fc1(dataclasses.replace(base, **GLUON_FC1["n64s3"]))
+    _assert_tiles_keep_bits(k128, dataclasses.replace(k128, fc1_gluon=True), (64, 4, 1024, 512, 160), activation)
+
+
+@pytest.mark.parametrize("name", ["m32l4_sx4p_m_t16_gg_s2", "m32k_sx4p_f4_t16_gg_s2", "m32l4_sx4p_m_gg_s2",
+                                  "m32k_sx4p_f4_gg_s2"])
+def test_gluon_fc1_tiles_keep_the_bits_of_their_triton_form(name):
+    """The "_gg_s2" tiles (both FCs in Gluon, the tails in Triton) against the same tiles in Triton only."""
+    activation = "swiglu" if name.startswith("m32l4") else "squared_relu"
+    tile = TILES[name]
+    triton_only = dataclasses.replace(tile, fc1_gluon=False, fc2_gluon=False)
+    _assert_tiles_keep_bits(triton_only, tile, (128, 8, 2048, 768, 256 if "_t16" in name else 384), activation)
+
+
+@pytest.mark.parametrize("name", ["m32l4_sx4p_m_t16_gg_s2", "m32k_sx4p_f4_t16_gg_s2"])
+def test_cuda_graph_replay_with_the_gluon_fc1(name):
+    """Both Gluon kernels and the second stream in one graph, replayed with new routing and valid-token counts."""
+    activation = "swiglu" if name.startswith("m32l4") else "squared_relu"
+    _graph_replay_of(lambda *shape: TILES[name], 256, (256, 170, 5), activation)

@@ -50,14 +50,20 @@ def test_config_grows_with_rows(rows, block_t):
         assert n & (n - 1) == 0 and k % 32 == 0
 
 
-def test_choose_config_returns_named_tiles_and_launch_options():
+@pytest.mark.parametrize("gluon", ["1", "0"])
+def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch):
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    monkeypatch.setenv(triton_moe.GLUON_ENV, gluon)
     names = {id(tile): name for name, tile in TILES.items()}
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
+    plane = {names[id(triton_moe._plane_tile(name, 2048, 768))] for name in ("m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16")}
+    assert all(name.endswith("_s2") and ("_g" in name) == (gluon == "1") for name in plane)
     assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k4_sx4p_m3_s2", "s16k_sx4_f4",
-                                     "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2", "l128m_sa_t64pu_s2", "x256m_sa_t32",
-                                     "l128w_sa_t64p2_s2", "x256w_sa_t32a"} <= picked
+                                     "l128m_sa_t64pu_s2", "x256m_sa_t32", "l128w_sa_t64p2_s2",
+                                     "x256w_sa_t32a"} | plane <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
     capped = dataclasses.replace(tile, fc2_maxnreg=128)
@@ -66,9 +72,14 @@ def test_choose_config_returns_named_tiles_and_launch_options():
     assert capped == TILES["s16k_sx_r"]
 
 
+@pytest.mark.parametrize("gluon", ["1", "0"])
 @pytest.mark.parametrize("gated", [True, False])
-def test_choice_by_pairs_per_expert(gated):
+def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     """The regions of ``choose_config`` at top-8 over 128 experts (bounds from the session 5/6 H200 probes)."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    monkeypatch.setenv(triton_moe.GLUON_ENV, gluon)
+
     def pick(rows, experts=128):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
         return next(name for name, tile in TILES.items() if tile is cfg)
@@ -85,7 +96,14 @@ def test_choice_by_pairs_per_expert(gated):
     # 64-token plane tiles from 28 pairs per expert (32-token plane tails below 40) and as the 64-token tails;
     # session 16: every plane / tail tile below 72 pairs per expert with the second stream ("_s2"); session 17:
     # the 128-token tiles with 32-token tails too, and squared ReLU's 2-stage 64-token tile with tails at 28-40
-    assert [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)] == (
+    # session 18 / 19: the 32-token plane tiles' Gluon twins ("_g_s2": FC2; "_gg_s2": FC1 too), unless GLUON_ENV is 0
+    picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
+    for i, base in enumerate(("m32l4_sx4p_m_t16", "m32l4_sx4p_m", "m32l4_sx4p_m") if gated else
+                             ("m32k_sx4p_f4_t16", "m32k_sx4p_f4", "m32k_sx4p_f4")):
+        gluon_name = base + ("_gg_s2" if base in triton_moe._GLUON_FC1_BASES else "_g_s2")
+        assert picks[i] == (gluon_name if gluon == "1" else base + "_s2")
+        picks[i] = base + "_s2"
+    assert picks == (
         ["m32l4_sx4p_m_t16_s2", "m32l4_sx4p_m_s2", "m32l4_sx4p_m_s2", "l64_sx4p_mu_t32_s2", "l64_sx4p_mu_t32_s2",
          "l64_sx4p_mu_s2", "l64_sx4p_mu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t32_s2",
          "l128m_sa_t32_s2", "x256m_sa_t32", "x256m_sa_t32"] if gated else
@@ -185,7 +203,7 @@ def test_second_stream_defaults_are_the_tested_tiles():
     """The session 16-17 defaults ("_s2") differ from their tiles only in ``side_stream`` 2, whose launches
     test_side_stream_keeps_the_bits / test_side_stream_on_odd_shapes (GPU) check bit for bit against one stream;
     the 256-token tiles keep one stream."""
-    names = [name for name in TILES if name.endswith("_s2") and not name.endswith("_g_s2")]  # _g_s2: Gluon FC2
+    names = [name for name in TILES if name.endswith("_s2") and not name.endswith(("_g_s2", "_gg_s2"))]  # Gluon
     assert len(names) == 14
     for name in names:
         assert TILES[name] == dataclasses.replace(TILES[name[:-3]], side_stream=2) and TILES[name[:-3]].side_stream == 0
@@ -408,23 +426,27 @@ def test_gluon_fc2_is_checked(monkeypatch):
     assert launched == []
 
 
-def test_gluon_fc2_tiles_are_opt_in_with_a_triton_fallback(monkeypatch):
-    """``choose_config`` picks the Gluon FC2 twins of the 32-token plane tiles (8-28 pairs per expert) only under
-    GLUON_FC2_ENV and where H and I tile by 128; a default call falls back to the Triton twin where the Gluon FC2
-    cannot run (here: a CPU device), while an explicit Gluon config raises."""
+def test_gluon_tiles_are_the_default_with_a_triton_fallback(monkeypatch):
+    """``choose_config`` picks the Gluon twins of the 32-token plane tiles (8-28 pairs per expert) where H and I tile
+    by 128, unless GLUON_ENV is 0; a default call falls back to the Triton twin where the Gluon kernels cannot run
+    (here: a CPU device), while an explicit Gluon config raises before any launch."""
     from megatron_mxfp8_moe.errors import BackendUnavailableError
     from megatron_mxfp8_moe.kernels import triton_moe
 
     shape = dict(gated=True, topk=8, experts=128)
-    monkeypatch.delenv(triton_moe.GLUON_FC2_ENV, raising=False)
+    monkeypatch.setenv(triton_moe.GLUON_ENV, "0")
     assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_s2"]
-    monkeypatch.setenv(triton_moe.GLUON_FC2_ENV, "1")
+    monkeypatch.delenv(triton_moe.GLUON_ENV)
     for rows, gated, name in ((256, True, "m32l4_sx4p_m_t16"), (256, False, "m32k_sx4p_f4_t16"),
                               (384, True, "m32l4_sx4p_m"), (384, False, "m32k_sx4p_f4")):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=128)
-        assert cfg is TILES[name + "_g_s2"]
-        assert cfg == dataclasses.replace(TILES[name + "_s2"], fc2_block_k=128, fc2_gluon=True, fc2_block_n=128,
-                                          fc2_stages=3, fc2_maxnreg=None)
+        fc1_too = name in triton_moe._GLUON_FC1_BASES
+        assert cfg is TILES[name + ("_gg_s2" if fc1_too else "_g_s2")]
+        assert TILES[name + "_g_s2"] == dataclasses.replace(TILES[name + "_s2"], fc2_block_k=128, fc2_gluon=True,
+                                                            fc2_block_n=128, fc2_stages=3, fc2_maxnreg=None)
+        assert TILES[name + "_gg_s2"] == dataclasses.replace(TILES[name + "_g_s2"], fc1_block_k=128, fc1_gluon=True,
+                                                             fc1_block_n=64, fc1_stages=3, fc1_warps=4,
+                                                             fc1_gate_merge=False, fc1_maxnreg=None)
         assert triton_moe._GLUON_TWINS[cfg] is TILES[name + "_s2"]
     assert choose_config(256, 2048, 96 * 8, **shape).fc2_gluon  # I = 768
     assert not choose_config(256, 2048, 800, **shape).fc2_gluon  # I not a multiple of 128
@@ -439,9 +461,32 @@ def test_gluon_fc2_tiles_are_opt_in_with_a_triton_fallback(monkeypatch):
     valid = torch.tensor([64], dtype=torch.int32)
     triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, route_experts=8)  # 16 pairs per expert
     assert launched == [TILES["m32l4_sx4p_m_t16_s2"]]
-    with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, config=TILES["m32l4_sx4p_m_t16_g_s2"])
+    for kind in ("_g_s2", "_gg_s2"):
+        with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
+            triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, config=TILES["m32l4_sx4p_m_t16" + kind])
     assert len(launched) == 1
+
+
+def test_gluon_fc1_config_and_shapes_are_checked(monkeypatch):
+    """``fc1_gluon`` needs the plane tile it was built for (128-deep steps, separate gate / up tiles, rows per
+    warpgroup); shapes it cannot tile raise before any launch, also where a GPU would run it."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    tile = TILES["m32l4_sx4p_m_t16_gg_s2"]
+    for bad in (dict(fc1_block_k=256), dict(fc1_gate_merge=True), dict(fc1_warps=2), dict(fc1_block_n=96),
+                dict(fc1_warps=8, fc1_block_n=64), dict(fc1_stages=1), dict(planes=False, fc2_gluon=False)):
+        with pytest.raises(ValueError, match="fc1_gluon needs"):
+            dataclasses.replace(tile, **bad)
+    assert dataclasses.replace(tile, fc1_warps=8, fc1_block_n=128).fc1_gluon
+    fc1 = quantize_mxfp8(random_weights((4, 2 * 96, 128), scale=0.1), backend="reference")  # n_out 96: not 64s
+    fc2 = quantize_mxfp8(random_weights((4, 128, 96), scale=0.1), backend="reference")
+    problem = triton_moe._gluon_problem(dataclasses.replace(tile, fc2_gluon=False), fc1, fc2, 96, torch.device("cuda"))
+    assert isinstance(problem, MXFP8InputError) and "fc1_block_n (64)" in str(problem)
+    fc1 = quantize_mxfp8(random_weights((4, 256, 96), scale=0.1), backend="reference")  # H 96: not 128s
+    fc2 = quantize_mxfp8(random_weights((4, 96, 128), scale=0.1), backend="reference")
+    problem = triton_moe._gluon_problem(dataclasses.replace(tile, fc2_gluon=False), fc1, fc2, 128, torch.device("cuda"))
+    assert isinstance(problem, MXFP8InputError) and "H % 128" in str(problem)
+    assert triton_moe._gluon_problem(TILES["m32l4_sx4p_m_t16_s2"], fc1, fc2, 128, torch.device("cuda")) is None
 
 
 def test_gemv_config_is_checked():

@@ -1,0 +1,204 @@
+"""FC1 (+ activation) of the "sx4" plane tiles in Gluon, with asynchronous wgmma (session 19).
+
+The same scheme as the Gluon FC2 (``_gluon_fc2_kernel``): the 4 byte-plane wgmmas of a 128-deep K step are issued
+asynchronously and waited for only after the next step's dequant. FC1's token operand is gathered (sorted position
+-> pair -> token row of x), which Hopper's TMA cannot do: each thread issues cp.async copies of its 16-byte pieces of
+the plane-major x rows into the stage, and ``async_copy.mbarrier_arrive`` makes the stage's mbarrier (which also
+counts the weight TMA bytes) complete only once every thread's copies have landed. Gated activations take two
+accumulators, gate rows and up rows (``BLOCK_N`` each, ``N_OUT`` apart). Same values and the same MMA order per output
+element as ``_triton_moe_kernel._fc1_kernel`` with 128-deep K steps and separate gate / up tiles (``GATE_MERGE``
+off), and the same activation formulas, hence the same bits (GPU tests). Hopper only (sm_90 wgmma); needs
+``triton.experimental.gluon`` (Triton 3.6 was tested).
+
+Layouts: x ``[R, Kp]`` bf16 plane-major per 128-deep K step (``planes_of``; row stride a multiple of 8), weights
+``[E, N1, H]`` fp8 seen as int32 words ``[E * N1, H // 4]`` (N1 = 2 * N_OUT gated: gate rows then up rows), scales
+``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; output: ``inter`` rows by sorted position, bf16, plane-major per
+``PLANE_K2``-deep FC2 step (``_plane_cols``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ._gluon_fc2_kernel import _step_scales, _sx4_planes
+
+GLUON_FC1_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 values per token
+# the activation codes of _triton_moe_kernel (ACT_*)
+_SWIGLU = gl.constexpr(0)
+_GEGLU = gl.constexpr(1)
+_SQUARED_RELU = gl.constexpr(2)
+_RELU = gl.constexpr(3)
+
+
+@gluon.jit
+def _sigmoid(v):
+    return 1 / (1 + gl.exp(-v))  # tl.sigmoid's formula
+
+
+@gluon.jit
+def _activate(g, u, ACTIVATION: gl.constexpr):
+    """``_triton_moe_kernel._activate`` in Gluon (the same fp32 formulas)."""
+    if ACTIVATION == _SWIGLU:
+        out = g * _sigmoid(g) * u
+    elif ACTIVATION == _GEGLU:
+        out = g * _sigmoid(1.5957691216057308 * (g + 0.044715 * g * g * g)) * u
+    elif ACTIVATION == _SQUARED_RELU:
+        r = gl.maximum(g, 0.0)
+        out = r * r
+    elif ACTIVATION == _RELU:
+        out = gl.maximum(g, 0.0)
+    else:
+        out = g * _sigmoid(g)
+    return out
+
+
+@gluon.jit
+def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, w_row, N_OUT, GATED: gl.constexpr,
+           STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
+    """Start K step ``k``'s copies into its stage: the weight words by TMA (gate and up tiles), the 4 token planes
+    by cp.async, all counted by the stage's mbarrier."""
+    Q: gl.constexpr = BLOCK_K // 4
+    st = k % STAGES
+    bar = bars.index(st)
+    if GATED:
+        mbarrier.expect(bar, 2 * w_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bar, wg_smem.index(st))
+        tma.async_copy_global_to_shared(w_desc, [w_row + N_OUT, k * Q], bar, wu_smem.index(st))
+    else:
+        mbarrier.expect(bar, w_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bar, wg_smem.index(st))
+    for p in gl.static_range(4):
+        async_copy.async_copy_global_to_shared(x_smem.index(st * 4 + p), x_rows + (k * BLOCK_K + p * Q),
+                                               mask=token_mask)
+    async_copy.mbarrier_arrive(bar)  # the phase completes once this thread's copies have landed too
+
+
+@gluon.jit
+def _mma_step(w_smem, x_smem, st, s, acc, STAGES: gl.constexpr, a_layout: gl.constexpr):
+    """Dequantize stage ``st``'s weight words with their E8M0 bytes ``s`` and issue the 4 plane MMAs (async)."""
+    p0, p1, p2, p3 = _sx4_planes(w_smem.index(st).load(a_layout), s)
+    acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc, is_async=True)
+    return acc, p0, p1, p2, p3
+
+
+@gluon.jit
+def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N_OUT,
+                      N1, K, stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr,
+                      GATED: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
+                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
+                      X_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
+    Q: gl.constexpr = BLOCK_K // 4
+    pid_n = gl.program_id(0)
+    pid_b = gl.program_id(1)
+    if pid_b < gl.load(num_blocks_ptr):
+        expert = gl.load(block_expert_ptr + pid_b)
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                      instr_shape=[16, BLOCK_T, 16])
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        # cp.async pieces: 16 bytes (8 bf16) per thread per row piece
+        copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // (Q // 8), Q // 8],
+                                                     warps_per_cta=[num_warps, 1], order=[1, 0])
+        wg_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, Q], w_desc.layout)
+        if GATED:
+            wu_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, Q], w_desc.layout)
+        else:
+            wu_smem = wg_smem
+        x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES * 4, BLOCK_T, Q], X_LAYOUT)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        n_first = pid_n * BLOCK_N
+        w_row = expert * N1 + n_first
+        positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, copy_layout))
+        pairs = gl.load(sorted_pairs_ptr + positions)
+        tokens = gl.where(pairs >= 0, pairs // TOPK, 0).to(gl.int64)
+        x_rows = x_ptr + tokens[:, None] * stride_x + gl.arange(0, Q, layout=gl.SliceLayout(0, copy_layout))[None, :]
+        token_mask = pairs[:, None] >= 0
+        steps = K // BLOCK_K
+        for i in gl.static_range(STAGES - 1):
+            if i < steps:
+                _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, i, w_row, N_OUT, GATED, STAGES,
+                       BLOCK_K)
+        rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
+        cols = gl.arange(0, Q, layout=gl.SliceLayout(0, a_layout))
+        s_base = s_ptr + expert.to(gl.int64) * stride_se
+        sg_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q)
+        su_next = sg_next
+        if GATED:
+            su_next = _step_scales(s_base, rows + N_OUT, cols, 0, scale_tiles, Q)
+        acc_g = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+        acc_u = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+        zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
+        g0, g1, g2, g3, u0, u1, u2, u3 = zero, zero, zero, zero, zero, zero, zero, zero  # previous step's planes
+        for k in range(steps):
+            st = k % STAGES
+            mbarrier.wait(bars.index(st), (k // STAGES) & 1)
+            fence_async_shared()  # the cp.async (generic proxy) token planes, read by wgmma (async proxy)
+            sg = sg_next
+            su = su_next
+            nxt = gl.minimum(k + 1, steps - 1)
+            sg_next = _step_scales(s_base, rows, cols, nxt, scale_tiles, Q)
+            if GATED:
+                su_next = _step_scales(s_base, rows + N_OUT, cols, nxt, scale_tiles, Q)
+            acc_g, p0, p1, p2, p3 = _mma_step(wg_smem, x_smem, st, sg, acc_g, STAGES, a_layout)
+            if GATED:
+                acc_u, r0, r1, r2, r3 = _mma_step(wu_smem, x_smem, st, su, acc_u, STAGES, a_layout)
+                # the previous step's 8 MMAs are done past this wait: its stage and its planes are free
+                acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3 = warpgroup_mma_wait(
+                    num_outstanding=8, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
+                u0, u1, u2, u3 = r0, r1, r2, r3
+            else:
+                acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc_g, g0, g1, g2, g3))
+            g0, g1, g2, g3 = p0, p1, p2, p3
+            if k + STAGES - 1 < steps:
+                _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k + STAGES - 1, w_row, N_OUT,
+                       GATED, STAGES, BLOCK_K)
+        acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3 = warpgroup_mma_wait(
+            num_outstanding=0, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
+        h = _activate(acc_g, acc_u, ACTIVATION)
+        out_pos = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
+        out_pairs = gl.load(sorted_pairs_ptr + out_pos)
+        offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+        rem = offs_n % PLANE_K2  # _plane_cols: column of row n in the plane-major order of FC2's K steps
+        plane_cols = offs_n - rem + (rem % 4) * (PLANE_K2 // 4) + rem // 4
+        ptrs = inter_ptr + out_pos.to(gl.int64)[None, :] * stride_inter + plane_cols[:, None]
+        gl.store(ptrs, h.to(gl.bfloat16), mask=(out_pairs >= 0)[None, :] & (offs_n < N_OUT)[:, None])
+
+
+def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
+                     inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
+                     num_blocks: torch.Tensor, grid_blocks: int, *, n_out: int, gated: bool, activation: int,
+                     topk: int, block_n: int, block_t: int, stages: int, num_warps: int, plane_k2: int) -> None:
+    """One ``_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
+    ``x_planes`` ``[R, Kp]`` bf16 plane-major per 128 (row stride a multiple of 8), ``w`` ``[E, N1, H]`` fp8
+    contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
+    ``inter`` ``[positions, >= n_out]`` bf16 written plane-major per ``plane_k2``; ``activation`` an ACT_* code.
+    The caller checks ``H % 128 == 0`` and ``n_out % block_n == 0``."""
+    experts, n1, hidden = w.shape
+    q = GLUON_FC1_BLOCK_K // 4
+    words = w.view(torch.uint8).view(experts * n1, hidden).view(torch.int32)
+    w_desc = TensorDescriptor.from_tensor(words, [block_n, q],
+                                          gl.NVMMASharedLayout.get_default_for([block_n, q], gl.int32))
+    x_layout = gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16)
+    _fc1_gluon_kernel[(triton.cdiv(n_out, block_n), grid_blocks)](
+        w_desc, x_planes, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden,
+        x_planes.stride(0), scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, GATED=gated,
+        ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC1_BLOCK_K, STAGES=stages,
+        PLANE_K2=plane_k2, X_LAYOUT=x_layout, num_warps=num_warps)

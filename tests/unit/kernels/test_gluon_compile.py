@@ -1,0 +1,87 @@
+"""The Gluon FC1 / FC2 kernels compiled for sm_90 on the CPU (no GPU needed: Triton's own ptxas), with the installed
+Triton.
+
+They check the structure the speed comes from: the weight words by TMA, the token planes by TMA (FC2) or cp.async
+tied to the stage's mbarrier (FC1), asynchronous wgmmas waited for down to one step's outstanding groups (so a
+step's dequant overlaps the previous step's MMAs), and no spills. The bits and the speed are checked on an H200
+(tests/functional/test_triton_moe_gpu.py, bench/gluon_fc1_probe.py, bench/gluon_fc2_probe.py)."""
+
+import re
+
+import pytest
+import torch
+
+gluon = pytest.importorskip("triton.experimental.gluon", reason="needs Triton's Gluon dialect")
+
+
+def _compile_sm90(fn, types: dict, constants: dict, warps: int, ints: tuple):
+    """``fn`` compiled for sm_90: pointer and ``ints`` arguments 16-divisible, the rest constexpr."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    signature = {name: types.get(name, "constexpr") for name in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(signature.items())
+             if kind.startswith("*") or name in ints}
+    source = GluonASTSource(fn=fn, signature=signature, attrs=attrs,
+                            constexprs={(fn.arg_names.index(k),): v for k, v in constants.items()})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    assert ".local" not in compiled.asm["ptx"]  # no local-memory (spill) traffic
+    assert compiled.metadata.shared <= 227 * 1024
+    return compiled.asm["ptx"]
+
+
+def _words_desc(block_n: int, q: int):
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    words = torch.zeros(4 * 256, 256, dtype=torch.int32)  # descriptors only carry dtypes, blocks and layouts here
+    return TensorDescriptor.from_tensor(words, [block_n, q], gl.NVMMASharedLayout.get_default_for([block_n, q],
+                                                                                                  gl.int32))
+
+
+@pytest.mark.parametrize("block_n,block_t,stages,warps", [(128, 32, 3, 4), (64, 32, 2, 4), (64, 16, 3, 4)])
+def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, warps):
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    from megatron_mxfp8_moe.kernels import _gluon_fc2_kernel as kernel
+
+    q = kernel.GLUON_FC2_BLOCK_K // 4
+    inter = torch.zeros(4 * block_t, 1024, dtype=torch.bfloat16)
+    a_desc = TensorDescriptor.from_tensor(inter, [block_t, q], gl.NVMMASharedLayout.get_default_for([block_t, q],
+                                                                                                    gl.bfloat16))
+    types = dict(w_desc=mangle_type(_words_desc(block_n, q)), a_desc=mangle_type(a_desc), s_ptr="*u8",
+                 slot_ptr="*bf16", sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N="i32",
+                 K="i32", stride_se="i32", scale_tiles="i32", stride_slot="i32")
+    constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=kernel.GLUON_FC2_BLOCK_K, STAGES=stages,
+                     num_warps=warps)
+    ptx = _compile_sm90(kernel._fc2_gluon_kernel, types, constants, warps, ("N", "K", "stride_se", "stride_slot"))
+    assert ptx.count("cp.async.bulk.tensor") >= 5  # the weight words and 4 token planes of a stage, by TMA
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.bf16\.bf16" % block_t, ptx)
+    assert "wgmma.wait_group.sync.aligned 4;" in ptx  # the previous step's 4 groups only: the overlap
+
+
+@pytest.mark.parametrize("gated,activation", [(True, 0), (True, 1), (False, 2), (False, 3), (False, 4)])
+@pytest.mark.parametrize("block_n,stages,warps", [(64, 3, 4), (128, 3, 8)])
+def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n, stages, warps):
+    from triton.experimental.gluon import language as gl
+    from triton.runtime.jit import mangle_type
+
+    from megatron_mxfp8_moe.kernels import _gluon_fc1_kernel as kernel
+
+    q, block_t = kernel.GLUON_FC1_BLOCK_K // 4, 32
+    types = dict(w_desc=mangle_type(_words_desc(block_n, q)), x_ptr="*bf16", s_ptr="*u8", inter_ptr="*bf16",
+                 sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N_OUT="i32", N1="i32",
+                 K="i32", stride_x="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
+    constants = dict(TOPK=8, GATED=gated, ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t,
+                     BLOCK_K=kernel.GLUON_FC1_BLOCK_K, STAGES=stages, PLANE_K2=128,
+                     X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16), num_warps=warps)
+    ptx = _compile_sm90(kernel._fc1_gluon_kernel, types, constants, warps,
+                        ("N_OUT", "N1", "K", "stride_x", "stride_se", "stride_inter"))
+    assert ptx.count("cp.async.bulk.tensor") >= (2 if gated else 1) * 2  # weight words by TMA: prologue + loop
+    assert ptx.count("cp.async.cg.shared.global") + ptx.count("cp.async.ca.shared.global") >= 8  # token planes
+    assert "cp.async.mbarrier.arrive" in ptx  # the stage's mbarrier also waits for this thread's copies
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.bf16\.bf16" % block_t, ptx)
+    assert f"wgmma.wait_group.sync.aligned {8 if gated else 4};" in ptx  # the previous step's groups only
