@@ -5,6 +5,7 @@
 #                                   # MEGATRON_MXFP8_MOE_GLUON_FC2=1
 #   bash tools/gpu_next.sh s19c     # for session 19: the Gluon FC2 at 16- / 64-token block widths (kernel-level probe)
 #   bash tools/gpu_next.sh s19d     # session 19, call 3: the Gluon FC1 in the layer (bit tests, graph replays, probes)
+#   bash tools/gpu_next.sh s19e     # session 19, call 4: the other Gluon FC1 tests, squared-ReLU FC1 probe, benchmark, demo
 #   bash tools/gpu_next.sh s18a     # session 18, call 1: tests owed from session 17's call 5, MoE benchmark, demo
 #   bash tools/gpu_next.sh s18b     # for session 18: profiles with the new route, FC2 pipelining probes at 256 tokens
 #   bash tools/gpu_next.sh s18c     # session 18, call 3: FC2 by TMA / warp specialization (bit tests, probes at 256)
@@ -588,6 +589,23 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
         --configs "m32k_sx4p_f4_t16_g_s2,m32k_sx4p_f4_t16_gg_s2,m32k_sx4p_f4_t16_g_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s19e)
+    # session 19, call 4: the other Gluon FC1 bit tests (n64s2, n128s3w8), the squared-ReLU Gluon FC1 kernel probe at
+    # the benchmark's shapes (FC1 2 I x H), then the full MoE benchmark and the demo with the new defaults (gated
+    # 8-28 pairs per expert: both FCs in Gluon; squared ReLU: the Gluon FC2)
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 110 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "gluon_fc1_keeps and (n64s2 or n128s3w8)" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -4
+    for shape in "2048 1536" "4096 3072"; do
+      set -- $shape
+      timeout 45 python3 bench/gluon_fc1_probe.py --hidden $1 --inter $2 --activation squared_relu \
+        --gluon "64:3:4,64:4:4,128:3:8"
+    done > $OUT/fc1_probe.jsonl 2> $OUT/fc1_probe.err
+    cat $OUT/fc1_probe.jsonl
+    moe_bench_and_demo 200 $L ;;
   s19c)
     # prepared in session 18: the Gluon FC2 at the 16- and 64-token tiles' widths (kernel level, bench/gluon_fc2_probe.py;
     # compile-only so far: 16 tokens x 64 rows 72 registers, 64 tokens x 64 / 128 rows 96 / 168): 4 pairs per 16-token

@@ -339,18 +339,20 @@ TILES.update({f"{name}_s2": dataclasses.replace(TILES[name], side_stream=2) for 
 _GLUON_FC2_TILE = dict(fc2_block_k=128, fc2_gluon=True, fc2_block_n=128, fc2_stages=3, fc2_maxnreg=None)
 # Session 19: also FC1 in Gluon (``fc1_gluon``: 64 rows per gate / up tile, 3 stages, 4 warps, 128-deep K steps),
 # "_gg_s2". Run 22 kernel probe (bench/gluon_fc1_probe.py, 16 pairs per expert) against the Triton default FC1,
-# before / after: gated 30b 141.0 vs 156.0 / 152.5 us, 235b 503.2 vs 571.4 / 538.6.
+# before / after: gated 30b 141.0 vs 156.0 / 152.5 us, 235b 503.2 vs 571.4 / 538.6. Run 22 layer probes against
+# "_g_s2" before / after (us): gated 30b 219.1 vs 224.6 / 225.6 (256 tokens), 244.9 vs 250.8 / 254.7 (384); 235b 802.0
+# vs 828.6 / 894.8, 914.3 vs 922.5 / 990.1: the gated default. Squared ReLU (FC1 2 I x H, no up half) lost: 30b 298.2
+# vs 295.2 / 295.9, 235b 1120.3 vs 1080.3 / 1095.6 (256 tokens); its default keeps the Triton FC1.
 _GLUON_FC1_TILE = dict(fc1_block_k=128, fc1_gluon=True, fc1_block_n=64, fc1_stages=3, fc1_warps=4,
                        fc1_gate_merge=False, fc1_maxnreg=None)
 _GLUON_BASES = ("m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4")
 TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_FC2_TILE) for name in _GLUON_BASES})
 TILES.update({f"{name}_gg_s2": dataclasses.replace(TILES[f"{name}_g_s2"], **_GLUON_FC1_TILE) for name in _GLUON_BASES})
-# the Triton tile a call runs where a Gluon tile cannot (``_gluon_problem``)
-_GLUON_TWINS = {TILES[f"{name}{kind}_s2"]: TILES[f"{name}_s2"] for name in _GLUON_BASES for kind in ("_g", "_gg")}
 # the bases whose default takes the Gluon FC1 too ("_gg_s2"; the others "_g_s2")
-_GLUON_FC1_BASES = ()
+_GLUON_FC1_BASES = ("m32l4_sx4p_m_t16", "m32l4_sx4p_m")
 # Environment switch: "0" (or false / no / off) keeps ``choose_config`` on the Triton "_s2" tiles; by default it
-# picks the Gluon tiles at 8-28 pairs per expert where H and I are multiples of 128.
+# picks the Gluon tiles at 8-28 pairs per expert where H and I are multiples of 128. A default call whose Gluon tile
+# cannot run here (``_gluon_problem``: no GPU, no Gluon, odd shapes) runs ``choose_config(..., gluon=False)``.
 GLUON_ENV = "MEGATRON_MXFP8_MOE_GLUON"
 
 
@@ -359,22 +361,24 @@ def gluon_enabled() -> bool:
     return os.environ.get(GLUON_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _plane_tile(name: str, hidden: int, intermediate: int) -> TritonMoEConfig:
-    """``name``'s Gluon tile ("_gg_s2" for ``_GLUON_FC1_BASES``, else "_g_s2") where ``gluon_enabled`` and the
-    shapes tile by 128; else its Triton "_s2" tile."""
-    if gluon_enabled() and hidden % 128 == 0 and intermediate % 128 == 0:
+def _plane_tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
+    """``name``'s Gluon tile ("_gg_s2" for ``_GLUON_FC1_BASES``, else "_g_s2") where ``gluon`` (None:
+    ``gluon_enabled()``) and the shapes tile by 128; else its Triton "_s2" tile."""
+    if (gluon_enabled() if gluon is None else gluon) and hidden % 128 == 0 and intermediate % 128 == 0:
         return TILES[f"{name}_gg_s2" if name in _GLUON_FC1_BASES else f"{name}_g_s2"]
     return TILES[f"{name}_s2"]
 
 
-def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int) -> TritonMoEConfig:
+def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int,
+                  gluon: Optional[bool] = None) -> TritonMoEConfig:
     """Tile configuration for ``rows`` tokens (a pure function of shapes; tuned on an H200): one of ``TILES``.
 
     Small batches are weight-bandwidth bound: narrow token tiles (16) to limit per-expert padding, narrow
     weight tiles so that every SM streams weights, deep K tiles and pipelines. Large batches are MMA bound:
     wide tiles so each dequantized weight tile is reused by many tokens. ``experts``: the experts the routing
     spreads the ``rows * topk`` pairs over, i.e. the GLOBAL count under expert parallelism (a rank that sees all
-    tokens but holds E / EP experts gets about ``rows * topk / experts`` pairs per local expert).
+    tokens but holds E / EP experts gets about ``rows * topk / experts`` pairs per local expert). ``gluon``: whether
+    the Gluon tiles may be picked (None: ``gluon_enabled()``, i.e. unless GLUON_ENV is 0).
     """
     pairs_per_expert = rows * topk / max(experts, 1)
     # Up to 1.5 pairs per expert (sessions 5-6): the GEMV paths. Every (token, expert) pair is then a
@@ -429,9 +433,9 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # vs 498.4 / 500.5 (30b), 1177.5 vs 1351.3 / 1356.7 and 1639.8 vs 1843.6 / 1837.3 (235b). The cut at 32 pairs
     # per expert dates from the tiles without planes (0.7-3.5% faster than the 128 / 64-token tiles at 512 tokens).
     if pairs_per_expert <= 16:
-        return _plane_tile("m32l4_sx4p_m_t16" if gated else "m32k_sx4p_f4_t16", hidden, intermediate)
+        return _plane_tile("m32l4_sx4p_m_t16" if gated else "m32k_sx4p_f4_t16", hidden, intermediate, gluon)
     if pairs_per_expert < 28:
-        return _plane_tile("m32l4_sx4p_m" if gated else "m32k_sx4p_f4", hidden, intermediate)
+        return _plane_tile("m32l4_sx4p_m" if gated else "m32k_sx4p_f4", hidden, intermediate, gluon)
     # Session 15 (run 18 probes, us per layer, 30b / 235b): the plane tiles with 64 tokens. At 32 pairs per expert
     # (512 tokens) with 32-token plane tails: gated 323.9 / 1116.5 vs m32l4_sx4p_m 345.0 / 1250.8, squared ReLU
     # 415.9 / 1481.4 vs m32k_sx4p_f4 435.3 / 1618.2. From 40 without tails: gated 640 tokens 358.3 / 1274.8 (tails
@@ -683,10 +687,11 @@ def triton_mxfp8_moe(
                                       f"{data.data_ptr()}; copy the stack)")
     problem = next(filter(None, (_gluon_problem(tile, fc1, fc2, inner, x.device) for tile in cfg.launch_tiles)), None)
     if problem is not None:
-        if config is not None or cfg not in _GLUON_TWINS:
+        if config is not None:
             raise problem
-        logger.debug("Gluon tiles not used (%s): the Triton twin runs", problem)
-        cfg = _GLUON_TWINS[cfg]
+        logger.debug("Gluon tiles not used (%s): the Triton tiles run", problem)
+        cfg = choose_config(rows, hidden, inner, gated=activation.gated, topk=topk, experts=route_experts or experts,
+                            gluon=False)
     with on_device(x.device):  # Triton launches on the current device
         _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
                 experts, hidden, inner, topk)

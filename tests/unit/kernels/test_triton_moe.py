@@ -447,7 +447,9 @@ def test_gluon_tiles_are_the_default_with_a_triton_fallback(monkeypatch):
         assert TILES[name + "_gg_s2"] == dataclasses.replace(TILES[name + "_g_s2"], fc1_block_k=128, fc1_gluon=True,
                                                              fc1_block_n=64, fc1_stages=3, fc1_warps=4,
                                                              fc1_gate_merge=False, fc1_maxnreg=None)
-        assert triton_moe._GLUON_TWINS[cfg] is TILES[name + "_s2"]
+        assert choose_config(rows, 2048, 768, gated=gated, topk=8, experts=128, gluon=False) is TILES[name + "_s2"]
+    # the two "_gg_s2" tiles of a width differ only in their FC1 (the Gluon FC1 replaced it): equal dataclasses
+    assert TILES["m32l4_sx4p_m_gg_s2"] == TILES["m32k_sx4p_f4_gg_s2"]
     assert choose_config(256, 2048, 96 * 8, **shape).fc2_gluon  # I = 768
     assert not choose_config(256, 2048, 800, **shape).fc2_gluon  # I not a multiple of 128
     assert not choose_config(64, 2048, 768, **shape).fc2_gluon  # 4 pairs per expert: the 16-token tiles
