@@ -6,6 +6,7 @@
 #   bash tools/gpu_next.sh s19c     # for session 19: the Gluon FC2 at 16- / 64-token block widths (kernel-level probe)
 #   bash tools/gpu_next.sh s19d     # session 19, call 3: the Gluon FC1 in the layer (bit tests, graph replays, probes)
 #   bash tools/gpu_next.sh s19e     # session 19, call 4: the other Gluon FC1 tests, squared-ReLU FC1 probe, benchmark, demo
+#   bash tools/gpu_next.sh s19f     # session 19, call 5: squared-ReLU Gluon FC1 with 128 rows on 4 warps (probes)
 #   bash tools/gpu_next.sh s18a     # session 18, call 1: tests owed from session 17's call 5, MoE benchmark, demo
 #   bash tools/gpu_next.sh s18b     # for session 18: profiles with the new route, FC2 pipelining probes at 256 tokens
 #   bash tools/gpu_next.sh s18c     # session 18, call 3: FC2 by TMA / warp specialization (bit tests, probes at 256)
@@ -606,6 +607,18 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     done > $OUT/fc1_probe.jsonl 2> $OUT/fc1_probe.err
     cat $OUT/fc1_probe.jsonl
     moe_bench_and_demo 200 $L ;;
+  s19f)
+    # session 19, call 5: the squared-ReLU Gluon FC1 with 128 rows on 4 warps (two m64 wgmma chains per program, like
+    # the gated gate / up pair): kernel probe at the benchmark's 30b shape, then layer probes at 256 tokens
+    timeout 45 python3 bench/gluon_fc1_probe.py --hidden 2048 --inter 1536 --activation squared_relu \
+      --gluon "128:3:4,128:2:4,64:3:4" > $OUT/fc1_probe.jsonl 2> $OUT/fc1_probe.err
+    cat $OUT/fc1_probe.jsonl
+    n=m32k_sx4p_f4_t16
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 45 python3 bench/triton_moe_probe.py --shape $s --tokens 256 --activation squared_relu \
+        --configs "${n}_g_s2,${n}_gg_s2+fc1_block_n=128,${n}_gg_s2+fc1_block_n=128+fc1_stages=2,${n}_g_s2"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s19c)
     # prepared in session 18: the Gluon FC2 at the 16- and 64-token tiles' widths (kernel level, bench/gluon_fc2_probe.py;
     # compile-only so far: 16 tokens x 64 rows 72 registers, 64 tokens x 64 / 128 rows 96 / 168): 4 pairs per 16-token
