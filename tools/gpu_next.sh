@@ -7,6 +7,7 @@
 #   bash tools/gpu_next.sh s19d     # session 19, call 3: the Gluon FC1 in the layer (bit tests, graph replays, probes)
 #   bash tools/gpu_next.sh s19e     # session 19, call 4: the other Gluon FC1 tests, squared-ReLU FC1 probe, benchmark, demo
 #   bash tools/gpu_next.sh s19f     # session 19, call 5: squared-ReLU Gluon FC1 with 128 rows on 4 warps (probes)
+#   bash tools/gpu_next.sh s19g     # session 19, call 6: s19c cut to one FC2 shape (Gluon FC2 at block_t 16 / 64)
 #   bash tools/gpu_next.sh s18a     # session 18, call 1: tests owed from session 17's call 5, MoE benchmark, demo
 #   bash tools/gpu_next.sh s18b     # for session 18: profiles with the new route, FC2 pipelining probes at 256 tokens
 #   bash tools/gpu_next.sh s18c     # session 18, call 3: FC2 by TMA / warp specialization (bit tests, probes at 256)
@@ -617,6 +618,13 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 45 python3 bench/triton_moe_probe.py --shape $s --tokens 256 --activation squared_relu \
         --configs "${n}_g_s2,${n}_gg_s2+fc1_block_n=128,${n}_gg_s2+fc1_block_n=128+fc1_stages=2,${n}_g_s2"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s19g)
+    # session 19, call 6 (the last device minutes): s19c cut to the 30b gated FC2 shape at both block widths
+    for shape in "16 4 2048 768" "64 40 2048 768"; do
+      set -- $shape
+      timeout 80 python3 bench/gluon_fc2_probe.py --block-t $1 --pairs $2 --hidden $3 --inter $4 --gluon "64:3:4,128:3:4"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s19c)
