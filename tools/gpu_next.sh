@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s19a     # for session 19 (run first): all Gluon FC2 tests, the Gluon FC1 probe (compile-only so far)
-#   bash tools/gpu_next.sh s19b     # for session 19: Gluon FC2 tiles at 384 tokens, the full MoE benchmark and the demo with
+#   bash tools/gpu_next.sh s20a     # for session 20 (run first): the Gluon FC2 candidates (GLUON_ENV=all): tests, probes
+#   bash tools/gpu_next.sh s20b     # for session 20: the full MoE benchmark and the demo with GLUON_ENV=all
+#   bash tools/gpu_next.sh s19a     # session 19, call 1: all Gluon FC2 tests, the Gluon FC1 probe (compile-only so far)
+#   bash tools/gpu_next.sh s19b     # session 19, call 2: Gluon FC2 tiles at 384 tokens, the full MoE benchmark and the demo with
 #                                   # MEGATRON_MXFP8_MOE_GLUON_FC2=1
-#   bash tools/gpu_next.sh s19c     # for session 19: the Gluon FC2 at 16- / 64-token block widths (kernel-level probe)
+#   bash tools/gpu_next.sh s19c     # prepared for session 19, not run (s19g ran a cut of it)
 #   bash tools/gpu_next.sh s19d     # session 19, call 3: the Gluon FC1 in the layer (bit tests, graph replays, probes)
 #   bash tools/gpu_next.sh s19e     # session 19, call 4: the other Gluon FC1 tests, squared-ReLU FC1 probe, benchmark, demo
 #   bash tools/gpu_next.sh s19f     # session 19, call 5: squared-ReLU Gluon FC1 with 128 rows on 4 warps (probes)
 #   bash tools/gpu_next.sh s19g     # session 19, call 6: s19c cut to one FC2 shape (Gluon FC2 at block_t 16 / 64)
+#   bash tools/gpu_next.sh s19h     # session 19, call 7: the Gluon FC2 on the 16- / 64-token plane tiles (layer probes)
 #   bash tools/gpu_next.sh s18a     # session 18, call 1: tests owed from session 17's call 5, MoE benchmark, demo
 #   bash tools/gpu_next.sh s18b     # for session 18: profiles with the new route, FC2 pipelining probes at 256 tokens
 #   bash tools/gpu_next.sh s18c     # session 18, call 3: FC2 by TMA / warp specialization (bit tests, probes at 256)
@@ -626,6 +629,45 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
       set -- $shape
       timeout 80 python3 bench/gluon_fc2_probe.py --block-t $1 --pairs $2 --hidden $3 --inter $4 --gluon "64:3:4,128:3:4"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s20a)
+    # prepared in session 19 (run first): the Gluon FC2 candidates (GLUON_ENV=all: the 16-token gated plane tile,
+    # the 64-token plane tiles): their bit tests, then layer probes "_s2" / "_g_s2" / "_s2" where session 19 did not
+    # time them (235b at 64 tokens; the tiles with 32-token tails at 512; squared ReLU 235b at 640, 40 s timeouts)
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 260 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "candidates or (gluon_fc2_keeps and (s16k4 or l64k2))" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -6
+    P="python3 bench/triton_moe_probe.py"
+    { timeout 40 $P --shape qwen3-235b-a22b --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2,s16k4_sx4p_m3_s2"
+      for s in qwen3-30b-a3b qwen3-235b-a22b; do
+        timeout 40 $P --shape $s --tokens 512 --configs "l64_sx4p_mu_t32_s2,l64_sx4p_mu_t32_g_s2,l64_sx4p_mu_t32_s2"
+        timeout 45 $P --shape $s --tokens 512 --activation squared_relu \
+          --configs "l64k2_sx4p_f4_t32_s2,l64k2_sx4p_f4_t32_g_s2,l64k2_sx4p_f4_t32_s2"
+      done
+      timeout 45 $P --shape qwen3-235b-a22b --tokens 640 --activation squared_relu \
+        --configs "l64k2_sx4p_f4_s2,l64k2_sx4p_f4_g_s2,l64k2_sx4p_f4_s2"
+    } > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl ;;
+  s20b)
+    # prepared in session 19: the full MoE benchmark and the demo with GLUON_ENV=all (compare with run 22, PERFORMANCE
+    # 2a); if s20a's tests pass and this is faster at 64 and 448-1000 tokens, make the candidates defaults
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    export MEGATRON_MXFP8_MOE_GLUON=all
+    moe_bench_and_demo 200 $L ;;
+  s19h)
+    # session 19, call 7: the Gluon FC2 on the 16-token plane tile (64 tokens, gated) and the 64-token plane tiles
+    # (640 tokens) in the layer, "+" overrides of the defaults: us per layer, default / Gluon FC2 / default
+    G="+fc2_block_k=128+fc2_gluon=1+fc2_block_n=128+fc2_stages=3+fc2_maxnreg=none"
+    P="python3 bench/triton_moe_probe.py"
+    { timeout 40 $P --shape qwen3-30b-a3b --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_s2$G,s16k4_sx4p_m3_s2"
+      timeout 40 $P --shape qwen3-30b-a3b --tokens 640 --configs "l64_sx4p_mu_s2,l64_sx4p_mu_s2$G,l64_sx4p_mu_s2"
+      timeout 40 $P --shape qwen3-30b-a3b --tokens 640 --activation squared_relu \
+        --configs "l64k2_sx4p_f4_s2,l64k2_sx4p_f4_s2$G,l64k2_sx4p_f4_s2"
+    } > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s19c)
     # prepared in session 18: the Gluon FC2 at the 16- and 64-token tiles' widths (kernel level, bench/gluon_fc2_probe.py;

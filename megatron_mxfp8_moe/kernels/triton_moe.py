@@ -350,15 +350,35 @@ TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_
 TILES.update({f"{name}_gg_s2": dataclasses.replace(TILES[f"{name}_g_s2"], **_GLUON_FC1_TILE) for name in _GLUON_BASES})
 # the bases whose default takes the Gluon FC1 too ("_gg_s2"; the others "_g_s2")
 _GLUON_FC1_BASES = ("m32l4_sx4p_m_t16", "m32l4_sx4p_m")
+# Session 19, candidates (not defaults yet): the Gluon FC2 on the other plane tiles, "_g_s2" (their tails stay
+# Triton). Run 22 probes, us per layer, "_s2" / "_g_s2" / "_s2": 64 tokens gated s16k4_sx4p_m3 30b 205.0 / 191.5 /
+# 205.5; 640 tokens l64_sx4p_mu 30b 353.2 / 316.6 / 353.4, 235b 1227.6 / 1119.9 / 1229.9; squared ReLU l64k2_sx4p_f4
+# 30b 458.9 / 386.3 / 461.0. Kernel probe (bench/gluon_fc2_probe.py, 30b gated FC2), Triton default / Gluon 128
+# rows / default: 16-token blocks with 4 pairs 87.0 / 73.8 / 86.7, 64-token blocks with 40 pairs 136.0 / 101.7 /
+# 136.2, bit-equal to the Triton FC2 at 128-deep steps. No GPU test of these tiles in the layer and no full benchmark
+# yet: ``choose_config`` picks them only under GLUON_ENV=all.
+_GLUON_FC2_CANDIDATES = ("s16k4_sx4p_m3", "l64_sx4p_mu_t32", "l64k2_sx4p_f4_t32", "l64_sx4p_mu", "l64k2_sx4p_f4")
+TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_FC2_TILE)
+              for name in _GLUON_FC2_CANDIDATES})
 # Environment switch: "0" (or false / no / off) keeps ``choose_config`` on the Triton "_s2" tiles; by default it
-# picks the Gluon tiles at 8-28 pairs per expert where H and I are multiples of 128. A default call whose Gluon tile
-# cannot run here (``_gluon_problem``: no GPU, no Gluon, odd shapes) runs ``choose_config(..., gluon=False)``.
+# picks the Gluon tiles at 8-28 pairs per expert where H and I are multiples of 128; "all" also the candidates
+# above (1.5-8 pairs per expert, gated; 28-64). A default call whose Gluon tile cannot run here (``_gluon_problem``:
+# no GPU, no Gluon, odd shapes) runs ``choose_config(..., gluon=False)``.
 GLUON_ENV = "MEGATRON_MXFP8_MOE_GLUON"
 
 
 def gluon_enabled() -> bool:
     """Whether ``choose_config`` may pick the Gluon tiles (``GLUON_ENV`` not set to 0 / false / no / off)."""
     return os.environ.get(GLUON_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _candidate_tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool]) -> TritonMoEConfig:
+    """``name``'s Gluon FC2 candidate "_g_s2" where GLUON_ENV is "all", ``gluon`` is not False and the shapes tile by
+    128; else its Triton "_s2" tile."""
+    wide = os.environ.get(GLUON_ENV, "").strip().lower() == "all"
+    if wide and gluon is not False and hidden % 128 == 0 and intermediate % 128 == 0:
+        return TILES[f"{name}_g_s2"]
+    return TILES[f"{name}_s2"]
 
 
 def _plane_tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
@@ -418,7 +438,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # s16k4_sx4p_m3 206.5 / 207.4 vs 213.5 / 212.9 (30b), 694.6 / 710.1 vs 729.7 / 736.4 (235b); squared ReLU
     # with planes was not faster there (30b 277.8 / 278.1 vs 274.1 / 272.0), so it keeps s16k_sx4_f4.
     if pairs_per_expert <= 8:
-        return TILES["s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4"]
+        return _candidate_tile("s16k4_sx4p_m3", hidden, intermediate, gluon) if gated else TILES["s16k_sx4_f4"]
     # Session 13: from 8 to 16 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token
     # "sx4" tile (tail). Run 16 probes, us per layer against the tile without tails: gated 256 tokens 268.8 vs 285.9
     # / 286.0 (30b), 898.5 vs 997.0 / 1008.6 (235b); 192 tokens 245.5 vs 285.7, 848.4 vs 994.0 (s16k4_sx4_m3 there:
@@ -450,9 +470,9 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # Session 17 (run 20, 512 tokens, us per layer, 30b / 235b): squared ReLU with the 2-stage tile and tails,
     # 395.6 / 1448.4 vs l64k_sx4p_f4_t32_s2 413.1, 413.7 / 1433.4, 1452.9 (30b 4.3% faster, 235b within its spread).
     if pairs_per_expert < 40:
-        return TILES["l64_sx4p_mu_t32_s2" if gated else "l64k2_sx4p_f4_t32_s2"]
+        return _candidate_tile("l64_sx4p_mu_t32" if gated else "l64k2_sx4p_f4_t32", hidden, intermediate, gluon)
     if pairs_per_expert < 64:
-        return TILES["l64_sx4p_mu_s2" if gated else "l64k2_sx4p_f4_s2"]
+        return _candidate_tile("l64_sx4p_mu" if gated else "l64k2_sx4p_f4", hidden, intermediate, gluon)
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
     # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
     # both shapes and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per

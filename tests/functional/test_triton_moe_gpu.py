@@ -840,6 +840,9 @@ GLUON_FC2 = {
     "m32l4_sx4p_m_t16": (TILES["m32l4_sx4p_m_t16"], "swiglu"),
     "m32k_sx4p_f4_t16": (TILES["m32k_sx4p_f4_t16"], "squared_relu"),
     "l64_sx4p_mu_t32": (TILES["l64_sx4p_mu_t32"], "swiglu"),
+    # session 19: the 16-token plane tile and the squared-ReLU 64-token plane tile (the GLUON_ENV=all candidates)
+    "s16k4_sx4p_m3": (TILES["s16k4_sx4p_m3"], "swiglu"),
+    "l64k2_sx4p_f4_t32": (TILES["l64k2_sx4p_f4_t32"], "squared_relu"),
 }
 GLUON_TILES = {"n64s3": dict(fc2_block_n=64, fc2_stages=3, fc2_warps=4),
                "n128s3": dict(fc2_block_n=128, fc2_stages=3, fc2_warps=4),
@@ -937,3 +940,18 @@ def test_cuda_graph_replay_with_the_gluon_fc1(name):
     """Both Gluon kernels and the second stream in one graph, replayed with new routing and valid-token counts."""
     activation = "swiglu" if name.startswith("m32l4") else "squared_relu"
     _graph_replay_of(lambda *shape: TILES[name], 256, (256, 170, 5), activation)
+
+
+@pytest.mark.parametrize("activation,tokens", [("swiglu", 64), ("swiglu", 512), ("swiglu", 640),
+                                               ("squared_relu", 512), ("squared_relu", 640)])
+def test_gluon_fc2_candidates_under_gluon_all(activation, tokens, monkeypatch):
+    """Under GLUON_ENV=all a default call runs the candidate "_g_s2" tile (Gluon FC2 on the 16- / 64-token plane
+    tiles): the same bits as that tile's Triton form at 128-deep FC2 steps, within BOUND of float64."""
+    from megatron_mxfp8_moe.kernels import triton_moe as host
+
+    experts, topk, hidden, inter = 128, 8, 2048, 768
+    monkeypatch.setenv(host.GLUON_ENV, "all")
+    tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
+    assert tile.fc2_gluon and tile.block_t in (16, 64)
+    _assert_tiles_keep_bits(dataclasses.replace(tile, fc2_gluon=False), tile, (experts, topk, hidden, inter, tokens),
+                            activation)

@@ -469,6 +469,32 @@ def test_gluon_tiles_are_the_default_with_a_triton_fallback(monkeypatch):
     assert len(launched) == 1
 
 
+@pytest.mark.parametrize("gated", [True, False])
+def test_gluon_fc2_candidates_only_under_gluon_all(gated, monkeypatch):
+    """The session-19 Gluon FC2 candidates (1.5-8 pairs per expert gated, 28-64 both) are "_s2" tiles with the Gluon
+    FC2 tile, chosen only under GLUON_ENV=all (and not with ``gluon=False``, nor where I does not tile by 128)."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    names = {id(tile): name for name, tile in TILES.items()}
+
+    def pick(rows, inter=768, **kw):
+        return names[id(choose_config(rows, 2048, inter, gated=gated, topk=8, experts=128, **kw))]
+
+    rows = (64, 512, 640) if gated else (512, 640)
+    monkeypatch.delenv(triton_moe.GLUON_ENV, raising=False)
+    triton_names = [pick(r) for r in rows]
+    assert all(name.endswith("_s2") and "_g" not in name for name in triton_names)
+    monkeypatch.setenv(triton_moe.GLUON_ENV, "all")
+    assert [pick(r) for r in rows] == [name[:-3] + "_g_s2" for name in triton_names]
+    assert [pick(r, gluon=False) for r in rows] == triton_names
+    assert [pick(r, inter=800) for r in rows] == triton_names
+    for name in triton_names:
+        assert TILES[name[:-3] + "_g_s2"] == dataclasses.replace(TILES[name], fc2_block_k=128, fc2_gluon=True,
+                                                                 fc2_block_n=128, fc2_stages=3, fc2_maxnreg=None)
+    if not gated:
+        assert pick(64) == "s16k_sx4_f4"  # no planes: no Gluon FC2
+
+
 def test_gluon_fc1_config_and_shapes_are_checked(monkeypatch):
     """``fc1_gluon`` needs the plane tile it was built for (128-deep steps, separate gate / up tiles, rows per
     warpgroup); shapes it cannot tile raise before any launch, also where a GPU would run it."""
