@@ -7,8 +7,8 @@ the plane-major x rows into the stage, and ``async_copy.mbarrier_arrive`` makes 
 counts the weight TMA bytes) complete only once every thread's copies have landed. Gated activations take two
 accumulators, gate rows and up rows (``BLOCK_N`` each, ``N_OUT`` apart). Same values and the same MMA order per output
 element as ``_triton_moe_kernel._fc1_kernel`` with 128-deep K steps and separate gate / up tiles (``GATE_MERGE``
-off), and the same activation formulas, hence the same bits (GPU tests). Hopper only (sm_90 wgmma); needs
-``triton.experimental.gluon`` (Triton 3.6 was tested).
+off), and the activation is the Triton kernel's own ``_activate``, hence the same bits (GPU tests). Hopper only
+(sm_90 wgmma); needs ``triton.experimental.gluon`` (Triton 3.6 was tested).
 
 Layouts: x ``[R, Kp]`` bf16 plane-major per 128-deep K step (``planes_of``; row stride a multiple of 8), weights
 ``[E, N1, H]`` fp8 seen as int32 words ``[E * N1, H // 4]`` (N1 = 2 * N_OUT gated: gate rows then up rows), scales
@@ -33,35 +33,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._gluon_fc2_kernel import _step_scales, _sx4_planes
+from ._triton_moe_kernel import _activate
 
 GLUON_FC1_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 values per token
-# the activation codes of _triton_moe_kernel (ACT_*)
-_SWIGLU = gl.constexpr(0)
-_GEGLU = gl.constexpr(1)
-_SQUARED_RELU = gl.constexpr(2)
-_RELU = gl.constexpr(3)
-
-
-@gluon.jit
-def _sigmoid(v):
-    return 1 / (1 + gl.exp(-v))  # tl.sigmoid's formula
-
-
-@gluon.jit
-def _activate(g, u, ACTIVATION: gl.constexpr):
-    """``_triton_moe_kernel._activate`` in Gluon (the same fp32 formulas)."""
-    if ACTIVATION == _SWIGLU:
-        out = g * _sigmoid(g) * u
-    elif ACTIVATION == _GEGLU:
-        out = g * _sigmoid(1.5957691216057308 * (g + 0.044715 * g * g * g)) * u
-    elif ACTIVATION == _SQUARED_RELU:
-        r = gl.maximum(g, 0.0)
-        out = r * r
-    elif ACTIVATION == _RELU:
-        out = gl.maximum(g, 0.0)
-    else:
-        out = g * _sigmoid(g)
-    return out
 
 
 @gluon.jit
@@ -172,7 +146,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
             num_outstanding=0, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
-        h = _activate(acc_g, acc_u, ACTIVATION)
+        h = _activate(acc_g, acc_u, ACTIVATION)  # the Triton FC1's own (a @triton.jit function): the same PTX
         out_pos = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
         out_pairs = gl.load(sorted_pairs_ptr + out_pos)
         offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))

@@ -496,21 +496,30 @@ FOUR_WARP = {"s16k4_sx_m": ("s16k_sx_rm", "swiglu"), "s16k4_sx_m3": ("s16k_sx_rm
              "m32a_f4": ("m32a", "squared_relu")}
 
 
-def _assert_tiles_keep_bits(old, new, case, activation, same_bits=True):
-    """Tiles ``new`` are bit-equal to ``old`` on ``case`` (experts, topk, hidden, inter, tokens) (unless not
-    ``same_bits``), within BOUND of the float64 oracle, every row written (NaN-poisoned output), nothing written past
-    ``rows``, zeros past ``valid_tokens``."""
-    experts, topk, hidden, inter, tokens = case
-    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
+def _poisoned_outputs(configs, fc1, fc2, x, probs, ids, valid_rows, activation):
+    """One call per config (None: the default) into a NaN-poisoned fp32 ``[tokens + 1, H]`` out (offset 3, ``rows`` =
+    tokens): every row up to ``rows`` written and finite, the one past it untouched; returns the ``[tokens, H]``
+    outputs."""
+    tokens, hidden = x.shape
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
     outs = []
-    for cfg in (old, new):
+    for cfg in configs:
         out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=3,
                          valid_tokens=valid, out=out, rows=tokens, config=cfg)
         torch.cuda.synchronize()
         assert torch.isfinite(out[:tokens]).all() and torch.isnan(out[tokens:]).all()
         outs.append(out[:tokens])
+    return outs
+
+
+def _assert_tiles_keep_bits(old, new, case, activation, same_bits=True):
+    """Tiles ``new`` are bit-equal to ``old`` on ``case`` (experts, topk, hidden, inter, tokens) (unless not
+    ``same_bits``), within BOUND of the float64 oracle, every row written (NaN-poisoned output), nothing written past
+    ``rows``, zeros past ``valid_tokens``."""
+    experts, topk, hidden, inter, tokens = case
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
+    outs = _poisoned_outputs((old, new), fc1, fc2, x, probs, ids, valid_rows, activation)
     if same_bits:
         assert torch.equal(outs[0], outs[1]), (outs[0] - outs[1]).abs().max().item()
     ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
@@ -875,7 +884,6 @@ def test_gluon_defaults_and_the_env_switch(activation, monkeypatch):
 
     experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 256
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
-    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
     base = "m32l4_sx4p_m_t16" if activation == "swiglu" else "m32k_sx4p_f4_t16"
     chosen = []
     launch = host._launch
@@ -884,14 +892,7 @@ def test_gluon_defaults_and_the_env_switch(activation, monkeypatch):
         monkeypatch.setenv(host.GLUON_ENV, switch)
         tile = host._plane_tile(base, hidden, inter)
         assert (tile.fc2_gluon, tile is TILES[base + "_s2"]) == ((True, False) if switch == "1" else (False, True))
-        outs = []
-        for cfg in (None, tile):
-            out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
-            triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=3,
-                             valid_tokens=valid, out=out, rows=tokens, config=cfg)
-            torch.cuda.synchronize()
-            assert torch.isfinite(out[:tokens]).all() and torch.isnan(out[tokens:]).all()
-            outs.append(out[:tokens])
+        outs = _poisoned_outputs((None, tile), fc1, fc2, x, probs, ids, valid_rows, activation)
         assert chosen[-2:] == [tile, tile]
         assert torch.equal(outs[0], outs[1])
         assert relative_error(outs[0], _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)) <= BOUND
