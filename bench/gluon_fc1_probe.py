@@ -40,11 +40,15 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--inter", type=int, default=768)
     parser.add_argument("--activation", choices=["swiglu", "squared_relu"], default="swiglu")
-    parser.add_argument("--pairs", type=int, default=16, help="pairs per expert (one 32-token block each)")
+    parser.add_argument("--pairs", type=int, default=16, help="pairs per expert (one --block-t-token block each)")
+    parser.add_argument("--block-t", type=int, default=32, choices=[16, 32, 64],
+                        help="tokens per block; the Triton default tile of that width is the baseline")
     parser.add_argument("--gluon", default="64:3:4", help="comma-separated block_n:stages:warps of the Gluon runs")
     args = parser.parse_args()
     torch.manual_seed(0)
-    e, topk, hidden, inner, bt = args.experts, args.topk, args.hidden, args.inter, 32
+    e, topk, hidden, inner, bt = args.experts, args.topk, args.hidden, args.inter, args.block_t
+    if not 0 < args.pairs <= bt:
+        parser.error(f"--pairs must be in 1..{bt} (one block per expert)")
     gated = args.activation == "swiglu"
     n1 = 2 * inner if gated else inner
     fc1 = quantize_mxfp8(torch.randn(e, n1, hidden, device="cuda", dtype=torch.bfloat16) * 0.05)
@@ -68,7 +72,8 @@ def main() -> None:
         ref[pos] = (torch.nn.functional.silu(y[:, :inner]) * y[:, inner:]) if gated else torch.relu(y) ** 2
     ref = planes_of(ref, 128)
     act = ACT_SWIGLU if gated else ACT_SQUARED_RELU
-    result = {"experts": e, "hidden": hidden, "inter": inner, "activation": args.activation, "pairs": args.pairs}
+    result = {"experts": e, "hidden": hidden, "inter": inner, "activation": args.activation, "pairs": args.pairs,
+              "block_t": bt}
 
     def triton_fc1(name, block_k, **tile):
         cfg = dict(block_n=TILES[name].fc1_block_n, warps=TILES[name].fc1_warps, stages=TILES[name].fc1_stages,
@@ -98,11 +103,13 @@ def main() -> None:
                                          block_n=block_n, block_t=bt, stages=stages, num_warps=warps,
                                          plane_k2=128)), inter
 
-    default = "m32l4_sx4p_m" if gated else "m32k_sx4p_f4"
-    runs = [("triton_default", triton_fc1(default, 256)),
+    default = {16: "s16k4_sx4p_m3", 32: "m32l4_sx4p_m", 64: "l64_sx4p_mu"}[bt] if gated else \
+        {32: "m32k_sx4p_f4", 64: "l64k2_sx4p_f4"}[bt]  # the 16-token squared-ReLU tile has no planes
+    depth = TILES[default].fc1_block_k
+    runs = [("triton_default", triton_fc1(default, depth)),
             ("triton_k128_split", triton_fc1(default, 128, block_n=64, merge=False, maxnreg=None))]
     runs += [(f"gluon_{spec}", gluon_run(spec)) for spec in args.gluon.split(",")]
-    runs += [("triton_default_again", triton_fc1(default, 256))]
+    runs += [("triton_default_again", triton_fc1(default, depth))]
     keep = planes_of(valid[:, None].expand(-1, inner).contiguous(), 128)
 
     def check(name, inter, outs):

@@ -2,6 +2,7 @@
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s20a     # for session 20 (run first): the Gluon FC2 candidates (GLUON_ENV=all): tests, probes
 #   bash tools/gpu_next.sh s20b     # for session 20: the full MoE benchmark and the demo with GLUON_ENV=all
+#   bash tools/gpu_next.sh s20c     # for session 20: the Gluon FC1 at the 16- / 64-token widths (kernel-level probe)
 #   bash tools/gpu_next.sh s19a     # session 19, call 1: all Gluon FC2 tests, the Gluon FC1 probe (compile-only so far)
 #   bash tools/gpu_next.sh s19b     # session 19, call 2: Gluon FC2 tiles at 384 tokens, the full MoE benchmark and the demo with
 #                                   # MEGATRON_MXFP8_MOE_GLUON_FC2=1
@@ -658,6 +659,17 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
     export MEGATRON_MXFP8_MOE_GLUON=all
     moe_bench_and_demo 200 $L ;;
+  s20c)
+    # prepared in session 19: the Gluon FC1 at the 16- and 64-token widths (kernel level, bench/gluon_fc1_probe.py
+    # --block-t; compile-only so far, no spills: gated 16 tokens 140 registers, 64 tokens 206; squared ReLU 64 tokens
+    # 116): against the Triton default tile of that width, 30b shapes (squared ReLU at 2x inter)
+    { timeout 60 python3 bench/gluon_fc1_probe.py --block-t 16 --pairs 4 --hidden 2048 --inter 768 --gluon "64:3:4,64:4:4"
+      timeout 60 python3 bench/gluon_fc1_probe.py --block-t 64 --pairs 40 --hidden 2048 --inter 768 \
+        --gluon "64:3:4,64:2:4,128:3:8"
+      timeout 60 python3 bench/gluon_fc1_probe.py --block-t 64 --pairs 40 --hidden 2048 --inter 1536 \
+        --activation squared_relu --gluon "64:3:4,128:3:8,128:3:4"
+    } > $OUT/fc1_probe.jsonl 2> $OUT/fc1_probe.err
+    cat $OUT/fc1_probe.jsonl; tail -3 $OUT/fc1_probe.err ;;
   s19h)
     # session 19, call 7: the Gluon FC2 on the 16-token plane tile (64 tokens, gated) and the 64-token plane tiles
     # (640 tokens) in the layer, "+" overrides of the defaults: us per layer, default / Gluon FC2 / default

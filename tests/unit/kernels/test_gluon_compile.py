@@ -3,7 +3,7 @@ Triton.
 
 They check the structure the speed comes from: the weight words by TMA, the token planes by TMA (FC2) or cp.async
 tied to the stage's mbarrier (FC1), asynchronous wgmmas waited for down to one step's outstanding groups (so a
-step's dequant overlaps the previous step's MMAs), and no spills. The bits and the speed are checked on an H200
+step's dequant overlaps the previous step's MMAs), and no spills (``ptxas -v`` with Triton's own ptxas). The bits and the speed are checked on an H200
 (tests/functional/test_triton_moe_gpu.py, bench/gluon_fc1_probe.py, bench/gluon_fc2_probe.py)."""
 
 import re
@@ -26,9 +26,27 @@ def _compile_sm90(fn, types: dict, constants: dict, warps: int, ints: tuple):
     source = GluonASTSource(fn=fn, signature=signature, attrs=attrs,
                             constexprs={(fn.arg_names.index(k),): v for k, v in constants.items()})
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
-    assert ".local" not in compiled.asm["ptx"]  # no local-memory (spill) traffic
+    ptx = compiled.asm["ptx"]
+    assert ".local" not in ptx  # no local arrays in the PTX
     assert compiled.metadata.shared <= 227 * 1024
-    return compiled.asm["ptx"]
+    assert "0 bytes spill stores, 0 bytes spill loads" in _ptxas_report(ptx)  # and no register spills in the SASS
+    return ptx
+
+
+def _ptxas_report(ptx: str) -> str:
+    """``ptxas -v`` of ``ptx`` for sm_90a with the installed Triton's own ptxas (its resource report)."""
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/kernel.ptx"
+        with open(path, "w") as handle:
+            handle.write(ptx)
+        run = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", path, "-o", f"{folder}/kernel.cubin"],
+                             capture_output=True, text=True, check=True)
+    return run.stderr + run.stdout
 
 
 def _words_desc(block_n: int, q: int):
@@ -63,15 +81,20 @@ def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, 
     assert "wgmma.wait_group.sync.aligned 4;" in ptx  # the previous step's 4 groups only: the overlap
 
 
-@pytest.mark.parametrize("gated,activation", [(True, 0), (True, 1), (False, 2), (False, 3), (False, 4)])
-@pytest.mark.parametrize("block_n,stages,warps", [(64, 3, 4), (128, 3, 8)])
-def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n, stages, warps):
+_FC1_CASES = [(gated, activation, 64, 3, 4, 32) for gated, activation in
+              ((True, 0), (True, 1), (False, 2), (False, 3), (False, 4))]
+_FC1_CASES += [(True, 0, 128, 3, 8, 32), (False, 2, 128, 3, 8, 32), (False, 2, 128, 3, 4, 32)]
+_FC1_CASES += [(True, 0, 64, 3, 4, 16), (True, 0, 64, 3, 4, 64), (False, 2, 64, 3, 4, 64)]  # the other widths
+
+
+@pytest.mark.parametrize("gated,activation,block_n,stages,warps,block_t", _FC1_CASES)
+def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n, stages, warps, block_t):
     from triton.experimental.gluon import language as gl
     from triton.runtime.jit import mangle_type
 
     from megatron_mxfp8_moe.kernels import _gluon_fc1_kernel as kernel
 
-    q, block_t = kernel.GLUON_FC1_BLOCK_K // 4, 32
+    q = kernel.GLUON_FC1_BLOCK_K // 4
     types = dict(w_desc=mangle_type(_words_desc(block_n, q)), x_ptr="*bf16", s_ptr="*u8", inter_ptr="*bf16",
                  sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N_OUT="i32", N1="i32",
                  K="i32", stride_x="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
