@@ -32,7 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_fc2_kernel import _step_scales, _sx4_planes
+from ._gluon_fc2_kernel import _step_scales, _sx4_planes, wgmma_layout
 from ._triton_moe_kernel import _activate
 
 GLUON_FC1_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 values per token
@@ -81,8 +81,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
         expert = gl.load(block_expert_ptr + pid_b)
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                      instr_shape=[16, BLOCK_T, 16])
+        mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         # cp.async pieces: 16 bytes (8 bf16) per thread per row piece
         copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // (Q // 8), Q // 8],

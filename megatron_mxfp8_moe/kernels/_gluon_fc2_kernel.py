@@ -28,6 +28,12 @@ from ._triton_moe_kernel import SX4_PRMT_ASM, SX4_PRMT_CONSTRAINTS
 GLUON_FC2_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 tokens' values
 
 
+@gluon.constexpr_function
+def wgmma_layout(block_t, num_warps):
+    """The accumulator layout of a ``[rows, block_t]`` tile of Hopper wgmmas, ``num_warps`` warps stacked by rows."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, block_t, 16])
+
+
 @gluon.jit
 def _sx4_planes(words, s):
     """int32 words of 4 e4m3 bytes and their E8M0 bytes ``s`` (same shape and layout) -> the 4 exact bf16 plane
@@ -70,8 +76,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
         expert = gl.load(block_expert_ptr + pid_b)
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                      instr_shape=[16, BLOCK_T, 16])
+        mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, Q], w_desc.layout)
         x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES * 4, BLOCK_T, Q], a_desc.layout)
