@@ -27,13 +27,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
     tma,
-    warpgroup_mma,
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_fc2_kernel import _step_scales, _sx4_planes, wgmma_layout
-from ._triton_moe_kernel import _activate
+from ._gluon_fc2_kernel import _mma_step, _step_scales, wgmma_layout
+from ._triton_moe_kernel import _activate, _plane_cols
 
 GLUON_FC1_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 values per token
 
@@ -57,17 +56,6 @@ def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, w_row,
         async_copy.async_copy_global_to_shared(x_smem.index(st * 4 + p), x_rows + (k * BLOCK_K + p * Q),
                                                mask=token_mask)
     async_copy.mbarrier_arrive(bar)  # the phase completes once this thread's copies have landed too
-
-
-@gluon.jit
-def _mma_step(w_smem, x_smem, st, s, acc, STAGES: gl.constexpr, a_layout: gl.constexpr):
-    """Dequantize stage ``st``'s weight words with their E8M0 bytes ``s`` and issue the 4 plane MMAs (async)."""
-    p0, p1, p2, p3 = _sx4_planes(w_smem.index(st).load(a_layout), s)
-    acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
-    acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
-    acc = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc, is_async=True)
-    acc = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc, is_async=True)
-    return acc, p0, p1, p2, p3
 
 
 @gluon.jit
@@ -128,9 +116,9 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
             sg_next = _step_scales(s_base, rows, cols, nxt, scale_tiles, Q)
             if GATED:
                 su_next = _step_scales(s_base, rows + N_OUT, cols, nxt, scale_tiles, Q)
-            acc_g, p0, p1, p2, p3 = _mma_step(wg_smem, x_smem, st, sg, acc_g, STAGES, a_layout)
+            acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g)
             if GATED:
-                acc_u, r0, r1, r2, r3 = _mma_step(wu_smem, x_smem, st, su, acc_u, STAGES, a_layout)
+                acc_u, r0, r1, r2, r3 = _mma_step(wu_smem.index(st).load(a_layout), x_smem, st, su, acc_u)
                 # the previous step's 8 MMAs are done past this wait: its stage and its planes are free
                 acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3 = warpgroup_mma_wait(
                     num_outstanding=8, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
@@ -149,9 +137,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
         out_pos = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
         out_pairs = gl.load(sorted_pairs_ptr + out_pos)
         offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
-        rem = offs_n % PLANE_K2  # _plane_cols: column of row n in the plane-major order of FC2's K steps
-        plane_cols = offs_n - rem + (rem % 4) * (PLANE_K2 // 4) + rem // 4
-        ptrs = inter_ptr + out_pos.to(gl.int64)[None, :] * stride_inter + plane_cols[:, None]
+        ptrs = inter_ptr + out_pos.to(gl.int64)[None, :] * stride_inter + _plane_cols(offs_n, PLANE_K2)[:, None]
         gl.store(ptrs, h.to(gl.bfloat16), mask=(out_pairs >= 0)[None, :] & (offs_n < N_OUT)[:, None])
 
 

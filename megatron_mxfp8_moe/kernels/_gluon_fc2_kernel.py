@@ -23,7 +23,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._triton_moe_kernel import SX4_PRMT_ASM, SX4_PRMT_CONSTRAINTS
+from ._triton_moe_kernel import _fp8x4_sx_to_bf16, _sx_factors
 
 GLUON_FC2_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 tokens' values
 
@@ -37,15 +37,24 @@ def wgmma_layout(block_t, num_warps):
 @gluon.jit
 def _sx4_planes(words, s):
     """int32 words of 4 e4m3 bytes and their E8M0 bytes ``s`` (same shape and layout) -> the 4 exact bf16 plane
-    tiles (byte i in the i-th): the Triton kernel's "sx4" dequant, ``(e4m3 * 2 ** -120) * lo * hi`` with
-    ``_sx_factors``' two factors."""
-    v0, v1, v2, v3 = gl.inline_asm_elementwise(asm=SX4_PRMT_ASM, constraints=SX4_PRMT_CONSTRAINTS, args=[words],
-                                               dtype=(gl.bfloat16, gl.bfloat16, gl.bfloat16, gl.bfloat16),
-                                               is_pure=True, pack=1)
-    si = s.to(gl.int16)
-    lo = ((gl.minimum(si, 134) + 120) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-    hi = ((gl.maximum(si, 134) - 7) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+    tiles (byte i in the i-th): the Triton kernel's own "sx4" dequant (``_fp8x4_sx_to_bf16``, ``_sx_factors``),
+    ``(e4m3 * 2 ** -120) * lo * hi``."""
+    v0, v1, v2, v3 = _fp8x4_sx_to_bf16(words)
+    lo, hi = _sx_factors(s)
     return v0 * lo * hi, v1 * lo * hi, v2 * lo * hi, v3 * lo * hi
+
+
+@gluon.jit
+def _mma_step(words, x_smem, st, s, acc):
+    """Dequantize one K step's weight words with their E8M0 bytes ``s`` and issue its 4 plane MMAs against stage
+    ``st``'s token planes (asynchronous); returns the accumulator and the planes, which must stay alive until those
+    MMAs are waited for."""
+    p0, p1, p2, p3 = _sx4_planes(words, s)
+    acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc, is_async=True)
+    return acc, p0, p1, p2, p3
 
 
 @gluon.jit
@@ -103,11 +112,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
             words = w_smem.index(st).load(a_layout)
             s = s_next
             s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q)
-            p0, p1, p2, p3 = _sx4_planes(words, s)
-            acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc, is_async=True)
+            acc, p0, p1, p2, p3 = _mma_step(words, x_smem, st, s, acc)
             # the previous step's 4 MMAs are done past this wait: its stage and its planes are free
             acc, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc, q0, q1, q2, q3))
             q0, q1, q2, q3 = p0, p1, p2, p3

@@ -304,9 +304,12 @@ def _sx_factors_f32(s):
     return lo, hi
 
 
-# ``_fp8x4_sx_to_bf16``'s PTX (also the Gluon FC2's, ``_gluon_fc2_kernel``): one 32-bit word of 4 e4m3 bytes in, 4
-# bf16 out; selectors 0x9180 / 0xB3A2 sign-extend bytes 0, 1 / 2, 3 into 16-bit halves, then shift and mask.
-SX4_PRMT_ASM = tl.constexpr("""
+@triton.jit
+def _fp8x4_sx_to_bf16(words):
+    """uint32 words of 4 e4m3 bytes -> 4 bf16 tensors, byte ``i`` of each word in the ``i``-th: the value
+    ``e4m3 * 2 ** -120`` of ``_fp8_sx_to_bf16`` (selectors 0x9180 / 0xB3A2 sign-extend bytes 0, 1 / 2, 3)."""
+    return tl.inline_asm_elementwise(
+        asm="""
         {
         .reg .b32 a, b;
         prmt.b32 a, $4, 0, 0x9180;
@@ -318,17 +321,8 @@ SX4_PRMT_ASM = tl.constexpr("""
         mov.b32 {$0, $1}, a;
         mov.b32 {$2, $3}, b;
         }
-        """)
-SX4_PRMT_CONSTRAINTS = tl.constexpr("=h,=h,=h,=h,r")
-
-
-@triton.jit
-def _fp8x4_sx_to_bf16(words):
-    """uint32 words of 4 e4m3 bytes -> 4 bf16 tensors, byte ``i`` of each word in the ``i``-th: the value
-    ``e4m3 * 2 ** -120`` of ``_fp8_sx_to_bf16`` (``SX4_PRMT_ASM``)."""
-    return tl.inline_asm_elementwise(
-        asm=SX4_PRMT_ASM,
-        constraints=SX4_PRMT_CONSTRAINTS,
+        """,
+        constraints="=h,=h,=h,=h,r",
         args=[words],
         dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16),
         is_pure=True,
