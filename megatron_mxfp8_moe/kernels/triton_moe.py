@@ -372,19 +372,15 @@ def gluon_enabled() -> bool:
     return os.environ.get(GLUON_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _candidate_tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool]) -> TritonMoEConfig:
-    """``name``'s Gluon FC2 candidate "_g_s2" where GLUON_ENV is "all", ``gluon`` is not False and the shapes tile by
-    128; else its Triton "_s2" tile."""
-    wide = os.environ.get(GLUON_ENV, "").strip().lower() == "all"
-    if wide and gluon is not False and hidden % 128 == 0 and intermediate % 128 == 0:
-        return TILES[f"{name}_g_s2"]
-    return TILES[f"{name}_s2"]
-
-
 def _plane_tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
     """``name``'s Gluon tile ("_gg_s2" for ``_GLUON_FC1_BASES``, else "_g_s2") where ``gluon`` (None:
-    ``gluon_enabled()``) and the shapes tile by 128; else its Triton "_s2" tile."""
-    if (gluon_enabled() if gluon is None else gluon) and hidden % 128 == 0 and intermediate % 128 == 0:
+    ``gluon_enabled()``) and the shapes tile by 128, and for ``_GLUON_FC2_CANDIDATES`` only where GLUON_ENV is
+    "all"; else its Triton "_s2" tile."""
+    if gluon is None:
+        gluon = gluon_enabled()
+    if name in _GLUON_FC2_CANDIDATES and os.environ.get(GLUON_ENV, "").strip().lower() != "all":
+        gluon = False
+    if gluon and hidden % 128 == 0 and intermediate % 128 == 0:
         return TILES[f"{name}_gg_s2" if name in _GLUON_FC1_BASES else f"{name}_g_s2"]
     return TILES[f"{name}_s2"]
 
@@ -438,7 +434,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # s16k4_sx4p_m3 206.5 / 207.4 vs 213.5 / 212.9 (30b), 694.6 / 710.1 vs 729.7 / 736.4 (235b); squared ReLU
     # with planes was not faster there (30b 277.8 / 278.1 vs 274.1 / 272.0), so it keeps s16k_sx4_f4.
     if pairs_per_expert <= 8:
-        return _candidate_tile("s16k4_sx4p_m3", hidden, intermediate, gluon) if gated else TILES["s16k_sx4_f4"]
+        return _plane_tile("s16k4_sx4p_m3", hidden, intermediate, gluon) if gated else TILES["s16k_sx4_f4"]
     # Session 13: from 8 to 16 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token
     # "sx4" tile (tail). Run 16 probes, us per layer against the tile without tails: gated 256 tokens 268.8 vs 285.9
     # / 286.0 (30b), 898.5 vs 997.0 / 1008.6 (235b); 192 tokens 245.5 vs 285.7, 848.4 vs 994.0 (s16k4_sx4_m3 there:
@@ -470,9 +466,9 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # Session 17 (run 20, 512 tokens, us per layer, 30b / 235b): squared ReLU with the 2-stage tile and tails,
     # 395.6 / 1448.4 vs l64k_sx4p_f4_t32_s2 413.1, 413.7 / 1433.4, 1452.9 (30b 4.3% faster, 235b within its spread).
     if pairs_per_expert < 40:
-        return _candidate_tile("l64_sx4p_mu_t32" if gated else "l64k2_sx4p_f4_t32", hidden, intermediate, gluon)
+        return _plane_tile("l64_sx4p_mu_t32" if gated else "l64k2_sx4p_f4_t32", hidden, intermediate, gluon)
     if pairs_per_expert < 64:
-        return _candidate_tile("l64_sx4p_mu" if gated else "l64k2_sx4p_f4", hidden, intermediate, gluon)
+        return _plane_tile("l64_sx4p_mu" if gated else "l64k2_sx4p_f4", hidden, intermediate, gluon)
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
     # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
     # both shapes and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per
@@ -705,7 +701,7 @@ def triton_mxfp8_moe(
                 raise MXFP8InputError(f"{name}: the 'sx4' tiles read weight rows as 32-bit words; the fp8 rows must "
                                       f"start at 4-byte aligned addresses (strides {tuple(data.stride())}, address "
                                       f"{data.data_ptr()}; copy the stack)")
-    problem = next(filter(None, (_gluon_problem(tile, fc1, fc2, inner, x.device) for tile in cfg.launch_tiles)), None)
+    problem = next(filter(None, (_gluon_problem(tile, fc1, fc2, x.device) for tile in cfg.launch_tiles)), None)
     if problem is not None:
         if config is not None:
             raise problem
@@ -718,14 +714,14 @@ def triton_mxfp8_moe(
     return out
 
 
-def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor, n_out: int,
+def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
                    device: torch.device) -> Optional[Exception]:
     """None where ``cfg`` has no Gluon kernel or its Gluon kernels can run here on these stacks; else the error to
     raise (before any launch) when the caller chose ``cfg``."""
     if not (cfg.fc1_gluon or cfg.fc2_gluon):
         return None
     if cfg.fc1_gluon:
-        hidden = fc1.data.shape[2]
+        hidden, n_out = fc1.data.shape[2], fc2.data.shape[2]  # FC1's output width: I, gated or not
         if hidden % 128 or n_out % cfg.fc1_block_n:
             return MXFP8InputError(f"fc1_gluon: the FC1 stack {tuple(fc1.data.shape)} needs H % 128 == 0 and its "
                                    f"output width ({n_out}) a multiple of fc1_block_n ({cfg.fc1_block_n})")

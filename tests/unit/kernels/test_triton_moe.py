@@ -508,13 +508,13 @@ def test_gluon_fc1_config_and_shapes_are_checked(monkeypatch):
     assert dataclasses.replace(tile, fc1_warps=8, fc1_block_n=128).fc1_gluon
     fc1 = quantize_mxfp8(random_weights((4, 2 * 96, 128), scale=0.1), backend="reference")  # n_out 96: not 64s
     fc2 = quantize_mxfp8(random_weights((4, 128, 96), scale=0.1), backend="reference")
-    problem = triton_moe._gluon_problem(dataclasses.replace(tile, fc2_gluon=False), fc1, fc2, 96, torch.device("cuda"))
+    problem = triton_moe._gluon_problem(dataclasses.replace(tile, fc2_gluon=False), fc1, fc2, torch.device("cuda"))
     assert isinstance(problem, MXFP8InputError) and "fc1_block_n (64)" in str(problem)
     fc1 = quantize_mxfp8(random_weights((4, 256, 96), scale=0.1), backend="reference")  # H 96: not 128s
     fc2 = quantize_mxfp8(random_weights((4, 96, 128), scale=0.1), backend="reference")
-    problem = triton_moe._gluon_problem(dataclasses.replace(tile, fc2_gluon=False), fc1, fc2, 128, torch.device("cuda"))
+    problem = triton_moe._gluon_problem(dataclasses.replace(tile, fc2_gluon=False), fc1, fc2, torch.device("cuda"))
     assert isinstance(problem, MXFP8InputError) and "H % 128" in str(problem)
-    assert triton_moe._gluon_problem(TILES["m32l4_sx4p_m_t16_s2"], fc1, fc2, 128, torch.device("cuda")) is None
+    assert triton_moe._gluon_problem(TILES["m32l4_sx4p_m_t16_s2"], fc1, fc2, torch.device("cuda")) is None
 
 
 def test_gemv_config_is_checked():
