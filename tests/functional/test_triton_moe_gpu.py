@@ -946,8 +946,9 @@ def test_cuda_graph_replay_with_the_gluon_fc1(name):
 @pytest.mark.parametrize("activation,tokens", [("swiglu", 64), ("swiglu", 512), ("swiglu", 640),
                                                ("squared_relu", 512), ("squared_relu", 640)])
 def test_gluon_fc2_candidates_under_gluon_all(activation, tokens, monkeypatch):
-    """Under GLUON_ENV=all a default call runs the candidate "_g_s2" tile (Gluon FC2 on the 16- / 64-token plane
-    tiles): the same bits as that tile's Triton form at 128-deep FC2 steps, within BOUND of float64."""
+    """Under GLUON_ENV=all ``choose_config`` returns the candidate "_g_s2" tile (Gluon FC2 on the 16- / 64-token
+    plane tiles), and that tile gives the same bits as its Triton form at 128-deep FC2 steps, within BOUND of
+    float64."""
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     experts, topk, hidden, inter = 128, 8, 2048, 768
