@@ -988,7 +988,16 @@ def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activat
                          block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
                          plane_k2=cfg.fc2_block_k)
     else:
-        _launch_fc1(cfg, x, fc1, s1, s1_stride, s1_tiles, inter, route, grid_blocks, hidden, n_out, activation, topk)
+        kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
+            x, fc1.data, s1, inter, *route,
+            n_out, hidden, x.stride(0),
+            fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, inter.stride(0),
+            TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
+            BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
+            EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
+            GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
+            **cfg.launch_options(1),
+        )
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
         from ._gluon_fc2_kernel import launch_gluon_fc2
 
@@ -1004,26 +1013,6 @@ def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activat
         EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot, SPLIT_K=split_k,
         X_PLANES=cfg.planes, **cfg.launch_options(2),
     )
-
-
-def _launch_fc1(cfg, x, fc1, s1, s1_stride, s1_tiles, inter, route, grid_blocks, hidden, n_out, activation,
-                topk) -> None:
-    """The Triton FC1 (+ activation) of ``_launch_mma``."""
-    import triton
-
-    from . import _triton_moe_kernel as kernels
-
-    kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
-        x, fc1.data, s1, inter, *route,
-        n_out, hidden, x.stride(0),
-        fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, inter.stride(0),
-        TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
-        BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
-        EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
-        GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
-        **cfg.launch_options(1),
-    )
-
 
 
 def _launch_gemv(cfg, x, fc1, fc2, s1, s2, s1_args, s2_args, inter, out, routing_map, probs, valid_tokens, rows,
