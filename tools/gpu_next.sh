@@ -3,6 +3,7 @@
 #   bash tools/gpu_next.sh s20a     # for session 20 (run first): the Gluon FC2 candidates (GLUON_ENV=all): tests, probes
 #   bash tools/gpu_next.sh s20b     # for session 20: the full MoE benchmark and the demo with GLUON_ENV=all
 #   bash tools/gpu_next.sh s20c     # for session 20: the Gluon FC1 at the 16- / 64-token widths (kernel-level probe)
+#   bash tools/gpu_next.sh s20d     # session 20, call 4: the GLUON_ENV=all candidates: tests, layer probes
 #   bash tools/gpu_next.sh s19a     # session 19, call 1: all Gluon FC2 tests, the Gluon FC1 probe (compile-only so far)
 #   bash tools/gpu_next.sh s19b     # session 19, call 2: Gluon FC2 tiles at 384 tokens, the full MoE benchmark and the demo with
 #                                   # MEGATRON_MXFP8_MOE_GLUON_FC2=1
@@ -670,6 +671,35 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
         --activation squared_relu --gluon "64:3:4,128:3:8,128:3:4"
     } > $OUT/fc1_probe.jsonl 2> $OUT/fc1_probe.err
     cat $OUT/fc1_probe.jsonl; tail -3 $OUT/fc1_probe.err ;;
+  s20d)
+    # session 20, call 4: the GLUON_ENV=all candidates (Gluon tails, the Gluon FC1 on the 64-token tiles, the Gluon
+    # FC2 on the squared-ReLU 16-token tile): their GPU tests, then layer probes, default / candidate(s) / default
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "gluon_candidates_under_gluon_all or gluon_tails or gluon_defaults_and" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -6
+    P="python3 bench/triton_moe_probe.py"
+    F1="+fc1_block_k=128+fc1_gluon=1+fc1_block_n=128+fc1_stages=3+fc1_warps=4+fc1_gate_merge=0+fc1_maxnreg=none"
+    { for s in qwen3-30b-a3b qwen3-235b-a22b; do
+        timeout 30 $P --shape $s --tokens 64 --activation squared_relu --configs "s16k_sx4_f4,s16k_sx4p_f4_g_s2,s16k_sx4_f4"
+        n=m32l4_sx4p_m_t16_gg_s2; timeout 30 $P --shape $s --tokens 256 --configs "$n,${n}_gt,$n"
+        n=m32k_sx4p_f4_t16_g_s2; timeout 30 $P --shape $s --tokens 256 --activation squared_relu --configs "$n,${n}_gt,$n"
+        n=l64_sx4p_mu_t32; timeout 35 $P --shape $s --tokens 512 --configs "${n}_g_s2,${n}_gg_s2,${n}_gg_s2_gt,${n}_g_s2"
+        n=l64k2_sx4p_f4_t32; timeout 35 $P --shape $s --tokens 512 --activation squared_relu \
+          --configs "${n}_g_s2,${n}_g_s2$F1,${n}_gq_s2_gt,${n}_g_s2"
+      done
+      s=qwen3-30b-a3b
+      timeout 30 $P --shape $s --tokens 640 --configs "l64_sx4p_mu_g_s2,l64_sx4p_mu_gg_s2,l64_sx4p_mu_g_s2"
+      timeout 30 $P --shape $s --tokens 640 --activation squared_relu \
+        --configs "l64k2_sx4p_f4_g_s2,l64k2_sx4p_f4_gq_s2,l64k2_sx4p_f4_g_s2"
+      timeout 30 $P --shape $s --tokens 1024 --configs "l128m_sa_t64pu_s2,l128m_sa_t64pu_s2_gt,l128m_sa_t64pu_s2"
+      timeout 30 $P --shape $s --tokens 1024 --activation squared_relu \
+        --configs "l128w_sa_t64p2_s2,l128w_sa_t64p2_s2_gt,l128w_sa_t64p2_s2"
+    } > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl | python3 -c "import json,sys; [print(d['shape'][6:9], d['activation'][:2], d['tokens'], d['config'], d['us']) for d in map(json.loads, sys.stdin)]"
+    tail -3 $OUT/probe.err ;;
   s19h)
     # session 19, call 7: the Gluon FC2 on the 16-token plane tile (64 tokens, gated) and the 64-token plane tiles
     # (640 tokens) in the layer, "+" overrides of the defaults: us per layer, default / Gluon FC2 / default

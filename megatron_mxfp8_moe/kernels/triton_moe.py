@@ -345,25 +345,67 @@ _GLUON_FC2_TILE = dict(fc2_block_k=128, fc2_gluon=True, fc2_block_n=128, fc2_sta
 # vs 295.2 / 295.9, 235b 1120.3 vs 1080.3 / 1095.6 (256 tokens); its default keeps the Triton FC1.
 _GLUON_FC1_TILE = dict(fc1_block_k=128, fc1_gluon=True, fc1_block_n=64, fc1_stages=3, fc1_warps=4,
                        fc1_gate_merge=False, fc1_maxnreg=None)
-_GLUON_BASES = ("m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4")
+# Session 20: the Gluon FC2 also on the other plane tiles (the 16-token gated tile, the 64-token tiles; their tails stay
+# Triton). Run 22 probes, us per layer, "_s2" / "_g_s2" / "_s2": 64 tokens gated s16k4_sx4p_m3 30b 205.0 / 191.5 /
+# 205.5; 640 tokens l64_sx4p_mu 30b 353.2 / 316.6 / 353.4, 235b 1227.6 / 1119.9 / 1229.9; squared ReLU l64k2_sx4p_f4
+# 30b 458.9 / 386.3 / 461.0. Run 23 (session 20): 235b 64 tokens gated 714.2 / 699.2 / 718.5; 512 tokens (the 64-token
+# tiles with 32-token tails) gated 301.1 / 284.9 / 300.9 (30b), 1069.9 / 1027.2 / 1089.1 (235b), squared ReLU 381.0 /
+# 352.4 / 384.3, 1402.9 / 1350.6 / 1426.0; 235b squared ReLU 640 tokens 1651.0 / 1497.7 / 1701.1. Their 17 GPU bit
+# tests passed (run 23 call 1) and the full benchmark with them is PERFORMANCE 2a: the defaults since session 20.
+_GLUON_BASES = ("s16k4_sx4p_m3", "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4",
+                "l64_sx4p_mu_t32", "l64k2_sx4p_f4_t32", "l64_sx4p_mu", "l64k2_sx4p_f4")
 TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_FC2_TILE) for name in _GLUON_BASES})
 TILES.update({f"{name}_gg_s2": dataclasses.replace(TILES[f"{name}_g_s2"], **_GLUON_FC1_TILE) for name in _GLUON_BASES})
 # the bases whose default takes the Gluon FC1 too ("_gg_s2"; the others "_g_s2")
 _GLUON_FC1_BASES = ("m32l4_sx4p_m_t16", "m32l4_sx4p_m")
-# Session 19, candidates (not defaults yet): the Gluon FC2 on the other plane tiles, "_g_s2" (their tails stay
-# Triton). Run 22 probes, us per layer, "_s2" / "_g_s2" / "_s2": 64 tokens gated s16k4_sx4p_m3 30b 205.0 / 191.5 /
-# 205.5; 640 tokens l64_sx4p_mu 30b 353.2 / 316.6 / 353.4, 235b 1227.6 / 1119.9 / 1229.9; squared ReLU l64k2_sx4p_f4
-# 30b 458.9 / 386.3 / 461.0. Kernel probe (bench/gluon_fc2_probe.py, 30b gated FC2), Triton default / Gluon 128
-# rows / default: 16-token blocks with 4 pairs 87.0 / 73.8 / 86.7, 64-token blocks with 40 pairs 136.0 / 101.7 /
-# 136.2, bit-equal to the Triton FC2 at 128-deep steps. No GPU test of these tiles in the layer and no full benchmark
-# yet: ``choose_config`` picks them only under GLUON_ENV=all.
-_GLUON_FC2_CANDIDATES = ("s16k4_sx4p_m3", "l64_sx4p_mu_t32", "l64k2_sx4p_f4_t32", "l64_sx4p_mu", "l64k2_sx4p_f4")
-TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_FC2_TILE)
-              for name in _GLUON_FC2_CANDIDATES})
-# Environment switch: "0" (or false / no / off) keeps ``choose_config`` on the Triton "_s2" tiles; by default it
-# picks the Gluon tiles at 8-28 pairs per expert where H and I are multiples of 128; "all" also the candidates
-# above (1.5-8 pairs per expert, gated; 28-64). A default call whose Gluon tile cannot run here (``_gluon_problem``:
-# no GPU, no Gluon, odd shapes) runs ``choose_config(..., gluon=False)``.
+# Triton default -> its Gluon default (where H and I tile by 128, unless GLUON_ENV is 0)
+_GLUON_DEFAULTS = {f"{name}_s2": f"{name}_gg_s2" if name in _GLUON_FC1_BASES else f"{name}_g_s2"
+                   for name in _GLUON_BASES}
+
+
+def _gluon_fc2(cfg: TritonMoEConfig) -> TritonMoEConfig:
+    """``cfg`` (a plane tile) with the Gluon FC2 tile (``_GLUON_FC2_TILE``)."""
+    return dataclasses.replace(cfg, **_GLUON_FC2_TILE)
+
+
+# Session 20 candidates, chosen only under GLUON_ENV=all: (1) the tails in Gluon too ("_gt": an expert's last pairs
+# run on the tail tile, at 16 pairs per expert about half of the experts' pairs); (2) the Gluon FC1 on the 64-token
+# tiles (run 23 kernel probe, bench/gluon_fc1_probe.py at 40 pairs per expert in 64-token blocks, 30b, us, Triton
+# default / Gluon / Triton default: gated 64 rows 3 stages 206.6 / 183.4 / 205.2, squared ReLU 128 rows on 4 warps
+# 207.3 / 194.5 / 210.1, bit-equal to the Triton FC1 at 128-deep steps; at 16-token blocks gated 122.3 / 125.7 /
+# 120.1, not faster); (3) the Gluon FC2 on the squared-ReLU 16-token tile, with planes (1.5-8 pairs per expert).
+_GLUON_SQ_FC1_TILE = dict(_GLUON_FC1_TILE, fc1_block_n=128)  # 128 rows on 4 warps: two m64 wgmma chains
+TILES.update({
+    "s16k_sx4p_f4_g_s2": _gluon_fc2(dataclasses.replace(TILES["s16k_sx4p_f4"], side_stream=2)),
+    "m32l4_sx4p_m_t16_gg_s2_gt": dataclasses.replace(TILES["m32l4_sx4p_m_t16_gg_s2"],
+                                                     tail=_gluon_fc2(TILES["s16k4_sx4p_m3"])),
+    "m32k_sx4p_f4_t16_g_s2_gt": dataclasses.replace(TILES["m32k_sx4p_f4_t16_g_s2"],
+                                                    tail=_gluon_fc2(TILES["s16k_sx4p_f4"])),
+    "l64_sx4p_mu_t32_gg_s2_gt": dataclasses.replace(TILES["l64_sx4p_mu_t32_gg_s2"],
+                                                    tail=dataclasses.replace(TILES["m32l4_sx4p_m_gg_s2"],
+                                                                             side_stream=0)),
+    "l64k2_sx4p_f4_gq_s2": dataclasses.replace(TILES["l64k2_sx4p_f4_g_s2"], **_GLUON_SQ_FC1_TILE),
+    "l128m_sa_t64pu_s2_gt": dataclasses.replace(TILES["l128m_sa_t64pu_s2"], tail=_gluon_fc2(TILES["l64_sx4p_mu"])),
+    "l128w_sa_t64p2_s2_gt": dataclasses.replace(TILES["l128w_sa_t64p2_s2"], tail=_gluon_fc2(TILES["l64k2_sx4p_f4"])),
+})
+TILES["l64k2_sx4p_f4_t32_gq_s2_gt"] = dataclasses.replace(TILES["l64k2_sx4p_f4_gq_s2"],
+                                                          tail=_gluon_fc2(TILES["m32k_sx4p_f4"]))
+# Triton default -> its GLUON_ENV=all candidate
+_GLUON_CANDIDATES = {
+    "s16k_sx4_f4": "s16k_sx4p_f4_g_s2",
+    "m32l4_sx4p_m_t16_s2": "m32l4_sx4p_m_t16_gg_s2_gt",
+    "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt",
+    "l64_sx4p_mu_t32_s2": "l64_sx4p_mu_t32_gg_s2_gt",
+    "l64k2_sx4p_f4_t32_s2": "l64k2_sx4p_f4_t32_gq_s2_gt",
+    "l64_sx4p_mu_s2": "l64_sx4p_mu_gg_s2",
+    "l64k2_sx4p_f4_s2": "l64k2_sx4p_f4_gq_s2",
+    "l128m_sa_t64pu_s2": "l128m_sa_t64pu_s2_gt",
+    "l128w_sa_t64p2_s2": "l128w_sa_t64p2_s2_gt",
+}
+# Environment switch: "0" (or false / no / off) keeps ``choose_config`` on the Triton tiles; by default it picks the
+# Gluon tiles (``_GLUON_DEFAULTS``) where H and I are multiples of 128; "all" the candidates (``_GLUON_CANDIDATES``)
+# first. A default call whose Gluon tile cannot run here (``_gluon_problem``: no GPU, no Gluon, odd shapes) runs
+# ``choose_config(..., gluon=False)``.
 GLUON_ENV = "MEGATRON_MXFP8_MOE_GLUON"
 
 
@@ -372,17 +414,18 @@ def gluon_enabled() -> bool:
     return os.environ.get(GLUON_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _plane_tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
-    """``name``'s Gluon tile ("_gg_s2" for ``_GLUON_FC1_BASES``, else "_g_s2") where ``gluon`` (None:
-    ``gluon_enabled()``) and the shapes tile by 128, and for ``_GLUON_FC2_CANDIDATES`` only where GLUON_ENV is
-    "all"; else its Triton "_s2" tile."""
+def _tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
+    """``TILES[name]`` (a Triton tile), or where ``gluon`` (None: ``gluon_enabled()``) and H and I tile by 128 its
+    Gluon form: under GLUON_ENV=all its candidate (``_GLUON_CANDIDATES``) first, else its default
+    (``_GLUON_DEFAULTS``)."""
     if gluon is None:
         gluon = gluon_enabled()
-    if name in _GLUON_FC2_CANDIDATES and os.environ.get(GLUON_ENV, "").strip().lower() != "all":
-        gluon = False
     if gluon and hidden % 128 == 0 and intermediate % 128 == 0:
-        return TILES[f"{name}_gg_s2" if name in _GLUON_FC1_BASES else f"{name}_g_s2"]
-    return TILES[f"{name}_s2"]
+        if name in _GLUON_CANDIDATES and os.environ.get(GLUON_ENV, "").strip().lower() == "all":
+            return TILES[_GLUON_CANDIDATES[name]]
+        if name in _GLUON_DEFAULTS:
+            return TILES[_GLUON_DEFAULTS[name]]
+    return TILES[name]
 
 
 def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int,
@@ -434,7 +477,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # s16k4_sx4p_m3 206.5 / 207.4 vs 213.5 / 212.9 (30b), 694.6 / 710.1 vs 729.7 / 736.4 (235b); squared ReLU
     # with planes was not faster there (30b 277.8 / 278.1 vs 274.1 / 272.0), so it keeps s16k_sx4_f4.
     if pairs_per_expert <= 8:
-        return _plane_tile("s16k4_sx4p_m3", hidden, intermediate, gluon) if gated else TILES["s16k_sx4_f4"]
+        return _tile("s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4", hidden, intermediate, gluon)
     # Session 13: from 8 to 16 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token
     # "sx4" tile (tail). Run 16 probes, us per layer against the tile without tails: gated 256 tokens 268.8 vs 285.9
     # / 286.0 (30b), 898.5 vs 997.0 / 1008.6 (235b); 192 tokens 245.5 vs 285.7, 848.4 vs 994.0 (s16k4_sx4_m3 there:
@@ -449,9 +492,9 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # vs 498.4 / 500.5 (30b), 1177.5 vs 1351.3 / 1356.7 and 1639.8 vs 1843.6 / 1837.3 (235b). The cut at 32 pairs
     # per expert dates from the tiles without planes (0.7-3.5% faster than the 128 / 64-token tiles at 512 tokens).
     if pairs_per_expert <= 16:
-        return _plane_tile("m32l4_sx4p_m_t16" if gated else "m32k_sx4p_f4_t16", hidden, intermediate, gluon)
+        return _tile("m32l4_sx4p_m_t16_s2" if gated else "m32k_sx4p_f4_t16_s2", hidden, intermediate, gluon)
     if pairs_per_expert < 28:
-        return _plane_tile("m32l4_sx4p_m" if gated else "m32k_sx4p_f4", hidden, intermediate, gluon)
+        return _tile("m32l4_sx4p_m_s2" if gated else "m32k_sx4p_f4_s2", hidden, intermediate, gluon)
     # Session 15 (run 18 probes, us per layer, 30b / 235b): the plane tiles with 64 tokens. At 32 pairs per expert
     # (512 tokens) with 32-token plane tails: gated 323.9 / 1116.5 vs m32l4_sx4p_m 345.0 / 1250.8, squared ReLU
     # 415.9 / 1481.4 vs m32k_sx4p_f4 435.3 / 1618.2. From 40 without tails: gated 640 tokens 358.3 / 1274.8 (tails
@@ -466,9 +509,9 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # Session 17 (run 20, 512 tokens, us per layer, 30b / 235b): squared ReLU with the 2-stage tile and tails,
     # 395.6 / 1448.4 vs l64k_sx4p_f4_t32_s2 413.1, 413.7 / 1433.4, 1452.9 (30b 4.3% faster, 235b within its spread).
     if pairs_per_expert < 40:
-        return _plane_tile("l64_sx4p_mu_t32" if gated else "l64k2_sx4p_f4_t32", hidden, intermediate, gluon)
+        return _tile("l64_sx4p_mu_t32_s2" if gated else "l64k2_sx4p_f4_t32_s2", hidden, intermediate, gluon)
     if pairs_per_expert < 64:
-        return _plane_tile("l64_sx4p_mu" if gated else "l64k2_sx4p_f4", hidden, intermediate, gluon)
+        return _tile("l64_sx4p_mu_s2" if gated else "l64k2_sx4p_f4_s2", hidden, intermediate, gluon)
     # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
     # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
     # both shapes and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per
@@ -500,10 +543,10 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # 823.4, 861.9 / 3073.6 vs 3090.8, 3233.5.
     if not gated:
         if pairs_per_expert < 72:
-            return TILES["l128w_sa_t64p2_s2"]
+            return _tile("l128w_sa_t64p2_s2", hidden, intermediate, gluon)
         return TILES["l128w_sa_t32a_s2" if pairs_per_expert < 176 else "x256w_sa_t32a"]
     if pairs_per_expert < 72:
-        return TILES["l128m_sa_t64pu_s2"]
+        return _tile("l128m_sa_t64pu_s2", hidden, intermediate, gluon)
     return TILES["l128m_sa_t32_s2" if pairs_per_expert < 176 else "x256m_sa_t32"]
 
 

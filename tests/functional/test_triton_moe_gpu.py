@@ -849,7 +849,7 @@ GLUON_FC2 = {
     "m32l4_sx4p_m_t16": (TILES["m32l4_sx4p_m_t16"], "swiglu"),
     "m32k_sx4p_f4_t16": (TILES["m32k_sx4p_f4_t16"], "squared_relu"),
     "l64_sx4p_mu_t32": (TILES["l64_sx4p_mu_t32"], "swiglu"),
-    # session 19: the 16-token plane tile and the squared-ReLU 64-token plane tile (the GLUON_ENV=all candidates)
+    # session 19: the 16-token plane tile and the squared-ReLU 64-token plane tile (defaults since session 20)
     "s16k4_sx4p_m3": (TILES["s16k4_sx4p_m3"], "swiglu"),
     "l64k2_sx4p_f4_t32": (TILES["l64k2_sx4p_f4_t32"], "squared_relu"),
 }
@@ -878,7 +878,7 @@ def test_cuda_graph_replay_with_the_gluon_fc2(tile, tokens):
 
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
 def test_gluon_defaults_and_the_env_switch(activation, monkeypatch):
-    """A default call at 256 tokens (16 pairs per expert) runs the Gluon tile ``_plane_tile`` names, GLUON_ENV=0 the
+    """A default call at 256 tokens (16 pairs per expert) runs the Gluon tile ``_tile`` names, GLUON_ENV=0 the
     Triton "_s2" tile: each the same bits as its tile passed explicitly, within BOUND of float64, every row written."""
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
@@ -890,7 +890,7 @@ def test_gluon_defaults_and_the_env_switch(activation, monkeypatch):
     monkeypatch.setattr(host, "_launch", lambda cfg, *args: (chosen.append(cfg), launch(cfg, *args)))
     for switch in ("1", "0"):
         monkeypatch.setenv(host.GLUON_ENV, switch)
-        tile = host._plane_tile(base, hidden, inter)
+        tile = host._tile(base + "_s2", hidden, inter)
         assert (tile.fc2_gluon, tile is TILES[base + "_s2"]) == ((True, False) if switch == "1" else (False, True))
         outs = _poisoned_outputs((None, tile), fc1, fc2, x, probs, ids, valid_rows, activation)
         assert chosen[-2:] == [tile, tile]
@@ -943,17 +943,33 @@ def test_cuda_graph_replay_with_the_gluon_fc1(name):
     _graph_replay_of(lambda *shape: TILES[name], 256, (256, 170, 5), activation)
 
 
-@pytest.mark.parametrize("activation,tokens", [("swiglu", 64), ("swiglu", 512), ("swiglu", 640),
-                                               ("squared_relu", 512), ("squared_relu", 640)])
-def test_gluon_fc2_candidates_under_gluon_all(activation, tokens, monkeypatch):
-    """Under GLUON_ENV=all ``choose_config`` returns the candidate "_g_s2" tile (Gluon FC2 on the 16- / 64-token
-    plane tiles), and that tile gives the same bits as its Triton form at 128-deep FC2 steps, within BOUND of
-    float64."""
+def _triton_form(tile):
+    """``tile`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps."""
+    def triton_only(t):
+        return dataclasses.replace(t, fc1_gluon=False, fc2_gluon=False)
+    return dataclasses.replace(triton_only(tile), tail=None if tile.tail is None else triton_only(tile.tail))
+
+
+# Session 20: the GLUON_ENV=all candidates (Gluon tails, the Gluon FC1 on the 64-token tiles, the Gluon FC2 on the
+# squared-ReLU 16-token tile): choose_config's pick at these token counts, then its bits against its Triton form.
+@pytest.mark.parametrize("activation,tokens", [("squared_relu", 64), ("swiglu", 256), ("squared_relu", 256),
+                                               ("swiglu", 512), ("squared_relu", 512), ("swiglu", 640),
+                                               ("squared_relu", 640), ("swiglu", 1024), ("squared_relu", 1024)])
+def test_gluon_candidates_under_gluon_all(activation, tokens, monkeypatch):
+    """Under GLUON_ENV=all ``choose_config`` returns a ``_GLUON_CANDIDATES`` tile, and that tile gives the same bits
+    as its Triton form, within BOUND of float64, every row written."""
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     experts, topk, hidden, inter = 128, 8, 2048, 768
     monkeypatch.setenv(host.GLUON_ENV, "all")
     tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
-    assert tile.fc2_gluon and tile.block_t in (16, 64)
-    _assert_tiles_keep_bits(dataclasses.replace(tile, fc2_gluon=False), tile, (experts, topk, hidden, inter, tokens),
-                            activation)
+    assert any(tile is TILES[name] for name in host._GLUON_CANDIDATES.values())
+    _assert_tiles_keep_bits(_triton_form(tile), tile, (experts, topk, hidden, inter, tokens), activation)
+
+
+@pytest.mark.parametrize("name,tokens,activation", [("m32k_sx4p_f4_t16_g_s2_gt", 256, "squared_relu"),
+                                                    ("l64_sx4p_mu_t32_gg_s2_gt", 512, "swiglu")])
+def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
+    """Gluon kernels on the main and the tail tile (the tail pair on the second stream) in one graph, replayed with
+    new routing and valid-token counts: equal to eager, within BOUND of float64."""
+    _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), activation)
