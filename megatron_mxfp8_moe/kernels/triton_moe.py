@@ -342,25 +342,20 @@ _GLUON_FC2_TILE = dict(fc2_block_k=128, fc2_gluon=True, fc2_block_n=128, fc2_sta
 # before / after: gated 30b 141.0 vs 156.0 / 152.5 us, 235b 503.2 vs 571.4 / 538.6. Run 22 layer probes against
 # "_g_s2" before / after (us): gated 30b 219.1 vs 224.6 / 225.6 (256 tokens), 244.9 vs 250.8 / 254.7 (384); 235b 802.0
 # vs 828.6 / 894.8, 914.3 vs 922.5 / 990.1: the gated default. Squared ReLU (FC1 2 I x H, no up half) lost: 30b 298.2
-# vs 295.2 / 295.9, 235b 1120.3 vs 1080.3 / 1095.6 (256 tokens); its default keeps the Triton FC1.
+# vs 295.2 / 295.9, 235b 1120.3 vs 1080.3 / 1095.6 (256 tokens); there it keeps the Triton FC1.
 _GLUON_FC1_TILE = dict(fc1_block_k=128, fc1_gluon=True, fc1_block_n=64, fc1_stages=3, fc1_warps=4,
                        fc1_gate_merge=False, fc1_maxnreg=None)
-# Session 20: the Gluon FC2 also on the other plane tiles (the 16-token gated tile, the 64-token tiles; their tails stay
-# Triton). Run 22 probes, us per layer, "_s2" / "_g_s2" / "_s2": 64 tokens gated s16k4_sx4p_m3 30b 205.0 / 191.5 /
+# Session 20: the Gluon FC2 also on the other plane tiles (the 16-token gated tile, the 64-token tiles; Gluon tails:
+# below). Run 22 probes, us per layer, "_s2" / "_g_s2" / "_s2": 64 tokens gated s16k4_sx4p_m3 30b 205.0 / 191.5 /
 # 205.5; 640 tokens l64_sx4p_mu 30b 353.2 / 316.6 / 353.4, 235b 1227.6 / 1119.9 / 1229.9; squared ReLU l64k2_sx4p_f4
 # 30b 458.9 / 386.3 / 461.0. Run 23 (session 20): 235b 64 tokens gated 714.2 / 699.2 / 718.5; 512 tokens (the 64-token
 # tiles with 32-token tails) gated 301.1 / 284.9 / 300.9 (30b), 1069.9 / 1027.2 / 1089.1 (235b), squared ReLU 381.0 /
 # 352.4 / 384.3, 1402.9 / 1350.6 / 1426.0; 235b squared ReLU 640 tokens 1651.0 / 1497.7 / 1701.1. Their 17 GPU bit
-# tests passed (run 23 call 1) and the full benchmark with them is PERFORMANCE 2a: the defaults since session 20.
+# tests passed (run 23 call 1): defaults since session 20.
 _GLUON_BASES = ("s16k4_sx4p_m3", "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4",
                 "l64_sx4p_mu_t32", "l64k2_sx4p_f4_t32", "l64_sx4p_mu", "l64k2_sx4p_f4")
 TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_FC2_TILE) for name in _GLUON_BASES})
 TILES.update({f"{name}_gg_s2": dataclasses.replace(TILES[f"{name}_g_s2"], **_GLUON_FC1_TILE) for name in _GLUON_BASES})
-# the bases whose default takes the Gluon FC1 too ("_gg_s2"; the others "_g_s2")
-_GLUON_FC1_BASES = ("m32l4_sx4p_m_t16", "m32l4_sx4p_m")
-# Triton default -> its Gluon default (where H and I tile by 128, unless GLUON_ENV is 0)
-_GLUON_DEFAULTS = {f"{name}_s2": f"{name}_gg_s2" if name in _GLUON_FC1_BASES else f"{name}_g_s2"
-                   for name in _GLUON_BASES}
 
 
 def _gluon_fc2(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -368,12 +363,17 @@ def _gluon_fc2(cfg: TritonMoEConfig) -> TritonMoEConfig:
     return dataclasses.replace(cfg, **_GLUON_FC2_TILE)
 
 
-# Session 20 candidates, chosen only under GLUON_ENV=all: (1) the tails in Gluon too ("_gt": an expert's last pairs
-# run on the tail tile, at 16 pairs per expert about half of the experts' pairs); (2) the Gluon FC1 on the 64-token
-# tiles (run 23 kernel probe, bench/gluon_fc1_probe.py at 40 pairs per expert in 64-token blocks, 30b, us, Triton
-# default / Gluon / Triton default: gated 64 rows 3 stages 206.6 / 183.4 / 205.2, squared ReLU 128 rows on 4 warps
-# 207.3 / 194.5 / 210.1, bit-equal to the Triton FC1 at 128-deep steps; at 16-token blocks gated 122.3 / 125.7 /
-# 120.1, not faster); (3) the Gluon FC2 on the squared-ReLU 16-token tile, with planes (1.5-8 pairs per expert).
+# Session 20 (run 23): (1) the tails in Gluon too ("_gt"; an expert's last pairs run on the tail tile: at 16 pairs per
+# expert about half of all pairs); (2) the Gluon FC1 on the 64-token tiles (kernel probe, bench/gluon_fc1_probe.py,
+# 40 pairs per expert in 64-token blocks, 30b, us, Triton default / Gluon / Triton default: gated 64 rows 3 stages
+# 206.6 / 183.4 / 205.2, squared ReLU 128 rows on 4 warps ("_gq") 207.3 / 194.5 / 210.1, bit-equal to the Triton FC1
+# at 128-deep steps; at 16-token blocks gated 122.3 / 125.7 / 120.1, not faster); (3) the Gluon FC2 on the
+# squared-ReLU 16-token tile, with planes. Layer probes (call 4), us per layer, previous default / new / previous:
+# squared ReLU 64 tokens 30b 274.5 / 255.5 / 273.0; 256 tokens gated 30b 215.9 / 210.6 / 218.5, squared ReLU 294.0
+# / 283.3 / 294.6; 512 tokens gated 285.3 / 258.1 / 286.3 (30b; the Gluon FC1 without Gluon tails 270.1), 1016.3 /
+# 1003.0 / 1028.1 (235b; without 991.3), squared ReLU 350.3 / 336.8 / 351.9, 1296.5 / 1267.4 / 1378.6; 640 tokens
+# (30b) gated 315.7 / 294.5 / 319.0, squared ReLU 387.2 / 382.6 / 396.5; 1024 tokens (30b) gated 411.7 / 393.4 /
+# 411.9, squared ReLU 531.8 / 494.6 / 531.6. All 13 GPU tests passed (bits equal to the Triton forms, graph replays).
 _GLUON_SQ_FC1_TILE = dict(_GLUON_FC1_TILE, fc1_block_n=128)  # 128 rows on 4 warps: two m64 wgmma chains
 TILES.update({
     "s16k_sx4p_f4_g_s2": _gluon_fc2(dataclasses.replace(TILES["s16k_sx4p_f4"], side_stream=2)),
@@ -390,11 +390,15 @@ TILES.update({
 })
 TILES["l64k2_sx4p_f4_t32_gq_s2_gt"] = dataclasses.replace(TILES["l64k2_sx4p_f4_gq_s2"],
                                                           tail=_gluon_fc2(TILES["m32k_sx4p_f4"]))
-# Triton default -> its GLUON_ENV=all candidate
-_GLUON_CANDIDATES = {
+# Triton tile -> its Gluon default (where H and I tile by 128, unless GLUON_ENV is 0); the full benchmark with these
+# is PERFORMANCE 2a (run 23, call 5)
+_GLUON_DEFAULTS = {
+    "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2",
     "s16k_sx4_f4": "s16k_sx4p_f4_g_s2",
     "m32l4_sx4p_m_t16_s2": "m32l4_sx4p_m_t16_gg_s2_gt",
     "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt",
+    "m32l4_sx4p_m_s2": "m32l4_sx4p_m_gg_s2",
+    "m32k_sx4p_f4_s2": "m32k_sx4p_f4_g_s2",
     "l64_sx4p_mu_t32_s2": "l64_sx4p_mu_t32_gg_s2_gt",
     "l64k2_sx4p_f4_t32_s2": "l64k2_sx4p_f4_t32_gq_s2_gt",
     "l64_sx4p_mu_s2": "l64_sx4p_mu_gg_s2",
@@ -403,9 +407,8 @@ _GLUON_CANDIDATES = {
     "l128w_sa_t64p2_s2": "l128w_sa_t64p2_s2_gt",
 }
 # Environment switch: "0" (or false / no / off) keeps ``choose_config`` on the Triton tiles; by default it picks the
-# Gluon tiles (``_GLUON_DEFAULTS``) where H and I are multiples of 128; "all" the candidates (``_GLUON_CANDIDATES``)
-# first. A default call whose Gluon tile cannot run here (``_gluon_problem``: no GPU, no Gluon, odd shapes) runs
-# ``choose_config(..., gluon=False)``.
+# Gluon tiles (``_GLUON_DEFAULTS``) where H and I are multiples of 128. A default call whose Gluon tile cannot run
+# here (``_gluon_problem``: no GPU, no Gluon, odd shapes) runs ``choose_config(..., gluon=False)``.
 GLUON_ENV = "MEGATRON_MXFP8_MOE_GLUON"
 
 
@@ -416,15 +419,11 @@ def gluon_enabled() -> bool:
 
 def _tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
     """``TILES[name]`` (a Triton tile), or where ``gluon`` (None: ``gluon_enabled()``) and H and I tile by 128 its
-    Gluon form: under GLUON_ENV=all its candidate (``_GLUON_CANDIDATES``) first, else its default
-    (``_GLUON_DEFAULTS``)."""
+    Gluon default (``_GLUON_DEFAULTS``)."""
     if gluon is None:
         gluon = gluon_enabled()
-    if gluon and hidden % 128 == 0 and intermediate % 128 == 0:
-        if name in _GLUON_CANDIDATES and os.environ.get(GLUON_ENV, "").strip().lower() == "all":
-            return TILES[_GLUON_CANDIDATES[name]]
-        if name in _GLUON_DEFAULTS:
-            return TILES[_GLUON_DEFAULTS[name]]
+    if gluon and hidden % 128 == 0 and intermediate % 128 == 0 and name in _GLUON_DEFAULTS:
+        return TILES[_GLUON_DEFAULTS[name]]
     return TILES[name]
 
 

@@ -950,20 +950,21 @@ def _triton_form(tile):
     return dataclasses.replace(triton_only(tile), tail=None if tile.tail is None else triton_only(tile.tail))
 
 
-# Session 20: the GLUON_ENV=all candidates (Gluon tails, the Gluon FC1 on the 64-token tiles, the Gluon FC2 on the
-# squared-ReLU 16-token tile): choose_config's pick at these token counts, then its bits against its Triton form.
-@pytest.mark.parametrize("activation,tokens", [("squared_relu", 64), ("swiglu", 256), ("squared_relu", 256),
+# Session 20: the Gluon defaults (with Gluon tails, the Gluon FC1 on the 64-token tiles, the Gluon FC2 on the
+# 16-token tiles): choose_config's pick at these token counts, then its bits against its Triton form.
+@pytest.mark.parametrize("activation,tokens", [("swiglu", 64), ("squared_relu", 64), ("swiglu", 256),
+                                               ("squared_relu", 256), ("swiglu", 384), ("squared_relu", 384),
                                                ("swiglu", 512), ("squared_relu", 512), ("swiglu", 640),
                                                ("squared_relu", 640), ("swiglu", 1024), ("squared_relu", 1024)])
-def test_gluon_candidates_under_gluon_all(activation, tokens, monkeypatch):
-    """Under GLUON_ENV=all ``choose_config`` returns a ``_GLUON_CANDIDATES`` tile, and that tile gives the same bits
-    as its Triton form, within BOUND of float64, every row written."""
+def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, monkeypatch):
+    """``choose_config`` returns a ``_GLUON_DEFAULTS`` tile, and that tile gives the same bits as its Triton form,
+    within BOUND of float64, every row written."""
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     experts, topk, hidden, inter = 128, 8, 2048, 768
-    monkeypatch.setenv(host.GLUON_ENV, "all")
+    monkeypatch.delenv(host.GLUON_ENV, raising=False)
     tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
-    assert any(tile is TILES[name] for name in host._GLUON_CANDIDATES.values())
+    assert any(tile is TILES[name] for name in host._GLUON_DEFAULTS.values())
     _assert_tiles_keep_bits(_triton_form(tile), tile, (experts, topk, hidden, inter, tokens), activation)
 
 

@@ -59,11 +59,12 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    plane = {names[id(triton_moe._tile(name, 2048, 768))] for name in ("s16k4_sx4p_m3_s2", "m32l4_sx4p_m_t16_s2",
-                                                                      "m32k_sx4p_f4_t16_s2")}
-    assert all(name.endswith("_s2") and ("_g" in name) == (gluon == "1") for name in plane)
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "s16k_sx4_f4", "l128m_sa_t64pu_s2",
-                                     "x256m_sa_t32", "l128w_sa_t64p2_s2", "x256w_sa_t32a"} | plane <= picked
+    gluon_able = {names[id(triton_moe._tile(name, 2048, 768))] for name in (
+        "s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2", "l128m_sa_t64pu_s2",
+        "l128w_sa_t64p2_s2")}
+    assert all(any(t.fc1_gluon or t.fc2_gluon for t in TILES[name].launch_tiles) == (gluon == "1")
+               for name in gluon_able)
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "x256m_sa_t32", "x256w_sa_t32a"} | gluon_able <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
     capped = dataclasses.replace(tile, fc2_maxnreg=128)
@@ -83,7 +84,9 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     def pick(rows, experts=128):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
         return next(name for name, tile in TILES.items() if tile is cfg)
-    small = ("s16k4_sx4p_m3_g_s2" if gluon == "1" else "s16k4_sx4p_m3_s2") if gated else "s16k_sx4_f4"
+    small = "s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4"
+    if gluon == "1":
+        small = triton_moe._GLUON_DEFAULTS[small]
     assert [pick(rows) for rows in (1, 2, 4, 8, 16, 24, 25, 64)] == (
         ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", small, small] if gated else
         ["g16p", "g16p", "g16p", "q1", "q1", "q1", small, small])
@@ -96,14 +99,12 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     # 64-token plane tiles from 28 pairs per expert (32-token plane tails below 40) and as the 64-token tails;
     # session 16: every plane / tail tile below 72 pairs per expert with the second stream ("_s2"); session 17:
     # the 128-token tiles with 32-token tails too, and squared ReLU's 2-stage 64-token tile with tails at 28-40
-    # session 18 / 19: the 32-token plane tiles' Gluon twins ("_g_s2": FC2; "_gg_s2": FC1 too), unless GLUON_ENV is 0;
-    # session 20: the 64-token plane tiles' too
+    # session 18-20: the Gluon twins of the plane tiles and of the tiles with plane tails, unless GLUON_ENV is 0
     picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
-    for i in range(7):
-        base = picks[i][:picks[i].index("_g")] if gluon == "1" else picks[i][:-3]
-        gluon_name = base + ("_gg_s2" if base in triton_moe._GLUON_FC1_BASES else "_g_s2")
-        assert picks[i] == (gluon_name if gluon == "1" else base + "_s2")
-        picks[i] = base + "_s2"
+    if gluon == "1":
+        gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_DEFAULTS.items()}
+        assert sum(name in gluon_names for name in picks) == 9
+        picks = [gluon_names.get(name, name) for name in picks]
     assert picks == (
         ["m32l4_sx4p_m_t16_s2", "m32l4_sx4p_m_s2", "m32l4_sx4p_m_s2", "l64_sx4p_mu_t32_s2", "l64_sx4p_mu_t32_s2",
          "l64_sx4p_mu_s2", "l64_sx4p_mu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t32_s2",
@@ -442,8 +443,7 @@ def test_gluon_tiles_are_the_default_with_a_triton_fallback(monkeypatch):
     for rows, gated, name in ((256, True, "m32l4_sx4p_m_t16"), (256, False, "m32k_sx4p_f4_t16"),
                               (384, True, "m32l4_sx4p_m"), (384, False, "m32k_sx4p_f4")):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=128)
-        fc1_too = name in triton_moe._GLUON_FC1_BASES
-        assert cfg is TILES[name + ("_gg_s2" if fc1_too else "_g_s2")]
+        assert cfg is TILES[triton_moe._GLUON_DEFAULTS[name + "_s2"]]
         assert TILES[name + "_g_s2"] == dataclasses.replace(TILES[name + "_s2"], fc2_block_k=128, fc2_gluon=True,
                                                             fc2_block_n=128, fc2_stages=3, fc2_maxnreg=None)
         assert TILES[name + "_gg_s2"] == dataclasses.replace(TILES[name + "_g_s2"], fc1_block_k=128, fc1_gluon=True,
@@ -454,10 +454,12 @@ def test_gluon_tiles_are_the_default_with_a_triton_fallback(monkeypatch):
     assert TILES["m32l4_sx4p_m_gg_s2"] == TILES["m32k_sx4p_f4_gg_s2"]
     assert choose_config(256, 2048, 96 * 8, **shape).fc2_gluon  # I = 768
     assert not choose_config(256, 2048, 800, **shape).fc2_gluon  # I not a multiple of 128
-    assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2"]  # 4 pairs per expert (session 20)
-    assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_g_s2"]  # 40 pairs per expert (session 20)
-    assert not choose_config(64, 2048, 768, **dict(shape, gated=False)).fc2_gluon  # squared ReLU: no planes there
-    assert not choose_config(1024, 2048, 768, **shape).fc2_gluon  # the 128-token tiles
+    # session 20: 4 pairs per expert (the 16-token tiles), 40 (the 64-token tiles), 64 (Gluon 64-token tails)
+    assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2"]
+    assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2"]
+    assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2"]
+    assert choose_config(1024, 2048, 768, **shape) is TILES["l128m_sa_t64pu_s2_gt"]
+    assert not any(t.fc1_gluon or t.fc2_gluon for t in choose_config(2048, 2048, 768, **shape).launch_tiles)
     launched = []
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
     fc1 = quantize_mxfp8(random_weights((4, 256, 128), scale=0.1), backend="reference")
@@ -473,34 +475,21 @@ def test_gluon_tiles_are_the_default_with_a_triton_fallback(monkeypatch):
     assert len(launched) == 1
 
 
-@pytest.mark.parametrize("gated", [True, False])
-def test_gluon_candidates_only_under_gluon_all(gated, monkeypatch):
-    """The session-20 candidates (``_GLUON_CANDIDATES``: Gluon tails, the Gluon FC1 on the 64-token tiles, the Gluon
-    FC2 on the squared-ReLU 16-token tile) replace the default only under GLUON_ENV=all (not with ``gluon=False``,
-    nor where I does not tile by 128); each differs from its default only in Gluon kernels at the same steps."""
+def test_gluon_defaults_differ_from_their_triton_tiles_in_gluon_kernels_only():
+    """Each ``_GLUON_DEFAULTS`` tile keeps its Triton tile's token blocks and tail blocks (so the same route) and runs
+    at least one Gluon kernel; session 20's tails run the Gluon FC2 (at 128-deep steps, as the GPU tests compare)."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
-    names = {id(tile): name for name, tile in TILES.items()}
-
-    def pick(rows, inter=768, **kw):
-        return names[id(choose_config(rows, 2048, inter, gated=gated, topk=8, experts=128, **kw))]
-
-    rows = (256, 512, 640, 1024) if gated else (64, 256, 512, 640, 1024)
-    monkeypatch.delenv(triton_moe.GLUON_ENV, raising=False)
-    defaults = [pick(r) for r in rows]
-    triton_names = [pick(r, gluon=False) for r in rows]
-    monkeypatch.setenv(triton_moe.GLUON_ENV, "all")
-    candidates = [pick(r) for r in rows]
-    assert candidates == [triton_moe._GLUON_CANDIDATES[name] for name in triton_names]
-    assert len(set(candidates) | set(defaults)) == 2 * len(rows)  # every candidate differs from the default
-    assert [pick(r, gluon=False) for r in rows] == triton_names
-    assert [pick(r, inter=800) for r in rows] == [pick(r, inter=800, gluon=False) for r in rows]
-    for candidate, triton_name in zip(candidates, triton_names):
-        tile, base = TILES[candidate], TILES[triton_name]
-        assert any(t.fc1_gluon or t.fc2_gluon for t in tile.launch_tiles)
-        assert (tile.block_t, tile.tail is None) == (base.block_t, base.tail is None) and tile.side_stream == 2
+    assert len(triton_moe._GLUON_DEFAULTS) == 12
+    for triton_name, name in triton_moe._GLUON_DEFAULTS.items():
+        tile, base = TILES[name], TILES[triton_name]
+        assert any(t.fc1_gluon or t.fc2_gluon for t in tile.launch_tiles) and tile.side_stream == 2, name
+        assert (tile.block_t, tile.tail is None) == (base.block_t, base.tail is None), name
         if tile.tail is not None:
-            assert tile.tail.block_t == base.tail.block_t and tile.tail.fc2_gluon
+            assert tile.tail.block_t == base.tail.block_t and tile.tail.fc2_gluon and tile.tail.fc2_block_k == 128
+        for t in tile.launch_tiles:
+            assert not t.fc1_gluon or (t.fc1_block_k, t.fc1_gate_merge) == (128, False)
+            assert not t.fc2_gluon or t.fc2_block_k == 128
 
 
 def test_gluon_fc1_config_and_shapes_are_checked(monkeypatch):
