@@ -4,6 +4,7 @@
 #   bash tools/gpu_next.sh s20b     # for session 20: the full MoE benchmark and the demo with GLUON_ENV=all
 #   bash tools/gpu_next.sh s20c     # for session 20: the Gluon FC1 at the 16- / 64-token widths (kernel-level probe)
 #   bash tools/gpu_next.sh s20d     # session 20, call 4: the GLUON_ENV=all candidates: tests, layer probes
+#   bash tools/gpu_next.sh s20e     # session 20, call 6: GPU tests of the new Gluon defaults
 #   bash tools/gpu_next.sh s19a     # session 19, call 1: all Gluon FC2 tests, the Gluon FC1 probe (compile-only so far)
 #   bash tools/gpu_next.sh s19b     # session 19, call 2: Gluon FC2 tiles at 384 tokens, the full MoE benchmark and the demo with
 #                                   # MEGATRON_MXFP8_MOE_GLUON_FC2=1
@@ -700,6 +701,16 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     } > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl | python3 -c "import json,sys; [print(d['shape'][6:9], d['activation'][:2], d['tokens'], d['config'], d['us']) for d in map(json.loads, sys.stdin)]"
     tail -3 $OUT/probe.err ;;
+  s20e)
+    # session 20, call 6: the new Gluon defaults' GPU tests (bits against their Triton forms at 64-1024 tokens, Gluon
+    # tails in a graph, the default / env switch), the float64 / routing tests and the layer CUDA graphs
+    T=/tmp/s20e; mkdir -p $T
+    bg_pytest 280 $T/a.log tests/functional/test_triton_moe_gpu.py -k "gluon_defaults_keep or gluon_tails or gluon_defaults_and"
+    bg_pytest 280 $T/b.log tests/functional/test_triton_moe_gpu.py tests/functional/test_layer_cuda_graph_gpu.py \
+      -k "matches_float64 or new_routing or graph_replay_matches or layer_cuda_graph"
+    wait
+    cat $T/a.log $T/b.log > $OUT/tests.log
+    grep "passed\|failed\|rc=\|Error" $OUT/tests.log | tail -8 ;;
   s19h)
     # session 19, call 7: the Gluon FC2 on the 16-token plane tile (64 tokens, gated) and the 64-token plane tiles
     # (640 tokens) in the layer, "+" overrides of the defaults: us per layer, default / Gluon FC2 / default
