@@ -5,6 +5,7 @@
 #   bash tools/gpu_next.sh s20c     # for session 20: the Gluon FC1 at the 16- / 64-token widths (kernel-level probe)
 #   bash tools/gpu_next.sh s20d     # session 20, call 4: the GLUON_ENV=all candidates: tests, layer probes
 #   bash tools/gpu_next.sh s20e     # session 20, call 6: GPU tests of the new Gluon defaults
+#   bash tools/gpu_next.sh s20f     # session 20, call 7: the same after the Gluon FC1 barrier fix
 #   bash tools/gpu_next.sh s19a     # session 19, call 1: all Gluon FC2 tests, the Gluon FC1 probe (compile-only so far)
 #   bash tools/gpu_next.sh s19b     # session 19, call 2: Gluon FC2 tiles at 384 tokens, the full MoE benchmark and the demo with
 #                                   # MEGATRON_MXFP8_MOE_GLUON_FC2=1
@@ -711,6 +712,14 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     wait
     cat $T/a.log $T/b.log > $OUT/tests.log
     grep "passed\|failed\|rc=\|Error" $OUT/tests.log | tail -8 ;;
+  s20f)
+    # session 20, call 7: after the Gluon FC1 stage-barrier fix (one expected arrival per thread): the Gluon defaults'
+    # bit tests, the Gluon tails in graphs, the "_gg_s2" tiles against their Triton form, 6 repeated calls at 512
+    L=$OUT/tests.log
+    timeout 230 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "gluon_defaults_keep or gluon_tails or repeated_calls or gluon_fc1_tiles" > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|Error" $L | tail -8 ;;
   s19h)
     # session 19, call 7: the Gluon FC2 on the 16-token plane tile (64 tokens, gated) and the 64-token plane tiles
     # (640 tokens) in the layer, "+" overrides of the defaults: us per layer, default / Gluon FC2 / default

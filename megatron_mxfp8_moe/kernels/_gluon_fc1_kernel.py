@@ -4,7 +4,8 @@ The same scheme as the Gluon FC2 (``_gluon_fc2_kernel``): the 4 byte-plane wgmma
 asynchronously and waited for only after the next step's dequant. FC1's token operand is gathered (sorted position
 -> pair -> token row of x), which Hopper's TMA cannot do: each thread issues cp.async copies of its 16-byte pieces of
 the plane-major x rows into the stage, and ``async_copy.mbarrier_arrive`` makes the stage's mbarrier (which also
-counts the weight TMA bytes) complete only once every thread's copies have landed. Gated activations take two
+counts the weight TMA bytes) complete only once every thread's copies have landed: the mbarrier expects one arrival
+per thread besides the TMA's expect, so no thread can arrive late into the next phase. Gated activations take two
 accumulators, gate rows and up rows (``BLOCK_N`` each, ``N_OUT`` apart). Same values and the same MMA order per output
 element as ``_triton_moe_kernel._fc1_kernel`` with 128-deep K steps and separate gate / up tiles (``GATE_MERGE``
 off), and the activation is the Triton kernel's own ``_activate``, hence the same bits (GPU tests). Hopper only
@@ -55,7 +56,10 @@ def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, w_row,
     for p in gl.static_range(4):
         async_copy.async_copy_global_to_shared(x_smem.index(st * 4 + p), x_rows + (k * BLOCK_K + p * Q),
                                                mask=token_mask)
-    async_copy.mbarrier_arrive(bar)  # the phase completes once this thread's copies have landed too
+    # one of the phase's expected arrivals per thread, once this thread's copies have landed (no count increment:
+    # with one, a thread arriving after the TMA bytes landed would be counted in the next phase, and the stage read
+    # before its token planes were there, as run 23 saw at 64-token blocks)
+    async_copy.mbarrier_arrive(bar, increment_count=False)
 
 
 @gluon.jit
@@ -81,8 +85,8 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
             wu_smem = wg_smem
         x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES * 4, BLOCK_T, Q], X_LAYOUT)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(bars.index(i), count=1)
+        for i in gl.static_range(STAGES):  # arrivals per phase: the expect, and every thread's cp.async copies
+            mbarrier.init(bars.index(i), count=1 + 32 * num_warps)
         n_first = pid_n * BLOCK_N
         w_row = expert * N1 + n_first
         positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, copy_layout))

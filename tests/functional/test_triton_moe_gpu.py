@@ -974,3 +974,12 @@ def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     """Gluon kernels on the main and the tail tile (the tail pair on the second stream) in one graph, replayed with
     new routing and valid-token counts: equal to eager, within BOUND of float64."""
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), activation)
+
+
+def test_gluon_fc1_keeps_the_bits_over_repeated_calls():
+    """The gated 64-token tile with both FCs in Gluon and Gluon tails (whose FC1 stage barrier, before it counted
+    one arrival per thread, let a late thread's token planes in after the stage was read: run 23, non-finite rows)
+    over 6 fresh inputs and routings at 512 tokens: each time the bits of its Triton form."""
+    tile = TILES["l64_sx4p_mu_t32_gg_s2_gt"]
+    for _ in range(6):
+        _assert_tiles_keep_bits(_triton_form(tile), tile, (128, 8, 2048, 768, 512), "swiglu")

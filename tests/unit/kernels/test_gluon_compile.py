@@ -105,6 +105,8 @@ def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n
                         ("N_OUT", "N1", "K", "stride_x", "stride_se", "stride_inter"))
     assert ptx.count("cp.async.bulk.tensor") >= (2 if gated else 1) * 2  # weight words by TMA: prologue + loop
     assert ptx.count("cp.async.cg.shared.global") + ptx.count("cp.async.ca.shared.global") >= 8  # token planes
-    assert "cp.async.mbarrier.arrive" in ptx  # the stage's mbarrier also waits for this thread's copies
+    # the stage's mbarrier also waits for this thread's copies: one expected arrival per thread and the expect's
+    assert "cp.async.mbarrier.arrive.noinc" in ptx
+    assert re.search(r"mbarrier\.init\.shared(::cta)?\.b64 \[[^\]]+\], %d;" % (1 + 32 * warps), ptx)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.bf16\.bf16" % block_t, ptx)
     assert f"wgmma.wait_group.sync.aligned {8 if gated else 4};" in ptx  # the previous step's groups only
