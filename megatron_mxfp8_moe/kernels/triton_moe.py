@@ -373,7 +373,8 @@ def _gluon_fc2(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # / 283.3 / 294.6; 512 tokens gated 285.3 / 258.1 / 286.3 (30b; the Gluon FC1 without Gluon tails 270.1), 1016.3 /
 # 1003.0 / 1028.1 (235b; without 991.3), squared ReLU 350.3 / 336.8 / 351.9, 1296.5 / 1267.4 / 1378.6; 640 tokens
 # (30b) gated 315.7 / 294.5 / 319.0, squared ReLU 387.2 / 382.6 / 396.5; 1024 tokens (30b) gated 411.7 / 393.4 /
-# 411.9, squared ReLU 531.8 / 494.6 / 531.6. All 13 GPU tests passed (bits equal to the Triton forms, graph replays).
+# 411.9, squared ReLU 531.8 / 494.6 / 531.6 (the 128-token tiles with Gluon tails: not defaults, below). All 13 GPU
+# tests passed (bits equal to the Triton forms, graph replays) in call 4.
 _GLUON_SQ_FC1_TILE = dict(_GLUON_FC1_TILE, fc1_block_n=128)  # 128 rows on 4 warps: two m64 wgmma chains
 TILES.update({
     "s16k_sx4p_f4_g_s2": _gluon_fc2(dataclasses.replace(TILES["s16k_sx4p_f4"], side_stream=2)),
@@ -390,8 +391,8 @@ TILES.update({
 })
 TILES["l64k2_sx4p_f4_t32_gq_s2_gt"] = dataclasses.replace(TILES["l64k2_sx4p_f4_gq_s2"],
                                                           tail=_gluon_fc2(TILES["m32k_sx4p_f4"]))
-# Triton tile -> its Gluon default (where H and I tile by 128, unless GLUON_ENV is 0); the full benchmark with these
-# is PERFORMANCE 2a (run 23, call 5)
+# Triton tile -> its Gluon default (where H and I tile by 128, unless GLUON_ENV is 0). The full benchmark with these
+# (and the 128-token tiles with Gluon tails at 1024 tokens) is PERFORMANCE 2a (run 23, call 5).
 _GLUON_DEFAULTS = {
     "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2",
     "s16k_sx4_f4": "s16k_sx4p_f4_g_s2",
@@ -403,9 +404,12 @@ _GLUON_DEFAULTS = {
     "l64k2_sx4p_f4_t32_s2": "l64k2_sx4p_f4_t32_gq_s2_gt",
     "l64_sx4p_mu_s2": "l64_sx4p_mu_gg_s2",
     "l64k2_sx4p_f4_s2": "l64k2_sx4p_f4_gq_s2",
-    "l128m_sa_t64pu_s2": "l128m_sa_t64pu_s2_gt",
-    "l128w_sa_t64p2_s2": "l128w_sa_t64p2_s2_gt",
 }
+# Not defaults: the 128-token tiles with Gluon 64-token tails ("_gt" above; 64-72 pairs per expert). 7% / 4.5% faster
+# at 1024 tokens (30b, call 4), but in run 23 call 7 the gated one's GPU bit test at 1024 tokens found garbage rows
+# (|out| ~1e4) once, in one of its two calls (it or its Triton form; the failure does not say which), after passing in
+# calls 4 and 6 and with no other Gluon test failing then. Open until a GPU run explains it (bench/NOTES_triton_moe.md,
+# session 20).
 # Environment switch: "0" (or false / no / off) keeps ``choose_config`` on the Triton tiles; by default it picks the
 # Gluon tiles (``_GLUON_DEFAULTS``) where H and I are multiples of 128. A default call whose Gluon tile cannot run
 # here (``_gluon_problem``: no GPU, no Gluon, odd shapes) runs ``choose_config(..., gluon=False)``.
@@ -542,10 +546,10 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # 823.4, 861.9 / 3073.6 vs 3090.8, 3233.5.
     if not gated:
         if pairs_per_expert < 72:
-            return _tile("l128w_sa_t64p2_s2", hidden, intermediate, gluon)
+            return TILES["l128w_sa_t64p2_s2"]
         return TILES["l128w_sa_t32a_s2" if pairs_per_expert < 176 else "x256w_sa_t32a"]
     if pairs_per_expert < 72:
-        return _tile("l128m_sa_t64pu_s2", hidden, intermediate, gluon)
+        return TILES["l128m_sa_t64pu_s2"]
     return TILES["l128m_sa_t32_s2" if pairs_per_expert < 176 else "x256m_sa_t32"]
 
 
