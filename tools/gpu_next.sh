@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s21a     # for session 21 (run first): the 128-token tiles with Gluon tails, every Gluon test
 #   bash tools/gpu_next.sh s20a     # for session 20 (run first): the Gluon FC2 candidates (GLUON_ENV=all): tests, probes
 #   bash tools/gpu_next.sh s20b     # for session 20: the full MoE benchmark and the demo with GLUON_ENV=all
 #   bash tools/gpu_next.sh s20c     # for session 20: the Gluon FC1 at the 16- / 64-token widths (kernel-level probe)
@@ -634,6 +635,16 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
       timeout 80 python3 bench/gluon_fc2_probe.py --block-t $1 --pairs $2 --hidden $3 --inter $4 --gluon "64:3:4,128:3:4"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s21a)
+    # prepared in session 20 (run first): the 128-token tiles with Gluon tails, each form on its own (run 23 call 7
+    # found garbage rows once at 1024 tokens, gated), then every Gluon test again (the FC1 barrier fix of call 7)
+    L=$OUT/tests.log
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "tails_of_the_128_token" > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    timeout 420 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "gluon" >> $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|^FAILED" $L | tail -12 ;;
   s20a)
     # prepared in session 19 (run first): the Gluon FC2 candidates (GLUON_ENV=all: the 16-token gated plane tile,
     # the 64-token plane tiles): their bit tests, then layer probes "_s2" / "_g_s2" / "_s2" where session 19 did not
