@@ -478,7 +478,8 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # slower (squared ReLU, 128-deep K) and 22-26% slower (gated, uncapped or 128-deep K) at 256 tokens.
     # Session 14 (run 17 probes, us per layer, against the tile without planes in the same call): gated 64 tokens
     # s16k4_sx4p_m3 206.5 / 207.4 vs 213.5 / 212.9 (30b), 694.6 / 710.1 vs 729.7 / 736.4 (235b); squared ReLU
-    # with planes was not faster there (30b 277.8 / 278.1 vs 274.1 / 272.0), so it keeps s16k_sx4_f4.
+    # with planes was not faster there (30b 277.8 / 278.1 vs 274.1 / 272.0), so it keeps s16k_sx4_f4. Session 20: with
+    # planes and the Gluon FC2 it is (``_GLUON_DEFAULTS``: 30b 64 tokens 255.5 vs 274.5 / 273.0).
     if pairs_per_expert <= 8:
         return _tile("s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4", hidden, intermediate, gluon)
     # Session 13: from 8 to 16 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token
