@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s21a     # for session 21 (run first): the 128-token tiles with Gluon tails, every Gluon test
+#   bash tools/gpu_next.sh s21b     # for session 21: per-kernel times of the squared-ReLU defaults at 64-512 tokens
 #   bash tools/gpu_next.sh s20a     # for session 20 (run first): the Gluon FC2 candidates (GLUON_ENV=all): tests, probes
 #   bash tools/gpu_next.sh s20b     # for session 20: the full MoE benchmark and the demo with GLUON_ENV=all
 #   bash tools/gpu_next.sh s20c     # for session 20: the Gluon FC1 at the 16- / 64-token widths (kernel-level probe)
@@ -645,6 +646,19 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 420 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "gluon" >> $L 2>&1
     echo "pytest rc=$?" >> $L
     grep "passed\|failed\|rc=\|^FAILED" $L | tail -12 ;;
+  s21b)
+    # prepared in session 20: where the time goes under the session-20 defaults (per-kernel CUDA times, torch
+    # profiler; main and tail kernels of one name add up): squared ReLU at 64 and 256 tokens, gated at 256, both shapes
+    for job in "qwen3-30b-a3b squared_relu 64" "qwen3-30b-a3b squared_relu 256" "qwen3-30b-a3b swiglu 256" \
+               "qwen3-235b-a22b squared_relu 64" "qwen3-235b-a22b squared_relu 256" "qwen3-235b-a22b swiglu 256"; do
+      set -- $job
+      c=$(python3 -c "from megatron_mxfp8_moe.kernels.triton_moe import TILES, choose_config
+from bench.moe_layer import SHAPES
+e, k, h, i = SHAPES['$1']; names = {id(t): n for n, t in TILES.items()}
+print(names[id(choose_config($3, h, i, gated='$2' == 'swiglu', topk=k, experts=e))])" 2>/dev/null)
+      timeout 40 python3 bench/triton_moe_probe.py --shape $1 --tokens $3 --activation $2 --configs $c --profile
+    done > $OUT/profile.jsonl 2> $OUT/profile.err
+    cat $OUT/profile.jsonl; tail -3 $OUT/profile.err ;;
   s20a)
     # prepared in session 19 (run first): the Gluon FC2 candidates (GLUON_ENV=all: the 16-token gated plane tile,
     # the 64-token plane tiles): their bit tests, then layer probes "_s2" / "_g_s2" / "_s2" where session 19 did not
