@@ -354,13 +354,15 @@ _GLUON_FC1_TILE = dict(fc1_block_k=128, fc1_gluon=True, fc1_block_n=64, fc1_stag
 # tests passed (run 23 call 1): defaults since session 20.
 _GLUON_BASES = ("s16k4_sx4p_m3", "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4",
                 "l64_sx4p_mu_t32", "l64k2_sx4p_f4_t32", "l64_sx4p_mu", "l64k2_sx4p_f4")
-TILES.update({f"{name}_g_s2": dataclasses.replace(TILES[f"{name}_s2"], **_GLUON_FC2_TILE) for name in _GLUON_BASES})
-TILES.update({f"{name}_gg_s2": dataclasses.replace(TILES[f"{name}_g_s2"], **_GLUON_FC1_TILE) for name in _GLUON_BASES})
 
 
 def _gluon_fc2(cfg: TritonMoEConfig) -> TritonMoEConfig:
     """``cfg`` (a plane tile) with the Gluon FC2 tile (``_GLUON_FC2_TILE``)."""
     return dataclasses.replace(cfg, **_GLUON_FC2_TILE)
+
+
+TILES.update({f"{name}_g_s2": _gluon_fc2(TILES[f"{name}_s2"]) for name in _GLUON_BASES})
+TILES.update({f"{name}_gg_s2": dataclasses.replace(TILES[f"{name}_g_s2"], **_GLUON_FC1_TILE) for name in _GLUON_BASES})
 
 
 # Session 20 (run 23): (1) the tails in Gluon too ("_gt"; an expert's last pairs run on the tail tile: at 16 pairs per

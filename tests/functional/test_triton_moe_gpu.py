@@ -926,14 +926,20 @@ def test_gluon_fc1_keeps_the_bits_of_the_other_activations(activation):
     _assert_tiles_keep_bits(k128, dataclasses.replace(k128, fc1_gluon=True), (64, 4, 1024, 512, 160), activation)
 
 
+def _triton_form(tile):
+    """``tile`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps."""
+    def triton_only(t):
+        return dataclasses.replace(t, fc1_gluon=False, fc2_gluon=False)
+    return dataclasses.replace(triton_only(tile), tail=None if tile.tail is None else triton_only(tile.tail))
+
+
 @pytest.mark.parametrize("name", ["m32l4_sx4p_m_t16_gg_s2", "m32k_sx4p_f4_t16_gg_s2", "m32l4_sx4p_m_gg_s2",
                                   "m32k_sx4p_f4_gg_s2"])
 def test_gluon_fc1_tiles_keep_the_bits_of_their_triton_form(name):
     """The "_gg_s2" tiles (both FCs in Gluon, the tails in Triton) against the same tiles in Triton only."""
     activation = "swiglu" if name.startswith("m32l4") else "squared_relu"
     tile = TILES[name]
-    triton_only = dataclasses.replace(tile, fc1_gluon=False, fc2_gluon=False)
-    _assert_tiles_keep_bits(triton_only, tile, (128, 8, 2048, 768, 256 if "_t16" in name else 384), activation)
+    _assert_tiles_keep_bits(_triton_form(tile), tile, (128, 8, 2048, 768, 256 if "_t16" in name else 384), activation)
 
 
 @pytest.mark.parametrize("name", ["m32l4_sx4p_m_t16_gg_s2", "m32k_sx4p_f4_t16_gg_s2"])
@@ -941,13 +947,6 @@ def test_cuda_graph_replay_with_the_gluon_fc1(name):
     """Both Gluon kernels and the second stream in one graph, replayed with new routing and valid-token counts."""
     activation = "swiglu" if name.startswith("m32l4") else "squared_relu"
     _graph_replay_of(lambda *shape: TILES[name], 256, (256, 170, 5), activation)
-
-
-def _triton_form(tile):
-    """``tile`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps."""
-    def triton_only(t):
-        return dataclasses.replace(t, fc1_gluon=False, fc2_gluon=False)
-    return dataclasses.replace(triton_only(tile), tail=None if tile.tail is None else triton_only(tile.tail))
 
 
 # Session 20: the Gluon defaults (with Gluon tails, the Gluon FC1 on the 64-token tiles, the Gluon FC2 on the
