@@ -430,9 +430,9 @@ def test_gluon_fc2_is_checked(monkeypatch):
 
 
 def test_gluon_tiles_are_the_default_with_a_triton_fallback(monkeypatch):
-    """``choose_config`` picks the Gluon twins of the 32-token plane tiles (8-28 pairs per expert) where H and I tile
-    by 128, unless GLUON_ENV is 0; a default call falls back to the Triton twin where the Gluon kernels cannot run
-    (here: a CPU device), while an explicit Gluon config raises before any launch."""
+    """``choose_config`` picks the Gluon twins of the plane tiles (1.5-64 pairs per expert; here the 32-token ones)
+    where H and I tile by 128, unless GLUON_ENV is 0; a default call falls back to the Triton twin where the Gluon
+    kernels cannot run (here: a CPU device), while an explicit Gluon config raises before any launch."""
     from megatron_mxfp8_moe.errors import BackendUnavailableError
     from megatron_mxfp8_moe.kernels import triton_moe
 
