@@ -2,6 +2,10 @@
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s21a     # for session 21 (run first): the 128-token tiles with Gluon tails, every Gluon test
 #   bash tools/gpu_next.sh s21b     # for session 21: per-kernel times of the squared-ReLU defaults at 64-512 tokens
+#   bash tools/gpu_next.sh s21c     # session 21, call 2: the Gluon-tail race probe, then s21b
+#   bash tools/gpu_next.sh s21d     # session 21, call 3: the race probe after the mbarrier-init fence, default bit tests
+#   bash tools/gpu_next.sh s21e     # session 21, call 4: failure rates of the Gluon defaults and their Triton forms
+#   bash tools/gpu_next.sh s21f     # session 21, call 5: the full MoE benchmark and the demo, Gluon off (new default)
 #   bash tools/gpu_next.sh s20a     # for session 20 (run first): the Gluon FC2 candidates (GLUON_ENV=all): tests, probes
 #   bash tools/gpu_next.sh s20b     # for session 20: the full MoE benchmark and the demo with GLUON_ENV=all
 #   bash tools/gpu_next.sh s20c     # for session 20: the Gluon FC1 at the 16- / 64-token widths (kernel-level probe)
@@ -646,6 +650,44 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 420 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "gluon" >> $L 2>&1
     echo "pytest rc=$?" >> $L
     grep "passed\|failed\|rc=\|^FAILED" $L | tail -12 ;;
+  s21c)
+    # session 21, call 2: which arrangement of the 128-token tiles with Gluon tails writes garbage rows
+    # (bench/gluon_tail_race_probe.py), then the s21b profiles (call 1 timed out before them)
+    for a in squared_relu swiglu; do
+      timeout 130 python3 bench/gluon_tail_race_probe.py --activation $a --reps 6
+    done > $OUT/race.jsonl 2> $OUT/race.err
+    cat $OUT/race.jsonl; tail -3 $OUT/race.err
+    bash tools/gpu_next.sh s21b ;;
+  s21d)
+    # session 21, call 3: the same probe (30 fresh inputs per variant) after the fence that makes the initialised
+    # mbarriers visible to the async proxy (both Gluon kernels), then the Gluon defaults' bit tests
+    for a in squared_relu swiglu; do
+      timeout 150 python3 bench/gluon_tail_race_probe.py --activation $a --reps 30 --variants gq_s2,gt_s2
+    done > $OUT/race.jsonl 2> $OUT/race.err
+    cat $OUT/race.jsonl; tail -3 $OUT/race.err
+    # control in the same call: the tree before the fence (.devcarry/old = 31a38af), gated
+    (cd .devcarry/old && PYTHONPATH=/tmp/site:. timeout 150 python3 bench/gluon_tail_race_probe.py --activation swiglu \
+      --reps 30 --variants gq_s2,gt_s2) > $OUT/race_old.jsonl 2> $OUT/race_old.err
+    cat $OUT/race_old.jsonl
+    L=$OUT/tests.log
+    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "defaults_keep_the_bits" > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|^FAILED" $L | tail -12 ;;
+  s21e)
+    # session 21, call 4: failure rates of the Gluon defaults at their own sizes and of their Triton forms (150 fresh
+    # inputs each, bit-compared with the Triton form / with itself), and the 64-token Gluon tile on one stream
+    P="python3 bench/gluon_tail_race_probe.py --reps 150"
+    { timeout 220 $P --activation swiglu --cases 1024:gq_s0,1024:gq_s2,256:default,512:default,640:default,64:default,1024:triton,640:triton
+      timeout 140 $P --activation squared_relu --cases 256:default,512:default,640:default,640:triton
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    grep failed_reps $OUT/race.jsonl; grep -v failed_reps $OUT/race.jsonl | cut -c1-300; tail -3 $OUT/race.err ;;
+  s21f)
+    # session 21, call 5: the full MoE benchmark and the demo with the session-21 defaults (Gluon tiles off: the
+    # 64-token Gluon tiles wrote NaN rows in 3-5% of calls, call 4)
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    moe_bench_and_demo 220 $L ;;
   s21b)
     # prepared in session 20: where the time goes under the session-20 defaults (per-kernel CUDA times, torch
     # profiler; main and tail kernels of one name add up): squared ReLU at 64 and 256 tokens, gated at 256, both shapes

@@ -87,6 +87,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):  # arrivals per phase: the expect, and every thread's cp.async copies
             mbarrier.init(bars.index(i), count=1 + 32 * num_warps)
+        fence_async_shared()  # the initialised barriers visible to the async proxy (TMA's complete_tx) before use
         n_first = pid_n * BLOCK_N
         w_row = expert * N1 + n_first
         positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, copy_layout))

@@ -20,7 +20,13 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._triton_moe_kernel import _fp8x4_sx_to_bf16, _sx_factors
@@ -92,6 +98,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
+        fence_async_shared()  # the initialised barriers visible to the async proxy (TMA's complete_tx) before use
         n_first = pid_n * BLOCK_N
         w_row = expert * N + n_first
         a_row = pid_b * BLOCK_T

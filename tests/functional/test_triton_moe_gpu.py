@@ -848,10 +848,9 @@ def test_cuda_graph_replay_with_a_side_stream(tile, tokens, activation):
 GLUON_FC2 = {
     "m32l4_sx4p_m_t16": (TILES["m32l4_sx4p_m_t16"], "swiglu"),
     "m32k_sx4p_f4_t16": (TILES["m32k_sx4p_f4_t16"], "squared_relu"),
-    "l64_sx4p_mu_t32": (TILES["l64_sx4p_mu_t32"], "swiglu"),
-    # session 19: the 16-token plane tile and the squared-ReLU 64-token plane tile (defaults since session 20)
+    # session 19: the 16-token plane tile (the 64-token plane tiles were here until session 21, whose probes found
+    # the Gluon FC2 at 64-token blocks writing NaN in 3-5% of calls: bench/gluon_tail_race_probe.py)
     "s16k4_sx4p_m3": (TILES["s16k4_sx4p_m3"], "swiglu"),
-    "l64k2_sx4p_f4_t32": (TILES["l64k2_sx4p_f4_t32"], "squared_relu"),
 }
 GLUON_TILES = {"n64s3": dict(fc2_block_n=64, fc2_stages=3, fc2_warps=4),
                "n128s3": dict(fc2_block_n=128, fc2_stages=3, fc2_warps=4),
@@ -878,8 +877,9 @@ def test_cuda_graph_replay_with_the_gluon_fc2(tile, tokens):
 
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
 def test_gluon_defaults_and_the_env_switch(activation, monkeypatch):
-    """A default call at 256 tokens (16 pairs per expert) runs the Gluon tile ``_tile`` names, GLUON_ENV=0 the
-    Triton "_s2" tile: each the same bits as its tile passed explicitly, within BOUND of float64, every row written."""
+    """A default call at 256 tokens (16 pairs per expert) runs the Gluon tile ``_tile`` names where GLUON_ENV=1,
+    the Triton "_s2" tile where it is 0 or unset: each the same bits as its tile passed explicitly, within BOUND of
+    float64, every row written."""
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 256
@@ -888,8 +888,11 @@ def test_gluon_defaults_and_the_env_switch(activation, monkeypatch):
     chosen = []
     launch = host._launch
     monkeypatch.setattr(host, "_launch", lambda cfg, *args: (chosen.append(cfg), launch(cfg, *args)))
-    for switch in ("1", "0"):
-        monkeypatch.setenv(host.GLUON_ENV, switch)
+    for switch in ("1", "0", None):
+        if switch is None:
+            monkeypatch.delenv(host.GLUON_ENV)
+        else:
+            monkeypatch.setenv(host.GLUON_ENV, switch)
         tile = host._tile(base + "_s2", hidden, inter)
         assert (tile.fc2_gluon, tile is TILES[base + "_s2"]) == ((True, False) if switch == "1" else (False, True))
         outs = _poisoned_outputs((None, tile), fc1, fc2, x, probs, ids, valid_rows, activation)
@@ -949,58 +952,48 @@ def test_cuda_graph_replay_with_the_gluon_fc1(name):
     _graph_replay_of(lambda *shape: TILES[name], 256, (256, 170, 5), activation)
 
 
-# Session 20: the Gluon defaults (with Gluon tails, the Gluon FC1 on the 64-token tiles, the Gluon FC2 on the
-# 16-token tiles): choose_config's pick at these token counts, then its bits against its Triton form.
+# Session 20: the Gluon tiles (with Gluon tails, the Gluon FC2 on the 16-token tiles); session 21: opt-in, the
+# 16- / 32-token ones only: choose_config's pick at these token counts, then its bits against its Triton form.
 @pytest.mark.parametrize("activation,tokens", [("swiglu", 64), ("squared_relu", 64), ("swiglu", 256),
-                                               ("squared_relu", 256), ("swiglu", 384), ("squared_relu", 384),
-                                               ("swiglu", 512), ("squared_relu", 512), ("swiglu", 640),
-                                               ("squared_relu", 640)])
+                                               ("squared_relu", 256), ("swiglu", 384), ("squared_relu", 384)])
 def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, monkeypatch):
-    """``choose_config`` returns a ``_GLUON_DEFAULTS`` tile, and that tile gives the same bits as its Triton form,
-    within BOUND of float64, every row written."""
+    """With GLUON_ENV=1 ``choose_config`` returns a ``_GLUON_DEFAULTS`` tile, and that tile gives the same bits as
+    its Triton form, within BOUND of float64, every row written."""
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     experts, topk, hidden, inter = 128, 8, 2048, 768
-    monkeypatch.delenv(host.GLUON_ENV, raising=False)
+    monkeypatch.setenv(host.GLUON_ENV, "1")
     tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
     assert any(tile is TILES[name] for name in host._GLUON_DEFAULTS.values())
     _assert_tiles_keep_bits(_triton_form(tile), tile, (experts, topk, hidden, inter, tokens), activation)
 
 
 @pytest.mark.parametrize("name,tokens,activation", [("m32k_sx4p_f4_t16_g_s2_gt", 256, "squared_relu"),
-                                                    ("l64_sx4p_mu_t32_gg_s2_gt", 512, "swiglu")])
+                                                    ("m32l4_sx4p_m_t16_gg_s2_gt", 256, "swiglu")])
 def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     """Gluon kernels on the main and the tail tile (the tail pair on the second stream) in one graph, replayed with
     new routing and valid-token counts: equal to eager, within BOUND of float64."""
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
-def test_gluon_fc1_keeps_the_bits_over_repeated_calls():
-    """The gated 64-token tile with both FCs in Gluon and Gluon tails (whose FC1 stage barrier, before it counted
-    one arrival per thread, let a late thread's token planes in after the stage was read: run 23, non-finite rows)
-    over 6 fresh inputs and routings at 512 tokens: each time the bits of its Triton form."""
-    tile = TILES["l64_sx4p_mu_t32_gg_s2_gt"]
-    for _ in range(6):
-        _assert_tiles_keep_bits(_triton_form(tile), tile, (128, 8, 2048, 768, 512), "swiglu")
+@pytest.mark.parametrize("activation,tokens", [("swiglu", 64), ("squared_relu", 64), ("swiglu", 256),
+                                               ("squared_relu", 256)])
+def test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls(activation, tokens):
+    """The opt-in Gluon tiles over 40 fresh inputs and routings each (a race shows up as a rare call with garbage
+    rows: session 21 measured 3-5% of calls on the removed 64-token Gluon tiles): every call the bits of the
+    Triton form, every row written; the float64 oracle on the first."""
+    from megatron_mxfp8_moe.kernels import triton_moe as host
 
-
-@pytest.mark.parametrize("name,activation", [("l128m_sa_t64pu_s2_gt", "swiglu"), ("l128w_sa_t64p2_s2_gt", "squared_relu")])
-def test_gluon_tails_of_the_128_token_tiles_keep_the_bits(name, activation):
-    """Not defaults (run 23 call 7: garbage rows once at 1024 tokens, gated, in this tile or its Triton form): the
-    previous default, the Triton form and the tile itself, each on its own, 4 fresh inputs at 1024 tokens; a failure
-    names the form."""
-    tile = TILES[name]
-    forms = (("previous default", TILES[name.removesuffix("_gt")]), ("Triton form", _triton_form(tile)),
-             ("Gluon tails", tile))
-    for _ in range(4):
-        for label, form in forms:
-            fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(128, 8, 2048, 768, 1024, activation)
-            out = torch.full((1025, 2048), float("nan"), device="cuda", dtype=torch.float32)
-            triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=3,
-                             valid_tokens=torch.tensor([valid_rows], device="cuda", dtype=torch.int32), out=out,
-                             rows=1024, config=form)
-            torch.cuda.synchronize()
-            bad = (~torch.isfinite(out[:1024])).any(1).nonzero().flatten().tolist()
-            assert not bad and torch.isnan(out[1024:]).all(), f"{label}: rows not finite {bad[:16]}"
-            ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, 1024)
-            assert relative_error(out[:1024], ref) <= BOUND, label
+    tile = choose_config(tokens, 2048, 768, gated=activation == "swiglu", topk=8, experts=128, gluon=True)
+    assert any(tile is TILES[name] for name in host._GLUON_DEFAULTS.values())
+    fc1, fc2, *_ = _moe_inputs(128, 8, 2048, 768, tokens, activation)
+    for call in range(40):
+        x = torch.randn(tokens, 2048, device="cuda", dtype=torch.bfloat16)
+        probs, ids = random_routing(tokens, 133, 8, device="cuda")
+        ids = ids - 2
+        ids[::3, 0] = -1
+        outs = _poisoned_outputs((_triton_form(tile), tile), fc1, fc2, x, probs, ids, tokens - 2, activation)
+        assert torch.equal(outs[0], outs[1]), f"call {call}: {(outs[0] - outs[1]).abs().nan_to_num(1e30).max()}"
+        if call == 0:
+            ref = _reference(x, fc1, fc2, probs, ids, activation, 3, tokens - 2, tokens)
+            assert relative_error(outs[1], ref) <= BOUND

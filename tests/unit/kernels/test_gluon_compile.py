@@ -33,6 +33,14 @@ def _compile_sm90(fn, types: dict, constants: dict, warps: int, ints: tuple):
     return ptx
 
 
+def _assert_barriers_fenced_after_init(ptx: str) -> None:
+    """The stage mbarriers' init is made visible to the async proxy (``fence.proxy.async``) before the first expect /
+    TMA copy that completes on them (the CUDA programming guide's TMA pattern)."""
+    last_init = ptx.rindex("mbarrier.init")
+    fence = ptx.index("fence.proxy.async", last_init)
+    assert fence < ptx.index("mbarrier.arrive.expect_tx") and fence < ptx.index("cp.async.bulk.tensor")
+
+
 def _ptxas_report(ptx: str) -> str:
     """``ptxas -v`` of ``ptx`` for sm_90a with the installed Triton's own ptxas (its resource report)."""
     import subprocess
@@ -79,6 +87,7 @@ def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, 
     assert ptx.count("cp.async.bulk.tensor") >= 5  # the weight words and 4 token planes of a stage, by TMA
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.bf16\.bf16" % block_t, ptx)
     assert "wgmma.wait_group.sync.aligned 4;" in ptx  # the previous step's 4 groups only: the overlap
+    _assert_barriers_fenced_after_init(ptx)
 
 
 _FC1_CASES = [(gated, activation, 64, 3, 4, 32) for gated, activation in
@@ -110,3 +119,4 @@ def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n
     assert re.search(r"mbarrier\.init\.shared(::cta)?\.b64 \[[^\]]+\], %d;" % (1 + 32 * warps), ptx)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.bf16\.bf16" % block_t, ptx)
     assert f"wgmma.wait_group.sync.aligned {8 if gated else 4};" in ptx  # the previous step's groups only
+    _assert_barriers_fenced_after_init(ptx)

@@ -99,11 +99,12 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     # 64-token plane tiles from 28 pairs per expert (32-token plane tails below 40) and as the 64-token tails;
     # session 16: every plane / tail tile below 72 pairs per expert with the second stream ("_s2"); session 17:
     # the 128-token tiles with 32-token tails too, and squared ReLU's 2-stage 64-token tile with tails at 28-40
-    # session 18-20: the Gluon twins of the plane tiles and of the tiles with plane tails, unless GLUON_ENV is 0
+    # session 18-20: the Gluon twins of the plane tiles and of the tiles with plane tails; session 21: only the 16- /
+    # 32-token ones, and only where GLUON_ENV opts in
     picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
     if gluon == "1":
         gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_DEFAULTS.items()}
-        assert sum(name in gluon_names for name in picks) == 7
+        assert sum(name in gluon_names for name in picks) == 3
         picks = [gluon_names.get(name, name) for name in picks]
     assert picks == (
         ["m32l4_sx4p_m_t16_s2", "m32l4_sx4p_m_s2", "m32l4_sx4p_m_s2", "l64_sx4p_mu_t32_s2", "l64_sx4p_mu_t32_s2",
@@ -429,17 +430,22 @@ def test_gluon_fc2_is_checked(monkeypatch):
     assert launched == []
 
 
-def test_gluon_tiles_are_the_default_with_a_triton_fallback(monkeypatch):
-    """``choose_config`` picks the Gluon twins of the plane tiles (1.5-64 pairs per expert; here the 32-token ones)
-    where H and I tile by 128, unless GLUON_ENV is 0; a default call falls back to the Triton twin where the Gluon
-    kernels cannot run (here: a CPU device), while an explicit Gluon config raises before any launch."""
+def test_gluon_tiles_are_opt_in_with_a_triton_fallback(monkeypatch):
+    """``choose_config`` picks the Gluon twins of the 16- / 32-token plane tiles only where GLUON_ENV opts in (off by
+    default since session 21) and H and I tile by 128, never a 64-token Gluon tile; an opted-in default call falls
+    back to the Triton twin where the Gluon kernels cannot run (here: a CPU device), while an explicit Gluon config
+    raises before any launch."""
     from megatron_mxfp8_moe.errors import BackendUnavailableError
     from megatron_mxfp8_moe.kernels import triton_moe
 
     shape = dict(gated=True, topk=8, experts=128)
-    monkeypatch.setenv(triton_moe.GLUON_ENV, "0")
+    monkeypatch.delenv(triton_moe.GLUON_ENV, raising=False)
     assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_s2"]
-    monkeypatch.delenv(triton_moe.GLUON_ENV)
+    for value, enabled in (("1", True), ("on", True), ("TRUE", True), ("yes", True), ("0", False), ("", False),
+                           ("off", False), ("all", False)):
+        monkeypatch.setenv(triton_moe.GLUON_ENV, value)
+        assert triton_moe.gluon_enabled() is enabled, value
+    monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
     for rows, gated, name in ((256, True, "m32l4_sx4p_m_t16"), (256, False, "m32k_sx4p_f4_t16"),
                               (384, True, "m32l4_sx4p_m"), (384, False, "m32k_sx4p_f4")):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=128)
@@ -454,12 +460,16 @@ def test_gluon_tiles_are_the_default_with_a_triton_fallback(monkeypatch):
     assert TILES["m32l4_sx4p_m_gg_s2"] == TILES["m32k_sx4p_f4_gg_s2"]
     assert choose_config(256, 2048, 96 * 8, **shape).fc2_gluon  # I = 768
     assert not choose_config(256, 2048, 800, **shape).fc2_gluon  # I not a multiple of 128
-    # session 20: 4 pairs per expert (the 16-token tiles), 40 (the 64-token tiles); the 128-token tiles stay Triton
+    # 4 pairs per expert (the 16-token tiles); from 28 pairs per expert (the 64-token and wider tiles) Triton only
     assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2"]
     assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2"]
-    assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2"]
-    for rows in (1024, 2048):
-        assert not any(t.fc1_gluon or t.fc2_gluon for t in choose_config(rows, 2048, 768, **shape).launch_tiles)
+    assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_s2"]
+    assert not any(tile.block_t >= 64 and any(t.fc1_gluon or t.fc2_gluon for t in tile.launch_tiles)
+                   for tile in TILES.values())
+    for rows in (512, 640, 1024, 2048):
+        for gated in (True, False):
+            tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
+            assert not any(t.fc1_gluon or t.fc2_gluon for t in tiles), (rows, gated)
     launched = []
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
     fc1 = quantize_mxfp8(random_weights((4, 256, 128), scale=0.1), backend="reference")
@@ -480,7 +490,7 @@ def test_gluon_defaults_differ_from_their_triton_tiles_in_gluon_kernels_only():
     at least one Gluon kernel; session 20's tails run the Gluon FC2 (at 128-deep steps, as the GPU tests compare)."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
-    assert len(triton_moe._GLUON_DEFAULTS) == 10
+    assert len(triton_moe._GLUON_DEFAULTS) == 6
     for triton_name, name in triton_moe._GLUON_DEFAULTS.items():
         tile, base = TILES[name], TILES[triton_name]
         assert any(t.fc1_gluon or t.fc2_gluon for t in tile.launch_tiles) and tile.side_stream == 2, name
