@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s22a     # for session 22 (run first): the two-register-set Gluon kernels: GPU tests, race
+#                                   # probe (opt-in tiles, rebuilt 64-token tiles), layer probes against the Triton tiles
+#   (session-20 modes below name tiles that session 21 removed: the 64-token Gluon tiles, the 128-token "_gt" tiles)
 #   bash tools/gpu_next.sh s21a     # for session 21 (run first): the 128-token tiles with Gluon tails, every Gluon test
 #   bash tools/gpu_next.sh s21b     # for session 21: per-kernel times of the squared-ReLU defaults at 64-512 tokens
 #   bash tools/gpu_next.sh s21c     # session 21, call 2: the Gluon-tail race probe, then s21b
@@ -650,6 +653,29 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 420 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "gluon" >> $L 2>&1
     echo "pytest rc=$?" >> $L
     grep "passed\|failed\|rc=\|^FAILED" $L | tail -12 ;;
+  s22a)
+    # prepared in session 21 (run first): the Gluon kernels with two register sets of planes (session 21; never run
+    # on a GPU): every Gluon GPU test, then the race probe (GLUON=1; 300 calls per case: the opt-in tiles at their
+    # sizes, the rebuilt 64-token tiles at 1024, which failed 3-5% of calls with the one-set kernels), then layer
+    # probes of the opt-in tiles against their Triton tiles (the registers grew: 32-token FC2 168 -> 240)
+    L=$OUT/tests.log
+    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "gluon" > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|^FAILED" $L | tail -12
+    export MEGATRON_MXFP8_MOE_GLUON=1
+    P="python3 bench/gluon_tail_race_probe.py --reps 300"
+    { timeout 100 $P --activation swiglu --cases 1024:gq_s2,1024:gt_s2,64:default,256:default,384:default
+      timeout 100 $P --activation squared_relu --cases 1024:gq_s2,1024:gt_s2,64:default,256:default
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 30 $P --shape $s --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2,s16k4_sx4p_m3_s2"
+      timeout 30 $P --shape $s --tokens 256 --configs "m32l4_sx4p_m_t16_s2,m32l4_sx4p_m_t16_gg_s2_gt,m32l4_sx4p_m_t16_s2"
+      timeout 30 $P --shape $s --tokens 256 --activation squared_relu \
+        --configs "m32k_sx4p_f4_t16_s2,m32k_sx4p_f4_t16_g_s2_gt,m32k_sx4p_f4_t16_s2"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s21c)
     # session 21, call 2: which arrangement of the 128-token tiles with Gluon tails writes garbage rows
     # (bench/gluon_tail_race_probe.py), then the s21b profiles (call 1 timed out before them)

@@ -1,7 +1,8 @@
 """FC1 (+ activation) of the "sx4" plane tiles in Gluon, with asynchronous wgmma (session 19).
 
 The same scheme as the Gluon FC2 (``_gluon_fc2_kernel``): the 4 byte-plane wgmmas of a 128-deep K step are issued
-asynchronously and waited for only after the next step's dequant. FC1's token operand is gathered (sorted position
+asynchronously and waited for only after the next step's dequant, even and odd steps in two register sets of
+planes (``_fc1_step``; why: ``_gluon_fc2_kernel``). FC1's token operand is gathered (sorted position
 -> pair -> token row of x), which Hopper's TMA cannot do: each thread issues cp.async copies of its 16-byte pieces of
 the plane-major x rows into the stage, and ``async_copy.mbarrier_arrive`` makes the stage's mbarrier (which also
 counts the weight TMA bytes) complete only once every thread's copies have landed: the mbarrier expects one arrival
@@ -63,6 +64,37 @@ def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, w_row,
 
 
 @gluon.jit
+def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows, cols,
+              scale_tiles, sg, su, acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3, GATED: gl.constexpr,
+              STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr):
+    """K step ``k``: wait for its stage, dequantize its gate (and up) weight words into new planes, issue their MMAs,
+    retire the previous step's (planes ``g*`` / ``u*``, the other register set), then refill the freed stage.
+    Returns the accumulators, this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
+    Q: gl.constexpr = BLOCK_K // 4
+    st = k % STAGES
+    mbarrier.wait(bars.index(st), (k // STAGES) & 1)
+    fence_async_shared()  # the cp.async (generic proxy) token planes, read by wgmma (async proxy)
+    nxt = gl.minimum(k + 1, steps - 1)
+    sg_next = _step_scales(s_base, rows, cols, nxt, scale_tiles, Q)
+    su_next = sg_next
+    if GATED:
+        su_next = _step_scales(s_base, rows + N_OUT, cols, nxt, scale_tiles, Q)
+    acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g)
+    r0, r1, r2, r3 = u0, u1, u2, u3
+    if GATED:
+        acc_u, r0, r1, r2, r3 = _mma_step(wu_smem.index(st).load(a_layout), x_smem, st, su, acc_u)
+        # the previous step's 8 MMAs are done past this wait: its stage and its register planes are free
+        acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3 = warpgroup_mma_wait(
+            num_outstanding=8, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
+    else:
+        acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc_g, g0, g1, g2, g3))
+    if k + STAGES - 1 < steps:
+        _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k + STAGES - 1, w_row, N_OUT, GATED,
+               STAGES, BLOCK_K)
+    return acc_g, acc_u, p0, p1, p2, p3, r0, r1, r2, r3, g0, g1, g2, g3, u0, u1, u2, u3, sg_next, su_next
+
+
+@gluon.jit
 def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N_OUT,
                       N1, K, stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr,
                       GATED: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
@@ -109,33 +141,31 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
             su_next = _step_scales(s_base, rows + N_OUT, cols, 0, scale_tiles, Q)
         acc_g = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         acc_u = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-        zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
-        g0, g1, g2, g3, u0, u1, u2, u3 = zero, zero, zero, zero, zero, zero, zero, zero  # previous step's planes
-        for k in range(steps):
-            st = k % STAGES
-            mbarrier.wait(bars.index(st), (k // STAGES) & 1)
-            fence_async_shared()  # the cp.async (generic proxy) token planes, read by wgmma (async proxy)
-            sg = sg_next
-            su = su_next
-            nxt = gl.minimum(k + 1, steps - 1)
-            sg_next = _step_scales(s_base, rows, cols, nxt, scale_tiles, Q)
-            if GATED:
-                su_next = _step_scales(s_base, rows + N_OUT, cols, nxt, scale_tiles, Q)
-            acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g)
-            if GATED:
-                acc_u, r0, r1, r2, r3 = _mma_step(wu_smem.index(st).load(a_layout), x_smem, st, su, acc_u)
-                # the previous step's 8 MMAs are done past this wait: its stage and its planes are free
-                acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3 = warpgroup_mma_wait(
-                    num_outstanding=8, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
-                u0, u1, u2, u3 = r0, r1, r2, r3
-            else:
-                acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc_g, g0, g1, g2, g3))
-            g0, g1, g2, g3 = p0, p1, p2, p3
-            if k + STAGES - 1 < steps:
-                _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k + STAGES - 1, w_row, N_OUT,
-                       GATED, STAGES, BLOCK_K)
-        acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3 = warpgroup_mma_wait(
-            num_outstanding=0, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
+        z = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
+        # Two register sets of gate / up planes, even steps in *a, odd steps in *b: an in-flight wgmma reads its A
+        # planes from registers, and a set is written again only after the wait that retires its MMAs.
+        ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3 = z, z, z, z, z, z, z, z
+        gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3 = z, z, z, z, z, z, z, z
+        for k in range(0, steps - 1, 2):
+            (acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, sg_next,
+             su_next) = _fc1_step(
+                k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
+                cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
+                GATED, STAGES, BLOCK_K, a_layout)
+            (acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, sg_next,
+             su_next) = _fc1_step(
+                k + 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
+                cols, scale_tiles, sg_next, su_next, acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
+                GATED, STAGES, BLOCK_K, a_layout)
+        if steps % 2 == 1:
+            (acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, sg_next,
+             su_next) = _fc1_step(
+                steps - 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base,
+                rows, cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
+                GATED, STAGES, BLOCK_K, a_layout)
+        acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3 = \
+            warpgroup_mma_wait(num_outstanding=0, deps=(acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
+                                                        gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3))
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
         h = _activate(acc_g, acc_u, ACTIVATION)  # the Triton FC1's own (a @triton.jit function): the same PTX

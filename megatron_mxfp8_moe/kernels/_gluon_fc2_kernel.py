@@ -5,9 +5,13 @@ The Triton FC2 (``_triton_moe_kernel._fc2_kernel``) dequantizes a K step and the
 step k. This kernel issues the 4 byte-plane MMAs of a step with ``is_async=True`` and waits for them only after the
 next step's dequant (``warpgroup_mma_wait(num_outstanding=4)``); the weight words and the token planes come by TMA
 into a ring of shared-memory stages (one mbarrier each), the E8M0 bytes by plain loads one step ahead, straight into
-the planes' register layout. Same values and the same MMA order per output element as ``_fc2_kernel`` with
-128-deep K steps, hence the same bits (GPU tests). Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon``
-(Triton 3.6 was tested).
+the planes' register layout. The dequantized planes are the wgmmas' A operands, read from registers while the MMAs
+run, so even and odd steps use two register sets (``_planes_step``): a set is rewritten only after the wait that
+retires its MMAs. Session 20's kernel kept one set, so its next dequant overwrote registers that in-flight wgmmas
+still read: the likely cause of run 24's NaN outputs at 64-token blocks (3-5% of calls), not yet confirmed on a GPU;
+the CPU compile test checks the SASS for such writes. Same values and the same MMA order per output element as
+``_fc2_kernel`` with 128-deep K steps, hence the same bits (GPU tests, which the two-set form has not run yet).
+Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (Triton 3.6 was tested).
 
 Layouts: weights ``[E, H, I]`` fp8 seen as int32 words ``[E * H, I // 4]`` (byte ``i`` of word ``j`` is weight
 ``k = 4j + i``); inter rows ``[rows, I]`` bf16 plane-major per 128-deep K step (``planes_of``); scales ``[E, Mp * Cp]``
@@ -83,6 +87,25 @@ def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.con
 
 
 @gluon.jit
+def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s, acc, q0, q1, q2,
+                 q3, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr):
+    """K step ``k``: wait for its stage, dequantize its weight words into new planes, issue their 4 MMAs, retire the
+    previous step's (planes ``q*``, the other register set), then refill the freed stage. Returns the accumulator,
+    this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
+    Q: gl.constexpr = BLOCK_K // 4
+    st = k % STAGES
+    mbarrier.wait(bars.index(st), (k // STAGES) & 1)
+    words = w_smem.index(st).load(a_layout)
+    s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q)
+    acc, p0, p1, p2, p3 = _mma_step(words, x_smem, st, s, acc)
+    # the previous step's 4 MMAs are done past this wait: its stage and its register planes are free
+    acc, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc, q0, q1, q2, q3))
+    if k + STAGES - 1 < steps:
+        _issue(w_desc, a_desc, w_smem, x_smem, bars, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K)
+    return acc, p0, p1, p2, p3, q0, q1, q2, q3, s_next
+
+
+@gluon.jit
 def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                       stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
@@ -112,20 +135,22 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         s_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q)
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
-        q0, q1, q2, q3 = zero, zero, zero, zero  # the previous step's planes: alive until its MMAs are done
-        for k in range(steps):
-            st = k % STAGES
-            mbarrier.wait(bars.index(st), (k // STAGES) & 1)
-            words = w_smem.index(st).load(a_layout)
-            s = s_next
-            s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q)
-            acc, p0, p1, p2, p3 = _mma_step(words, x_smem, st, s, acc)
-            # the previous step's 4 MMAs are done past this wait: its stage and its planes are free
-            acc, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc, q0, q1, q2, q3))
-            q0, q1, q2, q3 = p0, p1, p2, p3
-            if k + STAGES - 1 < steps:
-                _issue(w_desc, a_desc, w_smem, x_smem, bars, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K)
-        acc, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, q0, q1, q2, q3))
+        # Two register sets of planes, even steps in a*, odd steps in b*: an in-flight wgmma reads its A planes from
+        # registers, and a set is written again only after the wait that retires its MMAs (``_planes_step``).
+        a0, a1, a2, a3, b0, b1, b2, b3 = zero, zero, zero, zero, zero, zero, zero, zero
+        for k in range(0, steps - 1, 2):
+            acc, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
+                k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
+                b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout)
+            acc, b0, b1, b2, b3, a0, a1, a2, a3, s_next = _planes_step(
+                k + 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
+                a0, a1, a2, a3, w_row, a_row, STAGES, BLOCK_K, a_layout)
+        if steps % 2 == 1:
+            acc, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
+                steps - 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
+                b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout)
+        acc, a0, a1, a2, a3, b0, b1, b2, b3 = warpgroup_mma_wait(num_outstanding=0,
+                                                                 deps=(acc, a0, a1, a2, a3, b0, b1, b2, b3))
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
         positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))

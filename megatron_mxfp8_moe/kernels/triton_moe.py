@@ -392,8 +392,11 @@ TILES.update({
 # one block) as NaN in 3-5% of calls: gated 512 / 640 / 1024 tokens 7 / 7 / 7 of 150 (1024 also on one stream),
 # squared ReLU 512 / 640 5 / 6 of 150, the 128-token tiles with Gluon 64-token tails 1-3 of 30, a fence after the
 # mbarrier init changed nothing; their Triton forms 0 of 150 (gated 640 / 1024, squared ReLU 640). The 64-token
-# Gluon tiles are therefore out of the package (``_GLUON_BASES``). The 16- / 32-token ones (64 and 256 tokens: 0 of 150 each) stay
-# behind the switch: the cause is not found, so a lower failure rate there is not ruled out.
+# Gluon tiles are therefore out of the package (``_GLUON_BASES``). The 16- / 32-token ones (64 and 256 tokens: 0 of
+# 150 each) stay behind the switch. The SASS of those kernels shows the likely cause in every configuration: the next
+# step's dequant overwrote the registers that the previous step's in-flight register-A wgmmas still read. Session 21
+# rewrote both Gluon kernels with two register sets (the CPU compile test checks the SASS); that form has not run on
+# a GPU yet, so the switch stays off.
 _GLUON_DEFAULTS = {
     "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2",
     "s16k_sx4_f4": "s16k_sx4p_f4_g_s2",
