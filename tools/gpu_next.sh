@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s22a     # for session 22 (run first): the two-register-set Gluon kernels: GPU tests, race
-#                                   # probe (opt-in tiles, rebuilt 64-token tiles), layer probes against the Triton tiles
+#                                   # probe (opt-in tiles, rebuilt 64-token tiles)
+#   bash tools/gpu_next.sh s22b     # for session 22: their speed (layer probes against the Triton tiles, kernel probes)
 #   (session-20 modes below name tiles that session 21 removed: the 64-token Gluon tiles, the 128-token "_gt" tiles)
 #   bash tools/gpu_next.sh s21a     # for session 21 (run first): the 128-token tiles with Gluon tails, every Gluon test
 #   bash tools/gpu_next.sh s21b     # for session 21: per-kernel times of the squared-ReLU defaults at 64-512 tokens
@@ -656,8 +657,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
   s22a)
     # prepared in session 21 (run first): the Gluon kernels with two register sets of planes (session 21; never run
     # on a GPU): every Gluon GPU test, then the race probe (GLUON=1; 300 calls per case: the opt-in tiles at their
-    # sizes, the rebuilt 64-token tiles at 1024, which failed 3-5% of calls with the one-set kernels), then layer
-    # probes of the opt-in tiles against their Triton tiles (the registers grew: 32-token FC2 168 -> 240)
+    # sizes, the rebuilt 64-token tiles at 1024, which failed 3-5% of calls with the one-set kernels)
     L=$OUT/tests.log
     timeout 300 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "gluon" > $L 2>&1
     echo "pytest rc=$?" >> $L
@@ -667,7 +667,11 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     { timeout 100 $P --activation swiglu --cases 1024:gq_s2,1024:gt_s2,64:default,256:default,384:default
       timeout 100 $P --activation squared_relu --cases 1024:gq_s2,1024:gt_s2,64:default,256:default
     } > $OUT/race.jsonl 2> $OUT/race.err
-    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err
+    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err ;;
+  s22b)
+    # prepared in session 21: speed of the two-register-set Gluon kernels. Layer probes of the opt-in tiles against
+    # their Triton tiles, then the FC2 / FC1 kernels alone (bit-equal to Triton at 128-deep steps and timed), with
+    # 64-row FC2 tiles too (fewer registers: 3 CTAs per SM at 32-token blocks instead of 2)
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 30 $P --shape $s --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2,s16k4_sx4p_m3_s2"
@@ -675,7 +679,14 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
       timeout 30 $P --shape $s --tokens 256 --activation squared_relu \
         --configs "m32k_sx4p_f4_t16_s2,m32k_sx4p_f4_t16_g_s2_gt,m32k_sx4p_f4_t16_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
-    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+    { timeout 60 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 768 --block-t 32 --pairs 16 --gluon 128:3:4,64:3:4,64:4:4
+      timeout 60 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 1536 --block-t 32 --pairs 16 --gluon 128:3:4,64:3:4
+      timeout 60 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 768 --block-t 64 --pairs 40 --gluon 128:3:4,64:3:4
+      timeout 60 python3 bench/gluon_fc1_probe.py --hidden 2048 --inter 768 --block-t 32 --pairs 16 --gluon 64:3:4,64:2:4
+      timeout 60 python3 bench/gluon_fc1_probe.py --hidden 2048 --inter 768 --block-t 64 --pairs 40 --gluon 64:3:4
+    } > $OUT/kernels.jsonl 2> $OUT/kernels.err
+    cat $OUT/kernels.jsonl; tail -3 $OUT/kernels.err ;;
   s21c)
     # session 21, call 2: which arrangement of the 128-token tiles with Gluon tails writes garbage rows
     # (bench/gluon_tail_race_probe.py), then the s21b profiles (call 1 timed out before them)
