@@ -37,10 +37,12 @@ class TritonBackend(MoEBackend):
         if caps.triton_version is None:
             return Support(False, "the Triton MXFP8 MoE needs the 'triton' package, which is not installed")
         try:
-            from .triton_moe import triton_moe_support
+            from .triton_moe import triton_moe_support, warn_untested_triton
         except ImportError as error:  # the kernel module or one of its dependencies is missing
             return Support(False, f"megatron_mxfp8_moe.kernels.triton_moe cannot be imported: {error}")
         ok, reason = triton_moe_support(caps.capability, caps.triton_version)
+        if ok:
+            warn_untested_triton(caps.triton_version)
         return Support(bool(ok), reason)
 
     def build(self, expert_set: "ExpertSet") -> StackState:

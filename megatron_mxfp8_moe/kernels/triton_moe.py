@@ -18,6 +18,7 @@ on a second stream (``TritonMoEConfig.side_stream``): event waits only, same lau
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from typing import Optional
@@ -1127,6 +1128,29 @@ def _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts,
         hidden, slots.stride(1), slots.stride(0), probs.stride(0), out.stride(0), local_expert_offset,
         TOPK=routing_map.shape[1], E=experts, BLOCK_H=block_h, SPLITS=splits, num_warps=4,
     )
+
+
+_GPU_TESTED_TRITON = (3, 6)  # the Triton of every GPU run (torch 2.11 on the lent H200s)
+
+
+def untested_triton_note(triton_version: str) -> Optional[str]:
+    """A warning for a Triton other than the GPU-tested one (``_GPU_TESTED_TRITON``), else None. Session 21's SASS
+    scan (bench/sass_hazard_scan.py) found Triton 3.8 pipelining the gated decode FC1 so that in-flight register-A
+    wgmmas have their registers overwritten (undefined in PTX), where 3.6 waits; no GPU has run 3.8."""
+    parts = tuple(int(p) for p in triton_version.split("+")[0].split(".")[:2] if p.isdigit())
+    if parts == _GPU_TESTED_TRITON:
+        return None
+    tested = ".".join(map(str, _GPU_TESTED_TRITON))
+    return (f"the Triton MXFP8 MoE was tested on a GPU with Triton {tested} only, this is Triton {triton_version}; "
+            f"its SASS may overwrite registers of in-flight wgmmas (bench/sass_hazard_scan.py checks a version)")
+
+
+@functools.lru_cache(maxsize=None)
+def warn_untested_triton(triton_version: str) -> None:
+    """Log ``untested_triton_note`` once per process and version."""
+    note = untested_triton_note(triton_version)
+    if note:
+        logger.warning(note)
 
 
 def check_triton_moe_available(device: torch.device) -> None:

@@ -5,7 +5,7 @@ They check the structure the speed comes from: the weight words by TMA, the toke
 tied to the stage's mbarrier (FC1), asynchronous wgmmas waited for down to one step's outstanding groups (so a
 step's dequant overlaps the previous step's MMAs), and no spills (``ptxas -v`` with Triton's own ptxas). And one
 thing correctness needs (session 21): in the SASS of the K loop no instruction writes a register that an in-flight
-register-A wgmma (HGMMA) still reads, before a ``WARPGROUP.DEPBAR`` retires that HGMMA's group (``_register_a_hazards``;
+register-A wgmma (HGMMA) still reads, before a ``WARPGROUP.DEPBAR`` retires that HGMMA's group (``kernels.sass_hazards``;
 the session-20 kernels had such writes in every configuration). The bits and the speed are checked on an H200
 (tests/functional/test_triton_moe_gpu.py, bench/gluon_fc1_probe.py, bench/gluon_fc2_probe.py,
 bench/gluon_tail_race_probe.py)."""
@@ -14,6 +14,8 @@ import re
 
 import pytest
 import torch
+
+from megatron_mxfp8_moe.kernels.sass_hazards import disassemble, register_a_hazards, written_registers
 
 gluon = pytest.importorskip("triton.experimental.gluon", reason="needs Triton's Gluon dialect")
 
@@ -34,84 +36,9 @@ def _compile_sm90(fn, types: dict, constants: dict, warps: int, ints: tuple):
     assert ".local" not in ptx  # no local arrays in the PTX
     assert compiled.metadata.shared <= 227 * 1024
     assert "0 bytes spill stores, 0 bytes spill loads" in _ptxas_report(ptx)  # and no register spills in the SASS
-    sass = _disassemble(compiled.asm["cubin"])
-    assert sass.count("HGMMA") >= 8 and not _register_a_hazards(sass)
+    sass = disassemble(compiled.asm["cubin"])
+    assert sass.count("HGMMA") >= 8 and not register_a_hazards(sass)
     return ptx
-
-
-def _disassemble(cubin: bytes) -> str:
-    """``nvdisasm -c`` of ``cubin`` with the installed Triton's own nvdisasm."""
-    import os
-    import subprocess
-    import tempfile
-
-    import triton.backends.nvidia
-
-    tool = os.path.join(os.path.dirname(triton.backends.nvidia.__file__), "bin", "nvdisasm")
-    with tempfile.TemporaryDirectory() as folder:
-        path = f"{folder}/kernel.cubin"
-        with open(path, "wb") as handle:
-            handle.write(cubin)
-        return subprocess.run([tool, "-c", path], capture_output=True, text=True, check=True).stdout
-
-
-_SASS_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
-_SASS_LABEL = re.compile(r"^\s*\.(L_x_\d+):")
-_NO_REGISTER_DEST = ("BAR", "BRA", "DEPBAR", "WARPGROUP", "SYNCS", "EXIT", "NOP", "STS", "STG", "ST", "STL", "RED",
-                     "REDG", "ATOM", "UTMALDG", "UTMASTG", "UTMAPF", "UTMACCTL", "UBLKCP", "WARPSYNC", "BSYNC", "BSSY",
-                     "CALL", "RET", "MEMBAR", "FENCE", "CCTL", "ERRBAR", "HGMMA")
-
-
-def _written_registers(insn: str) -> set:
-    """General registers an SASS instruction writes (its first operand; .64 / .WIDE write 2, .128 write 4)."""
-    op, _, operands = re.sub(r"^@!?U?P[T0-9]+\s+", "", insn).partition(" ")
-    first = re.fullmatch(r"R(\d+)", operands.split(",")[0].strip())
-    if not operands or op.split(".")[0] in _NO_REGISTER_DEST or not first:
-        return set()
-    width = 4 if ".128" in op else 2 if (".64" in op or ".WIDE" in op) else 1
-    return {int(first.group(1)) + i for i in range(width)}
-
-
-def _register_a_hazards(sass: str) -> list:
-    """``(hgmma, writer)`` pairs in the K loop (the shortest conditional backward branch around HGMMAs, walked as a
-    cycle so the next iteration counts): an instruction writing one of an HGMMA's 4 A registers before a
-    ``WARPGROUP.DEPBAR.LE gsb0, N`` with at least N groups committed after that HGMMA's group (PTX: reading or writing
-    a wgmma's A registers before the wait_group that retires it is undefined)."""
-    insns, labels = [], {}
-    for line in sass.splitlines():
-        label = _SASS_LABEL.match(line)
-        if label:
-            labels[label.group(1)] = len(insns)
-        elif _SASS_INSN.search(line):
-            insns.append(_SASS_INSN.search(line).group(1).strip())
-    loop = None
-    for end, insn in enumerate(insns):
-        branch = re.match(r"@!?P\d+\s+BRA\s+`\(\.(L_x_\d+)\)", insn)
-        if branch and labels[branch.group(1)] < end:
-            start = labels[branch.group(1)]
-            if any(i.startswith("HGMMA") for i in insns[start:end]) and (loop is None or end - start < len(loop)):
-                loop = insns[start:end + 1]
-    assert loop is not None, "no K loop around the HGMMAs"
-    found = []
-    for i, hgmma in enumerate(loop):
-        a_operand = re.match(r"HGMMA\.\S+\s+R\d+,\s+R(\d+),", hgmma)
-        if not a_operand:
-            continue
-        registers = {int(a_operand.group(1)) + r for r in range(4)}
-        closed, after = "gsb0" in hgmma, 0  # its group closes at the next gsb0-marked HGMMA
-        for step in range(1, len(loop)):
-            insn = loop[(i + step) % len(loop)]
-            if insn.startswith("HGMMA"):
-                after += int("gsb0" in insn and closed)
-                closed = closed or "gsb0" in insn
-                continue
-            depbar = re.match(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)", insn)
-            if depbar and closed and after >= int(depbar.group(1), 16):
-                break
-            if _written_registers(insn) & registers:
-                found.append((hgmma, insn))
-                break
-    return found
 
 
 def test_register_a_hazard_check_finds_an_early_write():
@@ -121,9 +48,9 @@ def test_register_a_hazard_check_finds_an_early_write():
         return "\n".join([".L_x_1:", "/*0010*/ PRMT R88, R2, 0x5410, R5 ;", "/*0020*/ WARPGROUP.ARRIVE ;",
                           "/*0030*/ HGMMA.64x64x16.F32.BF16 R24, R88, gdesc[UR20], R24, gsb0 ;",
                           f"/*0040*/ WARPGROUP.DEPBAR.LE gsb0, {depbar} ;", "/*0050*/ @P0 BRA `(.L_x_1) ;"])
-    assert [w for _, w in _register_a_hazards(loop("0x1"))] == ["PRMT R88, R2, 0x5410, R5"]
-    assert _register_a_hazards(loop("0x0")) == []
-    assert _written_registers("@!P1 LDS.64 R88, [R4] ") == {88, 89} and _written_registers("STS [R4], R88") == set()
+    assert [w for _, w in register_a_hazards(loop("0x1"))] == ["PRMT R88, R2, 0x5410, R5"]
+    assert register_a_hazards(loop("0x0")) == []
+    assert written_registers("@!P1 LDS.64 R88, [R4] ") == {88, 89} and written_registers("STS [R4], R88") == set()
 
 
 def _assert_barriers_fenced_after_init(ptx: str) -> None:

@@ -41,6 +41,21 @@ def test_support_is_a_pure_function_of_capability():
     assert triton_moe_support((9, 0), "3.6.0")[0]
 
 
+def test_a_triton_other_than_the_gpu_tested_one_is_named_once(caplog):
+    """Triton 3.6 ran on the H200s; another version gets one logged warning that names both versions and the scan."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    assert triton_moe.untested_triton_note("3.6.0") is None and triton_moe.untested_triton_note("3.6.1+git") is None
+    note = triton_moe.untested_triton_note("3.8.0")
+    assert "3.6" in note and "3.8.0" in note and "sass_hazard_scan" in note
+    triton_moe.warn_untested_triton.cache_clear()
+    with caplog.at_level("WARNING", logger=triton_moe.__name__):
+        for _ in range(3):
+            triton_moe.warn_untested_triton("3.7.1")
+        triton_moe.warn_untested_triton("3.6.0")
+    assert [r.getMessage() for r in caplog.records] == [triton_moe.untested_triton_note("3.7.1")]
+
+
 @pytest.mark.parametrize("rows,block_t", [(1, 16), (16, 1), (64, 16), (256, 32), (1024, 128), (4096, 256)])
 def test_config_grows_with_rows(rows, block_t):
     cfg = choose_config(rows, 4096, 1536, gated=True, topk=8, experts=128)

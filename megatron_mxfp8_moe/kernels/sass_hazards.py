@@ -1,0 +1,87 @@
+"""Static check of Hopper SASS for register-A wgmma hazards (a development check, not used at run time).
+
+A ``wgmma.mma_async`` whose A operand comes from registers may read those registers until the ``wgmma.wait_group``
+that retires it; PTX makes writing them earlier undefined. In SASS the wgmma is ``HGMMA`` (its A operand the second
+register), groups end at an HGMMA marked ``gsb0``, and the wait is ``WARPGROUP.DEPBAR.LE gsb0, N``.
+``register_a_hazards`` finds, in the K loop of ``nvdisasm -c`` output, writes to an HGMMA's A registers before a
+DEPBAR that retires its group. Session 21 found such writes in every configuration of the session-20 Gluon kernels
+(bench/NOTES_triton_moe.md) and in some of Triton's own pipelined dots (``bench/sass_hazard_scan.py``).
+"""
+
+from __future__ import annotations
+
+import re
+
+SASS_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+SASS_LABEL = re.compile(r"^\s*\.(L_x_\d+):")
+NO_REGISTER_DEST = ("BAR", "BRA", "DEPBAR", "WARPGROUP", "SYNCS", "EXIT", "NOP", "STS", "STG", "ST", "STL", "RED",
+                    "REDG", "ATOM", "UTMALDG", "UTMASTG", "UTMAPF", "UTMACCTL", "UBLKCP", "WARPSYNC", "BSYNC", "BSSY",
+                    "CALL", "RET", "MEMBAR", "FENCE", "CCTL", "ERRBAR", "HGMMA")
+
+
+def disassemble(cubin: bytes) -> str:
+    """``nvdisasm -c`` of ``cubin`` with the installed Triton's own nvdisasm."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton.backends.nvidia
+
+    tool = os.path.join(os.path.dirname(triton.backends.nvidia.__file__), "bin", "nvdisasm")
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/kernel.cubin"
+        with open(path, "wb") as handle:
+            handle.write(cubin)
+        return subprocess.run([tool, "-c", path], capture_output=True, text=True, check=True).stdout
+
+
+def written_registers(insn: str) -> set:
+    """General registers an SASS instruction writes (its first operand; .64 / .WIDE write 2, .128 write 4)."""
+    op, _, operands = re.sub(r"^@!?U?P[T0-9]+\s+", "", insn).partition(" ")
+    first = re.fullmatch(r"R(\d+)", operands.split(",")[0].strip())
+    if not operands or op.split(".")[0] in NO_REGISTER_DEST or not first:
+        return set()
+    width = 4 if ".128" in op else 2 if (".64" in op or ".WIDE" in op) else 1
+    return {int(first.group(1)) + i for i in range(width)}
+
+
+def register_a_hazards(sass: str) -> list:
+    """``(hgmma, writer)`` pairs in the K loop (the shortest conditional backward branch around HGMMAs, walked as a
+    cycle so the next iteration counts): an instruction writing one of an HGMMA's 4 A registers before a
+    ``WARPGROUP.DEPBAR.LE gsb0, N`` with at least N groups committed after that HGMMA's group (PTX: reading or writing
+    a wgmma's A registers before the wait_group that retires it is undefined)."""
+    insns, labels = [], {}
+    for line in sass.splitlines():
+        label = SASS_LABEL.match(line)
+        if label:
+            labels[label.group(1)] = len(insns)
+        elif SASS_INSN.search(line):
+            insns.append(SASS_INSN.search(line).group(1).strip())
+    loop = None
+    for end, insn in enumerate(insns):
+        branch = re.match(r"@!?P\d+\s+BRA\s+`\(\.(L_x_\d+)\)", insn)
+        if branch and labels[branch.group(1)] < end:
+            start = labels[branch.group(1)]
+            if any(i.startswith("HGMMA") for i in insns[start:end]) and (loop is None or end - start < len(loop)):
+                loop = insns[start:end + 1]
+    assert loop is not None, "no K loop around the HGMMAs"
+    found = []
+    for i, hgmma in enumerate(loop):
+        a_operand = re.match(r"HGMMA\.\S+\s+R\d+,\s+R(\d+),", hgmma)
+        if not a_operand:
+            continue
+        registers = {int(a_operand.group(1)) + r for r in range(4)}
+        closed, after = "gsb0" in hgmma, 0  # its group closes at the next gsb0-marked HGMMA
+        for step in range(1, len(loop)):
+            insn = loop[(i + step) % len(loop)]
+            if insn.startswith("HGMMA"):
+                after += int("gsb0" in insn and closed)
+                closed = closed or "gsb0" in insn
+                continue
+            depbar = re.match(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)", insn)
+            if depbar and closed and after >= int(depbar.group(1), 16):
+                break
+            if written_registers(insn) & registers:
+                found.append((hgmma, insn))
+                break
+    return found
