@@ -3,6 +3,7 @@
 #   bash tools/gpu_next.sh s22a     # for session 22 (run first): the two-register-set Gluon kernels: GPU tests, race
 #                                   # probe (opt-in tiles, rebuilt 64-token tiles)
 #   bash tools/gpu_next.sh s22b     # for session 22: their speed (layer probes against the Triton tiles, kernel probes)
+#   bash tools/gpu_next.sh s22c     # for session 22: the Triton default tiles the SASS scan flags, 300 calls each
 #   (session-20 modes below name tiles that session 21 removed: the 64-token Gluon tiles, the 128-token "_gt" tiles)
 #   bash tools/gpu_next.sh s21a     # for session 21 (run first): the 128-token tiles with Gluon tails, every Gluon test
 #   bash tools/gpu_next.sh s21b     # for session 21: per-kernel times of the squared-ReLU defaults at 64-512 tokens
@@ -687,6 +688,14 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
       timeout 60 python3 bench/gluon_fc1_probe.py --hidden 2048 --inter 768 --block-t 64 --pairs 40 --gluon 64:3:4
     } > $OUT/kernels.jsonl 2> $OUT/kernels.err
     cat $OUT/kernels.jsonl; tail -3 $OUT/kernels.err ;;
+  s22c)
+    # prepared in session 21: the default Triton tiles that bench/sass_hazard_scan.py flags with Triton 3.6 (the
+    # gate-merged 128- / 256-token FC1, the 32-token tails at 4096 tokens), each against itself, 300 fresh inputs
+    P="python3 bench/gluon_tail_race_probe.py --reps 300"
+    { timeout 250 $P --activation swiglu --cases 1024:triton,4096:triton
+      timeout 250 $P --activation squared_relu --cases 4096:triton
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err ;;
   s21c)
     # session 21, call 2: which arrangement of the 128-token tiles with Gluon tails writes garbage rows
     # (bench/gluon_tail_race_probe.py), then the s21b profiles (call 1 timed out before them)
