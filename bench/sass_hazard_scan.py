@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--inter", type=int, default=768)
     parser.add_argument("--experts", type=int, default=128)
+    parser.add_argument("--sync-dots", action="store_true", help="the chosen tile with sync_dots (and its tail)")
     args = parser.parse_args()
     launches = []
     for name in dir(kernels):  # the launched kernels only: the helpers they call must stay JIT functions
@@ -94,6 +95,9 @@ def main() -> None:
         fc2 = quantize_mxfp8(torch.randn(e, h, i, dtype=torch.bfloat16) * 0.02, backend="reference")
         for tokens in (int(t) for t in args.tokens.split(",")):
             cfg = triton_moe.choose_config(tokens, h, i, gated=gated, topk=8, experts=e, gluon=False)
+            tile = names.get(id(cfg), "?")
+            if args.sync_dots:
+                cfg, tile = triton_moe._synced(cfg), tile + " (sync_dots)"
             launches.clear()
             x = torch.randn(tokens, h, dtype=torch.bfloat16)
             probs, ids = random_routing(tokens, e, 8)
@@ -104,7 +108,7 @@ def main() -> None:
                     continue
                 sass = _compile_sass(fn, call_args, call_kwargs)
                 hazards = register_a_hazards(sass) if "HGMMA" in sass else []
-                print(json.dumps({"activation": activation, "tokens": tokens, "tile": names.get(id(cfg), "?"),
+                print(json.dumps({"activation": activation, "tokens": tokens, "tile": tile,
                                   "kernel": kernel, "block_t": call_kwargs.get("BLOCK_T"),
                                   "hgmma": sass.count("HGMMA"), "hazards": len(hazards),
                                   "first": list(hazards[0]) if hazards else None,

@@ -3,7 +3,8 @@
 #   bash tools/gpu_next.sh s22a     # for session 22 (run first): the two-register-set Gluon kernels: GPU tests, race
 #                                   # probe (opt-in tiles, rebuilt 64-token tiles)
 #   bash tools/gpu_next.sh s22b     # for session 22: their speed (layer probes against the Triton tiles, kernel probes)
-#   bash tools/gpu_next.sh s22c     # for session 22: the Triton default tiles the SASS scan flags, 300 calls each
+#   bash tools/gpu_next.sh s22c     # for session 22: the Triton default tiles the SASS scan flags, 300 calls each;
+#                                   # then their "_sd" (sync_dots) twins: bits and layer probes
 #   (session-20 modes below name tiles that session 21 removed: the 64-token Gluon tiles, the 128-token "_gt" tiles)
 #   bash tools/gpu_next.sh s21a     # for session 21 (run first): the 128-token tiles with Gluon tails, every Gluon test
 #   bash tools/gpu_next.sh s21b     # for session 21: per-kernel times of the squared-ReLU defaults at 64-512 tokens
@@ -692,10 +693,23 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     # prepared in session 21: the default Triton tiles that bench/sass_hazard_scan.py flags with Triton 3.6 (the
     # gate-merged 128- / 256-token FC1, the 32-token tails at 4096 tokens), each against itself, 300 fresh inputs
     P="python3 bench/gluon_tail_race_probe.py --reps 300"
-    { timeout 250 $P --activation swiglu --cases 1024:triton,4096:triton
-      timeout 250 $P --activation squared_relu --cases 4096:triton
+    { timeout 150 $P --activation swiglu --cases 1024:triton,4096:triton
+      timeout 120 $P --activation squared_relu --cases 4096:triton
     } > $OUT/race.jsonl 2> $OUT/race.err
-    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err ;;
+    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err
+    # then "_sync_dots" ("_sd": the scan finds no hazard with it, Triton 3.6 and 3.8): bits, and layer probes against
+    # the base tiles
+    L=$OUT/tests.log
+    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "sync_dots" > $L 2>&1
+    echo "pytest rc=$?" >> $L
+    grep "passed\|failed\|rc=\|^FAILED" $L | tail -6
+    P="python3 bench/triton_moe_probe.py"
+    { timeout 30 $P --shape qwen3-30b-a3b --tokens 1024 --configs "l128m_sa_t64pu_s2,l128m_sa_t64pu_s2_sd,l128m_sa_t64pu_s2"
+      timeout 40 $P --shape qwen3-30b-a3b --tokens 4096 --configs "x256m_sa_t32,x256m_sa_t32_sd,x256m_sa_t32"
+      timeout 40 $P --shape qwen3-30b-a3b --tokens 4096 --activation squared_relu \
+        --configs "x256w_sa_t32a,x256w_sa_t32a_sd,x256w_sa_t32a"
+    } > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s21c)
     # session 21, call 2: which arrangement of the 128-token tiles with Gluon tails writes garbage rows
     # (bench/gluon_tail_race_probe.py), then the s21b profiles (call 1 timed out before them)

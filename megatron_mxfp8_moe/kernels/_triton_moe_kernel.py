@@ -530,11 +530,15 @@ def _scale_col_offsets(k, SCALE_COLS: tl.constexpr):
 
 @triton.jit
 def _mma(w, x, acc, FP32_DOT: tl.constexpr):
-    """``acc += w @ x`` with bf16 operands (fp32 ieee operands when ``FP32_DOT``)."""
-    if FP32_DOT:
+    """``acc += w @ x`` with bf16 operands; ``FP32_DOT`` 1 (or True): fp32 ieee operands (interpreter); 2: bf16, then
+    an identity use of ``acc`` so Triton retires this dot's wgmmas before what follows (``sync_dots``)."""
+    if FP32_DOT == 1:
         acc = tl.dot(w.to(tl.float32), x.to(tl.float32), acc, input_precision="ieee")
     else:
         acc = tl.dot(w, x, acc)
+        if FP32_DOT == 2:
+            acc = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [acc], dtype=tl.float32, is_pure=False,
+                                            pack=1)
     return acc
 
 

@@ -126,6 +126,11 @@ class TritonMoEConfig:
     # off); ``fc1_block_n`` (a multiple of 16 * ``fc1_warps``), ``fc1_stages`` and ``fc1_warps`` (4 or 8) are its
     # tile. Shapes need H % 128 == 0 and n_out % fc1_block_n == 0; ``fc1_maxnreg`` is ignored.
     fc1_gluon: bool = False
+    # Session 21: retire each ``tl.dot``'s wgmmas before the next dequant (an identity use of the accumulator after
+    # the dot, MMA path only). Triton's pipelining otherwise leaves register-A wgmmas in flight while later code
+    # writes their registers in some tiles (bench/sass_hazard_scan.py; Triton 3.6: the gate-merged 128- / 256-token
+    # FC1, the 32-token tails at 4096 tokens). The same MMAs in the same order, so the same bits; not timed yet.
+    sync_dots: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -175,6 +180,12 @@ class TritonMoEConfig:
     @property
     def dequant_code(self) -> int:
         return _DEQUANT_CODE["fp32" if self.dequant_fp32 else self.dequant]
+
+    @property
+    def dot_mode(self) -> int:
+        """``_mma``'s mode (the kernels' ``FP32_DOT``): 1 fp32 operands (interpreter), 2 bf16 with ``sync_dots``, 0
+        bf16."""
+        return 1 if self.fp32_dot else 2 if self.sync_dots else 0
 
     @property
     def launch_tiles(self) -> tuple["TritonMoEConfig", ...]:
@@ -387,6 +398,17 @@ TILES.update({
     "m32k_sx4p_f4_t16_g_s2_gt": dataclasses.replace(TILES["m32k_sx4p_f4_t16_g_s2"],
                                                     tail=_gluon_fc2(TILES["s16k_sx4p_f4"])),
 })
+
+
+def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:
+    """``cfg`` and its tail with ``sync_dots``."""
+    tail = None if cfg.tail is None else dataclasses.replace(cfg.tail, sync_dots=True)
+    return dataclasses.replace(cfg, sync_dots=True, tail=tail)
+
+
+# Session 21: "_sd", the default 128- / 256-token tiles with ``sync_dots`` (candidates, not defaults; untimed).
+TILES.update({f"{name}_sd": _synced(TILES[name]) for name in (
+    "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2", "l128m_sa_t32_s2", "l128w_sa_t32a_s2", "x256m_sa_t32", "x256w_sa_t32a")})
 # Triton tile -> its Gluon twin, picked only where GLUON_ENV opts in (off by default since session 21) and H and I
 # tile by 128. Session 21 (run 24, bench/gluon_tail_race_probe.py, 150 fresh inputs per case bit-compared with the
 # Triton form): every tile with a 64-token Gluon kernel wrote one FC2 CTA's outputs (128 columns of every token of
@@ -1039,7 +1061,7 @@ def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activat
             fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, inter.stride(0),
             TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
             BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
-            EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot,
+            EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.dot_mode,
             GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
             **cfg.launch_options(1),
         )
@@ -1055,7 +1077,7 @@ def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activat
         fc2.data.stride(0), fc2.data.stride(1), s2_stride, s2_tiles,
         slots.stride(1), slots.stride(0),
         BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
-        EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.fp32_dot, SPLIT_K=split_k,
+        EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.dot_mode, SPLIT_K=split_k,
         X_PLANES=cfg.planes, **cfg.launch_options(2),
     )
 

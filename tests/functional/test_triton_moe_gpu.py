@@ -997,3 +997,13 @@ def test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls(activation, tokens
         if call == 0:
             ref = _reference(x, fc1, fc2, probs, ids, activation, 3, tokens - 2, tokens)
             assert relative_error(outs[1], ref) <= BOUND
+
+
+@pytest.mark.parametrize("name,tokens,activation", [("l128m_sa_t64pu_s2", 1024, "swiglu"),
+                                                    ("l128w_sa_t64p2_s2", 1024, "squared_relu"),
+                                                    ("x256m_sa_t32", 4096, "swiglu"),
+                                                    ("x256w_sa_t32a", 4096, "squared_relu")])
+def test_sync_dots_keep_the_bits(name, tokens, activation):
+    """``sync_dots`` (session 21; the "_sd" tiles) retires each dot before the next dequant: the same MMAs in the same
+    order, so the bits of the base tile, within BOUND of float64, every row written."""
+    _assert_tiles_keep_bits(TILES[name], TILES[name + "_sd"], (128, 8, 2048, 768, tokens), activation)

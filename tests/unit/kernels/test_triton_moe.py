@@ -1128,3 +1128,19 @@ def test_triton_backend_passes_the_expert_spread(monkeypatch):
                             activation=Activation.SWIGLU, local_expert_offset=6, num_global_experts=16,
                             route_experts=route_experts)
     assert seen == [(16, 6), (2, 6)]
+
+
+def test_sync_dots_tiles_differ_only_in_the_dot_mode():
+    """The "_sd" tiles (session 21) are their base tile and its tail with ``sync_dots``; ``dot_mode`` is the kernels'
+    ``FP32_DOT``: 1 for fp32 operands (which wins), 2 for bf16 with ``sync_dots``, else 0."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    for name in ("l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2", "l128m_sa_t32_s2", "l128w_sa_t32a_s2", "x256m_sa_t32",
+                 "x256w_sa_t32a"):
+        base, synced = TILES[name], TILES[name + "_sd"]
+        assert [t.dot_mode for t in base.launch_tiles] == [0] * len(base.launch_tiles)
+        assert [t.dot_mode for t in synced.launch_tiles] == [2] * len(base.launch_tiles)
+        assert synced == triton_moe._synced(base) == dataclasses.replace(
+            base, sync_dots=True, tail=None if base.tail is None else dataclasses.replace(base.tail, sync_dots=True))
+    assert dataclasses.replace(TILES["x256m_sa_t32_sd"], fp32_dot=True).dot_mode == 1
+    assert not any(t.sync_dots for name, tile in TILES.items() if not name.endswith("_sd") for t in tile.launch_tiles)
