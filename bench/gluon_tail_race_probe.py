@@ -36,9 +36,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _triton_form(tile):
-    def triton_only(t):
-        return dataclasses.replace(t, fc1_gluon=False, fc2_gluon=False)
-    return dataclasses.replace(triton_only(tile), tail=None if tile.tail is None else triton_only(tile.tail))
+    """``tile`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps."""
+    from megatron_mxfp8_moe.kernels.triton_moe import replace_launch_tiles
+
+    return replace_launch_tiles(tile, fc1_gluon=False, fc2_gluon=False)
 
 
 def _racy_tiles(gated):

@@ -102,6 +102,14 @@ bg_pytest() {
   local seconds=$1 log=$2; shift 2
   (timeout "$seconds" python3 -m pytest -q -p no:cacheprovider "$@" > "$log" 2>&1; echo "pytest rc=$?" >> "$log") &
 }
+# moe_gpu_tests SECONDS SELECTION: the MoE GPU tests that pytest -k SELECTION picks, log $OUT/tests.log (ending with
+# its exit status), summary printed
+moe_gpu_tests() {
+  timeout "$1" python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "$2" \
+    > $OUT/tests.log 2>&1
+  echo "pytest rc=$?" >> $OUT/tests.log
+  grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -12
+}
 # refit_bench SECONDS: bench/refit.py into $OUT (refit.md / refit.json; refit.log ends with its exit status)
 refit_bench() {
   timeout "$1" python3 bench/refit.py --out $OUT > $OUT/refit.log 2>&1
@@ -660,10 +668,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     # prepared in session 21 (run first): the Gluon kernels with two register sets of planes (session 21; never run
     # on a GPU): every Gluon GPU test, then the race probe (GLUON=1; 300 calls per case: the opt-in tiles at their
     # sizes, the rebuilt 64-token tiles at 1024, which failed 3-5% of calls with the one-set kernels)
-    L=$OUT/tests.log
-    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "gluon" > $L 2>&1
-    echo "pytest rc=$?" >> $L
-    grep "passed\|failed\|rc=\|^FAILED" $L | tail -12
+    moe_gpu_tests 300 "gluon"
     export MEGATRON_MXFP8_MOE_GLUON=1
     P="python3 bench/gluon_tail_race_probe.py --reps 300"
     { timeout 100 $P --activation swiglu --cases 1024:gq_s2,1024:gt_s2,64:default,256:default,384:default
@@ -699,10 +704,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err
     # then "_sync_dots" ("_sd": the scan finds no hazard with it, Triton 3.6 and 3.8): bits, and layer probes against
     # the base tiles
-    L=$OUT/tests.log
-    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "sync_dots" > $L 2>&1
-    echo "pytest rc=$?" >> $L
-    grep "passed\|failed\|rc=\|^FAILED" $L | tail -6
+    moe_gpu_tests 120 "sync_dots"
     P="python3 bench/triton_moe_probe.py"
     { timeout 30 $P --shape qwen3-30b-a3b --tokens 1024 --configs "l128m_sa_t64pu_s2,l128m_sa_t64pu_s2_sd,l128m_sa_t64pu_s2"
       timeout 40 $P --shape qwen3-30b-a3b --tokens 4096 --configs "x256m_sa_t32,x256m_sa_t32_sd,x256m_sa_t32"
@@ -729,11 +731,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     (cd .devcarry/old && PYTHONPATH=/tmp/site:. timeout 150 python3 bench/gluon_tail_race_probe.py --activation swiglu \
       --reps 30 --variants gq_s2,gt_s2) > $OUT/race_old.jsonl 2> $OUT/race_old.err
     cat $OUT/race_old.jsonl
-    L=$OUT/tests.log
-    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "defaults_keep_the_bits" > $L 2>&1
-    echo "pytest rc=$?" >> $L
-    grep "passed\|failed\|rc=\|^FAILED" $L | tail -12 ;;
+    moe_gpu_tests 120 "defaults_keep_the_bits" ;;
   s21e)
     # session 21, call 4: failure rates of the Gluon defaults at their own sizes and of their Triton forms (150 fresh
     # inputs each, bit-compared with the Triton form / with itself), and the 64-token Gluon tile on one stream

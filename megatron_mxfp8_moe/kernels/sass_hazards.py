@@ -52,11 +52,10 @@ def register_a_hazards(sass: str) -> list:
     a wgmma's A registers before the wait_group that retires it is undefined)."""
     insns, labels = [], {}
     for line in sass.splitlines():
-        label = SASS_LABEL.match(line)
-        if label:
+        if label := SASS_LABEL.match(line):
             labels[label.group(1)] = len(insns)
-        elif SASS_INSN.search(line):
-            insns.append(SASS_INSN.search(line).group(1).strip())
+        elif insn := SASS_INSN.search(line):
+            insns.append(insn.group(1).strip())
     loop = None
     for end, insn in enumerate(insns):
         branch = re.match(r"@!?P\d+\s+BRA\s+`\(\.(L_x_\d+)\)", insn)

@@ -202,6 +202,11 @@ class TritonMoEConfig:
         return options
 
 
+def _major_minor(triton_version: str) -> tuple[int, ...]:
+    """``(major, minor)`` of a Triton version string such as "3.6.0+git1234"."""
+    return tuple(int(p) for p in triton_version.split("+")[0].split(".")[:2] if p.isdigit())
+
+
 def triton_moe_support(capability, triton_version: Optional[str] = None) -> tuple[bool, str]:
     """Pure support check: ``capability`` is ``(major, minor)`` or None (no CUDA); returns ``(ok, reason)``."""
     if capability is None:
@@ -210,8 +215,7 @@ def triton_moe_support(capability, triton_version: Optional[str] = None) -> tupl
     if major != _SUPPORTED_MAJOR:
         return False, f"the Triton MXFP8 MoE needs an SM90 Hopper GPU (H100/H200); this one is SM{major}{minor}"
     if triton_version is not None:
-        parts = tuple(int(p) for p in triton_version.split("+")[0].split(".")[:2] if p.isdigit())
-        if parts < _MIN_TRITON:
+        if _major_minor(triton_version) < _MIN_TRITON:
             return False, f"the Triton MXFP8 MoE needs Triton >= {'.'.join(map(str, _MIN_TRITON))}, found {triton_version}"
     return True, f"SM{major}{minor} Hopper: weight-only MXFP8 Triton MoE available"
 
@@ -400,10 +404,15 @@ TILES.update({
 })
 
 
+def replace_launch_tiles(cfg: TritonMoEConfig, **changes) -> TritonMoEConfig:
+    """``cfg`` with ``changes`` applied to it and to its tail tile (``launch_tiles``)."""
+    tail = None if cfg.tail is None else dataclasses.replace(cfg.tail, **changes)
+    return dataclasses.replace(cfg, tail=tail, **changes)
+
+
 def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:
     """``cfg`` and its tail with ``sync_dots``."""
-    tail = None if cfg.tail is None else dataclasses.replace(cfg.tail, sync_dots=True)
-    return dataclasses.replace(cfg, sync_dots=True, tail=tail)
+    return replace_launch_tiles(cfg, sync_dots=True)
 
 
 # Session 21: "_sd", the default 128- / 256-token tiles with ``sync_dots`` (candidates, not defaults; untimed).
@@ -1159,8 +1168,7 @@ def untested_triton_note(triton_version: str) -> Optional[str]:
     """A warning for a Triton other than the GPU-tested one (``_GPU_TESTED_TRITON``), else None. Session 21's SASS
     scan (bench/sass_hazard_scan.py) found Triton 3.8 pipelining the gated decode FC1 so that in-flight register-A
     wgmmas have their registers overwritten (undefined in PTX), where 3.6 waits; no GPU has run 3.8."""
-    parts = tuple(int(p) for p in triton_version.split("+")[0].split(".")[:2] if p.isdigit())
-    if parts == _GPU_TESTED_TRITON:
+    if _major_minor(triton_version) == _GPU_TESTED_TRITON:
         return None
     tested = ".".join(map(str, _GPU_TESTED_TRITON))
     return (f"the Triton MXFP8 MoE was tested on a GPU with Triton {tested} only, this is Triton {triton_version}; "
@@ -1195,6 +1203,7 @@ __all__ = [
     "TritonMoEConfig",
     "check_triton_moe_available",
     "choose_config",
+    "replace_launch_tiles",
     "route_launch_shape",
     "route_layout",
     "route_reference",

@@ -17,6 +17,7 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     TILES,
     TritonMoEConfig,
     choose_config,
+    replace_launch_tiles,
     triton_moe_support,
     triton_mxfp8_moe,
 )
@@ -931,9 +932,7 @@ def test_gluon_fc1_keeps_the_bits_of_the_other_activations(activation):
 
 def _triton_form(tile):
     """``tile`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps."""
-    def triton_only(t):
-        return dataclasses.replace(t, fc1_gluon=False, fc2_gluon=False)
-    return dataclasses.replace(triton_only(tile), tail=None if tile.tail is None else triton_only(tile.tail))
+    return replace_launch_tiles(tile, fc1_gluon=False, fc2_gluon=False)
 
 
 @pytest.mark.parametrize("name", ["m32l4_sx4p_m_t16_gg_s2", "m32k_sx4p_f4_t16_gg_s2", "m32l4_sx4p_m_gg_s2",
