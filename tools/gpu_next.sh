@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s22d     # session 22, call 2: layer probes of the two-set Gluon tiles, benchmark + demo GLUON=1
+#   bash tools/gpu_next.sh s22e     # session 22, call 3: the rest of the Gluon GPU tests, sync_dots bits, Triton races
+#   bash tools/gpu_next.sh s22f     # session 22, call 4: '_sd' tiles against their bases, Gluon kernels alone
 #   bash tools/gpu_next.sh s22a     # for session 22 (run first): the two-register-set Gluon kernels: GPU tests, race
 #                                   # probe (opt-in tiles, rebuilt 64-token tiles)
 #   bash tools/gpu_next.sh s22b     # for session 22: their speed (layer probes against the Triton tiles, kernel probes)
@@ -664,6 +667,52 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
     timeout 420 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "gluon" >> $L 2>&1
     echo "pytest rc=$?" >> $L
     grep "passed\|failed\|rc=\|^FAILED" $L | tail -12 ;;
+  s22d)
+    # session 22, call 2: the two-register-set Gluon kernels passed the race probe (call 1: 0 of 300 calls in 9 cases);
+    # their speed in the layer against the Triton tiles, then the full MoE benchmark and the demo with GLUON=1
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 30 $P --shape $s --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2,s16k4_sx4p_m3_s2"
+      timeout 30 $P --shape $s --tokens 256 --configs "m32l4_sx4p_m_t16_s2,m32l4_sx4p_m_t16_gg_s2_gt,m32l4_sx4p_m_t16_s2"
+      timeout 30 $P --shape $s --tokens 256 --activation squared_relu \
+        --configs "m32k_sx4p_f4_t16_s2,m32k_sx4p_f4_t16_g_s2_gt,m32k_sx4p_f4_t16_s2"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+    export MEGATRON_MXFP8_MOE_GLUON=1
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    moe_bench_and_demo 230 $L ;;
+  s22e)
+    # session 22, call 3: the Gluon GPU tests call 1 did not reach (GLUON=1 where a test sets it itself), the
+    # sync_dots bits, then the Triton default tiles the SASS scan flags, 200 fresh inputs each (verbose: names survive
+    # a timeout)
+    timeout 330 python3 -m pytest -v -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "(gluon or \
+sync_dots) and not fc2_keeps_the_bits and not with_the_gluon_fc2 and not env_switch and not (fc1_keeps_the_bits \
+and 30b and not n64s4)" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep -E "PASSED|FAILED|ERROR|rc=" $OUT/tests.log | grep -v "^PASSED" | tail -12; grep -c PASSED $OUT/tests.log
+    P="python3 bench/gluon_tail_race_probe.py --reps 200"
+    { timeout 90 $P --activation swiglu --cases 1024:triton,4096:triton
+      timeout 70 $P --activation squared_relu --cases 4096:triton
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err ;;
+  s22f)
+    # session 22, call 4: the "_sd" (sync_dots) tiles against their base tiles in the layer (bits passed in call 3),
+    # then the Gluon kernels alone (why the two-set tiles gained nothing in the layer, call 2)
+    P="python3 bench/triton_moe_probe.py"
+    { timeout 30 $P --shape qwen3-30b-a3b --tokens 1024 --configs "l128m_sa_t64pu_s2,l128m_sa_t64pu_s2_sd,l128m_sa_t64pu_s2"
+      timeout 30 $P --shape qwen3-30b-a3b --tokens 1024 --activation squared_relu \
+        --configs "l128w_sa_t64p2_s2,l128w_sa_t64p2_s2_sd,l128w_sa_t64p2_s2"
+      timeout 40 $P --shape qwen3-30b-a3b --tokens 4096 --configs "x256m_sa_t32,x256m_sa_t32_sd,x256m_sa_t32"
+      timeout 40 $P --shape qwen3-30b-a3b --tokens 4096 --activation squared_relu \
+        --configs "x256w_sa_t32a,x256w_sa_t32a_sd,x256w_sa_t32a"
+    } > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+    { timeout 60 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 768 --block-t 32 --pairs 16 --gluon 128:3:4,64:3:4
+      timeout 60 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 768 --block-t 16 --pairs 8 --gluon 128:3:4,64:3:4
+      timeout 60 python3 bench/gluon_fc1_probe.py --hidden 2048 --inter 768 --block-t 32 --pairs 16 --gluon 64:3:4,64:4:4
+    } > $OUT/kernels.jsonl 2> $OUT/kernels.err
+    cat $OUT/kernels.jsonl; tail -3 $OUT/kernels.err ;;
   s22a)
     # prepared in session 21 (run first): the Gluon kernels with two register sets of planes (session 21; never run
     # on a GPU): every Gluon GPU test, then the race probe (GLUON=1; 300 calls per case: the opt-in tiles at their

@@ -162,10 +162,11 @@ class TritonMoEConfig:
                              f"fc2_warps={self.fc2_warps}, fc2_stages={self.fc2_stages}")
         if self.fc1_gluon and not (self.planes and self.dequant == "sx4" and self.fc1_block_k == 128
                                    and not self.fc1_gate_merge and self.fc1_warps in (4, 8)
-                                   and self.fc1_block_n % (16 * self.fc1_warps) == 0 and self.fc1_stages >= 2):
+                                   and self.fc1_block_n % (16 * self.fc1_warps) == 0 and self.fc1_stages >= 3):
             raise ValueError("TritonMoEConfig: fc1_gluon needs planes=True, dequant='sx4', fc1_block_k=128, "
                              "fc1_gate_merge=False, fc1_warps 4 or 8, fc1_block_n a multiple of 16 * fc1_warps and "
-                             f"fc1_stages >= 2; got planes={self.planes}, dequant={self.dequant!r}, "
+                             "fc1_stages >= 3 (at 2 stages Triton 3.6 fails to compile it: an LLVM assertion in "
+                             f"ConvertTritonGPUToLLVM); got planes={self.planes}, dequant={self.dequant!r}, "
                              f"fc1_block_k={self.fc1_block_k}, fc1_gate_merge={self.fc1_gate_merge}, "
                              f"fc1_warps={self.fc1_warps}, fc1_block_n={self.fc1_block_n}, "
                              f"fc1_stages={self.fc1_stages}")

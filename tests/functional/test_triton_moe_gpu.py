@@ -907,7 +907,7 @@ def test_gluon_defaults_and_the_env_switch(activation, monkeypatch):
 # the bits must match that tile (FC2 in Triton at 128-deep steps, which the Gluon FC2 matches too), for every
 # activation and with the Gluon tile's own rows / stages / warps.
 GLUON_FC1 = {"n64s3": dict(fc1_block_n=64, fc1_stages=3, fc1_warps=4),
-             "n64s2": dict(fc1_block_n=64, fc1_stages=2, fc1_warps=4),
+             "n64s4": dict(fc1_block_n=64, fc1_stages=4, fc1_warps=4),
              "n128s3w8": dict(fc1_block_n=128, fc1_stages=3, fc1_warps=8)}
 
 

@@ -524,7 +524,7 @@ def test_gluon_fc1_config_and_shapes_are_checked(monkeypatch):
 
     tile = TILES["m32l4_sx4p_m_t16_gg_s2"]
     for bad in (dict(fc1_block_k=256), dict(fc1_gate_merge=True), dict(fc1_warps=2), dict(fc1_block_n=96),
-                dict(fc1_warps=8, fc1_block_n=64), dict(fc1_stages=1), dict(planes=False, fc2_gluon=False)):
+                dict(fc1_warps=8, fc1_block_n=64), dict(fc1_stages=2), dict(planes=False, fc2_gluon=False)):
         with pytest.raises(ValueError, match="fc1_gluon needs"):
             dataclasses.replace(tile, **bad)
     assert dataclasses.replace(tile, fc1_warps=8, fc1_block_n=128).fc1_gluon
