@@ -3,6 +3,8 @@
 #   bash tools/gpu_next.sh s22d     # session 22, call 2: layer probes of the two-set Gluon tiles, benchmark + demo GLUON=1
 #   bash tools/gpu_next.sh s22e     # session 22, call 3: the rest of the Gluon GPU tests, sync_dots bits, Triton races
 #   bash tools/gpu_next.sh s22f     # session 22, call 4: '_sd' tiles against their bases, Gluon kernels alone
+#   bash tools/gpu_next.sh s22g     # session 22, call 5: the rebuilt 64-token Gluon tiles against the Triton tiles
+#   bash tools/gpu_next.sh s22h     # session 22, call 6: bits and races of the 64-token Gluon twins at 512 / 640 / 1024
 #   bash tools/gpu_next.sh s22a     # for session 22 (run first): the two-register-set Gluon kernels: GPU tests, race
 #                                   # probe (opt-in tiles, rebuilt 64-token tiles)
 #   bash tools/gpu_next.sh s22b     # for session 22: their speed (layer probes against the Triton tiles, kernel probes)
@@ -713,6 +715,31 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       timeout 60 python3 bench/gluon_fc1_probe.py --hidden 2048 --inter 768 --block-t 32 --pairs 16 --gluon 64:3:4,64:4:4
     } > $OUT/kernels.jsonl 2> $OUT/kernels.err
     cat $OUT/kernels.jsonl; tail -3 $OUT/kernels.err ;;
+  s22g)
+    # session 22, call 5: the 64-token Gluon tiles that session 21 removed (racy with one register set; the two-set
+    # kernels passed 300 calls at 1024 tokens in call 1), rebuilt (racy_gq / racy_gt), against today's Triton tiles
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 40 $P --shape $s --tokens 640 --configs "l64_sx4p_mu_s2,racy_gq,l64_sx4p_mu_s2"
+      timeout 40 $P --shape $s --tokens 640 --activation squared_relu --configs "l64k2_sx4p_f4_s2,racy_gq,l64k2_sx4p_f4_s2"
+      timeout 40 $P --shape $s --tokens 1024 --configs "l128m_sa_t64pu_s2,racy_gt,l128m_sa_t64pu_s2"
+      timeout 40 $P --shape $s --tokens 1024 --activation squared_relu \
+        --configs "l128w_sa_t64p2_s2,racy_gt,l128w_sa_t64p2_s2"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s22h)
+    # session 22, call 6 (the last device minutes): the 64-token Gluon twins back in _GLUON_DEFAULTS (opt-in):
+    # choose_config's picks at 512 / 640 / 1024 bit-compared with their Triton forms, then the race probe at 512 / 640
+    timeout 85 python3 -m pytest -v -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "gluon_defaults_keep_the_bits and (512 or 640 or 1024)" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep -E "PASSED|FAILED|ERROR|rc=" $OUT/tests.log | tail -8
+    export MEGATRON_MXFP8_MOE_GLUON=1
+    P="python3 bench/gluon_tail_race_probe.py --reps 100"
+    { timeout 30 $P --activation swiglu --cases 512:default,640:default
+      timeout 30 $P --activation squared_relu --cases 512:default,640:default
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err ;;
   s22a)
     # prepared in session 21 (run first): the Gluon kernels with two register sets of planes (session 21; never run
     # on a GPU): every Gluon GPU test, then the race probe (GLUON=1; 300 calls per case: the opt-in tiles at their
@@ -784,7 +811,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
   s21e)
     # session 21, call 4: failure rates of the Gluon defaults at their own sizes and of their Triton forms (150 fresh
     # inputs each, bit-compared with the Triton form / with itself), and the 64-token Gluon tile on one stream
-    P="python3 bench/gluon_tail_race_probe.py --reps 150"
+    P="python3 bench/gluon_tail_race_probe.py --reps 100"
     { timeout 220 $P --activation swiglu --cases 1024:gq_s0,1024:gq_s2,256:default,512:default,640:default,64:default,1024:triton,640:triton
       timeout 140 $P --activation squared_relu --cases 256:default,512:default,640:default,640:triton
     } > $OUT/race.jsonl 2> $OUT/race.err

@@ -371,7 +371,12 @@ _GLUON_FC1_TILE = dict(fc1_block_k=128, fc1_gluon=True, fc1_block_n=64, fc1_stag
 # tests passed (run 23 call 1): defaults in session 20. Session 21 removed the 64-token Gluon tiles ("l64*_g_s2",
 # "_gg_s2", "_gq_s2", "_gt", and the 128-token tiles with Gluon 64-token tails): they write NaN rows in 3-5% of calls
 # (``_GLUON_DEFAULTS``); bench/gluon_tail_race_probe.py rebuilds them to reproduce it.
-_GLUON_BASES = ("s16k4_sx4p_m3", "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4")
+# Session 22 (run 25): with the two-register-set kernels the 64-token ones are back, behind the switch: the race probe
+# (300 fresh inputs per case, bit-compared with the Triton form) found 0 failures in 9 cases, among them the rebuilt
+# 64-token tile with both FCs in Gluon and the 128-token tiles with Gluon 64-token tails at 1024 tokens, both
+# activations, where the one-set kernels had failed 3-5% of calls.
+_GLUON_BASES = ("s16k4_sx4p_m3", "m32l4_sx4p_m_t16", "m32k_sx4p_f4_t16", "m32l4_sx4p_m", "m32k_sx4p_f4",
+                "l64_sx4p_mu_t32", "l64k2_sx4p_f4_t32", "l64_sx4p_mu", "l64k2_sx4p_f4")
 
 
 def _gluon_fc2(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -403,6 +408,23 @@ TILES.update({
     "m32k_sx4p_f4_t16_g_s2_gt": dataclasses.replace(TILES["m32k_sx4p_f4_t16_g_s2"],
                                                     tail=_gluon_fc2(TILES["s16k_sx4p_f4"])),
 })
+# Session 22: session 20's 64-token Gluon tiles again (two register sets): the gated 64-token tile with both FCs in
+# Gluon and its 32-token Gluon tails, the squared-ReLU one with 128 FC1 rows on 4 warps ("_gq": two m64 wgmma chains),
+# and the 128-token tiles with the Gluon FC2 on their 64-token tails ("_gt"). Run 25 layer probes (call 5), us per
+# layer, Triton tile / Gluon twin / Triton tile: 640 tokens gated 30b 353.6 / 300.3 / 354.9, 235b 1234.5 / 1109.4 /
+# 1242.1; squared ReLU 30b 454.4 / 410.0 / 458.0, 235b 1654.3 / 1556.9 / 1697.0; 1024 tokens gated 30b 409.5 / 401.3 /
+# 412.5, 235b 1486.1 / 1479.3 / 1523.7; squared ReLU 30b 531.7 / 506.3 / 533.2, 235b 1969.1 / 1905.6 / 2011.3.
+_GLUON_SQ_FC1_TILE = dict(_GLUON_FC1_TILE, fc1_block_n=128)  # 128 rows on 4 warps: two m64 wgmma chains
+TILES.update({
+    "l64_sx4p_mu_t32_gg_s2_gt": dataclasses.replace(TILES["l64_sx4p_mu_t32_gg_s2"],
+                                                    tail=dataclasses.replace(TILES["m32l4_sx4p_m_gg_s2"],
+                                                                             side_stream=0)),
+    "l64k2_sx4p_f4_gq_s2": dataclasses.replace(TILES["l64k2_sx4p_f4_g_s2"], **_GLUON_SQ_FC1_TILE),
+    "l128m_sa_t64pu_s2_gt": dataclasses.replace(TILES["l128m_sa_t64pu_s2"], tail=_gluon_fc2(TILES["l64_sx4p_mu"])),
+    "l128w_sa_t64p2_s2_gt": dataclasses.replace(TILES["l128w_sa_t64p2_s2"], tail=_gluon_fc2(TILES["l64k2_sx4p_f4"])),
+})
+TILES["l64k2_sx4p_f4_t32_gq_s2_gt"] = dataclasses.replace(TILES["l64k2_sx4p_f4_gq_s2"],
+                                                          tail=_gluon_fc2(TILES["m32k_sx4p_f4"]))
 
 
 def replace_launch_tiles(cfg: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -428,8 +450,9 @@ TILES.update({f"{name}_sd": _synced(TILES[name]) for name in (
 # Gluon tiles are therefore out of the package (``_GLUON_BASES``). The 16- / 32-token ones (64 and 256 tokens: 0 of
 # 150 each) stay behind the switch. The SASS of those kernels shows the likely cause in every configuration: the next
 # step's dequant overwrote the registers that the previous step's in-flight register-A wgmmas still read. Session 21
-# rewrote both Gluon kernels with two register sets (the CPU compile test checks the SASS); that form has not run on
-# a GPU yet, so the switch stays off.
+# rewrote both Gluon kernels with two register sets (the CPU compile test checks the SASS). Session 22 (run 25): that
+# form passed the race probe (0 of 300 calls in 9 cases) and the Gluon GPU tests, and the 64-token twins came back
+# (above); the switch stays off by default until they have run as widely as the Triton tiles.
 _GLUON_DEFAULTS = {
     "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2",
     "s16k_sx4_f4": "s16k_sx4p_f4_g_s2",
@@ -437,6 +460,12 @@ _GLUON_DEFAULTS = {
     "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt",
     "m32l4_sx4p_m_s2": "m32l4_sx4p_m_gg_s2",
     "m32k_sx4p_f4_s2": "m32k_sx4p_f4_g_s2",
+    "l64_sx4p_mu_t32_s2": "l64_sx4p_mu_t32_gg_s2_gt",
+    "l64k2_sx4p_f4_t32_s2": "l64k2_sx4p_f4_t32_gq_s2_gt",
+    "l64_sx4p_mu_s2": "l64_sx4p_mu_gg_s2",
+    "l64k2_sx4p_f4_s2": "l64k2_sx4p_f4_gq_s2",
+    "l128m_sa_t64pu_s2": "l128m_sa_t64pu_s2_gt",
+    "l128w_sa_t64p2_s2": "l128w_sa_t64p2_s2_gt",
 }
 # Environment switch: "1" (or true / yes / on) lets ``choose_config`` pick the Gluon twins (``_GLUON_DEFAULTS``)
 # where H and I are multiples of 128; anything else (the default) keeps the Triton tiles. An opted-in call whose
@@ -575,12 +604,10 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # Session 17 (run 20, 2048 tokens = 128 pairs per expert, against one stream twice): the 128-token tiles with
     # 32-token tails on two streams, gated 627.4 vs 648.9, 652.4 / 2316.9 vs 2339.8, 2401.2, squared ReLU 816.7 vs
     # 823.4, 861.9 / 3073.6 vs 3090.8, 3233.5.
-    if not gated:
-        if pairs_per_expert < 72:
-            return TILES["l128w_sa_t64p2_s2"]
-        return TILES["l128w_sa_t32a_s2" if pairs_per_expert < 176 else "x256w_sa_t32a"]
     if pairs_per_expert < 72:
-        return TILES["l128m_sa_t64pu_s2"]
+        return _tile("l128m_sa_t64pu_s2" if gated else "l128w_sa_t64p2_s2", hidden, intermediate, gluon)
+    if not gated:
+        return TILES["l128w_sa_t32a_s2" if pairs_per_expert < 176 else "x256w_sa_t32a"]
     return TILES["l128m_sa_t32_s2" if pairs_per_expert < 176 else "x256m_sa_t32"]
 
 

@@ -952,9 +952,10 @@ def test_cuda_graph_replay_with_the_gluon_fc1(name):
 
 
 # Session 20: the Gluon tiles (with Gluon tails, the Gluon FC2 on the 16-token tiles); session 21: opt-in, the
-# 16- / 32-token ones only: choose_config's pick at these token counts, then its bits against its Triton form.
-@pytest.mark.parametrize("activation,tokens", [("swiglu", 64), ("squared_relu", 64), ("swiglu", 256),
-                                               ("squared_relu", 256), ("swiglu", 384), ("squared_relu", 384)])
+# 16- / 32-token ones only; session 22: the 64-token ones and the 128-token tiles' Gluon tails again (two register
+# sets): choose_config's pick at these token counts, then its bits against its Triton form.
+@pytest.mark.parametrize("activation,tokens", [(a, t) for t in (64, 256, 384, 512, 640, 1024)
+                                               for a in ("swiglu", "squared_relu")])
 def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, monkeypatch):
     """With GLUON_ENV=1 ``choose_config`` returns a ``_GLUON_DEFAULTS`` tile, and that tile gives the same bits as
     its Triton form, within BOUND of float64, every row written."""
@@ -975,8 +976,7 @@ def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
-@pytest.mark.parametrize("activation,tokens", [("swiglu", 64), ("squared_relu", 64), ("swiglu", 256),
-                                               ("squared_relu", 256)])
+@pytest.mark.parametrize("activation,tokens", [(a, t) for t in (64, 256, 640) for a in ("swiglu", "squared_relu")])
 def test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls(activation, tokens):
     """The opt-in Gluon tiles over 40 fresh inputs and routings each (a race shows up as a rare call with garbage
     rows: session 21 measured 3-5% of calls on the removed 64-token Gluon tiles): every call the bits of the

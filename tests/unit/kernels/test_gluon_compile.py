@@ -20,8 +20,9 @@ from megatron_mxfp8_moe.kernels.sass_hazards import disassemble, register_a_haza
 gluon = pytest.importorskip("triton.experimental.gluon", reason="needs Triton's Gluon dialect")
 
 
-def _compile_sm90(fn, types: dict, constants: dict, warps: int, ints: tuple):
-    """``fn`` compiled for sm_90: pointer and ``ints`` arguments 16-divisible, the rest constexpr."""
+def _compile_sm90(fn, types: dict, constants: dict, warps: int, ints: tuple, spills: bool = False):
+    """``fn`` compiled for sm_90: pointer and ``ints`` arguments 16-divisible, the rest constexpr. ``spills``: the
+    configuration is known to spill (then the SASS hazard check still runs, over the spill loads too)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -35,7 +36,8 @@ def _compile_sm90(fn, types: dict, constants: dict, warps: int, ints: tuple):
     ptx = compiled.asm["ptx"]
     assert ".local" not in ptx  # no local arrays in the PTX
     assert compiled.metadata.shared <= 227 * 1024
-    assert "0 bytes spill stores, 0 bytes spill loads" in _ptxas_report(ptx)  # and no register spills in the SASS
+    # and no register spills in the SASS, except where known
+    assert ("0 bytes spill stores, 0 bytes spill loads" in _ptxas_report(ptx)) != spills
     sass = disassemble(compiled.asm["cubin"])
     assert sass.count("HGMMA") >= 8 and not register_a_hazards(sass)
     return ptx
@@ -86,7 +88,10 @@ def _words_desc(block_n: int, q: int):
                                                                                                   gl.int32))
 
 
-@pytest.mark.parametrize("block_n,block_t,stages,warps", [(128, 32, 3, 4), (64, 32, 2, 4), (64, 16, 3, 4)])
+# (128, 64, 3, 4): the FC2 of the 64-token Gluon tiles, which spills a little with two register sets (Triton 3.6: 255
+# registers, 8 bytes)
+@pytest.mark.parametrize("block_n,block_t,stages,warps", [(128, 32, 3, 4), (64, 32, 2, 4), (64, 16, 3, 4),
+                                                          (128, 64, 3, 4)])
 def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, warps):
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -103,7 +108,8 @@ def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, 
                  K="i32", stride_se="i32", scale_tiles="i32", stride_slot="i32")
     constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=kernel.GLUON_FC2_BLOCK_K, STAGES=stages,
                      num_warps=warps)
-    ptx = _compile_sm90(kernel._fc2_gluon_kernel, types, constants, warps, ("N", "K", "stride_se", "stride_slot"))
+    ptx = _compile_sm90(kernel._fc2_gluon_kernel, types, constants, warps, ("N", "K", "stride_se", "stride_slot"),
+                        spills=(block_n, block_t) == (128, 64))
     assert ptx.count("cp.async.bulk.tensor") >= 5  # the weight words and 4 token planes of a stage, by TMA
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.bf16\.bf16" % block_t, ptx)
     assert "wgmma.wait_group.sync.aligned 4;" in ptx  # the previous step's 4 groups only: the overlap
@@ -115,6 +121,9 @@ _FC1_CASES = [(gated, activation, 64, 3, 4, 32) for gated, activation in
 _FC1_CASES += [(True, 0, 128, 3, 8, 32), (False, 2, 128, 3, 8, 32), (False, 2, 128, 3, 4, 32)]
 _FC1_CASES += [(True, 0, 64, 4, 4, 32), (False, 2, 64, 4, 4, 32)]  # 4 stages (2 do not compile with Triton 3.6)
 _FC1_CASES += [(True, 0, 64, 3, 4, 16), (True, 0, 64, 3, 4, 64), (False, 2, 64, 3, 4, 64)]  # the other widths
+# the squared-ReLU FC1 of the 64-token "_gq" tiles: 128 rows on 4 warps (two m64 chains) at 64-token blocks, which
+# spills with two register sets (255 registers, 56 bytes of stack with Triton 3.6; run 25 timed the tile anyway)
+_FC1_CASES += [(False, 2, 128, 3, 4, 64)]
 
 
 @pytest.mark.parametrize("gated,activation,block_n,stages,warps,block_t", _FC1_CASES)
@@ -132,7 +141,8 @@ def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n
                      BLOCK_K=kernel.GLUON_FC1_BLOCK_K, STAGES=stages, PLANE_K2=128,
                      X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16), num_warps=warps)
     ptx = _compile_sm90(kernel._fc1_gluon_kernel, types, constants, warps,
-                        ("N_OUT", "N1", "K", "stride_x", "stride_se", "stride_inter"))
+                        ("N_OUT", "N1", "K", "stride_x", "stride_se", "stride_inter"),
+                        spills=(block_n, warps, block_t) == (128, 4, 64))
     assert ptx.count("cp.async.bulk.tensor") >= (2 if gated else 1) * 2  # weight words by TMA: prologue + loop
     assert ptx.count("cp.async.cg.shared.global") + ptx.count("cp.async.ca.shared.global") >= 8  # token planes
     # the stage's mbarrier also waits for this thread's copies: one expected arrival per thread and the expect's

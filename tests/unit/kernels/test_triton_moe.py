@@ -75,11 +75,11 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
     gluon_able = {names[id(triton_moe._tile(name, 2048, 768))] for name in (
-        "s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2")}
+        "s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2", "l128m_sa_t64pu_s2",
+        "l128w_sa_t64p2_s2")}
     assert all(any(t.fc1_gluon or t.fc2_gluon for t in TILES[name].launch_tiles) == (gluon == "1")
                for name in gluon_able)
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "l128m_sa_t64pu_s2", "x256m_sa_t32",
-                                     "l128w_sa_t64p2_s2", "x256w_sa_t32a"} | gluon_able <= picked
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "x256m_sa_t32", "x256w_sa_t32a"} | gluon_able <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
     capped = dataclasses.replace(tile, fc2_maxnreg=128)
@@ -115,11 +115,12 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     # session 16: every plane / tail tile below 72 pairs per expert with the second stream ("_s2"); session 17:
     # the 128-token tiles with 32-token tails too, and squared ReLU's 2-stage 64-token tile with tails at 28-40
     # session 18-20: the Gluon twins of the plane tiles and of the tiles with plane tails; session 21: only the 16- /
-    # 32-token ones, and only where GLUON_ENV opts in
+    # 32-token ones, and only where GLUON_ENV opts in; session 22: the 64-token ones and the 128-token tiles'
+    # 64-token tails again (two register sets)
     picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
     if gluon == "1":
         gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_DEFAULTS.items()}
-        assert sum(name in gluon_names for name in picks) == 3
+        assert sum(name in gluon_names for name in picks) == 9
         picks = [gluon_names.get(name, name) for name in picks]
     assert picks == (
         ["m32l4_sx4p_m_t16_s2", "m32l4_sx4p_m_s2", "m32l4_sx4p_m_s2", "l64_sx4p_mu_t32_s2", "l64_sx4p_mu_t32_s2",
@@ -475,16 +476,23 @@ def test_gluon_tiles_are_opt_in_with_a_triton_fallback(monkeypatch):
     assert TILES["m32l4_sx4p_m_gg_s2"] == TILES["m32k_sx4p_f4_gg_s2"]
     assert choose_config(256, 2048, 96 * 8, **shape).fc2_gluon  # I = 768
     assert not choose_config(256, 2048, 800, **shape).fc2_gluon  # I not a multiple of 128
-    # 4 pairs per expert (the 16-token tiles); from 28 pairs per expert (the 64-token and wider tiles) Triton only
+    # 4 pairs per expert (the 16-token tiles), 40 (the 64-token tiles), 64 (the 128-token tiles' Gluon tails); from
+    # 72 pairs per expert (the 128-token tiles with 32-token tails, the 256-token tiles) Triton only
     assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2"]
     assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2"]
-    assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_s2"]
-    assert not any(tile.block_t >= 64 and any(t.fc1_gluon or t.fc2_gluon for t in tile.launch_tiles)
-                   for tile in TILES.values())
-    for rows in (512, 640, 1024, 2048):
+    assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2"]
+    assert choose_config(640, 2048, 768, **dict(shape, gated=False)) is TILES["l64k2_sx4p_f4_gq_s2"]
+    assert choose_config(1024, 2048, 768, **shape) is TILES["l128m_sa_t64pu_s2_gt"]
+    for rows in (1152, 2048, 4096):
         for gated in (True, False):
             tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
             assert not any(t.fc1_gluon or t.fc2_gluon for t in tiles), (rows, gated)
+    monkeypatch.delenv(triton_moe.GLUON_ENV)
+    for rows in (64, 256, 512, 640, 1024):  # off by default
+        for gated in (True, False):
+            tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
+            assert not any(t.fc1_gluon or t.fc2_gluon for t in tiles), (rows, gated)
+    monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
     launched = []
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
     fc1 = quantize_mxfp8(random_weights((4, 256, 128), scale=0.1), backend="reference")
@@ -505,7 +513,7 @@ def test_gluon_defaults_differ_from_their_triton_tiles_in_gluon_kernels_only():
     at least one Gluon kernel; session 20's tails run the Gluon FC2 (at 128-deep steps, as the GPU tests compare)."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
-    assert len(triton_moe._GLUON_DEFAULTS) == 6
+    assert len(triton_moe._GLUON_DEFAULTS) == 12
     for triton_name, name in triton_moe._GLUON_DEFAULTS.items():
         tile, base = TILES[name], TILES[triton_name]
         assert any(t.fc1_gluon or t.fc2_gluon for t in tile.launch_tiles) and tile.side_stream == 2, name
