@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s22h     # for session 23 (run first): bits, races, benchmark of the 64-token Gluon twins (GLUON=1)
 #   bash tools/gpu_next.sh s22d     # session 22, call 2: layer probes of the two-set Gluon tiles, benchmark + demo GLUON=1
 #   bash tools/gpu_next.sh s22e     # session 22, call 3: the rest of the Gluon GPU tests, sync_dots bits, Triton races
 #   bash tools/gpu_next.sh s22f     # session 22, call 4: '_sd' tiles against their bases, Gluon kernels alone
 #   bash tools/gpu_next.sh s22g     # session 22, call 5: the rebuilt 64-token Gluon tiles against the Triton tiles
-#   bash tools/gpu_next.sh s22h     # session 22, call 6: bits and races of the 64-token Gluon twins at 512 / 640 / 1024
-#   bash tools/gpu_next.sh s22a     # for session 22 (run first): the two-register-set Gluon kernels: GPU tests, race
+#   bash tools/gpu_next.sh s22a     # session 22, call 1: the two-register-set Gluon kernels: GPU tests, race
 #                                   # probe (opt-in tiles, rebuilt 64-token tiles)
-#   bash tools/gpu_next.sh s22b     # for session 22: their speed (layer probes against the Triton tiles, kernel probes)
-#   bash tools/gpu_next.sh s22c     # for session 22: the Triton default tiles the SASS scan flags, 300 calls each;
+#   bash tools/gpu_next.sh s22b     # prepared for session 22, not run (s22d/s22f ran its parts): their speed (layer probes against the Triton tiles, kernel probes)
+#   bash tools/gpu_next.sh s22c     # prepared for session 22, not run (s22e/s22f ran its parts): the Triton default tiles the SASS scan flags, 300 calls each;
 #                                   # then their "_sd" (sync_dots) twins: bits and layer probes
 #   (session-20 modes below name tiles that session 21 removed: the 64-token Gluon tiles, the 128-token "_gt" tiles)
 #   bash tools/gpu_next.sh s21a     # for session 21 (run first): the 128-token tiles with Gluon tails, every Gluon test
@@ -114,6 +114,18 @@ moe_gpu_tests() {
     > $OUT/tests.log 2>&1
   echo "pytest rc=$?" >> $OUT/tests.log
   grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -12
+}
+# gluon_layer_probes: the opt-in 16- / 32-token Gluon tiles against their Triton tiles (Triton / Gluon / Triton) at 64
+# and 256 tokens, both shapes, into $OUT/probe.jsonl
+gluon_layer_probes() {
+  P="python3 bench/triton_moe_probe.py"
+  for s in qwen3-30b-a3b qwen3-235b-a22b; do
+    timeout 30 $P --shape $s --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2,s16k4_sx4p_m3_s2"
+    timeout 30 $P --shape $s --tokens 256 --configs "m32l4_sx4p_m_t16_s2,m32l4_sx4p_m_t16_gg_s2_gt,m32l4_sx4p_m_t16_s2"
+    timeout 30 $P --shape $s --tokens 256 --activation squared_relu \
+      --configs "m32k_sx4p_f4_t16_s2,m32k_sx4p_f4_t16_g_s2_gt,m32k_sx4p_f4_t16_s2"
+  done > $OUT/probe.jsonl 2> $OUT/probe.err
+  cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
 }
 # refit_bench SECONDS: bench/refit.py into $OUT (refit.md / refit.json; refit.log ends with its exit status)
 refit_bench() {
@@ -672,14 +684,7 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
   s22d)
     # session 22, call 2: the two-register-set Gluon kernels passed the race probe (call 1: 0 of 300 calls in 9 cases);
     # their speed in the layer against the Triton tiles, then the full MoE benchmark and the demo with GLUON=1
-    P="python3 bench/triton_moe_probe.py"
-    for s in qwen3-30b-a3b qwen3-235b-a22b; do
-      timeout 30 $P --shape $s --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2,s16k4_sx4p_m3_s2"
-      timeout 30 $P --shape $s --tokens 256 --configs "m32l4_sx4p_m_t16_s2,m32l4_sx4p_m_t16_gg_s2_gt,m32l4_sx4p_m_t16_s2"
-      timeout 30 $P --shape $s --tokens 256 --activation squared_relu \
-        --configs "m32k_sx4p_f4_t16_s2,m32k_sx4p_f4_t16_g_s2_gt,m32k_sx4p_f4_t16_s2"
-    done > $OUT/probe.jsonl 2> $OUT/probe.err
-    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+    gluon_layer_probes
     export MEGATRON_MXFP8_MOE_GLUON=1
     L=$OUT/log.txt
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
@@ -728,18 +733,23 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s22h)
-    # session 22, call 6 (the last device minutes): the 64-token Gluon twins back in _GLUON_DEFAULTS (opt-in):
-    # choose_config's picks at 512 / 640 / 1024 bit-compared with their Triton forms, then the race probe at 512 / 640
-    timeout 85 python3 -m pytest -v -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "gluon_defaults_keep_the_bits and (512 or 640 or 1024)" > $OUT/tests.log 2>&1
+    # prepared in session 22 (run first in session 23; refused in session 22: no device time left): the 64-token
+    # Gluon twins back in _GLUON_DEFAULTS (opt-in). choose_config's picks at 512 / 640 / 1024 bit-compared with their
+    # Triton forms, 40 fresh calls at 640, the race probe at 512 / 640 (300 calls), then the full benchmark and the
+    # demo with GLUON=1
+    timeout 150 python3 -m pytest -v -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "(gluon_defaults_keep_the_bits and (512 or 640 or 1024)) or (repeated_calls and 640)" > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
-    grep -E "PASSED|FAILED|ERROR|rc=" $OUT/tests.log | tail -8
+    grep -E "PASSED|FAILED|ERROR|rc=" $OUT/tests.log | tail -10
     export MEGATRON_MXFP8_MOE_GLUON=1
-    P="python3 bench/gluon_tail_race_probe.py --reps 100"
-    { timeout 30 $P --activation swiglu --cases 512:default,640:default
-      timeout 30 $P --activation squared_relu --cases 512:default,640:default
+    P="python3 bench/gluon_tail_race_probe.py --reps 300"
+    { timeout 90 $P --activation swiglu --cases 512:default,640:default
+      timeout 90 $P --activation squared_relu --cases 512:default,640:default
     } > $OUT/race.jsonl 2> $OUT/race.err
-    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err ;;
+    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    moe_bench_and_demo 230 $L ;;
   s22a)
     # prepared in session 21 (run first): the Gluon kernels with two register sets of planes (session 21; never run
     # on a GPU): every Gluon GPU test, then the race probe (GLUON=1; 300 calls per case: the opt-in tiles at their
@@ -755,14 +765,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # prepared in session 21: speed of the two-register-set Gluon kernels. Layer probes of the opt-in tiles against
     # their Triton tiles, then the FC2 / FC1 kernels alone (bit-equal to Triton at 128-deep steps and timed), with
     # 64-row FC2 tiles too (fewer registers: 3 CTAs per SM at 32-token blocks instead of 2)
-    P="python3 bench/triton_moe_probe.py"
-    for s in qwen3-30b-a3b qwen3-235b-a22b; do
-      timeout 30 $P --shape $s --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2,s16k4_sx4p_m3_s2"
-      timeout 30 $P --shape $s --tokens 256 --configs "m32l4_sx4p_m_t16_s2,m32l4_sx4p_m_t16_gg_s2_gt,m32l4_sx4p_m_t16_s2"
-      timeout 30 $P --shape $s --tokens 256 --activation squared_relu \
-        --configs "m32k_sx4p_f4_t16_s2,m32k_sx4p_f4_t16_g_s2_gt,m32k_sx4p_f4_t16_s2"
-    done > $OUT/probe.jsonl 2> $OUT/probe.err
-    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+    gluon_layer_probes
     { timeout 60 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 768 --block-t 32 --pairs 16 --gluon 128:3:4,64:3:4,64:4:4
       timeout 60 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 1536 --block-t 32 --pairs 16 --gluon 128:3:4,64:3:4
       timeout 60 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 768 --block-t 64 --pairs 40 --gluon 128:3:4,64:3:4
