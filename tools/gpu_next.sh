@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s22h     # for session 23 (run first): bits, races, benchmark of the 64-token Gluon twins (GLUON=1)
+#   bash tools/gpu_next.sh s23ncu   # for session 23: ncu of the squared-ReLU FC1 / FC2 at 256 tokens (stall reasons, DRAM)
 #   bash tools/gpu_next.sh s22d     # session 22, call 2: layer probes of the two-set Gluon tiles, benchmark + demo GLUON=1
 #   bash tools/gpu_next.sh s22e     # session 22, call 3: the rest of the Gluon GPU tests, sync_dots bits, Triton races
 #   bash tools/gpu_next.sh s22f     # session 22, call 4: '_sd' tiles against their bases, Gluon kernels alone
@@ -732,6 +733,18 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
         --configs "l128w_sa_t64p2_s2,racy_gt,l128w_sa_t64p2_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s23ncu)
+    # prepared in session 22: where squared ReLU's time goes at 256 tokens (30b, the default m32k_sx4p_f4_t16_s2: FC1
+    # and FC2 each ~66% of their roofline share in run 24's profile). ncu reads counters only on Firecracker (uname -r
+    # says which runtime); full set of the main and tail FC1 / FC2 launches of one call after a warm-up call
+    uname -r > $OUT/ncu_sq256.txt
+    timeout ${NCU_TIMEOUT:-400} ncu --clock-control none --export $OUT/ncu_sq256 --kernel-name regex:"_fc[12]_kernel" \
+      --launch-skip 4 --launch-count 4 --set full --print-details all python3 bench/triton_moe_probe.py \
+      --shape qwen3-30b-a3b --tokens 256 --activation squared_relu --configs m32k_sx4p_f4_t16_s2 --once \
+      >> $OUT/ncu_sq256.txt 2>&1
+    echo "ncu rc=$?" >> $OUT/ncu_sq256.txt
+    grep -n "_kernel\|Duration\|DRAM Throughput\|Warp Cycles Per Issued\|Stall\|Achieved Occupancy\|Registers Per" \
+      $OUT/ncu_sq256.txt | head -80 ;;
   s22h)
     # prepared in session 22 (run first in session 23; refused in session 22: no device time left): the 64-token
     # Gluon twins back in _GLUON_DEFAULTS (opt-in). choose_config's picks at 512 / 640 / 1024 bit-compared with their
