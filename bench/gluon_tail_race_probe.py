@@ -3,8 +3,8 @@
 Run 23 call 7 (gated) and run 24 call 1 (squared ReLU) found non-finite rows at 1024 tokens in
 ``l128*_sa_t64p*_s2_gt`` (the Gluon FC2 on the tail pair) while its Triton form and the previous default kept their
 bits. Run 24 calls 2-4 traced it to every tile with a 64-token Gluon kernel (3-5% of calls: one FC2 CTA's 128
-columns NaN for its block's tokens); session 21 removed those tiles from the package and ``_racy_tiles`` rebuilds
-them. This runs each variant ``--reps`` times on fresh tokens and routing (one random layer; the GPU test's layout:
+columns NaN for its block's tokens); session 21 removed those tiles from the package, session 22 brought them back
+(two register sets; ``_tiles_64`` names them). This runs each variant ``--reps`` times on fresh tokens and routing (one random layer; the GPU test's layout:
 133 routed ids, local experts 3..130, every third token's first id -1) and compares it bit for bit with the Triton
 form on the same inputs:
 
@@ -42,17 +42,14 @@ def _triton_form(tile):
     return replace_launch_tiles(tile, fc1_gluon=False, fc2_gluon=False)
 
 
-def _racy_tiles(gated):
-    """The session-20 tiles that session 21 removed from the package, rebuilt by the same recipe: the 128-token tile
-    with the Gluon FC2 on its 64-token tails ("l128m_sa_t64pu_s2_gt" / "l128w_sa_t64p2_s2_gt") and the 64-token tile
-    with both FCs in Gluon ("l64_sx4p_mu_gg_s2" / "l64k2_sx4p_f4_gq_s2", 128 FC1 rows on 4 warps)."""
-    from megatron_mxfp8_moe.kernels.triton_moe import _GLUON_FC1_TILE, TILES, _gluon_fc2
+def _tiles_64(gated):
+    """The tiles with 64-token Gluon kernels: the 128-token tile with the Gluon FC2 on its 64-token tails and the
+    64-token tile with both FCs in Gluon (squared ReLU: 128 FC1 rows on 4 warps)."""
+    from megatron_mxfp8_moe.kernels.triton_moe import TILES
 
     if gated:
-        return (dataclasses.replace(TILES["l128m_sa_t64pu_s2"], tail=_gluon_fc2(TILES["l64_sx4p_mu"])),
-                dataclasses.replace(_gluon_fc2(TILES["l64_sx4p_mu_s2"]), **_GLUON_FC1_TILE))
-    return (dataclasses.replace(TILES["l128w_sa_t64p2_s2"], tail=_gluon_fc2(TILES["l64k2_sx4p_f4"])),
-            dataclasses.replace(_gluon_fc2(TILES["l64k2_sx4p_f4_s2"]), **dict(_GLUON_FC1_TILE, fc1_block_n=128)))
+        return TILES["l128m_sa_t64pu_s2_gt"], TILES["l64_sx4p_mu_gg_s2"]
+    return TILES["l128w_sa_t64p2_s2_gt"], TILES["l64k2_sx4p_f4_gq_s2"]
 
 
 def main() -> None:
@@ -68,7 +65,7 @@ def main() -> None:
                              "(choose_config's tile), triton (its Triton form, checked against itself)")
     args = parser.parse_args()
     gated = args.activation == "swiglu"
-    gt, gq = _racy_tiles(gated)
+    gt, gq = _tiles_64(gated)
     experts, topk, hidden, inner, offset = 128, 8, 2048, 768, 3
 
     def variant(name, tokens):

@@ -25,18 +25,11 @@ from megatron_mxfp8_moe.kernels.triton_moe import triton_mxfp8_moe  # noqa: E402
 from megatron_mxfp8_moe.tensor import quantize_mxfp8  # noqa: E402
 
 
-def parse_config(name: str, gated: bool = True):
-    """``base[@dequant][+field=value...]`` -> a ``TritonMoEConfig`` (``base`` from ``CANDIDATES``, or ``racy_gt`` /
-    ``racy_gq``: the 64-token Gluon tiles that session 21 removed, as ``bench/gluon_tail_race_probe.py`` rebuilds
-    them for this activation)."""
+def parse_config(name: str):
+    """``base[@dequant][+field=value...]`` -> a ``TritonMoEConfig`` (``base`` from ``CANDIDATES``)."""
     head, *overrides = name.split("+")
     base, _, dequant = head.partition("@")
-    if base in ("racy_gt", "racy_gq"):
-        from bench.gluon_tail_race_probe import _racy_tiles
-
-        cfg = _racy_tiles(gated)[base == "racy_gq"]
-    else:
-        cfg = CANDIDATES[base]
+    cfg = CANDIDATES[base]
     fields = {"dequant": dequant} if dequant else {}
     for item in overrides:
         key, _, value = item.partition("=")
@@ -92,7 +85,7 @@ def main():
         xs, probs, maps, valid = rotated_inputs(tokens, hidden, experts, topk, device)
         outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
         for name in args.configs.split(","):
-            cfg = parse_config(name, gated)
+            cfg = parse_config(name)
 
             def run(count=ROTATE):
                 for i in range(count):

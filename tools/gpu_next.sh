@@ -723,14 +723,15 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     cat $OUT/kernels.jsonl; tail -3 $OUT/kernels.err ;;
   s22g)
     # session 22, call 5: the 64-token Gluon tiles that session 21 removed (racy with one register set; the two-set
-    # kernels passed 300 calls at 1024 tokens in call 1), rebuilt (racy_gq / racy_gt), against today's Triton tiles
+    # kernels passed 300 calls at 1024 tokens in call 1), rebuilt, against today's Triton tiles (session 22 ran it with
+    # the probe's racy_gq / racy_gt names; since then the tiles are in TILES under these names)
     P="python3 bench/triton_moe_probe.py"
     for s in qwen3-30b-a3b qwen3-235b-a22b; do
-      timeout 40 $P --shape $s --tokens 640 --configs "l64_sx4p_mu_s2,racy_gq,l64_sx4p_mu_s2"
-      timeout 40 $P --shape $s --tokens 640 --activation squared_relu --configs "l64k2_sx4p_f4_s2,racy_gq,l64k2_sx4p_f4_s2"
-      timeout 40 $P --shape $s --tokens 1024 --configs "l128m_sa_t64pu_s2,racy_gt,l128m_sa_t64pu_s2"
+      timeout 40 $P --shape $s --tokens 640 --configs "l64_sx4p_mu_s2,l64_sx4p_mu_gg_s2,l64_sx4p_mu_s2"
+      timeout 40 $P --shape $s --tokens 640 --activation squared_relu --configs "l64k2_sx4p_f4_s2,l64k2_sx4p_f4_gq_s2,l64k2_sx4p_f4_s2"
+      timeout 40 $P --shape $s --tokens 1024 --configs "l128m_sa_t64pu_s2,l128m_sa_t64pu_s2_gt,l128m_sa_t64pu_s2"
       timeout 40 $P --shape $s --tokens 1024 --activation squared_relu \
-        --configs "l128w_sa_t64p2_s2,racy_gt,l128w_sa_t64p2_s2"
+        --configs "l128w_sa_t64p2_s2,l128w_sa_t64p2_s2_gt,l128w_sa_t64p2_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s23ncu)
