@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s22h     # for session 23 (run first): bits, races, benchmark of the 64-token Gluon twins (GLUON=1)
-#   bash tools/gpu_next.sh s23ncu   # for session 23: ncu of the squared-ReLU FC1 / FC2 at 256 tokens (stall reasons, DRAM)
+#   bash tools/gpu_next.sh s23ncu   # for session 23: ncu of the squared-ReLU FCs at 256 tokens; the "_n64" Gluon candidates
 #   bash tools/gpu_next.sh s22d     # session 22, call 2: layer probes of the two-set Gluon tiles, benchmark + demo GLUON=1
 #   bash tools/gpu_next.sh s22e     # session 22, call 3: the rest of the Gluon GPU tests, sync_dots bits, Triton races
 #   bash tools/gpu_next.sh s22f     # session 22, call 4: '_sd' tiles against their bases, Gluon kernels alone
@@ -744,6 +744,14 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       --shape qwen3-30b-a3b --tokens 256 --activation squared_relu --configs m32k_sx4p_f4_t16_s2 --once \
       >> $OUT/ncu_sq256.txt 2>&1
     echo "ncu rc=$?" >> $OUT/ncu_sq256.txt
+    # then the 16-token Gluon tiles with 64-row FC2 programs ("_n64", session 22 candidates) against their 128-row
+    # forms and the Triton tiles at 64 tokens (layer probes, both activations, 30b)
+    P="python3 bench/triton_moe_probe.py"
+    { timeout 40 $P --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2,s16k4_sx4p_m3_g_s2_n64,s16k4_sx4p_m3_s2"
+      timeout 40 $P --tokens 64 --activation squared_relu \
+        --configs "s16k_sx4_f4,s16k_sx4p_f4_g_s2,s16k_sx4p_f4_g_s2_n64,s16k_sx4_f4"
+    } > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl
     grep -n "_kernel\|Duration\|DRAM Throughput\|Warp Cycles Per Issued\|Stall\|Achieved Occupancy\|Registers Per" \
       $OUT/ncu_sq256.txt | head -80 ;;
   s22h)

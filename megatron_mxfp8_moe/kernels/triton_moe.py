@@ -425,6 +425,11 @@ TILES.update({
 })
 TILES["l64k2_sx4p_f4_t32_gq_s2_gt"] = dataclasses.replace(TILES["l64k2_sx4p_f4_gq_s2"],
                                                           tail=_gluon_fc2(TILES["m32k_sx4p_f4"]))
+# Session 22 candidates (untimed in the layer, not defaults): the 16-token Gluon tiles with 64-row FC2 programs. Run
+# 25 kernel probe (bench/gluon_fc2_probe.py, 30b FC2, 8 pairs per expert in 16-token blocks): 64 rows 78.4 us against
+# 87.4 with 128 rows and 85.2 / 86.2 for the Triton FC2 (32-token blocks: 64 rows 92.2 against 87.5, so not there).
+TILES.update({f"{name}_n64": dataclasses.replace(TILES[name], fc2_block_n=64)
+              for name in ("s16k4_sx4p_m3_g_s2", "s16k_sx4p_f4_g_s2")})
 
 
 def replace_launch_tiles(cfg: TritonMoEConfig, **changes) -> TritonMoEConfig:
