@@ -370,7 +370,7 @@ _GLUON_FC1_TILE = dict(fc1_block_k=128, fc1_gluon=True, fc1_block_n=64, fc1_stag
 # 352.4 / 384.3, 1402.9 / 1350.6 / 1426.0; 235b squared ReLU 640 tokens 1651.0 / 1497.7 / 1701.1. Their 17 GPU bit
 # tests passed (run 23 call 1): defaults in session 20. Session 21 removed the 64-token Gluon tiles ("l64*_g_s2",
 # "_gg_s2", "_gq_s2", "_gt", and the 128-token tiles with Gluon 64-token tails): they write NaN rows in 3-5% of calls
-# (``_GLUON_DEFAULTS``); bench/gluon_tail_race_probe.py rebuilds them to reproduce it.
+# (``_GLUON_DEFAULTS``; bench/gluon_tail_race_probe.py reproduced it).
 # Session 22 (run 25): with the two-register-set kernels the 64-token ones are back, behind the switch: the race probe
 # (300 fresh inputs per case, bit-compared with the Triton form) found 0 failures in 9 cases, among them the rebuilt
 # 64-token tile with both FCs in Gluon and the 128-token tiles with Gluon 64-token tails at 1024 tokens, both
@@ -452,7 +452,7 @@ TILES.update({f"{name}_sd": _synced(TILES[name]) for name in (
 # one block) as NaN in 3-5% of calls: gated 512 / 640 / 1024 tokens 7 / 7 / 7 of 150 (1024 also on one stream),
 # squared ReLU 512 / 640 5 / 6 of 150, the 128-token tiles with Gluon 64-token tails 1-3 of 30, a fence after the
 # mbarrier init changed nothing; their Triton forms 0 of 150 (gated 640 / 1024, squared ReLU 640). The 64-token
-# Gluon tiles are therefore out of the package (``_GLUON_BASES``). The 16- / 32-token ones (64 and 256 tokens: 0 of
+# Gluon tiles were therefore taken out of the package (``_GLUON_BASES``). The 16- / 32-token ones (64 and 256 tokens: 0 of
 # 150 each) stay behind the switch. The SASS of those kernels shows the likely cause in every configuration: the next
 # step's dequant overwrote the registers that the previous step's in-flight register-A wgmmas still read. Session 21
 # rewrote both Gluon kernels with two register sets (the CPU compile test checks the SASS). Session 22 (run 25): that
