@@ -35,13 +35,6 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _triton_form(tile):
-    """``tile`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps."""
-    from megatron_mxfp8_moe.kernels.triton_moe import replace_launch_tiles
-
-    return replace_launch_tiles(tile, fc1_gluon=False, fc2_gluon=False)
-
-
 def _tiles_64(gated):
     """The tiles with 64-token Gluon kernels: the 128-token tile with the Gluon FC2 on its 64-token tails and the
     64-token tile with both FCs in Gluon (squared ReLU: 128 FC1 rows on 4 warps)."""
@@ -53,7 +46,7 @@ def _tiles_64(gated):
 
 
 def main() -> None:
-    from megatron_mxfp8_moe.kernels.triton_moe import TILES, choose_config, triton_mxfp8_moe
+    from megatron_mxfp8_moe.kernels.triton_moe import TILES, choose_config, triton_form, triton_mxfp8_moe
     from megatron_mxfp8_moe.tensor import quantize_mxfp8
     from megatron_mxfp8_moe.testing import random_routing, random_weights
 
@@ -73,7 +66,7 @@ def main() -> None:
         return {"gt_s2": gt, "gt_s1": dataclasses.replace(gt, side_stream=1),
                 "gt_s0": dataclasses.replace(gt, side_stream=0), "gq_s2": gq,
                 "gq_s0": dataclasses.replace(gq, side_stream=0), "default": default,
-                "triton": _triton_form(default)}[name]
+                "triton": triton_form(default)}[name]
 
     names = {id(t): n for n, t in TILES.items()}
     torch.manual_seed(0)
@@ -89,14 +82,16 @@ def main() -> None:
             ids = ids - 2
             ids[::3, 0] = -1
             valid = torch.tensor([tokens - 2], device="cuda", dtype=torch.int32)
-            outs = []
-            for form in (_triton_form(tile), tile):
+
+            def run(form):
+                """The valid rows of one call of ``form`` on this rep's inputs, into a NaN-poisoned fp32 buffer."""
                 out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
                 triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=args.activation, local_expert_offset=offset,
                                  valid_tokens=valid, out=out, rows=tokens, config=form)
                 torch.cuda.synchronize()
-                outs.append(out[:tokens - 2])
-            ref, got = outs
+                return out[:tokens - 2]
+
+            ref, got = run(triton_form(tile)), run(tile)
             differs = ~((ref == got) | (torch.isnan(ref) & torch.isnan(got)))
             bad = differs.any(1).nonzero().flatten().tolist()
             ref_bad = (~torch.isfinite(ref)).any(1).nonzero().flatten().tolist()
@@ -105,11 +100,7 @@ def main() -> None:
             fails += 1
             again = 0  # the same form on the same inputs: a race fails rarely, a data-driven fault every time
             for _ in range(3):
-                out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
-                triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=args.activation, local_expert_offset=offset,
-                                 valid_tokens=valid, out=out, rows=tokens, config=tile)
-                torch.cuda.synchronize()
-                again += int(not torch.equal(out[:tokens - 2].nan_to_num(), ref.nan_to_num()))
+                again += int(not torch.equal(run(tile).nan_to_num(), ref.nan_to_num()))
             local = ids[:tokens - 2] - offset
             counts = torch.bincount(local[(local >= 0) & (local < experts)], minlength=experts).cpu()
             rem = counts % tile.block_t

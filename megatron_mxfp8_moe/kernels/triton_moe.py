@@ -438,6 +438,12 @@ def replace_launch_tiles(cfg: TritonMoEConfig, **changes) -> TritonMoEConfig:
     return dataclasses.replace(cfg, tail=tail, **changes)
 
 
+def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
+    """``cfg`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps: the
+    same values in the same MMA order, hence the same bits (what the GPU tests and the race probe compare with)."""
+    return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False)
+
+
 def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:
     """``cfg`` and its tail with ``sync_dots``."""
     return replace_launch_tiles(cfg, sync_dots=True)

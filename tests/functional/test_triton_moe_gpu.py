@@ -17,7 +17,7 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     TILES,
     TritonMoEConfig,
     choose_config,
-    replace_launch_tiles,
+    triton_form,
     triton_moe_support,
     triton_mxfp8_moe,
 )
@@ -930,18 +930,13 @@ def test_gluon_fc1_keeps_the_bits_of_the_other_activations(activation):
     _assert_tiles_keep_bits(k128, dataclasses.replace(k128, fc1_gluon=True), (64, 4, 1024, 512, 160), activation)
 
 
-def _triton_form(tile):
-    """``tile`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps."""
-    return replace_launch_tiles(tile, fc1_gluon=False, fc2_gluon=False)
-
-
 @pytest.mark.parametrize("name", ["m32l4_sx4p_m_t16_gg_s2", "m32k_sx4p_f4_t16_gg_s2", "m32l4_sx4p_m_gg_s2",
                                   "m32k_sx4p_f4_gg_s2"])
 def test_gluon_fc1_tiles_keep_the_bits_of_their_triton_form(name):
     """The "_gg_s2" tiles (both FCs in Gluon, the tails in Triton) against the same tiles in Triton only."""
     activation = "swiglu" if name.startswith("m32l4") else "squared_relu"
     tile = TILES[name]
-    _assert_tiles_keep_bits(_triton_form(tile), tile, (128, 8, 2048, 768, 256 if "_t16" in name else 384), activation)
+    _assert_tiles_keep_bits(triton_form(tile), tile, (128, 8, 2048, 768, 256 if "_t16" in name else 384), activation)
 
 
 @pytest.mark.parametrize("name", ["m32l4_sx4p_m_t16_gg_s2", "m32k_sx4p_f4_t16_gg_s2"])
@@ -965,7 +960,7 @@ def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, m
     monkeypatch.setenv(host.GLUON_ENV, "1")
     tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
     assert any(tile is TILES[name] for name in host._GLUON_DEFAULTS.values())
-    _assert_tiles_keep_bits(_triton_form(tile), tile, (experts, topk, hidden, inter, tokens), activation)
+    _assert_tiles_keep_bits(triton_form(tile), tile, (experts, topk, hidden, inter, tokens), activation)
 
 
 @pytest.mark.parametrize("name,tokens,activation", [("m32k_sx4p_f4_t16_g_s2_gt", 256, "squared_relu"),
@@ -991,7 +986,7 @@ def test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls(activation, tokens
         probs, ids = random_routing(tokens, 133, 8, device="cuda")
         ids = ids - 2
         ids[::3, 0] = -1
-        outs = _poisoned_outputs((_triton_form(tile), tile), fc1, fc2, x, probs, ids, tokens - 2, activation)
+        outs = _poisoned_outputs((triton_form(tile), tile), fc1, fc2, x, probs, ids, tokens - 2, activation)
         assert torch.equal(outs[0], outs[1]), f"call {call}: {(outs[0] - outs[1]).abs().nan_to_num(1e30).max()}"
         if call == 0:
             ref = _reference(x, fc1, fc2, probs, ids, activation, 3, tokens - 2, tokens)
