@@ -8,9 +8,6 @@
 #   bash tools/gpu_next.sh s22g     # session 22, call 5: the rebuilt 64-token Gluon tiles against the Triton tiles
 #   bash tools/gpu_next.sh s22a     # session 22, call 1: the two-register-set Gluon kernels: GPU tests, race
 #                                   # probe (opt-in tiles, rebuilt 64-token tiles)
-#   bash tools/gpu_next.sh s22b     # prepared for session 22, not run (s22d/s22f ran its parts): their speed (layer probes against the Triton tiles, kernel probes)
-#   bash tools/gpu_next.sh s22c     # prepared for session 22, not run (s22e/s22f ran its parts): the Triton default tiles the SASS scan flags, 300 calls each;
-#                                   # then their "_sd" (sync_dots) twins: bits and layer probes
 #   (session-20 modes below name tiles that session 21 removed: the 64-token Gluon tiles, the 128-token "_gt" tiles)
 #   bash tools/gpu_next.sh s21a     # for session 21 (run first): the 128-token tiles with Gluon tails, every Gluon test
 #   bash tools/gpu_next.sh s21b     # for session 21: per-kernel times of the squared-ReLU defaults at 64-512 tokens
@@ -115,18 +112,6 @@ moe_gpu_tests() {
     > $OUT/tests.log 2>&1
   echo "pytest rc=$?" >> $OUT/tests.log
   grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -12
-}
-# gluon_layer_probes: the opt-in 16- / 32-token Gluon tiles against their Triton tiles (Triton / Gluon / Triton) at 64
-# and 256 tokens, both shapes, into $OUT/probe.jsonl
-gluon_layer_probes() {
-  P="python3 bench/triton_moe_probe.py"
-  for s in qwen3-30b-a3b qwen3-235b-a22b; do
-    timeout 30 $P --shape $s --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2,s16k4_sx4p_m3_s2"
-    timeout 30 $P --shape $s --tokens 256 --configs "m32l4_sx4p_m_t16_s2,m32l4_sx4p_m_t16_gg_s2_gt,m32l4_sx4p_m_t16_s2"
-    timeout 30 $P --shape $s --tokens 256 --activation squared_relu \
-      --configs "m32k_sx4p_f4_t16_s2,m32k_sx4p_f4_t16_g_s2_gt,m32k_sx4p_f4_t16_s2"
-  done > $OUT/probe.jsonl 2> $OUT/probe.err
-  cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
 }
 # refit_bench SECONDS: bench/refit.py into $OUT (refit.md / refit.json; refit.log ends with its exit status)
 refit_bench() {
@@ -685,7 +670,14 @@ squared_relu_tiles or (tail_tiles and l128w) or (matches_float64 and (2048-768-6
   s22d)
     # session 22, call 2: the two-register-set Gluon kernels passed the race probe (call 1: 0 of 300 calls in 9 cases);
     # their speed in the layer against the Triton tiles, then the full MoE benchmark and the demo with GLUON=1
-    gluon_layer_probes
+    P="python3 bench/triton_moe_probe.py"
+    for s in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 30 $P --shape $s --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2,s16k4_sx4p_m3_s2"
+      timeout 30 $P --shape $s --tokens 256 --configs "m32l4_sx4p_m_t16_s2,m32l4_sx4p_m_t16_gg_s2_gt,m32l4_sx4p_m_t16_s2"
+      timeout 30 $P --shape $s --tokens 256 --activation squared_relu \
+        --configs "m32k_sx4p_f4_t16_s2,m32k_sx4p_f4_t16_g_s2_gt,m32k_sx4p_f4_t16_s2"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
     export MEGATRON_MXFP8_MOE_GLUON=1
     L=$OUT/log.txt
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
@@ -783,36 +775,6 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       timeout 100 $P --activation squared_relu --cases 1024:gq_s2,1024:gt_s2,64:default,256:default
     } > $OUT/race.jsonl 2> $OUT/race.err
     grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err ;;
-  s22b)
-    # prepared in session 21: speed of the two-register-set Gluon kernels. Layer probes of the opt-in tiles against
-    # their Triton tiles, then the FC2 / FC1 kernels alone (bit-equal to Triton at 128-deep steps and timed), with
-    # 64-row FC2 tiles too (fewer registers: 3 CTAs per SM at 32-token blocks instead of 2)
-    gluon_layer_probes
-    { timeout 60 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 768 --block-t 32 --pairs 16 --gluon 128:3:4,64:3:4,64:4:4
-      timeout 60 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 1536 --block-t 32 --pairs 16 --gluon 128:3:4,64:3:4
-      timeout 60 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 768 --block-t 64 --pairs 40 --gluon 128:3:4,64:3:4
-      timeout 60 python3 bench/gluon_fc1_probe.py --hidden 2048 --inter 768 --block-t 32 --pairs 16 --gluon 64:3:4,64:2:4
-      timeout 60 python3 bench/gluon_fc1_probe.py --hidden 2048 --inter 768 --block-t 64 --pairs 40 --gluon 64:3:4
-    } > $OUT/kernels.jsonl 2> $OUT/kernels.err
-    cat $OUT/kernels.jsonl; tail -3 $OUT/kernels.err ;;
-  s22c)
-    # prepared in session 21: the default Triton tiles that bench/sass_hazard_scan.py flags with Triton 3.6 (the
-    # gate-merged 128- / 256-token FC1, the 32-token tails at 4096 tokens), each against itself, 300 fresh inputs
-    P="python3 bench/gluon_tail_race_probe.py --reps 300"
-    { timeout 150 $P --activation swiglu --cases 1024:triton,4096:triton
-      timeout 120 $P --activation squared_relu --cases 4096:triton
-    } > $OUT/race.jsonl 2> $OUT/race.err
-    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err
-    # then "_sync_dots" ("_sd": the scan finds no hazard with it, Triton 3.6 and 3.8): bits, and layer probes against
-    # the base tiles
-    moe_gpu_tests 120 "sync_dots"
-    P="python3 bench/triton_moe_probe.py"
-    { timeout 30 $P --shape qwen3-30b-a3b --tokens 1024 --configs "l128m_sa_t64pu_s2,l128m_sa_t64pu_s2_sd,l128m_sa_t64pu_s2"
-      timeout 40 $P --shape qwen3-30b-a3b --tokens 4096 --configs "x256m_sa_t32,x256m_sa_t32_sd,x256m_sa_t32"
-      timeout 40 $P --shape qwen3-30b-a3b --tokens 4096 --activation squared_relu \
-        --configs "x256w_sa_t32a,x256w_sa_t32a_sd,x256w_sa_t32a"
-    } > $OUT/probe.jsonl 2> $OUT/probe.err
-    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s21c)
     # session 21, call 2: which arrangement of the 128-token tiles with Gluon tails writes garbage rows
     # (bench/gluon_tail_race_probe.py), then the s21b profiles (call 1 timed out before them)
