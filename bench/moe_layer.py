@@ -30,7 +30,7 @@ from megatron_mxfp8_moe.kernels.triton_moe import (  # noqa: E402
     TILES,
     TritonMoEConfig,
     choose_config,
-    gluon_enabled,
+    gluon_policy,
     triton_mxfp8_moe,
 )
 from megatron_mxfp8_moe.tensor import quantize_mxfp8  # noqa: E402
@@ -257,7 +257,7 @@ def main():
     props = torch.cuda.get_device_properties(device)
     bandwidth = read_bandwidth(device)
     env = dict(gpu=props.name, torch=torch.__version__, triton=triton.__version__, sms=props.multi_processor_count,
-               read_bandwidth_GBps=bandwidth / 1e9, rotate=ROTATE, gluon_tiles=gluon_enabled())
+               read_bandwidth_GBps=bandwidth / 1e9, rotate=ROTATE, gluon_tiles=gluon_policy())
     print(env, flush=True)
     rows_out = []
     for shape_name in args.shapes.split(","):
@@ -364,7 +364,7 @@ def write_report(env, rows, out_dir):
     lines = [
         f"GPU {env['gpu']}, torch {env['torch']}, Triton {env['triton']}; HBM read {env['read_bandwidth_GBps']:.0f} GB/s "
         f"(measured in this run). us per layer, CUDA-graph medians, {env['rotate']} routings rotated. Gluon tiles "
-        f"(MEGATRON_MXFP8_MOE_GLUON): {'on' if env.get('gluon_tiles') else 'off'}.",
+        f"(MEGATRON_MXFP8_MOE_GLUON): {env['gluon_tiles']}.",
         "",
         "| shape | T | touched | vllm BF16 | mcore BF16 | MXFP8 SwiGLU (default) | x vllm | roofline SwiGLU | % roof | "
         "v3 default SwiGLU | best of sweep | MXFP8 sq-ReLU (default) | x vllm | roofline sq-ReLU | % roof | "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s22h     # for session 23 (run first): bits, races, benchmark of the 64-token Gluon twins (GLUON=1)
-#   bash tools/gpu_next.sh s23ncu   # for session 23: ncu of the squared-ReLU FCs at 256 tokens; the "_n64" Gluon candidates
+#   bash tools/gpu_next.sh s23b     # session 23, call 2: GPU tests of the default Gluon twins (28-72 pairs per expert), s23ncu
+#   bash tools/gpu_next.sh s23ncu   # ncu of the squared-ReLU FCs at 256 tokens; the "_n64" Gluon candidates
+#   bash tools/gpu_next.sh s22h     # session 23, call 1: bits, races, benchmark of the 64-token Gluon twins (GLUON=1)
 #   bash tools/gpu_next.sh s22d     # session 22, call 2: layer probes of the two-set Gluon tiles, benchmark + demo GLUON=1
 #   bash tools/gpu_next.sh s22e     # session 22, call 3: the rest of the Gluon GPU tests, sync_dots bits, Triton races
 #   bash tools/gpu_next.sh s22f     # session 22, call 4: '_sd' tiles against their bases, Gluon kernels alone
@@ -726,6 +727,16 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
         --configs "l128w_sa_t64p2_s2,l128w_sa_t64p2_s2_gt,l128w_sa_t64p2_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s23b)
+    # session 23, call 2: the Gluon twins at 28-72 pairs per expert on by default (GLUON_ENV unset): the GPU tests
+    # whose default calls now run them (float64 oracle at 600 / 1024 tokens, graph replays at 512 / 640 / 1024), the
+    # layer's graph tests, then s23ncu
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "default_gluon or matches_float64_reference or fp32_out or new_routing_and_valid or gluon_defaults_and_the_env" \
+      tests/functional/test_layer_cuda_graph_gpu.py > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -12
+    NCU_TIMEOUT=240 bash tools/gpu_next.sh s23ncu ;;
   s23ncu)
     # prepared in session 22: where squared ReLU's time goes at 256 tokens (30b, the default m32k_sx4p_f4_t16_s2: FC1
     # and FC2 each ~66% of their roofline share in run 24's profile). ncu reads counters only on Firecracker (uname -r

@@ -452,10 +452,10 @@ def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # Session 21: "_sd", the default 128- / 256-token tiles with ``sync_dots`` (candidates, not defaults; untimed).
 TILES.update({f"{name}_sd": _synced(TILES[name]) for name in (
     "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2", "l128m_sa_t32_s2", "l128w_sa_t32a_s2", "x256m_sa_t32", "x256w_sa_t32a")})
-# Triton tile -> its Gluon twin, picked only where GLUON_ENV opts in (off by default since session 21) and H and I
-# tile by 128. Session 21 (run 24, bench/gluon_tail_race_probe.py, 150 fresh inputs per case bit-compared with the
-# Triton form): every tile with a 64-token Gluon kernel wrote one FC2 CTA's outputs (128 columns of every token of
-# one block) as NaN in 3-5% of calls: gated 512 / 640 / 1024 tokens 7 / 7 / 7 of 150 (1024 also on one stream),
+# Triton tile -> its Gluon twin, picked where H and I tile by 128 and GLUON_ENV allows it (``_tile``). Session 21
+# (run 24, bench/gluon_tail_race_probe.py, 150 fresh inputs per case bit-compared with the Triton form): every tile
+# with a 64-token Gluon kernel wrote one FC2 CTA's outputs (128 columns of every token of one block) as NaN in 3-5%
+# of calls: gated 512 / 640 / 1024 tokens 7 / 7 / 7 of 150 (1024 also on one stream),
 # squared ReLU 512 / 640 5 / 6 of 150, the 128-token tiles with Gluon 64-token tails 1-3 of 30, a fence after the
 # mbarrier init changed nothing; their Triton forms 0 of 150 (gated 640 / 1024, squared ReLU 640). The 64-token
 # Gluon tiles were therefore taken out of the package (``_GLUON_BASES``). The 16- / 32-token ones (64 and 256 tokens: 0 of
@@ -463,7 +463,12 @@ TILES.update({f"{name}_sd": _synced(TILES[name]) for name in (
 # step's dequant overwrote the registers that the previous step's in-flight register-A wgmmas still read. Session 21
 # rewrote both Gluon kernels with two register sets (the CPU compile test checks the SASS). Session 22 (run 25): that
 # form passed the race probe (0 of 300 calls in 9 cases) and the Gluon GPU tests, and the 64-token twins came back
-# (above); the switch stays off by default until they have run as widely as the Triton tiles.
+# (above). Session 23 (run 26): choose_config's picks at 512 / 640 / 1024 tokens kept the bits of their Triton forms
+# (GPU tests, 40 fresh calls at 640), the race probe found 0 of 300 bad calls at 512 / 640 on both activations, and
+# they are faster (run 25, us per layer, Triton / Gluon, 30b / 235b: 640 tokens SwiGLU 353.6 / 300.3, 1234.5 /
+# 1109.4, squared ReLU 454.4 / 410.0, 1654.3 / 1556.9; 1024 tokens 1-5%; run 26's full benchmark at 1024 tokens
+# SwiGLU 396.9 / 1429.8, squared ReLU 503.5 / 1890.8 against run 24's Triton 410.6 / 1504.0, 530.9 / 2015.6): they
+# are on by default (``_GLUON_BY_DEFAULT``). The 16- / 32-token twins gain nothing (run 25) and stay opt-in.
 _GLUON_DEFAULTS = {
     "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2",
     "s16k_sx4_f4": "s16k_sx4p_f4_g_s2",
@@ -478,27 +483,38 @@ _GLUON_DEFAULTS = {
     "l128m_sa_t64pu_s2": "l128m_sa_t64pu_s2_gt",
     "l128w_sa_t64p2_s2": "l128w_sa_t64p2_s2_gt",
 }
-# Environment switch: "1" (or true / yes / on) lets ``choose_config`` pick the Gluon twins (``_GLUON_DEFAULTS``)
-# where H and I are multiples of 128; anything else (the default) keeps the Triton tiles. An opted-in call whose
-# Gluon tile cannot run here (``_gluon_problem``: no GPU, no Gluon, odd shapes) runs ``choose_config(...,
-# gluon=False)``.
+# The Triton tiles whose Gluon twins ``choose_config`` picks by default (28-72 pairs per expert: the 64-token tiles
+# and the 128-token tiles' 64-token tails).
+_GLUON_BY_DEFAULT = frozenset({"l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2", "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2",
+                               "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
+# Environment switch for the Gluon twins (``_GLUON_DEFAULTS``), used where H and I are multiples of 128: unset, empty
+# or "auto" (the default): the twins of ``_GLUON_BY_DEFAULT`` only; "1" / true / yes / on / all: every twin; "0" /
+# false / no / off: none (Triton tiles only). A call whose Gluon tile cannot run here (``_gluon_problem``: no GPU,
+# no Gluon, odd shapes) runs ``choose_config(..., gluon=False)``.
 GLUON_ENV = "MEGATRON_MXFP8_MOE_GLUON"
+_GLUON_POLICIES = {"": "auto", "auto": "auto", "1": "all", "true": "all", "yes": "all", "on": "all", "all": "all",
+                   "0": "off", "false": "off", "no": "off", "off": "off"}
 
 
-def gluon_enabled() -> bool:
-    """Whether ``choose_config`` may pick the Gluon tiles (``GLUON_ENV`` set to 1 / true / yes / on; off by
-    default: ``_GLUON_DEFAULTS``)."""
-    return os.environ.get(GLUON_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+def gluon_policy() -> str:
+    """Which Gluon twins ``choose_config`` may pick, from ``GLUON_ENV``: "auto" (unset: ``_GLUON_BY_DEFAULT``),
+    "all" or "off". Raises ValueError for any other value."""
+    value = os.environ.get(GLUON_ENV, "").strip().lower()
+    if value not in _GLUON_POLICIES:
+        raise ValueError(f"{GLUON_ENV}={os.environ[GLUON_ENV]!r}: expected auto (the default, also unset), "
+                         "1 / true / yes / on / all, or 0 / false / no / off")
+    return _GLUON_POLICIES[value]
 
 
 def _tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
-    """``TILES[name]`` (a Triton tile), or where ``gluon`` (None: ``gluon_enabled()``) and H and I tile by 128 its
-    Gluon default (``_GLUON_DEFAULTS``)."""
+    """``TILES[name]`` (a Triton tile), or where H and I tile by 128 its Gluon twin (``_GLUON_DEFAULTS``): with
+    ``gluon`` True every twin, False none, None as ``gluon_policy()`` says (by default ``_GLUON_BY_DEFAULT``)."""
+    if hidden % 128 or intermediate % 128 or name not in _GLUON_DEFAULTS or gluon is False:
+        return TILES[name]
     if gluon is None:
-        gluon = gluon_enabled()
-    if gluon and hidden % 128 == 0 and intermediate % 128 == 0 and name in _GLUON_DEFAULTS:
-        return TILES[_GLUON_DEFAULTS[name]]
-    return TILES[name]
+        policy = gluon_policy()
+        gluon = policy == "all" or (policy == "auto" and name in _GLUON_BY_DEFAULT)
+    return TILES[_GLUON_DEFAULTS[name]] if gluon else TILES[name]
 
 
 def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int,
@@ -510,7 +526,8 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     wide tiles so each dequantized weight tile is reused by many tokens. ``experts``: the experts the routing
     spreads the ``rows * topk`` pairs over, i.e. the GLOBAL count under expert parallelism (a rank that sees all
     tokens but holds E / EP experts gets about ``rows * topk / experts`` pairs per local expert). ``gluon``: whether
-    the Gluon tiles may be picked (None: ``gluon_enabled()``, i.e. only where GLUON_ENV opts in).
+    the Gluon twins may be picked (True: all, False: none, None: as ``gluon_policy()`` says, by default those of
+    ``_GLUON_BY_DEFAULT``).
     """
     pairs_per_expert = rows * topk / max(experts, 1)
     # Up to 1.5 pairs per expert (sessions 5-6): the GEMV paths. Every (token, expert) pair is then a

@@ -971,6 +971,21 @@ def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
+@pytest.mark.parametrize("activation,tokens", [(a, t) for t in (512, 640, 1024) for a in ("swiglu", "squared_relu")])
+def test_cuda_graph_replay_with_the_default_gluon_tiles(activation, tokens, monkeypatch):
+    """Session 23: the Gluon twins that ``choose_config`` picks by default (GLUON_ENV unset; 28-72 pairs per expert)
+    in one graph, replayed with new routing and valid-token counts: equal to eager, within BOUND of float64."""
+    from megatron_mxfp8_moe.kernels import triton_moe as host
+
+    monkeypatch.delenv(host.GLUON_ENV, raising=False)
+
+    def config_for(tokens, hidden, inter, topk, experts):
+        cfg = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
+        assert any(t.fc1_gluon or t.fc2_gluon for t in cfg.launch_tiles)
+        return cfg
+    _graph_replay_of(config_for, tokens, (tokens, tokens * 2 // 3, 5), activation)
+
+
 @pytest.mark.parametrize("activation,tokens", [(a, t) for t in (64, 256, 640) for a in ("swiglu", "squared_relu")])
 def test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls(activation, tokens):
     """The opt-in Gluon tiles over 40 fresh inputs and routings each (a race shows up as a rare call with garbage

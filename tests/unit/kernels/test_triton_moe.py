@@ -65,7 +65,7 @@ def test_config_grows_with_rows(rows, block_t):
         assert n & (n - 1) == 0 and k % 32 == 0
 
 
-@pytest.mark.parametrize("gluon", ["1", "0"])
+@pytest.mark.parametrize("gluon", ["1", "0", "auto"])
 def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch):
     from megatron_mxfp8_moe.kernels import triton_moe
 
@@ -74,11 +74,12 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
-    gluon_able = {names[id(triton_moe._tile(name, 2048, 768))] for name in (
-        "s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2", "l128m_sa_t64pu_s2",
-        "l128w_sa_t64p2_s2")}
-    assert all(any(t.fc1_gluon or t.fc2_gluon for t in TILES[name].launch_tiles) == (gluon == "1")
-               for name in gluon_able)
+    bases = ("s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2", "l128m_sa_t64pu_s2",
+             "l128w_sa_t64p2_s2")
+    gluon_able = {names[id(triton_moe._tile(base, 2048, 768))] for base in bases}
+    for base in bases:  # "auto" (the default): the Gluon twins of _GLUON_BY_DEFAULT only (here the 1024-token tiles)
+        expected = gluon == "1" or (gluon == "auto" and base.startswith("l128"))
+        assert any(t.fc1_gluon or t.fc2_gluon for t in triton_moe._tile(base, 2048, 768).launch_tiles) == expected
     assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "x256m_sa_t32", "x256w_sa_t32a"} | gluon_able <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
@@ -88,7 +89,7 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
     assert capped == TILES["s16k_sx_r"]
 
 
-@pytest.mark.parametrize("gluon", ["1", "0"])
+@pytest.mark.parametrize("gluon", ["1", "0", "auto"])
 @pytest.mark.parametrize("gated", [True, False])
 def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     """The regions of ``choose_config`` at top-8 over 128 experts (bounds from the session 5/6 H200 probes)."""
@@ -118,9 +119,9 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     # 32-token ones, and only where GLUON_ENV opts in; session 22: the 64-token ones and the 128-token tiles'
     # 64-token tails again (two register sets)
     picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
-    if gluon == "1":
+    if gluon != "0":  # "1": every twin; "auto" (the default): those of 28-72 pairs per expert (448-1151 tokens)
         gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_DEFAULTS.items()}
-        assert sum(name in gluon_names for name in picks) == 9
+        assert [name in gluon_names for name in picks] == [gluon == "1"] * 3 + [True] * 6 + [False] * 4
         picks = [gluon_names.get(name, name) for name in picks]
     assert picks == (
         ["m32l4_sx4p_m_t16_s2", "m32l4_sx4p_m_s2", "m32l4_sx4p_m_s2", "l64_sx4p_mu_t32_s2", "l64_sx4p_mu_t32_s2",
@@ -446,21 +447,27 @@ def test_gluon_fc2_is_checked(monkeypatch):
     assert launched == []
 
 
-def test_gluon_tiles_are_opt_in_with_a_triton_fallback(monkeypatch):
-    """``choose_config`` picks the Gluon twins of the 16- / 32-token plane tiles only where GLUON_ENV opts in (off by
-    default since session 21) and H and I tile by 128, never a 64-token Gluon tile; an opted-in default call falls
-    back to the Triton twin where the Gluon kernels cannot run (here: a CPU device), while an explicit Gluon config
-    raises before any launch."""
+def test_gluon_switch_and_the_triton_fallback(monkeypatch):
+    """``choose_config`` picks the Gluon twins where H and I tile by 128: by default (GLUON_ENV unset or "auto", since
+    session 23) those of the 64-token tiles and the 128-token tiles' 64-token tails (28-72 pairs per expert), with
+    GLUON_ENV=1 also the 16- / 32-token ones, with 0 none; any other value raises. A call whose Gluon tile cannot
+    run here (here: a CPU device) falls back to the Triton twin, while an explicit Gluon config raises before any
+    launch."""
     from megatron_mxfp8_moe.errors import BackendUnavailableError
     from megatron_mxfp8_moe.kernels import triton_moe
 
     shape = dict(gated=True, topk=8, experts=128)
     monkeypatch.delenv(triton_moe.GLUON_ENV, raising=False)
+    assert triton_moe.gluon_policy() == "auto"
     assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_s2"]
-    for value, enabled in (("1", True), ("on", True), ("TRUE", True), ("yes", True), ("0", False), ("", False),
-                           ("off", False), ("all", False)):
+    for value, policy in (("1", "all"), ("on", "all"), ("TRUE", "all"), ("yes", "all"), ("all", "all"),
+                          ("0", "off"), ("off", "off"), ("No", "off"), ("", "auto"), (" auto ", "auto")):
         monkeypatch.setenv(triton_moe.GLUON_ENV, value)
-        assert triton_moe.gluon_enabled() is enabled, value
+        assert triton_moe.gluon_policy() == policy, value
+    for value in ("2", "enable", "gluon"):
+        monkeypatch.setenv(triton_moe.GLUON_ENV, value)
+        with pytest.raises(ValueError, match=f"MEGATRON_MXFP8_MOE_GLUON='{value}': expected auto"):
+            choose_config(640, 2048, 768, **shape)
     monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
     for rows, gated, name in ((256, True, "m32l4_sx4p_m_t16"), (256, False, "m32k_sx4p_f4_t16"),
                               (384, True, "m32l4_sx4p_m"), (384, False, "m32k_sx4p_f4")):
@@ -487,11 +494,22 @@ def test_gluon_tiles_are_opt_in_with_a_triton_fallback(monkeypatch):
         for gated in (True, False):
             tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
             assert not any(t.fc1_gluon or t.fc2_gluon for t in tiles), (rows, gated)
-    monkeypatch.delenv(triton_moe.GLUON_ENV)
-    for rows in (64, 256, 512, 640, 1024):  # off by default
-        for gated in (True, False):
-            tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
-            assert not any(t.fc1_gluon or t.fc2_gluon for t in tiles), (rows, gated)
+    for value in (None, "auto", "0"):  # the default: Gluon at 28-72 pairs per expert only; "0": nowhere
+        if value is None:
+            monkeypatch.delenv(triton_moe.GLUON_ENV)
+        else:
+            monkeypatch.setenv(triton_moe.GLUON_ENV, value)
+        for rows in (64, 256, 384, 447, 448, 512, 640, 1024, 1151, 1152, 4096):
+            for gated in (True, False):
+                tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
+                expected = value != "0" and 448 <= rows <= 1151
+                assert any(t.fc1_gluon or t.fc2_gluon for t in tiles) == expected, (value, rows, gated)
+                assert any(t.fc1_gluon or t.fc2_gluon for t in choose_config(
+                    rows, 2048, 800, **dict(shape, gated=gated)).launch_tiles) is False  # I not a multiple of 128
+        assert choose_config(640, 2048, 768, **shape) is (TILES["l64_sx4p_mu_s2"] if value == "0" else
+                                                          TILES["l64_sx4p_mu_gg_s2"])
+        assert choose_config(640, 2048, 768, **shape, gluon=False) is TILES["l64_sx4p_mu_s2"]
+        assert choose_config(256, 2048, 768, **shape, gluon=True) is TILES["m32l4_sx4p_m_t16_gg_s2_gt"]
     monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
     launched = []
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
