@@ -13,7 +13,8 @@ form on the same inputs:
 - ``gt_s0``: everything on one stream;
 - ``gq_s2``: the 64-token tile with both FCs in Gluon (session 20's default at 40-64 pairs per expert) at this size;
 - ``gq_s0``: the same on one stream (the planes copy of x not beside the route);
-- ``default``: ``choose_config``'s tile at that size; ``triton``: its Triton form, checked against itself.
+- ``default``: ``choose_config``'s tile at that size; ``triton``: its Triton form, checked against itself;
+- any name of ``TILES``: that tile.
 
 For a failing run it prints how often 3 more runs on the same inputs fail, the bad rows, the 128-column FC2 tiles they differ in, and the local experts those rows
 share, marked by whether each expert's last pairs went to the tail (``route_reference``'s rule).
@@ -55,7 +56,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=8)
     parser.add_argument("--cases", default="1024:gt_s2,1024:gt_s1,1024:gt_s0,1024:gq_s2",
                         help="comma-separated tokens:variant; variants: gt_s2, gt_s1, gt_s0, gq_s2, gq_s0, default "
-                             "(choose_config's tile), triton (its Triton form, checked against itself)")
+                             "(choose_config's tile), triton (its Triton form, checked against itself), a name of TILES")
     args = parser.parse_args()
     gated = args.activation == "swiglu"
     gt, gq = _tiles_64(gated)
@@ -66,7 +67,7 @@ def main() -> None:
         return {"gt_s2": gt, "gt_s1": dataclasses.replace(gt, side_stream=1),
                 "gt_s0": dataclasses.replace(gt, side_stream=0), "gq_s2": gq,
                 "gq_s0": dataclasses.replace(gq, side_stream=0), "default": default,
-                "triton": triton_form(default)}[name]
+                "triton": triton_form(default)}[name] if name not in TILES else TILES[name]
 
     names = {id(t): n for n, t in TILES.items()}
     torch.manual_seed(0)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s23c     # session 23, call 3: ncu details; the rest of s23b's tests; the "_n64" tiles: bits, races, probes
 #   bash tools/gpu_next.sh s23b     # session 23, call 2: GPU tests of the default Gluon twins (28-72 pairs per expert), s23ncu
 #   bash tools/gpu_next.sh s23ncu   # ncu of the squared-ReLU FCs at 256 tokens; the "_n64" Gluon candidates
 #   bash tools/gpu_next.sh s22h     # session 23, call 1: bits, races, benchmark of the 64-token Gluon twins (GLUON=1)
@@ -727,6 +728,39 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
         --configs "l128w_sa_t64p2_s2,l128w_sa_t64p2_s2_gt,l128w_sa_t64p2_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s23c)
+    # session 23, call 3: ncu's details of call 2's report (carried in .ncu/); the default Gluon twins' tests that
+    # call 2's 200 s did not reach; the 16-token Gluon tiles with 64-row FC2 ("_n64", now the GLUON=1 twins at 1.5-8
+    # pairs per expert): bits and 40 repeated calls at 64 tokens, race probe (300 calls) at 64 / 100 tokens, layer
+    # probes on 235b at 64 tokens and on 30b at 128 tokens
+    timeout 60 ncu --import .ncu/ncu_sq256.ncu-rep --page details --print-details all > $OUT/ncu_details.txt 2>&1
+    echo "ncu rc=$?" >> $OUT/ncu_details.txt
+    grep -n "_kernel\|Duration\|DRAM Throughput\|Memory Throughput\|Issue Slots Busy\|Registers Per\|Achieved Occ" \
+      $OUT/ncu_details.txt | head -40
+    T=tests/functional/test_triton_moe_gpu.py
+    timeout 220 python3 -m pytest -v -p no:cacheprovider "$T::test_cuda_graph_replay_with_the_default_gluon_tiles" \
+      "$T::test_matches_float64_reference[128-8-2048-768-1024-swiglu]" \
+      "$T::test_matches_float64_reference[128-8-2048-768-600-squared_relu]" \
+      "$T::test_matches_float64_reference[128-8-4096-1536-700-squared_relu]" \
+      "$T::test_gluon_defaults_keep_the_bits_of_their_triton_form[swiglu-64]" \
+      "$T::test_gluon_defaults_keep_the_bits_of_their_triton_form[squared_relu-64]" \
+      "$T::test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls[swiglu-64]" \
+      "$T::test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls[squared_relu-64]" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep -E "PASSED|FAILED|ERROR|rc=" $OUT/tests.log | tail -14
+    P="python3 bench/gluon_tail_race_probe.py --reps 300"
+    { timeout 60 $P --activation swiglu --cases 64:s16k4_sx4p_m3_g_s2_n64,100:s16k4_sx4p_m3_g_s2_n64
+      timeout 60 $P --activation squared_relu --cases 64:s16k_sx4p_f4_g_s2_n64,100:s16k_sx4p_f4_g_s2_n64
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    grep failed_reps $OUT/race.jsonl; tail -3 $OUT/race.err
+    P="python3 bench/triton_moe_probe.py"
+    { timeout 45 $P --shape qwen3-235b-a22b --tokens 64 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2_n64,s16k4_sx4p_m3_s2"
+      timeout 45 $P --shape qwen3-235b-a22b --tokens 64 --activation squared_relu \
+        --configs "s16k_sx4_f4,s16k_sx4p_f4_g_s2_n64,s16k_sx4_f4"
+      timeout 35 $P --tokens 128 --configs "s16k4_sx4p_m3_s2,s16k4_sx4p_m3_g_s2_n64,s16k4_sx4p_m3_s2"
+      timeout 35 $P --tokens 128 --activation squared_relu --configs "s16k_sx4_f4,s16k_sx4p_f4_g_s2_n64,s16k_sx4_f4"
+    } > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl ;;
   s23b)
     # session 23, call 2: the Gluon twins at 28-72 pairs per expert on by default (GLUON_ENV unset): the GPU tests
     # whose default calls now run them (float64 oracle at 600 / 1024 tokens, graph replays at 512 / 640 / 1024), the

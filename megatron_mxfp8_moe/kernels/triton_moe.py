@@ -425,9 +425,11 @@ TILES.update({
 })
 TILES["l64k2_sx4p_f4_t32_gq_s2_gt"] = dataclasses.replace(TILES["l64k2_sx4p_f4_gq_s2"],
                                                           tail=_gluon_fc2(TILES["m32k_sx4p_f4"]))
-# Session 22 candidates (untimed in the layer, not defaults): the 16-token Gluon tiles with 64-row FC2 programs. Run
-# 25 kernel probe (bench/gluon_fc2_probe.py, 30b FC2, 8 pairs per expert in 16-token blocks): 64 rows 78.4 us against
-# 87.4 with 128 rows and 85.2 / 86.2 for the Triton FC2 (32-token blocks: 64 rows 92.2 against 87.5, so not there).
+# Session 22: the 16-token Gluon tiles with 64-row FC2 programs. Run 25 kernel probe (bench/gluon_fc2_probe.py, 30b
+# FC2, 8 pairs per expert in 16-token blocks): 64 rows 78.4 us against 87.4 with 128 rows and 85.2 / 86.2 for the
+# Triton FC2 (32-token blocks: 64 rows 92.2 against 87.5, so not there). Run 26 layer probes (30b, 64 tokens, us,
+# Triton / Gluon 128 rows / Gluon 64 rows / Triton): gated 205.2 / 203.8 / 196.7 / 206.5, squared ReLU 274.1 / 274.0 /
+# 263.7 / 274.9: the Gluon twins of the 16-token tiles since session 23 (``_GLUON_DEFAULTS``).
 TILES.update({f"{name}_n64": dataclasses.replace(TILES[name], fc2_block_n=64)
               for name in ("s16k4_sx4p_m3_g_s2", "s16k_sx4p_f4_g_s2")})
 
@@ -470,8 +472,8 @@ TILES.update({f"{name}_sd": _synced(TILES[name]) for name in (
 # SwiGLU 396.9 / 1429.8, squared ReLU 503.5 / 1890.8 against run 24's Triton 410.6 / 1504.0, 530.9 / 2015.6): they
 # are on by default (``_GLUON_BY_DEFAULT``). The 16- / 32-token twins gain nothing (run 25) and stay opt-in.
 _GLUON_DEFAULTS = {
-    "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2",
-    "s16k_sx4_f4": "s16k_sx4p_f4_g_s2",
+    "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2_n64",
+    "s16k_sx4_f4": "s16k_sx4p_f4_g_s2_n64",
     "m32l4_sx4p_m_t16_s2": "m32l4_sx4p_m_t16_gg_s2_gt",
     "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt",
     "m32l4_sx4p_m_s2": "m32l4_sx4p_m_gg_s2",
