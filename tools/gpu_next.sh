@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s23d     # session 23, call 4: tests at 64 tokens, full benchmark + demo of the new defaults
 #   bash tools/gpu_next.sh s23c     # session 23, call 3: ncu details; the rest of s23b's tests; the "_n64" tiles: bits, races, probes
 #   bash tools/gpu_next.sh s23b     # session 23, call 2: GPU tests of the default Gluon twins (28-72 pairs per expert), s23ncu
 #   bash tools/gpu_next.sh s23ncu   # ncu of the squared-ReLU FCs at 256 tokens; the "_n64" Gluon candidates
@@ -728,6 +729,19 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
         --configs "l128w_sa_t64p2_s2,l128w_sa_t64p2_s2_gt,l128w_sa_t64p2_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s23d)
+    # session 23, call 4: the new defaults (GLUON_ENV unset: the "_n64" 16-token twins at 1.5-8 pairs per expert, the
+    # 64-token twins at 28-72): their 64-token tests, then the full benchmark and the demo
+    T=tests/functional/test_triton_moe_gpu.py
+    timeout 90 python3 -m pytest -v -p no:cacheprovider "$T::test_cuda_graph_replay_with_the_default_gluon_tiles[swiglu-64]" \
+      "$T::test_cuda_graph_replay_with_the_default_gluon_tiles[squared_relu-64]" \
+      "$T::test_matches_float64_reference[128-8-2048-768-64-swiglu]" \
+      "$T::test_matches_float64_reference[128-8-2048-768-64-squared_relu]" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep -E "PASSED|FAILED|ERROR|rc=" $OUT/tests.log | tail -6
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    moe_bench_and_demo 240 $L ;;
   s23c)
     # session 23, call 3: ncu's details of call 2's report (carried in .ncu/); the default Gluon twins' tests that
     # call 2's 200 s did not reach; the 16-token Gluon tiles with 64-row FC2 ("_n64", now the GLUON=1 twins at 1.5-8

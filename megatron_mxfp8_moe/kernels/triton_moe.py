@@ -429,7 +429,9 @@ TILES["l64k2_sx4p_f4_t32_gq_s2_gt"] = dataclasses.replace(TILES["l64k2_sx4p_f4_g
 # FC2, 8 pairs per expert in 16-token blocks): 64 rows 78.4 us against 87.4 with 128 rows and 85.2 / 86.2 for the
 # Triton FC2 (32-token blocks: 64 rows 92.2 against 87.5, so not there). Run 26 layer probes (30b, 64 tokens, us,
 # Triton / Gluon 128 rows / Gluon 64 rows / Triton): gated 205.2 / 203.8 / 196.7 / 206.5, squared ReLU 274.1 / 274.0 /
-# 263.7 / 274.9: the Gluon twins of the 16-token tiles since session 23 (``_GLUON_DEFAULTS``).
+# 263.7 / 274.9; Triton / Gluon 64 rows / Triton: 235b 64 tokens gated 712.0 / 706.3 / 720.8, squared ReLU 992.6 /
+# 980.0 / 1022.6; 30b 128 tokens 216.5 / 209.3 / 216.8 and 287.9 / 277.3 / 288.6. The Gluon twins of the 16-token
+# tiles since session 23 (``_GLUON_DEFAULTS``), on by default (``_GLUON_BY_DEFAULT``).
 TILES.update({f"{name}_n64": dataclasses.replace(TILES[name], fc2_block_n=64)
               for name in ("s16k4_sx4p_m3_g_s2", "s16k_sx4p_f4_g_s2")})
 
@@ -470,7 +472,8 @@ TILES.update({f"{name}_sd": _synced(TILES[name]) for name in (
 # they are faster (run 25, us per layer, Triton / Gluon, 30b / 235b: 640 tokens SwiGLU 353.6 / 300.3, 1234.5 /
 # 1109.4, squared ReLU 454.4 / 410.0, 1654.3 / 1556.9; 1024 tokens 1-5%; run 26's full benchmark at 1024 tokens
 # SwiGLU 396.9 / 1429.8, squared ReLU 503.5 / 1890.8 against run 24's Triton 410.6 / 1504.0, 530.9 / 2015.6): they
-# are on by default (``_GLUON_BY_DEFAULT``). The 16- / 32-token twins gain nothing (run 25) and stay opt-in.
+# are on by default (``_GLUON_BY_DEFAULT``), as are the 16-token twins with 64-row FC2 programs (below). The 32-token
+# twins gain nothing (run 25) and stay opt-in.
 _GLUON_DEFAULTS = {
     "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2_n64",
     "s16k_sx4_f4": "s16k_sx4p_f4_g_s2_n64",
@@ -485,10 +488,11 @@ _GLUON_DEFAULTS = {
     "l128m_sa_t64pu_s2": "l128m_sa_t64pu_s2_gt",
     "l128w_sa_t64p2_s2": "l128w_sa_t64p2_s2_gt",
 }
-# The Triton tiles whose Gluon twins ``choose_config`` picks by default (28-72 pairs per expert: the 64-token tiles
+# The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
+# Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens) and 28-72 (the 64-token tiles
 # and the 128-token tiles' 64-token tails).
-_GLUON_BY_DEFAULT = frozenset({"l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2", "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2",
-                               "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
+_GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2",
+                               "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
 # Environment switch for the Gluon twins (``_GLUON_DEFAULTS``), used where H and I are multiples of 128: unset, empty
 # or "auto" (the default): the twins of ``_GLUON_BY_DEFAULT`` only; "1" / true / yes / on / all: every twin; "0" /
 # false / no / off: none (Triton tiles only). A call whose Gluon tile cannot run here (``_gluon_problem``: no GPU,
