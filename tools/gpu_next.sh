@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s23e     # session 23, call 5: the "_n64" 16-token tiles at 192 / 256 tokens (layer probes)
 #   bash tools/gpu_next.sh s23d     # session 23, call 4: tests at 64 tokens, full benchmark + demo of the new defaults
 #   bash tools/gpu_next.sh s23c     # session 23, call 3: ncu details; the rest of s23b's tests; the "_n64" tiles: bits, races, probes
 #   bash tools/gpu_next.sh s23b     # session 23, call 2: GPU tests of the default Gluon twins (28-72 pairs per expert), s23ncu
@@ -728,6 +729,17 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       timeout 40 $P --shape $s --tokens 1024 --activation squared_relu \
         --configs "l128w_sa_t64p2_s2,l128w_sa_t64p2_s2_gt,l128w_sa_t64p2_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s23e)
+    # session 23, call 5: the 16-token Gluon tiles with 64-row FC2 ("_n64", default at 1.5-8 pairs per expert) past
+    # 8 pairs per expert, against the 32-token tiles with 16-token tails there (layer probes, 192 / 256 tokens)
+    P="python3 bench/triton_moe_probe.py"
+    { timeout 50 $P --tokens 192,256 --activation squared_relu \
+        --configs "m32k_sx4p_f4_t16_s2,s16k_sx4p_f4_g_s2_n64,m32k_sx4p_f4_t16_s2"
+      timeout 50 $P --tokens 192,256 --configs "m32l4_sx4p_m_t16_s2,s16k4_sx4p_m3_g_s2_n64,m32l4_sx4p_m_t16_s2"
+      timeout 60 $P --shape qwen3-235b-a22b --tokens 256 --activation squared_relu \
+        --configs "m32k_sx4p_f4_t16_s2,s16k_sx4p_f4_g_s2_n64,m32k_sx4p_f4_t16_s2"
+    } > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s23d)
     # session 23, call 4: the new defaults (GLUON_ENV unset: the "_n64" 16-token twins at 1.5-8 pairs per expert, the
