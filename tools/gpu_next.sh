@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s23f     # session 23, call 6: the other GPU tests whose default calls can take Gluon twins
 #   bash tools/gpu_next.sh s23e     # session 23, call 5: the "_n64" 16-token tiles at 192 / 256 tokens (layer probes)
 #   bash tools/gpu_next.sh s23d     # session 23, call 4: tests at 64 tokens, full benchmark + demo of the new defaults
 #   bash tools/gpu_next.sh s23c     # session 23, call 3: ncu details; the rest of s23b's tests; the "_n64" tiles: bits, races, probes
@@ -730,6 +731,16 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
         --configs "l128w_sa_t64p2_s2,l128w_sa_t64p2_s2_gt,l128w_sa_t64p2_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s23f)
+    # session 23, call 6: the rest of the GPU tests whose default calls can now take the Gluon twins (Gluon-able
+    # shapes, 1.5-8 or 28-72 pairs per expert: the layer's CUDA graphs at 16 rows over 8 experts, refit, memory), in
+    # three processes (Triton compiles on the CPU overlap)
+    T=tests/functional
+    bg_pytest 270 $OUT/tests_a.log $T/test_triton_moe_gpu.py -k "matches_float64 or new_routing or fp32_out or rejects or refit_reaches or chunked_route or refit_that_widens"
+    bg_pytest 270 $OUT/tests_b.log $T/test_layer_cuda_graph_gpu.py $T/test_memory_gpu.py
+    bg_pytest 270 $OUT/tests_c.log $T/test_refit_gpu.py $T/test_quantize_gpu.py
+    wait
+    for f in a b c; do grep "passed\|failed\|rc=\|^FAILED\|^ERROR" $OUT/tests_$f.log | tail -6; done ;;
   s23e)
     # session 23, call 5: the 16-token Gluon tiles with 64-row FC2 ("_n64", default at 1.5-8 pairs per expert) past
     # 8 pairs per expert, against the 32-token tiles with 16-token tails there (layer probes, 192 / 256 tokens)

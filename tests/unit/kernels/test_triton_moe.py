@@ -77,8 +77,8 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
     bases = ("s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2", "l128m_sa_t64pu_s2",
              "l128w_sa_t64p2_s2")
     gluon_able = {names[id(triton_moe._tile(base, 2048, 768))] for base in bases}
-    for base in bases:  # "auto" (the default): the Gluon twins of _GLUON_BY_DEFAULT only (here the 1024-token tiles)
-        expected = gluon == "1" or (gluon == "auto" and base.startswith("l128"))
+    for base in bases:  # "auto" (the default): the 16-token tiles' and the 1024-token tiles' twins, not the 32-token
+        expected = gluon == "1" or (gluon == "auto" and not base.startswith("m32"))
         assert any(t.fc1_gluon or t.fc2_gluon for t in triton_moe._tile(base, 2048, 768).launch_tiles) == expected
     assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "x256m_sa_t32", "x256w_sa_t32a"} | gluon_able <= picked
     tile = TILES["s16k_sx"]
@@ -101,7 +101,7 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
         return next(name for name, tile in TILES.items() if tile is cfg)
     small = "s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4"
-    if gluon == "1":
+    if gluon != "0":  # the 16-token tiles' Gluon twins (64-row FC2) are on by default since session 23
         small = triton_moe._GLUON_DEFAULTS[small]
     assert [pick(rows) for rows in (1, 2, 4, 8, 16, 24, 25, 64)] == (
         ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", small, small] if gated else
@@ -119,7 +119,7 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     # 32-token ones, and only where GLUON_ENV opts in; session 22: the 64-token ones and the 128-token tiles'
     # 64-token tails again (two register sets)
     picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
-    if gluon != "0":  # "1": every twin; "auto" (the default): those of 28-72 pairs per expert (448-1151 tokens)
+    if gluon != "0":  # "1": every twin; "auto" (the default) not the 32-token ones (8-28 pairs per expert)
         gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_DEFAULTS.items()}
         assert [name in gluon_names for name in picks] == [gluon == "1"] * 3 + [True] * 6 + [False] * 4
         picks = [gluon_names.get(name, name) for name in picks]
@@ -449,8 +449,8 @@ def test_gluon_fc2_is_checked(monkeypatch):
 
 def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     """``choose_config`` picks the Gluon twins where H and I tile by 128: by default (GLUON_ENV unset or "auto", since
-    session 23) those of the 64-token tiles and the 128-token tiles' 64-token tails (28-72 pairs per expert), with
-    GLUON_ENV=1 also the 16- / 32-token ones, with 0 none; any other value raises. A call whose Gluon tile cannot
+    session 23) those of the 16-token tiles (1.5-8 pairs per expert), the 64-token tiles and the 128-token tiles'
+    64-token tails (28-72), with GLUON_ENV=1 also the 32-token ones (8-28), with 0 none; any other value raises. A call whose Gluon tile cannot
     run here (here: a CPU device) falls back to the Triton twin, while an explicit Gluon config raises before any
     launch."""
     from megatron_mxfp8_moe.errors import BackendUnavailableError
@@ -494,15 +494,15 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         for gated in (True, False):
             tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
             assert not any(t.fc1_gluon or t.fc2_gluon for t in tiles), (rows, gated)
-    for value in (None, "auto", "0"):  # the default: Gluon at 28-72 pairs per expert only; "0": nowhere
+    for value in (None, "auto", "0"):  # the default: Gluon at 1.5-8 and 28-72 pairs per expert; "0": nowhere
         if value is None:
             monkeypatch.delenv(triton_moe.GLUON_ENV)
         else:
             monkeypatch.setenv(triton_moe.GLUON_ENV, value)
-        for rows in (64, 256, 384, 447, 448, 512, 640, 1024, 1151, 1152, 4096):
+        for rows in (24, 25, 64, 128, 129, 256, 384, 447, 448, 512, 640, 1024, 1151, 1152, 4096):
             for gated in (True, False):
                 tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
-                expected = value != "0" and 448 <= rows <= 1151
+                expected = value != "0" and (25 <= rows <= 128 or 448 <= rows <= 1151)
                 assert any(t.fc1_gluon or t.fc2_gluon for t in tiles) == expected, (value, rows, gated)
                 assert any(t.fc1_gluon or t.fc2_gluon for t in choose_config(
                     rows, 2048, 800, **dict(shape, gated=gated)).launch_tiles) is False  # I not a multiple of 128
