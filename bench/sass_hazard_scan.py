@@ -81,6 +81,8 @@ def main() -> None:
     parser.add_argument("--inter", type=int, default=768)
     parser.add_argument("--experts", type=int, default=128)
     parser.add_argument("--sync-dots", action="store_true", help="the chosen tile with sync_dots (and its tail)")
+    parser.add_argument("--activations", default="swiglu,squared_relu")
+    parser.add_argument("--dump", default=None, help="folder for each launch's SASS (<activation>_<tokens>_<n>.sass)")
     args = parser.parse_args()
     launches = []
     for name in dir(kernels):  # the launched kernels only: the helpers they call must stay JIT functions
@@ -89,7 +91,8 @@ def main() -> None:
     triton_moe._side_stream = lambda device: None  # CPU: one stream
     e, h, i = args.experts, args.hidden, args.inter
     names = {id(tile): name for name, tile in triton_moe.TILES.items()}
-    for activation, gated in (("swiglu", True), ("squared_relu", False)):
+    for activation in args.activations.split(","):
+        gated = activation == "swiglu"
         fc1 = quantize_mxfp8(torch.randn(e, (2 if gated else 1) * i, h, dtype=torch.bfloat16) * 0.02,
                              backend="reference")
         fc2 = quantize_mxfp8(torch.randn(e, h, i, dtype=torch.bfloat16) * 0.02, backend="reference")
@@ -103,10 +106,14 @@ def main() -> None:
             probs, ids = random_routing(tokens, e, 8)
             triton_moe.triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, config=cfg,
                                         valid_tokens=torch.tensor([tokens], dtype=torch.int32))
-            for kernel, fn, call_args, call_kwargs in launches:
+            for n, (kernel, fn, call_args, call_kwargs) in enumerate(launches):
                 if kernel not in ("_fc1_kernel", "_fc2_kernel"):
                     continue
                 sass = _compile_sass(fn, call_args, call_kwargs)
+                if args.dump:
+                    os.makedirs(args.dump, exist_ok=True)
+                    with open(os.path.join(args.dump, f"{activation}_{tokens}_{n}{kernel}.sass"), "w") as out:
+                        out.write(sass)
                 hazards = register_a_hazards(sass) if "HGMMA" in sass else []
                 print(json.dumps({"activation": activation, "tokens": tokens, "tile": tile,
                                   "kernel": kernel, "block_t": call_kwargs.get("BLOCK_T"),
