@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 import torch
@@ -36,8 +37,8 @@ class _Recorder:
         return lambda *args, **kwargs: self.launches.append((self.name, self.fn, args, kwargs))
 
 
-def _compile_sass(fn, args, kwargs) -> str:
-    """The SASS of ``fn`` compiled for sm_90 with a launch's arguments."""
+def _compile_sass(fn, args, kwargs) -> tuple[str, int]:
+    """The SASS of ``fn`` compiled for sm_90 with a launch's arguments, and its shared memory in bytes."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -63,7 +64,18 @@ def _compile_sass(fn, args, kwargs) -> str:
         else:
             raise TypeError(f"{name}: {type(value).__name__}")
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    return disassemble(triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"])
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    return disassemble(compiled.asm["cubin"]), compiled.metadata.shared
+
+
+def _ctas_per_sm(sass: str, shared: int, warps: int) -> tuple[int, int]:
+    """(registers per thread, CTAs per H200 SM) from the highest register the SASS names (allocated in units of 8 per
+    thread, 64K per SM) and the shared memory (228 KB per SM, 1 KB reserved per CTA)."""
+    top = max((int(r) for r in re.findall(r"\bR(\d+)\b", sass)), default=0) + 1
+    registers = -(-(top + 2) // 8) * 8  # 2 more: what ptxas reserves beyond the named ones
+    by_registers = 65536 // (registers * 32 * warps)
+    by_shared = (228 * 1024) // (shared + 1024)
+    return registers, min(by_registers, by_shared, 64 // warps)
 
 
 def main() -> None:
@@ -82,7 +94,10 @@ def main() -> None:
     parser.add_argument("--experts", type=int, default=128)
     parser.add_argument("--sync-dots", action="store_true", help="the chosen tile with sync_dots (and its tail)")
     parser.add_argument("--activations", default="swiglu,squared_relu")
-    parser.add_argument("--dump", default=None, help="folder for each launch's SASS (<activation>_<tokens>_<n>.sass)")
+    parser.add_argument("--dump", default=None, help="folder for each launch's SASS (<activation>_<tokens>_<tile>_<n><kernel>.sass)")
+    parser.add_argument("--configs", default=None,
+                        help="comma-separated probe-style tiles (bench/triton_moe_probe.py: name[+field=value...]) "
+                             "compiled at each token count instead of choose_config's")
     args = parser.parse_args()
     launches = []
     for name in dir(kernels):  # the launched kernels only: the helpers they call must stay JIT functions
@@ -96,9 +111,15 @@ def main() -> None:
         fc1 = quantize_mxfp8(torch.randn(e, (2 if gated else 1) * i, h, dtype=torch.bfloat16) * 0.02,
                              backend="reference")
         fc2 = quantize_mxfp8(torch.randn(e, h, i, dtype=torch.bfloat16) * 0.02, backend="reference")
-        for tokens in (int(t) for t in args.tokens.split(",")):
-            cfg = triton_moe.choose_config(tokens, h, i, gated=gated, topk=8, experts=e, gluon=False)
-            tile = names.get(id(cfg), "?")
+        for tokens, named in ((int(t), c) for t in args.tokens.split(",")
+                              for c in (args.configs.split(",") if args.configs else [None])):
+            if named is None:
+                cfg = triton_moe.choose_config(tokens, h, i, gated=gated, topk=8, experts=e, gluon=False)
+                tile = names.get(id(cfg), "?")
+            else:
+                from bench.triton_moe_probe import parse_config
+
+                cfg, tile = parse_config(named), named
             if args.sync_dots:
                 cfg, tile = triton_moe._synced(cfg), tile + " (sync_dots)"
             launches.clear()
@@ -109,17 +130,21 @@ def main() -> None:
             for n, (kernel, fn, call_args, call_kwargs) in enumerate(launches):
                 if kernel not in ("_fc1_kernel", "_fc2_kernel"):
                     continue
-                sass = _compile_sass(fn, call_args, call_kwargs)
+                sass, shared = _compile_sass(fn, call_args, call_kwargs)
+                registers, ctas = _ctas_per_sm(sass, shared, call_kwargs["num_warps"])
                 if args.dump:
                     os.makedirs(args.dump, exist_ok=True)
-                    with open(os.path.join(args.dump, f"{activation}_{tokens}_{n}{kernel}.sass"), "w") as out:
+                    label = re.sub(r"[^A-Za-z0-9_=.-]+", "_", tile)
+                    with open(os.path.join(args.dump, f"{activation}_{tokens}_{label}_{n}{kernel}.sass"), "w") as out:
                         out.write(sass)
                 hazards = register_a_hazards(sass) if "HGMMA" in sass else []
                 print(json.dumps({"activation": activation, "tokens": tokens, "tile": tile,
                                   "kernel": kernel, "block_t": call_kwargs.get("BLOCK_T"),
                                   "hgmma": sass.count("HGMMA"), "hazards": len(hazards),
                                   "first": list(hazards[0]) if hazards else None,
-                                  "depbar": sass.count("WARPGROUP.DEPBAR")}), flush=True)
+                                  "depbar": sass.count("WARPGROUP.DEPBAR"), "shared": shared,
+                                  "registers": registers, "ctas_per_sm": ctas,
+                                  "ldgsts_waits": re.findall(r"DEPBAR\.LE SB0, (0x[0-9a-f]+)", sass)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s24a     # for session 24: ncu's per-instruction stalls (squared ReLU, 256 tokens); CTA-count probes
 #   bash tools/gpu_next.sh s23f     # session 23, call 6: the other GPU tests whose default calls can take Gluon twins
 #   bash tools/gpu_next.sh s23e     # session 23, call 5: the "_n64" 16-token tiles at 192 / 256 tokens (layer probes)
 #   bash tools/gpu_next.sh s23d     # session 23, call 4: tests at 64 tokens, full benchmark + demo of the new defaults
@@ -730,6 +731,39 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       timeout 40 $P --shape $s --tokens 1024 --activation squared_relu \
         --configs "l128w_sa_t64p2_s2,l128w_sa_t64p2_s2_gt,l128w_sa_t64p2_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s24a)
+    # prepared in session 23 (for session 24; carry .whl and .ncu): (1) ncu's per-SASS-instruction stall samples of
+    # session 23's report (squared ReLU, 256 tokens, 30b), the 40 lines with the most samples per kernel; (2) layer
+    # probes of more CTAs per SM for that tile (session 23's CPU compile, Triton 3.6, bench/sass_hazard_scan.py
+    # --configs: FC1 184 registers / 83 KB shared -> 2 CTAs per SM, FC2 160 / 50 KB -> 3; FC2 capped at 128 -> 4 CTAs
+    # with 9 spill instructions; FC1 at 2 stages capped at 160 -> 3 CTAs with 20; 3 FC2 stages -> 2 CTAs). Main tile
+    # only (the tail keeps its own); both shapes
+    timeout 90 ncu --import .ncu/ncu_sq256.ncu-rep --page source --csv --print-source sass > $OUT/ncu_source.csv 2>&1
+    echo "ncu rc=$?" >> $OUT/ncu_source.csv
+    python3 - $OUT/ncu_source.csv <<'PY' > $OUT/ncu_source_top.txt 2>&1
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+head = next((i for i, r in enumerate(rows) if any("Warp Stall Sampling (All" in c for c in r)), None)
+if head is None:
+    print("\n".join(",".join(r) for r in rows[:20])); sys.exit()
+cols = rows[head]
+k = next(i for i, c in enumerate(cols) if "Warp Stall Sampling (All" in c)
+src = next((i for i, c in enumerate(cols) if c.strip() in ("Source", "Address")), 0)
+body = [r for r in rows[head + 1:] if len(r) == len(cols)]
+def samples(r):
+    try:
+        return float(r[k].replace(",", ""))
+    except ValueError:
+        return -1.0
+for r in sorted(body, key=samples, reverse=True)[:40]:
+    print(r[k], "|", " ".join(r[max(0, src - 1):src + 1]))
+PY
+    head -45 $OUT/ncu_source_top.txt
+    B=m32k_sx4p_f4_t16_s2
+    P="python3 bench/triton_moe_probe.py --tokens 256 --activation squared_relu"
+    C="$B,$B+fc2_maxnreg=128,$B+fc1_maxnreg=160+fc1_stages=2,$B+fc2_maxnreg=128+fc1_maxnreg=160+fc1_stages=2,$B+fc2_stages=3,$B"
+    { timeout 80 $P --configs "$C"; timeout 100 $P --shape qwen3-235b-a22b --configs "$C"; } > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
   s23f)
     # session 23, call 6: the rest of the GPU tests whose default calls can now take the Gluon twins (Gluon-able
