@@ -494,9 +494,10 @@ _GLUON_DEFAULTS = {
 _GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2",
                                "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
 # Environment switch for the Gluon twins (``_GLUON_DEFAULTS``), used where H and I are multiples of 128: unset, empty
-# or "auto" (the default): the twins of ``_GLUON_BY_DEFAULT`` only; "1" / true / yes / on / all: every twin; "0" /
-# false / no / off: none (Triton tiles only). A call whose Gluon tile cannot run here (``_gluon_problem``: no GPU,
-# no Gluon, odd shapes) runs ``choose_config(..., gluon=False)``.
+# or "auto" (the default): the twins of ``_GLUON_BY_DEFAULT`` only, and only with the Triton that ran them on a GPU
+# (``_GPU_TESTED_TRITON``; other versions compile them in the CPU tests at most); "1" / true / yes / on / all: every
+# twin, with any Triton; "0" / false / no / off: none (Triton tiles only). A call whose Gluon tile cannot run here
+# (``_gluon_problem``: no GPU, no Gluon, odd shapes) runs ``choose_config(..., gluon=False)``.
 GLUON_ENV = "MEGATRON_MXFP8_MOE_GLUON"
 _GLUON_POLICIES = {"": "auto", "auto": "auto", "1": "all", "true": "all", "yes": "all", "on": "all", "all": "all",
                    "0": "off", "false": "off", "no": "off", "off": "off"}
@@ -512,14 +513,26 @@ def gluon_policy() -> str:
     return _GLUON_POLICIES[value]
 
 
+@functools.lru_cache(maxsize=None)
+def _gpu_tested_triton() -> bool:
+    """Whether the installed Triton is the one every GPU run used (``_GPU_TESTED_TRITON``): "auto" takes the Gluon
+    twins (an experimental Triton API) only there."""
+    try:
+        import triton
+    except ImportError:
+        return False
+    return _major_minor(triton.__version__) == _GPU_TESTED_TRITON
+
+
 def _tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
     """``TILES[name]`` (a Triton tile), or where H and I tile by 128 its Gluon twin (``_GLUON_DEFAULTS``): with
-    ``gluon`` True every twin, False none, None as ``gluon_policy()`` says (by default ``_GLUON_BY_DEFAULT``)."""
+    ``gluon`` True every twin, False none, None as ``gluon_policy()`` says (by default those of
+    ``_GLUON_BY_DEFAULT``, and only with the GPU-tested Triton)."""
     if hidden % 128 or intermediate % 128 or name not in _GLUON_DEFAULTS or gluon is False:
         return TILES[name]
     if gluon is None:
         policy = gluon_policy()
-        gluon = policy == "all" or (policy == "auto" and name in _GLUON_BY_DEFAULT)
+        gluon = policy == "all" or (policy == "auto" and name in _GLUON_BY_DEFAULT and _gpu_tested_triton())
     return TILES[_GLUON_DEFAULTS[name]] if gluon else TILES[name]
 
 

@@ -70,6 +70,7 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
     from megatron_mxfp8_moe.kernels import triton_moe
 
     monkeypatch.setenv(triton_moe.GLUON_ENV, gluon)
+    monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)  # "auto" as with Triton 3.6
     names = {id(tile): name for name, tile in TILES.items()}
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
@@ -96,6 +97,7 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     from megatron_mxfp8_moe.kernels import triton_moe
 
     monkeypatch.setenv(triton_moe.GLUON_ENV, gluon)
+    monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)  # "auto" as with Triton 3.6
 
     def pick(rows, experts=128):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
@@ -449,8 +451,9 @@ def test_gluon_fc2_is_checked(monkeypatch):
 
 def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     """``choose_config`` picks the Gluon twins where H and I tile by 128: by default (GLUON_ENV unset or "auto", since
-    session 23) those of the 16-token tiles (1.5-8 pairs per expert), the 64-token tiles and the 128-token tiles'
-    64-token tails (28-72), with GLUON_ENV=1 also the 32-token ones (8-28), with 0 none; any other value raises. A call whose Gluon tile cannot
+    session 23; with Triton 3.6 only) those of the 16-token tiles (1.5-8 pairs per expert), the 64-token tiles and
+    the 128-token tiles' 64-token tails (28-72), with GLUON_ENV=1 also the 32-token ones (8-28), with 0 none; any
+    other value raises. A call whose Gluon tile cannot
     run here (here: a CPU device) falls back to the Triton twin, while an explicit Gluon config raises before any
     launch."""
     from megatron_mxfp8_moe.errors import BackendUnavailableError
@@ -459,6 +462,20 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     shape = dict(gated=True, topk=8, experts=128)
     monkeypatch.delenv(triton_moe.GLUON_ENV, raising=False)
     assert triton_moe.gluon_policy() == "auto"
+    # "auto" takes the Gluon twins only with the Triton that ran them on a GPU (3.6); "1" with any
+    import triton
+
+    triton_moe._gpu_tested_triton.cache_clear()
+    for version, tested in (("3.6.0", True), ("3.6.1+git", True), ("3.7.0", False), ("3.8.0", False)):
+        monkeypatch.setattr(triton, "__version__", version)
+        triton_moe._gpu_tested_triton.cache_clear()
+        assert triton_moe._gpu_tested_triton() is tested, version
+        assert choose_config(640, 2048, 768, **shape).fc1_gluon is tested, version
+        monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
+        assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2"]
+        monkeypatch.delenv(triton_moe.GLUON_ENV)
+    triton_moe._gpu_tested_triton.cache_clear()
+    monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)
     assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_s2"]
     for value, policy in (("1", "all"), ("on", "all"), ("TRUE", "all"), ("yes", "all"), ("all", "all"),
                           ("0", "off"), ("off", "off"), ("No", "off"), ("", "auto"), (" auto ", "auto")):
