@@ -81,6 +81,7 @@ def _ctas_per_sm(sass: str, shared: int, warps: int) -> tuple[int, int]:
 def main() -> None:
     from triton.runtime.jit import JITFunction
 
+    from bench.triton_moe_probe import parse_config
     from megatron_mxfp8_moe.kernels import _triton_moe_kernel as kernels
     from megatron_mxfp8_moe.kernels import triton_moe
     from megatron_mxfp8_moe.kernels.sass_hazards import register_a_hazards
@@ -117,8 +118,6 @@ def main() -> None:
                 cfg = triton_moe.choose_config(tokens, h, i, gated=gated, topk=8, experts=e, gluon=False)
                 tile = names.get(id(cfg), "?")
             else:
-                from bench.triton_moe_probe import parse_config
-
                 cfg, tile = parse_config(named), named
             if args.sync_dots:
                 cfg, tile = triton_moe._synced(cfg), tile + " (sync_dots)"

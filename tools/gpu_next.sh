@@ -864,7 +864,7 @@ PY
       $OUT/ncu_sq256.txt | head -80 ;;
   s22h)
     # prepared in session 22 (run first in session 23; refused in session 22: no device time left): the 64-token
-    # Gluon twins back in _GLUON_DEFAULTS (opt-in). choose_config's picks at 512 / 640 / 1024 bit-compared with their
+    # Gluon twins back in _GLUON_TWINS (opt-in). choose_config's picks at 512 / 640 / 1024 bit-compared with their
     # Triton forms, 40 fresh calls at 640, the race probe at 512 / 640 (300 calls), then the full benchmark and the
     # demo with GLUON=1
     timeout 150 python3 -m pytest -v -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \

@@ -370,7 +370,7 @@ _GLUON_FC1_TILE = dict(fc1_block_k=128, fc1_gluon=True, fc1_block_n=64, fc1_stag
 # 352.4 / 384.3, 1402.9 / 1350.6 / 1426.0; 235b squared ReLU 640 tokens 1651.0 / 1497.7 / 1701.1. Their 17 GPU bit
 # tests passed (run 23 call 1): defaults in session 20. Session 21 removed the 64-token Gluon tiles ("l64*_g_s2",
 # "_gg_s2", "_gq_s2", "_gt", and the 128-token tiles with Gluon 64-token tails): they write NaN rows in 3-5% of calls
-# (``_GLUON_DEFAULTS``; bench/gluon_tail_race_probe.py reproduced it).
+# (``_GLUON_TWINS``; bench/gluon_tail_race_probe.py reproduced it).
 # Session 22 (run 25): with the two-register-set kernels the 64-token ones are back, behind the switch: the race probe
 # (300 fresh inputs per case, bit-compared with the Triton form) found 0 failures in 9 cases, among them the rebuilt
 # 64-token tile with both FCs in Gluon and the 128-token tiles with Gluon 64-token tails at 1024 tokens, both
@@ -431,7 +431,7 @@ TILES["l64k2_sx4p_f4_t32_gq_s2_gt"] = dataclasses.replace(TILES["l64k2_sx4p_f4_g
 # Triton / Gluon 128 rows / Gluon 64 rows / Triton): gated 205.2 / 203.8 / 196.7 / 206.5, squared ReLU 274.1 / 274.0 /
 # 263.7 / 274.9; Triton / Gluon 64 rows / Triton: 235b 64 tokens gated 712.0 / 706.3 / 720.8, squared ReLU 992.6 /
 # 980.0 / 1022.6; 30b 128 tokens 216.5 / 209.3 / 216.8 and 287.9 / 277.3 / 288.6. The Gluon twins of the 16-token
-# tiles since session 23 (``_GLUON_DEFAULTS``), on by default (``_GLUON_BY_DEFAULT``).
+# tiles since session 23 (``_GLUON_TWINS``), on by default (``_GLUON_BY_DEFAULT``).
 TILES.update({f"{name}_n64": dataclasses.replace(TILES[name], fc2_block_n=64)
               for name in ("s16k4_sx4p_m3_g_s2", "s16k_sx4p_f4_g_s2")})
 
@@ -474,7 +474,7 @@ TILES.update({f"{name}_sd": _synced(TILES[name]) for name in (
 # SwiGLU 396.9 / 1429.8, squared ReLU 503.5 / 1890.8 against run 24's Triton 410.6 / 1504.0, 530.9 / 2015.6): they
 # are on by default (``_GLUON_BY_DEFAULT``), as are the 16-token twins with 64-row FC2 programs (below). The 32-token
 # twins gain nothing (run 25) and stay opt-in.
-_GLUON_DEFAULTS = {
+_GLUON_TWINS = {
     "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2_n64",
     "s16k_sx4_f4": "s16k_sx4p_f4_g_s2_n64",
     "m32l4_sx4p_m_t16_s2": "m32l4_sx4p_m_t16_gg_s2_gt",
@@ -493,7 +493,7 @@ _GLUON_DEFAULTS = {
 # and the 128-token tiles' 64-token tails).
 _GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2",
                                "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
-# Environment switch for the Gluon twins (``_GLUON_DEFAULTS``), used where H and I are multiples of 128: unset, empty
+# Environment switch for the Gluon twins (``_GLUON_TWINS``), used where H and I are multiples of 128: unset, empty
 # or "auto" (the default): the twins of ``_GLUON_BY_DEFAULT`` only, and only with the Triton that ran them on a GPU
 # (``_GPU_TESTED_TRITON``; other versions compile them in the CPU tests at most); "1" / true / yes / on / all: every
 # twin, with any Triton; "0" / false / no / off: none (Triton tiles only). A call whose Gluon tile cannot run here
@@ -525,15 +525,15 @@ def _gpu_tested_triton() -> bool:
 
 
 def _tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
-    """``TILES[name]`` (a Triton tile), or where H and I tile by 128 its Gluon twin (``_GLUON_DEFAULTS``): with
+    """``TILES[name]`` (a Triton tile), or where H and I tile by 128 its Gluon twin (``_GLUON_TWINS``): with
     ``gluon`` True every twin, False none, None as ``gluon_policy()`` says (by default those of
     ``_GLUON_BY_DEFAULT``, and only with the GPU-tested Triton)."""
-    if hidden % 128 or intermediate % 128 or name not in _GLUON_DEFAULTS or gluon is False:
+    if hidden % 128 or intermediate % 128 or name not in _GLUON_TWINS or gluon is False:
         return TILES[name]
     if gluon is None:
         policy = gluon_policy()
         gluon = policy == "all" or (policy == "auto" and name in _GLUON_BY_DEFAULT and _gpu_tested_triton())
-    return TILES[_GLUON_DEFAULTS[name]] if gluon else TILES[name]
+    return TILES[_GLUON_TWINS[name]] if gluon else TILES[name]
 
 
 def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int,
@@ -585,7 +585,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # Session 14 (run 17 probes, us per layer, against the tile without planes in the same call): gated 64 tokens
     # s16k4_sx4p_m3 206.5 / 207.4 vs 213.5 / 212.9 (30b), 694.6 / 710.1 vs 729.7 / 736.4 (235b); squared ReLU
     # with planes was not faster there (30b 277.8 / 278.1 vs 274.1 / 272.0), so it keeps s16k_sx4_f4. Session 20: with
-    # planes and the Gluon FC2 it is (``_GLUON_DEFAULTS``: 30b 64 tokens 255.5 vs 274.5 / 273.0).
+    # planes and the Gluon FC2 it is (``_GLUON_TWINS``: 30b 64 tokens 255.5 vs 274.5 / 273.0).
     if pairs_per_expert <= 8:
         return _tile("s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4", hidden, intermediate, gluon)
     # Session 13: from 8 to 16 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token

@@ -952,14 +952,14 @@ def test_cuda_graph_replay_with_the_gluon_fc1(name):
 @pytest.mark.parametrize("activation,tokens", [(a, t) for t in (64, 256, 384, 512, 640, 1024)
                                                for a in ("swiglu", "squared_relu")])
 def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, monkeypatch):
-    """With GLUON_ENV=1 ``choose_config`` returns a ``_GLUON_DEFAULTS`` tile, and that tile gives the same bits as
+    """With GLUON_ENV=1 ``choose_config`` returns a ``_GLUON_TWINS`` tile, and that tile gives the same bits as
     its Triton form, within BOUND of float64, every row written."""
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     experts, topk, hidden, inter = 128, 8, 2048, 768
     monkeypatch.setenv(host.GLUON_ENV, "1")
     tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
-    assert any(tile is TILES[name] for name in host._GLUON_DEFAULTS.values())
+    assert any(tile is TILES[name] for name in host._GLUON_TWINS.values())
     _assert_tiles_keep_bits(triton_form(tile), tile, (experts, topk, hidden, inter, tokens), activation)
 
 
@@ -996,7 +996,7 @@ def test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls(activation, tokens
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     tile = choose_config(tokens, 2048, 768, gated=activation == "swiglu", topk=8, experts=128, gluon=True)
-    assert any(tile is TILES[name] for name in host._GLUON_DEFAULTS.values())
+    assert any(tile is TILES[name] for name in host._GLUON_TWINS.values())
     fc1, fc2, *_ = _moe_inputs(128, 8, 2048, 768, tokens, activation)
     for call in range(40):
         x = torch.randn(tokens, 2048, device="cuda", dtype=torch.bfloat16)

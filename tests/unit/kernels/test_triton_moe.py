@@ -104,7 +104,7 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
         return next(name for name, tile in TILES.items() if tile is cfg)
     small = "s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4"
     if gluon != "0":  # the 16-token tiles' Gluon twins (64-row FC2) are on by default since session 23
-        small = triton_moe._GLUON_DEFAULTS[small]
+        small = triton_moe._GLUON_TWINS[small]
     assert [pick(rows) for rows in (1, 2, 4, 8, 16, 24, 25, 64)] == (
         ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", small, small] if gated else
         ["g16p", "g16p", "g16p", "q1", "q1", "q1", small, small])
@@ -122,7 +122,7 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     # 64-token tails again (two register sets)
     picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
     if gluon != "0":  # "1": every twin; "auto" (the default) not the 32-token ones (8-28 pairs per expert)
-        gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_DEFAULTS.items()}
+        gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_TWINS.items()}
         assert [name in gluon_names for name in picks] == [gluon == "1"] * 3 + [True] * 6 + [False] * 4
         picks = [gluon_names.get(name, name) for name in picks]
     assert picks == (
@@ -453,9 +453,8 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     """``choose_config`` picks the Gluon twins where H and I tile by 128: by default (GLUON_ENV unset or "auto", since
     session 23; with Triton 3.6 only) those of the 16-token tiles (1.5-8 pairs per expert), the 64-token tiles and
     the 128-token tiles' 64-token tails (28-72), with GLUON_ENV=1 also the 32-token ones (8-28), with 0 none; any
-    other value raises. A call whose Gluon tile cannot
-    run here (here: a CPU device) falls back to the Triton twin, while an explicit Gluon config raises before any
-    launch."""
+    other value raises. A call whose Gluon tile cannot run here (here: a CPU device) falls back to the Triton twin,
+    while an explicit Gluon config raises before any launch."""
     from megatron_mxfp8_moe.errors import BackendUnavailableError
     from megatron_mxfp8_moe.kernels import triton_moe
 
@@ -465,7 +464,6 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     # "auto" takes the Gluon twins only with the Triton that ran them on a GPU (3.6); "1" with any
     import triton
 
-    triton_moe._gpu_tested_triton.cache_clear()
     for version, tested in (("3.6.0", True), ("3.6.1+git", True), ("3.7.0", False), ("3.8.0", False)):
         monkeypatch.setattr(triton, "__version__", version)
         triton_moe._gpu_tested_triton.cache_clear()
@@ -489,7 +487,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     for rows, gated, name in ((256, True, "m32l4_sx4p_m_t16"), (256, False, "m32k_sx4p_f4_t16"),
                               (384, True, "m32l4_sx4p_m"), (384, False, "m32k_sx4p_f4")):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=128)
-        assert cfg is TILES[triton_moe._GLUON_DEFAULTS[name + "_s2"]]
+        assert cfg is TILES[triton_moe._GLUON_TWINS[name + "_s2"]]
         assert TILES[name + "_g_s2"] == dataclasses.replace(TILES[name + "_s2"], fc2_block_k=128, fc2_gluon=True,
                                                             fc2_block_n=128, fc2_stages=3, fc2_maxnreg=None)
         assert TILES[name + "_gg_s2"] == dataclasses.replace(TILES[name + "_g_s2"], fc1_block_k=128, fc1_gluon=True,
@@ -544,12 +542,12 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
 
 
 def test_gluon_defaults_differ_from_their_triton_tiles_in_gluon_kernels_only():
-    """Each ``_GLUON_DEFAULTS`` tile keeps its Triton tile's token blocks and tail blocks (so the same route) and runs
+    """Each ``_GLUON_TWINS`` tile keeps its Triton tile's token blocks and tail blocks (so the same route) and runs
     at least one Gluon kernel; session 20's tails run the Gluon FC2 (at 128-deep steps, as the GPU tests compare)."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
-    assert len(triton_moe._GLUON_DEFAULTS) == 12
-    for triton_name, name in triton_moe._GLUON_DEFAULTS.items():
+    assert len(triton_moe._GLUON_TWINS) == 12
+    for triton_name, name in triton_moe._GLUON_TWINS.items():
         tile, base = TILES[name], TILES[triton_name]
         assert any(t.fc1_gluon or t.fc2_gluon for t in tile.launch_tiles) and tile.side_stream == 2, name
         assert (tile.block_t, tile.tail is None) == (base.block_t, base.tail is None), name
