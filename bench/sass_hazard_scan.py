@@ -82,6 +82,7 @@ def main() -> None:
     from triton.runtime.jit import JITFunction
 
     from bench.triton_moe_probe import parse_config
+    from megatron_mxfp8_moe.kernels import _triton_f8x2_kernel as f8x2_kernels
     from megatron_mxfp8_moe.kernels import _triton_moe_kernel as kernels
     from megatron_mxfp8_moe.kernels import triton_moe
     from megatron_mxfp8_moe.kernels.sass_hazards import register_a_hazards
@@ -101,9 +102,10 @@ def main() -> None:
                              "compiled at each token count instead of choose_config's")
     args = parser.parse_args()
     launches = []
-    for name in dir(kernels):  # the launched kernels only: the helpers they call must stay JIT functions
-        if name.endswith("_kernel") and isinstance(getattr(kernels, name), JITFunction):
-            setattr(kernels, name, _Recorder(name, getattr(kernels, name), launches))
+    for module in (kernels, f8x2_kernels):  # the launched kernels only: the helpers they call stay JIT functions
+        for name in dir(module):
+            if name.endswith("_kernel") and isinstance(getattr(module, name), JITFunction):
+                setattr(module, name, _Recorder(name, getattr(module, name), launches))
     triton_moe._side_stream = lambda device: None  # CPU: one stream
     e, h, i = args.experts, args.hidden, args.inter
     names = {id(tile): name for name, tile in triton_moe.TILES.items()}
@@ -127,8 +129,10 @@ def main() -> None:
             triton_moe.triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, config=cfg,
                                         valid_tokens=torch.tensor([tokens], dtype=torch.int32))
             for n, (kernel, fn, call_args, call_kwargs) in enumerate(launches):
-                if kernel not in ("_fc1_kernel", "_fc2_kernel"):
+                if kernel not in ("_fc1_kernel", "_fc2_kernel", "_f8x2_fc1_kernel", "_f8x2_fc2_kernel"):
                     continue
+                if "INTERPRET" in call_kwargs:  # recorded from a CPU call: compile the GPU form
+                    call_kwargs = dict(call_kwargs, INTERPRET=False)
                 sass, shared = _compile_sass(fn, call_args, call_kwargs)
                 registers, ctas = _ctas_per_sm(sass, shared, call_kwargs["num_warps"])
                 if args.dump:

@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s24b     # session 24, call 1: the "f8x2" tiles (fp8 wgmmas on split activations): 30b probes, tests
+#   bash tools/gpu_next.sh s24c     # session 24, call 2: the same probes on 235b, per-kernel times
+#   bash tools/gpu_next.sh s24e     # session 24, call 3: the f8x2 tiles after the split fix, one 64-deep wgmma per block
+#   bash tools/gpu_next.sh s24f     # session 24, call 5: f8x2 with two accumulator chains per program (probes, tests)
+#   bash tools/gpu_next.sh s24d     # session 24, call 2: bench/f8x2_check.py (the f8x2 GPU error), then s24a
 #   bash tools/gpu_next.sh s24a     # for session 24: ncu's per-instruction stalls (squared ReLU, 256 tokens); CTA-count probes
 #   bash tools/gpu_next.sh s23f     # session 23, call 6: the other GPU tests whose default calls can take Gluon twins
 #   bash tools/gpu_next.sh s23e     # session 23, call 5: the "_n64" 16-token tiles at 192 / 256 tokens (layer probes)
@@ -732,6 +737,70 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
         --configs "l128w_sa_t64p2_s2,l128w_sa_t64p2_s2_gt,l128w_sa_t64p2_s2"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s24b|s24c)
+    # session 24, calls 1-2: the "f8x2" tiles (no weight dequant: fp8 wgmmas on the exact hi / lo split of the
+    # activations). s24b: layer probes on 30b against the defaults at 16-1024 tokens, both activations (default first
+    # and last), then the f8x2 float64 / graph tests; s24c: the same probes on 235b, per-kernel times at 256 tokens
+    P="python3 bench/triton_moe_probe.py"
+    if [ "$1" = s24b ]; then SHAPES=qwen3-30b-a3b; else SHAPES=qwen3-235b-a22b; fi
+    for shape in $SHAPES; do
+      for act in squared_relu swiglu; do
+        if [ $act = swiglu ]; then D16=s16k4_sx4p_m3_g_s2_n64; D32=m32l4_sx4p_m_t16_s2; D128=l128m_sa_t64pu_s2_gt
+        else D16=s16k_sx4p_f4_g_s2_n64; D32=m32k_sx4p_f4_t16_s2; D128=l128w_sa_t64p2_s2_gt; fi
+        A="--shape $shape --activation $act"
+        timeout 60 $P $A --tokens 16 --configs "q1,s16_f8_s2,q1"
+        timeout 80 $P $A --tokens 64,128 --configs "$D16,s16_f8_s2,m32_f8_t16_s2,$D16"
+        timeout 60 $P $A --tokens 256 --configs "$D32,m32_f8_t16_s2,s16_f8_s2,$D32"
+        timeout 50 $P $A --tokens 1024 --configs "$D128,l64_f8_t32_s2,$D128"
+      done
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+    if [ "$1" = s24b ]; then
+      timeout 280 python3 -m pytest -q -s -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k f8x2 \
+        > $OUT/tests.log 2>&1
+      echo "pytest rc=$?" >> $OUT/tests.log
+      grep "passed\|failed\|rc=\|^FAILED\|^f8x2 " $OUT/tests.log | tail -50
+    else
+      timeout 60 $P --tokens 256 --activation squared_relu --profile --configs "m32k_sx4p_f4_t16_s2,m32_f8_t16_s2"
+    fi ;;
+  s24e)
+    # session 24, call 3: the f8x2 tiles after the split fix (hi / lo rounded in fp32, no e4m3 -> fp32 cast) and with
+    # one 64-deep wgmma per block (hi and lo side by side in K, the block's weights twice): the split check, layer
+    # probes (30b, 64 / 256 tokens, stages 2-4, 64-deep steps), then the f8x2 GPU tests
+    timeout 100 python3 bench/f8x2_check.py 2>&1 | grep '^{' | head -1
+    P="python3 bench/triton_moe_probe.py"
+    for act in squared_relu swiglu; do
+      if [ $act = swiglu ]; then D16=s16k4_sx4p_m3_g_s2_n64; D32=m32l4_sx4p_m_t16_s2
+      else D16=s16k_sx4p_f4_g_s2_n64; D32=m32k_sx4p_f4_t16_s2; fi
+      S=s16_f8_s2
+      timeout 100 $P --activation $act --tokens 64 --configs "$D16,$S,$S+fc1_stages=2+fc2_stages=2,$S+fc1_stages=3+fc2_stages=3,$S+fc1_block_k=64+fc2_block_k=64,$D16"
+      timeout 100 $P --activation $act --tokens 256 --configs "$D32,m32_f8_t16_s2,m32_f8_t16_s2+fc1_stages=2+fc2_stages=2,m32_f8_t16_s2+fc1_stages=3+fc2_stages=3,$S+fc1_stages=2+fc2_stages=2,$D32"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+    timeout 60 $P --tokens 256 --activation squared_relu --profile --configs "m32k_sx4p_f4_t16_s2,m32_f8_t16_s2+fc1_stages=2+fc2_stages=2"
+    timeout 200 python3 -m pytest -q -s -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k f8x2 \
+      > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep "passed\|failed\|rc=\|^FAILED\|^f8x2 " $OUT/tests.log | tail -50 ;;
+  s24f)
+    # session 24, call 5: the f8x2 tiles with two independent accumulator chains per program (gate / up, or two row
+    # halves) and 2 stages: layer probes (30b, 64 / 256 tokens, both activations), then some of their GPU tests
+    P="python3 bench/triton_moe_probe.py"
+    for act in squared_relu swiglu; do
+      if [ $act = swiglu ]; then D16=s16k4_sx4p_m3_g_s2_n64; D32=m32l4_sx4p_m_t16_s2; Q=
+      else D16=s16k_sx4p_f4_g_s2_n64; D32=m32k_sx4p_f4_t16_s2; Q=q; fi
+      timeout 70 $P --activation $act --tokens 64 --configs "$D16,s16_f8${Q}_s2,s16_f8${Q}_s2+fc1_stages=3+fc2_stages=3,$D16"
+      timeout 70 $P --activation $act --tokens 256 --configs "$D32,m32_f8${Q}_t16_s2,$D32"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+    timeout 150 python3 -m pytest -q -s -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "f8x2 and (30b-T16 or odd7 or odd33) and not l64" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep "passed\|failed\|rc=\|^FAILED\|^f8x2 \|Error" $OUT/tests.log | tail -30 ;;
+  s24d)
+    # session 24, call 2: where the f8x2 tiles go wrong on the GPU (bench/f8x2_check.py), then s24a
+    timeout 120 python3 bench/f8x2_check.py 2>&1 | grep -v Warn | tail -8
+    bash tools/gpu_next.sh s24a ;;
   s24a)
     # prepared in session 23 (for session 24; carry .whl and .ncu): (1) ncu's per-SASS-instruction stall samples of
     # session 23's report (squared ReLU, 256 tokens, 30b), the 40 lines with the most samples per kernel; (2) layer

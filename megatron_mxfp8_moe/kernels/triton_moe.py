@@ -50,7 +50,10 @@ _ACTIVATION_CODE = {  # keep in sync with ACT_* in _triton_moe_kernel.py
 # - 134), one bf16 factor 2 ** (s - 7 - shift) per weight pair, accumulators times 2 ** shift (``_fc1_tile``).
 # "sx4" (MMA path only, session 12): weights read as uint32 words (16-byte copies), 4 byte-plane MMAs per K step
 # (``_mma_sx4``); "sx4_int" the same in plain integer ops (Triton interpreter).
-_DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "sx": 5, "sx_auto": 7, "sx4": 8, "sx4_int": 9}
+# "f8x2" (MMA path only, session 24): no weight dequant at all; fp8 x fp8 wgmmas on an exact two-term e4m3 split of the
+# activations (``_triton_f8x2_kernel.py``; not bit-equal to the other modes).
+_DEQUANT_CODE = {"cvt": 0, "fp32": 1, "bits": 2, "bits_int": 3, "sx": 5, "sx_auto": 7, "sx4": 8, "sx4_int": 9,
+                 "f8x2": 10}
 _WORD_MODES = ("sx4", "sx4_int")
 _WORD_DEQUANT = tuple(_DEQUANT_CODE[mode] for mode in _WORD_MODES)
 
@@ -144,6 +147,13 @@ class TritonMoEConfig:
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
+        if self.dequant == "f8x2" and (self.direct or self.gemv or self.planes or self.fc1_gluon or self.fc2_gluon
+                                       or self.fc1_gate_merge or self.fc2_split_k != 1 or self.sync_dots
+                                       or self.fc1_block_k not in (32, 64, 128) or self.fc2_block_k not in (32, 64, 128)
+                                       or self.fc1_block_n % 64 or self.fc2_block_n % 64 or self.block_t < 16):
+            raise ValueError("TritonMoEConfig: dequant='f8x2' is an MMA-path tile of its own: no direct / gemv / planes / "
+                             "Gluon / gate merge / split-K / sync_dots, block_k 32, 64 or 128, block_n multiples of 64, "
+                             f"block_t >= 16; got {self}")
         if self.dequant in ("sx_auto", *_WORD_MODES) and (self.direct or self.gemv):
             raise ValueError(f"TritonMoEConfig: dequant={self.dequant!r} is for the MMA path (direct=False, gemv=False)")
         if self.dequant in _WORD_MODES and (self.fc1_block_k % 64 or self.fc2_block_k % 64):
@@ -434,6 +444,30 @@ TILES["l64k2_sx4p_f4_t32_gq_s2_gt"] = dataclasses.replace(TILES["l64k2_sx4p_f4_g
 # tiles since session 23 (``_GLUON_TWINS``), on by default (``_GLUON_BY_DEFAULT``).
 TILES.update({f"{name}_n64": dataclasses.replace(TILES[name], fc2_block_n=64)
               for name in ("s16k4_sx4p_m3_g_s2", "s16k_sx4p_f4_g_s2")})
+# Session 24: "f8x2" tiles (``_triton_f8x2_kernel.py``): no weight dequant; per 32-deep E8M0 block one 64-deep fp8
+# wgmma on the exact hi / lo e4m3 split of the activations, then one scale product and FMA per output element; two
+# independent accumulator chains per program (gate / up rows, else two halves of the rows). 4 warps, 128-deep K
+# steps, the split of x beside the route ("_s2"). "q": 128 FC1 rows for the ungated activations (two 64-row halves).
+# Experimental, not defaults: run 27 layer probes (30b, us, default / f8x2 / default): squared ReLU 64 tokens 263.3 /
+# 399.1 / 262.2, 256 tokens 304.2 / 477.2 / 303.0; SwiGLU 197.5 / 321.1 / 198.5 and 230.7 / 391.4 / 230.6. Triton 3.6
+# waits for each block's wgmma before its FMAs (``WARPGROUP.DEPBAR.LE gsb0, 0x0``), so every 32-deep block pays the
+# MMA latency; bench/NOTES_triton_moe.md (session 24) has the variants and what a faster form would need.
+_F8X2 = dict(dequant="f8x2", fc1_block_n=64, fc1_block_k=128, fc1_warps=4, fc1_stages=2, fc2_block_n=128,
+             fc2_block_k=128, fc2_warps=4, fc2_stages=2)
+TILES.update({
+    "s16_f8": TritonMoEConfig(16, **_F8X2),
+    "m32_f8": TritonMoEConfig(32, **_F8X2),
+    "l64_f8": TritonMoEConfig(64, **_F8X2),
+})
+TILES.update({f"{name}q": dataclasses.replace(TILES[name], fc1_block_n=128) for name in ("s16_f8", "m32_f8", "l64_f8")})
+TILES.update({
+    "m32_f8_t16": dataclasses.replace(TILES["m32_f8"], tail=TILES["s16_f8"]),
+    "l64_f8_t32": dataclasses.replace(TILES["l64_f8"], tail=TILES["m32_f8"]),
+    "m32_f8q_t16": dataclasses.replace(TILES["m32_f8q"], tail=TILES["s16_f8q"]),
+    "l64_f8q_t32": dataclasses.replace(TILES["l64_f8q"], tail=TILES["m32_f8q"]),
+})
+TILES.update({f"{name}_s2": dataclasses.replace(TILES[name], side_stream=2)
+              for name in ("s16_f8", "m32_f8_t16", "l64_f8_t32", "s16_f8q", "m32_f8q_t16", "l64_f8q_t32")})
 
 
 def replace_launch_tiles(cfg: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -1046,6 +1080,9 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, cfg.block_t, tail_t)
     inter_cols = max(triton.cdiv(n_out, t.fc2_block_k) * t.fc2_block_k if t.planes else n_out
                      for t in cfg.launch_tiles)
+    split_tiles = any(t.dequant == "f8x2" for t in cfg.launch_tiles)
+    if all(t.dequant == "f8x2" for t in cfg.launch_tiles):
+        inter_cols = 0  # no bf16 rows: FC1 writes FC2's split rows
     inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=device)
     if path == "routed_gemv":
         route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, 0,
@@ -1064,7 +1101,9 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     # one plane-major copy of x per FC1 depth that a launch pair reads (all buffers come from this stream)
     x_planes = {t.fc1_block_k: torch.empty(rows, triton.cdiv(hidden, t.fc1_block_k) * t.fc1_block_k,
                                            dtype=x.dtype, device=device) for t in cfg.launch_tiles if t.planes}
-    side = _side_stream(device) if cfg.side_stream and (x_planes or tail_t) else None
+    x_split = split_rows_buffers(rows, hidden, device) if split_tiles else None
+    inter_split = split_rows_buffers(sorted_len, n_out, device) if split_tiles else None
+    side = _side_stream(device) if cfg.side_stream and (x_planes or x_split or tail_t) else None
     tails_beside = side is not None and cfg.side_stream == 2 and bool(tail_t)
     main = torch.cuda.current_stream(device) if side is not None else None
     if side is not None:
@@ -1072,6 +1111,8 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     with torch.cuda.stream(side):  # None: the current stream (a no-op)
         for block_k, planes in x_planes.items():
             _planes_into(x[:rows], planes, block_k)
+        if x_split is not None:
+            _split_into(x[:rows], *x_split)
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
                    cfg.route_warps)
     sorted_pairs, block_expert, num_blocks = route
@@ -1079,14 +1120,19 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         if tails_beside:
             side.wait_stream(main)  # the tail pair needs the route's tables
         main.wait_stream(side)  # the main pair needs the planes
-    _launch_mma(cfg, x_planes[cfg.fc1_block_k] if cfg.planes else x, dims, weights, inter[:max_sorted], slots,
-                route, max_blocks, activation, topk, split_k)
+    def operands(tile, first, last):  # a tile's FC1 input and its inter rows [first, last)
+        if tile.dequant == "f8x2":
+            return x_split, tuple(buffer[first:last] for buffer in inter_split)
+        return x_planes[tile.fc1_block_k] if tile.planes else x, inter[first:last]
+
+    _launch_mma(cfg, *operands(cfg, 0, max_sorted), dims, weights, slots, route, max_blocks, activation, topk,
+                split_k)
     if tail_t:  # the tail blocks: narrower tiles over the second table (positions from max_sorted)
         tail = cfg.tail
         tail_route = (sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:])
         with torch.cuda.stream(side if tails_beside else None):
-            _launch_mma(tail, x_planes[tail.fc1_block_k] if tail.planes else x, dims, weights, inter[max_sorted:],
-                        slots, tail_route, min(experts, rows * topk), activation, topk, split_k)
+            _launch_mma(tail, *operands(tail, max_sorted, sorted_len), dims, weights, slots, tail_route,
+                        min(experts, rows * topk), activation, topk, split_k)
     if tails_beside:
         main.wait_stream(side)  # join before the combine reads every slot row
     _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
@@ -1119,7 +1165,73 @@ def _planes_into(x: torch.Tensor, planes: torch.Tensor, block_k: int) -> None:
     )
 
 
-def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activation, topk, split_k) -> None:
+def split_rows_buffers(rows: int, k: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Empty split rows of ``[rows, k]`` activations ("f8x2", ``_triton_f8x2_kernel.py``): e4m3 ``[rows, 2 * KP]``
+    (``KP`` = k rounded up to 128; 32-column block ``b``'s hi values in columns ``[64 b, 64 b + 32)``, its lo values
+    in the next 32) and fp32 scales ``[rows, KP // 32]`` (one power of two per row and block)."""
+    kp = -(-k // 128) * 128
+    return (torch.empty(rows, 2 * kp, dtype=DATA_DTYPE, device=device),
+            torch.empty(rows, kp // BLOCK_SIZE, dtype=torch.float32, device=device))
+
+
+def split_rows_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The torch twin of ``_split_into`` (CPU tests): ``(q, s)`` as ``split_rows_buffers`` with every column written
+    (zeros past k); ``x = s * (hi + lo)`` per 32-column block, ``s`` the power of two that puts the block's largest
+    magnitude in ``[128, 256)``."""
+    rows, k = x.shape
+    kp = -(-k // 128) * 128
+    v = torch.nn.functional.pad(x.float(), (0, kp - k)).reshape(rows, kp // BLOCK_SIZE, BLOCK_SIZE)
+    amax = v.abs().amax(dim=2)
+    e = ((amax.view(torch.int32) >> 23) & 0xFF).clamp(min=8)
+    s = ((e - 7) << 23).view(torch.float32)
+    y = v * ((261 - e) << 23).view(torch.float32)[:, :, None]
+    hi = y.to(DATA_DTYPE)
+    lo = (y - hi.float()).to(DATA_DTYPE).float()
+    lo = torch.where(lo == 0, 0.0, lo).to(DATA_DTYPE)  # +0 where a tiny negative residual rounds to -0, as the kernel
+    return torch.cat([hi, lo], dim=2).reshape(rows, 2 * kp), s
+
+
+def _split_into(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:
+    """``(q, s) = split_rows_reference(x)`` in one launch (``_split_rows_kernel``)."""
+    import triton
+
+    from . import _triton_f8x2_kernel as kernels
+
+    rows, k = x.shape
+    kernels._split_rows_kernel[(triton.cdiv(rows, 8), q.shape[1] // 256)](
+        x, q, s, rows, k, x.stride(0), q.stride(0), s.stride(0), BLOCK_R=8, BLOCK_K=128,
+        num_warps=4,
+    )
+
+
+def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_blocks, activation, topk) -> None:
+    """``_launch_mma`` for an "f8x2" tile: ``x_split`` / ``inter_split`` = (e4m3 rows, fp32 scales) of x and of
+    FC1's output rows (``split_rows_buffers``)."""
+    import triton
+
+    from . import _triton_f8x2_kernel as kernels
+
+    fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
+    hidden, n_out, inner = dims
+    (q1, qs1), (q2, qs2) = x_split, inter_split
+    kernels._f8x2_fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
+        q1, qs1, fc1.data, s1, q2, qs2, *route,
+        n_out, hidden, q1.stride(0), qs1.stride(0),
+        fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, q2.stride(0), qs2.stride(0),
+        TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
+        BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
+        EVEN_K=hidden % cfg.fc1_block_k == 0, **cfg.launch_options(1),
+    )
+    kernels._f8x2_fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks)](
+        q2, qs2, fc2.data, s2, slots, *route,
+        hidden, inner, q2.stride(0), qs2.stride(0),
+        fc2.data.stride(0), fc2.data.stride(1), s2_stride, s2_tiles, slots.stride(1),
+        BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
+        EVEN_K=inner % cfg.fc2_block_k == 0, **cfg.launch_options(2),
+    )
+
+
+def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activation, topk, split_k) -> None:
     """FC1 (+ activation) into ``inter`` rows by sorted position and FC2 into the pairs' ``slots`` rows, MMA tiles
     of ``cfg`` over the blocks of ``route`` = (sorted_pairs, block_expert, num_blocks) (``grid_blocks`` programs
     per n tile: the table's capacity; blocks past ``num_blocks[0]`` exit at once). ``dims`` = (hidden, n_out,
@@ -1129,6 +1241,9 @@ def _launch_mma(cfg, x, dims, weights, inter, slots, route, grid_blocks, activat
 
     from . import _triton_moe_kernel as kernels
 
+    if cfg.dequant == "f8x2":
+        _launch_f8x2(cfg, x, dims, weights, inter, slots, route, grid_blocks, activation, topk)
+        return
     fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
     hidden, n_out, inner = dims
     if cfg.fc1_gluon:  # checked by _gluon_problem before any launch

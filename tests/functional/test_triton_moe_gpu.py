@@ -1018,3 +1018,36 @@ def test_sync_dots_keep_the_bits(name, tokens, activation):
     """``sync_dots`` (session 21; the "_sd" tiles) retires each dot before the next dequant: the same MMAs in the same
     order, so the bits of the base tile, within BOUND of float64, every row written."""
     _assert_tiles_keep_bits(TILES[name], TILES[name + "_sd"], (128, 8, 2048, 768, tokens), activation)
+
+
+# Session 24: the "f8x2" tiles (no weight dequant: fp8 wgmmas on the exact hi / lo e4m3 split of the activations).
+# Not bit-equal to the dequantizing tiles (the fp8 wgmma adds its products with reduced precision), so each is held to
+# the float64 oracle and to the error of the default tile on the same inputs.
+F8X2 = ("s16_f8_s2", "m32_f8_t16_s2", "l64_f8_t32_s2", "m32_f8q_t16_s2")
+
+
+@pytest.mark.parametrize("tile", F8X2)
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 16), (128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 64),
+                                  (128, 8, 4096, 1536, 1024), _ODD33, _ODD7],
+                         ids=["30b-T16", "30b-T256", "235b-T64", "235b-T1024", "odd33", "odd7"])
+def test_f8x2_tiles_match_float64(tile, activation, case):
+    """Every row written (NaN-poisoned fp32 out), nothing past ``rows``, zeros past ``valid_tokens``; relative error
+    within BOUND of the float64 oracle and at most 1.5x the default tile's on the same inputs."""
+    experts, topk, hidden, inter, tokens = case
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
+    default, split = _poisoned_outputs((None, TILES[tile]), fc1, fc2, x, probs, ids, valid_rows, activation)
+    ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
+    err, err_default = relative_error(split, ref), relative_error(default, ref)
+    print(f"f8x2 {tile} {activation} {case}: rel err {err:.3e}, default tile {err_default:.3e}")
+    assert err <= BOUND and err <= 1.5 * err_default, (err, err_default)
+    assert split[valid_rows:].abs().max().item() == 0 if valid_rows < tokens else True
+    again = _poisoned_outputs((TILES[tile],), fc1, fc2, x, probs, ids, valid_rows, activation)[0]
+    assert torch.equal(again, split), "the same inputs gave different bits"
+
+
+@pytest.mark.parametrize("tile,tokens,activation", [
+    ("s16_f8_s2", 64, "swiglu"), ("s16_f8_s2", 16, "squared_relu"), ("m32_f8_t16_s2", 256, "squared_relu"),
+    ("m32_f8_t16_s2", 256, "swiglu"), ("l64_f8_t32_s2", 512, "squared_relu")])
+def test_cuda_graph_replay_of_the_f8x2_tiles(tile, tokens, activation):
+    _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), activation)

@@ -227,11 +227,12 @@ def test_second_stream_defaults_are_the_tested_tiles():
     the 256-token tiles keep one stream."""
     names = [name for name in TILES if name.endswith("_s2")
              and not any(t.fc1_gluon or t.fc2_gluon for t in TILES[name].launch_tiles)]  # not the Gluon tiles
-    assert len(names) == 14
+    assert len(names) == 20
     for name in names:
         assert TILES[name] == dataclasses.replace(TILES[name[:-3]], side_stream=2) and TILES[name[:-3]].side_stream == 0
         tile = TILES[name]
-        assert any(t.planes for t in tile.launch_tiles) or tile.tail is not None, name
+        f8x2 = tile.dequant == "f8x2"  # the split of x runs beside the route
+        assert any(t.planes for t in tile.launch_tiles) or tile.tail is not None or f8x2, name
     for name in ("x256m_sa_t32", "x256w_sa_t32a"):
         assert TILES[name].side_stream == 0
     assert TILES["l128m_sa_t64pu"] == dataclasses.replace(TILES["l128m_sa"], tail=TILES["l64_sx4p_mu"])
@@ -838,6 +839,12 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         "sx4_int_planes": dict(dequant_fp32=False, dequant="sx4_int", planes=True),
         "sx4_int_merge_splitk2_planes": dict(dequant_fp32=False, dequant="sx4_int", fc1_gate_merge=True,
                                              fc2_split_k=2, planes=True),
+        # no weight dequant: fp8 dots on the hi / lo split of the activations (session 24); 64- / 32-deep K steps
+        # (masked K tails at H 96 / 160), 64 / 128 rows per program (two chains of 32 / 64; tiles past N_OUT)
+        "f8x2": dict(dequant_fp32=False, dequant="f8x2", fp32_dot=False, fc1_block_n=64, fc2_block_n=64,
+                     fc1_block_k=64, fc2_block_k=64),
+        "f8x2_k32": dict(dequant_fp32=False, dequant="f8x2", fp32_dot=False, fc1_block_n=128, fc2_block_n=128,
+                         fc1_block_k=32, fc2_block_k=32),
     }
     for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32), ("geglu", 160, 96),
                                       ("swiglu", 160, 96)):
@@ -892,6 +899,18 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         tail=dataclasses.replace(cfg, block_t=8, dequant_fp32=False, dequant="sx4_int", fc2_block_k=128)))
     check("tail_tiles_sx4_planes", planes, ref, rows, valid, words)  # both launches plane-major, two FC2 depths
     result["tail_tiles_sx4_planes"]["tails"] = tails
+    # "f8x2" main tiles with a dequantizing tail and the reverse (each launch pair reads its own inter rows): 32-token
+    # blocks, an expert's last 1..16 pairs on a 16-token tail (f8x2 dots need 16 token columns)
+    f8x2 = dict(dequant_fp32=False, dequant="f8x2", fp32_dot=False, fc1_block_n=64, fc2_block_n=64)
+    wide, narrow = dataclasses.replace(cfg, block_t=32), cfg
+    tails16 = route_reference(ids, valid, experts=4, local_expert_offset=1, block_t=32, tail_t=16)[2][1]
+    for name, main, tail in (("tail_tiles_f8x2", dataclasses.replace(wide, **f8x2), narrow),
+                             ("tail_tiles_f8x2_tail", wide, dataclasses.replace(narrow, **f8x2)),
+                             ("tail_tiles_f8x2_both", dataclasses.replace(wide, **f8x2),
+                              dataclasses.replace(narrow, **f8x2))):
+        check(name, run(x, probs, ids, fc1, fc2, "swiglu", rows, valid, dataclasses.replace(main, tail=tail)), ref,
+              rows, valid)
+        result[name]["tails"] = tails16
     torch.set_rng_state(rng_state)
 
     # The GEMV defaults exactly as choose_config returns them (BLOCK_K 256 / 512 past K = 96: masked K and scale
@@ -981,7 +1000,7 @@ def test_kernels_under_triton_interpreter():
         for suffix in ("", "_bits_int", "_splitk", "_bits_int_splitk3", "_direct", "_direct_k32", "_gemv", "_gemv_k32",
                        "_gemv_pairs", "_gemv_pairs_k32", "_routed_gemv", "_routed_gemv_k32", "_gate_merge",
                        "_gate_merge_n32", "_sx4_int", "_sx4_int_merge_splitk2", "_sx4_int_planes",
-                       "_sx4_int_merge_splitk2_planes"):
+                       "_sx4_int_merge_splitk2_planes", "_f8x2", "_f8x2_k32"):
             check = result[key + suffix]
             assert check["err"] <= 1e-2, (key + suffix, check)
             assert check["tail_zero"] and check["untouched"], (key + suffix, check)
@@ -990,7 +1009,8 @@ def test_kernels_under_triton_interpreter():
         assert result[key + "_sx4_int_planes"]["equal"], "plane-major tokens differ from the shuffled planes"
         assert result[key + "_sx4_int_merge_splitk2_planes"]["equal"], "plane-major tokens differ (merged, split-K)"
     assert result["tail_tiles_sx4_planes"]["equal"], "plane-major tokens differ on the tail tiles"
-    for name in ("tail_tiles", "tail_tiles_split", "tail_tiles_sx4", "tail_tiles_sx4_planes"):
+    for name in ("tail_tiles", "tail_tiles_split", "tail_tiles_sx4", "tail_tiles_sx4_planes", "tail_tiles_f8x2",
+                 "tail_tiles_f8x2_tail", "tail_tiles_f8x2_both"):
         check = result[name]
         assert check["err"] <= 1e-2 and check["tail_zero"] and check["untouched"] and check["tails"] > 0, (name, check)
     for name in ("g16p3", "g32p_geglu", "g16p", "g32p_e1k1", "q1", "q1_geglu", "q1_sq", "q1_e1k1"):
