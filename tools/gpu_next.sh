@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s25a     # for session 25: the f8x2 tiles with the Gluon FC2 ("_gf"): GPU tests, probes
 #   bash tools/gpu_next.sh s24b     # session 24, call 1: the "f8x2" tiles (fp8 wgmmas on split activations): 30b probes, tests
-#   bash tools/gpu_next.sh s24c     # session 24, call 2: the same probes on 235b, per-kernel times
+#   bash tools/gpu_next.sh s24c     # prepared in session 24, not run: the same probes on 235b, per-kernel times
 #   bash tools/gpu_next.sh s24e     # session 24, call 3: the f8x2 tiles after the split fix, one 64-deep wgmma per block
 #   bash tools/gpu_next.sh s24f     # session 24, call 5: f8x2 with two accumulator chains per program (probes, tests)
 #   bash tools/gpu_next.sh s24d     # session 24, call 2: bench/f8x2_check.py (the f8x2 GPU error), then s24a
-#   bash tools/gpu_next.sh s24a     # for session 24: ncu's per-instruction stalls (squared ReLU, 256 tokens); CTA-count probes
+#   bash tools/gpu_next.sh s24a     # session 24, call 2 (inside s24d): ncu's per-instruction stalls (squared ReLU, 256 tokens); CTA-count probes
 #   bash tools/gpu_next.sh s23f     # session 23, call 6: the other GPU tests whose default calls can take Gluon twins
 #   bash tools/gpu_next.sh s23e     # session 23, call 5: the "_n64" 16-token tiles at 192 / 256 tokens (layer probes)
 #   bash tools/gpu_next.sh s23d     # session 23, call 4: tests at 64 tokens, full benchmark + demo of the new defaults
@@ -782,6 +783,23 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
     grep "passed\|failed\|rc=\|^FAILED\|^f8x2 " $OUT/tests.log | tail -50 ;;
+  s25a)
+    # prepared in session 24 (for session 25): the f8x2 tiles with FC2 in Gluon ("_gf", compile-only so far): their
+    # GPU tests (float64 oracle, the shape check, a graph replay), then layer probes against the Triton f8x2 tiles and
+    # the defaults (30b, 64 / 256 tokens, both activations) and per-kernel times at 256 tokens
+    timeout 200 python3 -m pytest -q -s -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "f8x2_gluon" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep "passed\|failed\|rc=\|^FAILED\|Error" $OUT/tests.log | tail -20
+    P="python3 bench/triton_moe_probe.py"
+    for act in squared_relu swiglu; do
+      if [ $act = swiglu ]; then D16=s16k4_sx4p_m3_g_s2_n64; D32=m32l4_sx4p_m_t16_s2; Q=
+      else D16=s16k_sx4p_f4_g_s2_n64; D32=m32k_sx4p_f4_t16_s2; Q=q; fi
+      timeout 70 $P --activation $act --tokens 64 --configs "$D16,s16_f8${Q}_s2,s16_f8${Q}_s2_gf,$D16"
+      timeout 70 $P --activation $act --tokens 256 --configs "$D32,m32_f8${Q}_t16_s2,m32_f8${Q}_t16_s2_gf,$D32"
+    done > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+    timeout 60 $P --tokens 256 --activation squared_relu --profile --configs "m32k_sx4p_f4_t16_s2,m32_f8q_t16_s2_gf" ;;
   s24f)
     # session 24, call 5: the f8x2 tiles with two independent accumulator chains per program (gate / up, or two row
     # halves) and 2 stages: layer probes (30b, 64 / 256 tokens, both activations), then some of their GPU tests

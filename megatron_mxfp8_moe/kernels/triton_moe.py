@@ -147,13 +147,8 @@ class TritonMoEConfig:
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
-        if self.dequant == "f8x2" and (self.direct or self.gemv or self.planes or self.fc1_gluon or self.fc2_gluon
-                                       or self.fc1_gate_merge or self.fc2_split_k != 1 or self.sync_dots
-                                       or self.fc1_block_k not in (32, 64, 128) or self.fc2_block_k not in (32, 64, 128)
-                                       or self.fc1_block_n % 64 or self.fc2_block_n % 64 or self.block_t < 16):
-            raise ValueError("TritonMoEConfig: dequant='f8x2' is an MMA-path tile of its own: no direct / gemv / planes / "
-                             "Gluon / gate merge / split-K / sync_dots, block_k 32, 64 or 128, block_n multiples of 64, "
-                             f"block_t >= 16; got {self}")
+        if self.dequant == "f8x2":
+            self._check_f8x2()
         if self.dequant in ("sx_auto", *_WORD_MODES) and (self.direct or self.gemv):
             raise ValueError(f"TritonMoEConfig: dequant={self.dequant!r} is for the MMA path (direct=False, gemv=False)")
         if self.dequant in _WORD_MODES and (self.fc1_block_k % 64 or self.fc2_block_k % 64):
@@ -162,9 +157,9 @@ class TritonMoEConfig:
         if self.planes and self.dequant not in _WORD_MODES:
             raise ValueError(f"TritonMoEConfig: planes is for the 'sx4' tiles (dequant {_WORD_MODES}), got "
                              f"dequant={self.dequant!r}")
-        if self.fc2_gluon and not (self.planes and self.dequant == "sx4" and self.fc2_block_k == 128
-                                   and self.fc2_split_k == 1 and self.fc2_block_n % 64 == 0
-                                   and self.fc2_warps in (4, 8) and self.fc2_stages >= 2):
+        if self.fc2_gluon and self.dequant != "f8x2" and not (
+                self.planes and self.dequant == "sx4" and self.fc2_block_k == 128 and self.fc2_split_k == 1
+                and self.fc2_block_n % 64 == 0 and self.fc2_warps in (4, 8) and self.fc2_stages >= 2):
             raise ValueError("TritonMoEConfig: fc2_gluon needs planes=True, dequant='sx4', fc2_block_k=128, "
                              "fc2_split_k=1, fc2_block_n a multiple of 64, fc2_warps 4 or 8 and fc2_stages >= 2; got "
                              f"planes={self.planes}, dequant={self.dequant!r}, fc2_block_k={self.fc2_block_k}, "
@@ -187,6 +182,24 @@ class TritonMoEConfig:
         if self.gemv and not self.direct and self.block_t != 1:
             raise ValueError(f"TritonMoEConfig: the routed GEMV path (gemv without direct) runs one pair per "
                              f"program and needs block_t=1, got block_t={self.block_t}")
+
+    def _check_f8x2(self) -> None:
+        """``dequant="f8x2"`` is an MMA-path tile of its own (``_triton_f8x2_kernel.py``, FC2 optionally in Gluon)."""
+        problems = [what for what, bad in (
+            ("direct / gemv", self.direct or self.gemv),
+            ("planes", self.planes),
+            ("fc1_gluon", self.fc1_gluon),
+            ("fc1_gate_merge", self.fc1_gate_merge),
+            ("fc2_split_k > 1", self.fc2_split_k != 1),
+            ("sync_dots", self.sync_dots),
+            ("block_k other than 32 / 64 / 128", {self.fc1_block_k, self.fc2_block_k} - {32, 64, 128}),
+            ("block_n not a multiple of 64", self.fc1_block_n % 64 or self.fc2_block_n % 64),
+            ("block_t below 16", self.block_t < 16),
+            ("fc2_gluon without fc2_block_k 128, 4 warps and 2 or more stages",
+             self.fc2_gluon and not (self.fc2_block_k == 128 and self.fc2_warps == 4 and self.fc2_stages >= 2)),
+        ) if bad]
+        if problems:
+            raise ValueError(f"TritonMoEConfig: dequant='f8x2' does not take {'; '.join(problems)}; got {self}")
 
     @property
     def dequant_code(self) -> int:
@@ -468,6 +481,11 @@ TILES.update({
 })
 TILES.update({f"{name}_s2": dataclasses.replace(TILES[name], side_stream=2)
               for name in ("s16_f8", "m32_f8_t16", "l64_f8_t32", "s16_f8q", "m32_f8q_t16", "l64_f8q_t32")})
+# ... and with FC2 in Gluon ("_gf", ``_gluon_f8x2_fc2_kernel.py``: TMA stages, no weight copy, scales loaded straight
+# into the accumulator's layout, each block's wgmmas in flight while the previous block's sum is scaled and added; 64
+# rows, 4 stages). Compile-only so far (Triton 3.6: 78 registers and 49 KB of shared memory at 16-token blocks).
+TILES.update({f"{name}_gf": dataclasses.replace(TILES[name], fc2_gluon=True, fc2_block_n=64, fc2_stages=4)
+              for name in ("s16_f8_s2", "s16_f8q_s2", "m32_f8_t16_s2", "m32_f8q_t16_s2")})
 
 
 def replace_launch_tiles(cfg: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -923,7 +941,7 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         return BackendUnavailableError("the Gluon kernels (fc1_gluon / fc2_gluon) run on a Hopper GPU only (Gluon "
                                        "has no CPU interpreter)")
     try:
-        from . import _gluon_fc1_kernel, _gluon_fc2_kernel  # noqa: F401
+        from . import _gluon_f8x2_fc2_kernel, _gluon_fc1_kernel, _gluon_fc2_kernel  # noqa: F401
     except ImportError as error:
         return BackendUnavailableError("fc1_gluon / fc2_gluon need Triton's Gluon dialect with its Hopper API "
                                        f"(triton.experimental.gluon; Triton 3.6 was tested): {error}")
@@ -1222,6 +1240,13 @@ def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_bl
         BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
         EVEN_K=hidden % cfg.fc1_block_k == 0, **cfg.launch_options(1),
     )
+    if cfg.fc2_gluon:  # checked by _gluon_problem before any launch
+        from ._gluon_f8x2_fc2_kernel import launch_gluon_f8x2_fc2
+
+        launch_gluon_f8x2_fc2(q2, qs2, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks,
+                              block_n=cfg.fc2_block_n, block_t=cfg.block_t, stages=cfg.fc2_stages,
+                              num_warps=cfg.fc2_warps)
+        return
     kernels._f8x2_fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks)](
         q2, qs2, fc2.data, s2, slots, *route,
         hidden, inner, q2.stride(0), qs2.stride(0),

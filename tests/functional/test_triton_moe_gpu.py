@@ -1032,8 +1032,12 @@ F8X2 = ("s16_f8_s2", "m32_f8_t16_s2", "l64_f8_t32_s2", "m32_f8q_t16_s2")
                                   (128, 8, 4096, 1536, 1024), _ODD33, _ODD7],
                          ids=["30b-T16", "30b-T256", "235b-T64", "235b-T1024", "odd33", "odd7"])
 def test_f8x2_tiles_match_float64(tile, activation, case):
+    _check_f8x2_tile(tile, activation, case)
+
+
+def _check_f8x2_tile(tile, activation, case):
     """Every row written (NaN-poisoned fp32 out), nothing past ``rows``, zeros past ``valid_tokens``; relative error
-    within BOUND of the float64 oracle and at most 1.5x the default tile's on the same inputs."""
+    within BOUND of the float64 oracle and at most 1.5x the default tile's on the same inputs; the same bits again."""
     experts, topk, hidden, inter, tokens = case
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
     default, split = _poisoned_outputs((None, TILES[tile]), fc1, fc2, x, probs, ids, valid_rows, activation)
@@ -1051,3 +1055,31 @@ def test_f8x2_tiles_match_float64(tile, activation, case):
     ("m32_f8_t16_s2", 256, "swiglu"), ("l64_f8_t32_s2", 512, "squared_relu")])
 def test_cuda_graph_replay_of_the_f8x2_tiles(tile, tokens, activation):
     _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), activation)
+
+
+# Session 24: the f8x2 tiles with FC2 in Gluon ("_gf"; compiled on the CPU only in session 24). The same values and
+# order of block sums as the Triton f8x2 FC2; held to the oracle like the other f8x2 tiles.
+F8X2_GLUON = ("s16_f8_s2_gf", "s16_f8q_s2_gf", "m32_f8_t16_s2_gf", "m32_f8q_t16_s2_gf")
+
+
+@pytest.mark.parametrize("tile", F8X2_GLUON)
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 16), (128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 64)],
+                         ids=["30b-T16", "30b-T256", "235b-T64"])
+def test_f8x2_gluon_fc2_tiles_match_float64(tile, activation, case):
+    _check_f8x2_tile(tile, activation, case)
+
+
+def test_f8x2_gluon_fc2_rejects_shapes_it_cannot_tile():
+    """I not a multiple of 128: a clear error before any launch, the output untouched."""
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(*_ODD7[:4], _ODD7[4], "swiglu")
+    out = torch.full((x.shape[0], x.shape[1]), float("nan"), device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(MXFP8InputError, match="fc2_gluon"):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", local_expert_offset=3,
+                         valid_tokens=torch.tensor([valid_rows], device="cuda", dtype=torch.int32), out=out,
+                         config=TILES["s16_f8_s2_gf"])
+    assert torch.isnan(out).all()
+
+
+def test_cuda_graph_replay_of_the_f8x2_gluon_fc2_tiles():
+    _graph_replay_of(lambda *shape: TILES["m32_f8q_t16_s2_gf"], 256, (256, 128, 1), "squared_relu")

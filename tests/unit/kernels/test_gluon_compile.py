@@ -20,9 +20,12 @@ from megatron_mxfp8_moe.kernels.sass_hazards import disassemble, register_a_haza
 gluon = pytest.importorskip("triton.experimental.gluon", reason="needs Triton's Gluon dialect")
 
 
-def _compile_sm90(fn, types: dict, constants: dict, warps: int, ints: tuple, spills: bool = False):
+def _compile_sm90(fn, types: dict, constants: dict, warps: int, ints: tuple, spills: bool = False,
+                  mma: str = "HGMMA", with_sass: bool = False):
     """``fn`` compiled for sm_90: pointer and ``ints`` arguments 16-divisible, the rest constexpr. ``spills``: the
-    configuration is known to spill (then the SASS hazard check still runs, over the spill loads too)."""
+    configuration is known to spill (then the SASS hazard check still runs, over the spill loads too). ``mma``: the
+    SASS wgmma it must hold at least 8 of (``QGMMA`` for fp8: both operands in shared memory, no register-A check).
+    Returns the PTX, or ``(ptx, sass)`` with ``with_sass``."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -39,8 +42,8 @@ def _compile_sm90(fn, types: dict, constants: dict, warps: int, ints: tuple, spi
     # and no register spills in the SASS, except where known
     assert ("0 bytes spill stores, 0 bytes spill loads" in _ptxas_report(ptx)) != spills
     sass = disassemble(compiled.asm["cubin"])
-    assert sass.count("HGMMA") >= 8 and not register_a_hazards(sass)
-    return ptx
+    assert sass.count(mma) >= 8 and (mma != "HGMMA" or not register_a_hazards(sass))
+    return (ptx, sass) if with_sass else ptx
 
 
 def test_register_a_hazard_check_finds_an_early_write():
@@ -150,4 +153,35 @@ def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n
     assert re.search(r"mbarrier\.init\.shared(::cta)?\.b64 \[[^\]]+\], %d;" % (1 + 32 * warps), ptx)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.bf16\.bf16" % block_t, ptx)
     assert f"wgmma.wait_group.sync.aligned {8 if gated else 4};" in ptx  # the previous step's groups only
+    _assert_barriers_fenced_after_init(ptx)
+
+
+@pytest.mark.parametrize("block_n,block_t,stages", [(64, 16, 4), (64, 32, 4), (128, 32, 3)])
+def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
+    """The f8x2 FC2 in Gluon (session 24, not yet run on a GPU): weights and split rows by TMA (3 copies per stage),
+    fp8 wgmmas of depth 32 with the token count as N, retired down to one block's pair of groups in the PTX, the
+    barriers fenced after init, no spills; and in the SASS too ptxas keeps the overlap (``WARPGROUP.DEPBAR.LE gsb0,
+    0x2``): with a wgmma in flight across the loop's back edge it serialized them all (C7514, Triton 3.6)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc2_kernel as kernel
+
+    def desc(rows, block_rows):
+        tensor = torch.zeros(rows, 2048, dtype=torch.float8_e4m3fn)  # descriptors carry dtypes, blocks and layouts
+        return TensorDescriptor.from_tensor(tensor, [block_rows, 128], gl.NVMMASharedLayout.get_default_for(
+            [block_rows, 128], gl.float8e4nv))
+
+    types = dict(w_desc=mangle_type(desc(4 * 256, block_n)), x_desc=mangle_type(desc(4 * block_t, block_t)),
+                 qs_ptr="*fp32", s_ptr="*u8", slot_ptr="*bf16", sorted_pairs_ptr="*i32", block_expert_ptr="*i32",
+                 num_blocks_ptr="*i32", N="i32", K="i32", stride_qs="i32", stride_se="i32", scale_tiles="i32",
+                 stride_slot="i32")
+    constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages, num_warps=4)
+    ptx, sass = _compile_sm90(kernel._f8x2_fc2_gluon_kernel, types, constants, 4,
+                              ("N", "K", "stride_qs", "stride_se", "stride_slot"), mma="QGMMA", with_sass=True)
+    assert ptx.count("cp.async.bulk.tensor") >= 3  # a stage's weights and its two halves of split rows, by TMA
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk32\.f32\.e4m3\.e4m3" % block_t, ptx)
+    assert "wgmma.wait_group.sync.aligned 2;" in ptx  # the previous block's 2 groups only
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x2") >= 3  # blocks 1-3 of a step retire only the block before
     _assert_barriers_fenced_after_init(ptx)

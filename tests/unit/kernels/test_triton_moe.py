@@ -450,6 +450,36 @@ def test_gluon_fc2_is_checked(monkeypatch):
     assert launched == []
 
 
+def test_f8x2_config_is_checked(monkeypatch):
+    """``dequant="f8x2"`` (session 24) names what it does not take; its Gluon FC2 ("_gf") refuses shapes it cannot
+    tile and a CPU device before any launch."""
+    from megatron_mxfp8_moe.errors import BackendUnavailableError
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    tile = TILES["s16_f8_s2_gf"]
+    assert tile.dequant == "f8x2" and tile.fc2_gluon and not tile.fc1_gluon
+    for bad, what in ((dict(planes=True), "planes"), (dict(fc1_block_k=256), "block_k other"),
+                      (dict(fc2_block_n=96), "block_n not a multiple of 64"), (dict(block_t=8), "block_t below 16"),
+                      (dict(fc2_block_k=64), "fc2_gluon without"), (dict(fc2_warps=8), "fc2_gluon without"),
+                      (dict(fc2_split_k=2), "fc2_split_k"), (dict(fc1_gate_merge=True), "fc1_gate_merge"),
+                      (dict(direct=True), "direct / gemv")):
+        with pytest.raises(ValueError, match=f"dequant='f8x2' does not take.*{what}"):
+            dataclasses.replace(tile, **bad)
+    launched = []
+    monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
+    x, ids = torch.randn(8, 128).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
+    probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
+    fc1 = quantize_mxfp8(random_weights((4, 192, 128), scale=0.1), backend="reference")
+    odd = quantize_mxfp8(random_weights((4, 128, 96), scale=0.1), backend="reference")  # I = 96
+    with pytest.raises(MXFP8InputError, match="I % 128"):
+        triton_mxfp8_moe(x, probs, ids, fc1, odd, activation="swiglu", valid_tokens=valid, config=tile)
+    fc1 = quantize_mxfp8(random_weights((4, 256, 128), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((4, 128, 128), scale=0.1), backend="reference")
+    with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, config=tile)
+    assert launched == []
+
+
 def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     """``choose_config`` picks the Gluon twins where H and I tile by 128: by default (GLUON_ENV unset or "auto", since
     session 23; with Triton 3.6 only) those of the 16-token tiles (1.5-8 pairs per expert), the 64-token tiles and

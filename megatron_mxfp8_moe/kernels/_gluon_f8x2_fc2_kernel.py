@@ -1,0 +1,167 @@
+"""FC2 of the "f8x2" tiles in Gluon, with the block MMAs pipelined against the scale FMAs (session 24; compiled on the
+CPU only so far, not yet run on a GPU).
+
+The Triton f8x2 FC2 (``_triton_f8x2_kernel._f8x2_fc2_kernel``) waits for every 32-deep block's wgmma before that
+block's scale FMAs (Triton 3.6 puts ``wgmma.wait_group 0`` after each ``tl.dot`` whose result is used), so each block
+pays the MMA latency, and the layer ran 1.4-1.7x slower than the dequantizing tiles (run 27). Here block ``b``'s two
+fp8 wgmmas (its weights against its hi values into a fresh accumulator, then against its lo values) are issued
+asynchronously, and only then is block ``b - 1`` retired (``warpgroup_mma_wait(num_outstanding=2)``) and added:
+``acc += 2 ** (e_w - 127) * s_x * d``. Even and odd blocks use two accumulator tiles, so a tile is read only after
+the wait that retires its MMAs and written only by the MMAs issued after that. The last block of each 128-deep step is
+waited for down to 0: with a wgmma in flight across the loop's back edge, ptxas serialized every wgmma of the kernel
+(its C7514 note; compile-only, Triton 3.6), and without it the SASS keeps ``WARPGROUP.DEPBAR.LE gsb0, 0x2`` for 3 of
+the 4 blocks. Weights and split rows come by TMA into a ring of stages (one mbarrier each), refilled once a step's
+blocks are retired. The scale bytes and token scales are plain loads straight into the accumulator's slice layouts.
+Same block sums added in the same order as the Triton f8x2 FC2.
+Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (compiled with Triton 3.6).
+
+Layouts: weights ``[E, H, I]`` fp8 seen as ``[E * H, I]``; split rows ``[positions, 2 * KP]`` e4m3 (``_split_cols``:
+block ``b``'s hi values in columns ``[64 b, 64 b + 32)``, its lo values in the next 32) and their fp32 scales
+``[positions, KP // 32]``; scales ``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; output: each pair's unweighted
+bf16 row of ``slots`` ``[pairs, H]``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+GLUON_F8X2_BLOCK_K = 128  # K per stage: 4 E8M0 blocks; one 128-byte TMA row of weights, two of split rows
+
+
+@gluon.constexpr_function
+def f8x2_mma_layout(block_t, num_warps):
+    """The accumulator layout of a ``[rows, block_t]`` tile of fp8 wgmmas (k32), ``num_warps`` warps stacked by rows."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, block_t, 32])
+
+
+@gluon.jit
+def _e8m0(s):
+    """E8M0 bytes -> the fp32 ``2 ** (s - 127)`` (byte 0: the subnormal ``2 ** -127``)."""
+    si = s.to(gl.int32)
+    return gl.where(si == 0, 0x00400000, si << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _issue(w_desc, x_desc, w_smem, x_smem, bars, k, w_row, x_row, STAGES: gl.constexpr):
+    """TMA copies of step ``k`` into stage ``k % STAGES``: the weights ``[BLOCK_N, 128]`` and the split rows of its 4
+    blocks as two ``[BLOCK_T, 128]`` halves."""
+    st = k % STAGES
+    mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 2 * x_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(w_desc, [w_row, k * 128], bars.index(st), w_smem.index(st))
+    tma.async_copy_global_to_shared(x_desc, [x_row, k * 256], bars.index(st), x_smem.index(2 * st))
+    tma.async_copy_global_to_shared(x_desc, [x_row, k * 256 + 128], bars.index(st), x_smem.index(2 * st + 1))
+
+
+@gluon.jit
+def _block_factor(s_rows, qs_rows, col):
+    """``2 ** (e_w - 127) * s_x`` of E8M0 block column ``col`` for the tile: ``[BLOCK_N, BLOCK_T]`` fp32."""
+    sw = gl.load(s_rows + ((col // 4) * 512 + col % 4))
+    sx = gl.load(qs_rows + col)
+    return _e8m0(sw)[:, None] * sx[None, :]
+
+
+@gluon.jit
+def _issue_block(w_smem, x_smem, st, b: gl.constexpr, d):
+    """Block ``b`` of stage ``st``: its weights against its hi values into a fresh ``d``, then against its lo values
+    (both asynchronous)."""
+    w = w_smem.index(st).slice(32 * b, 32, dim=1)
+    x = x_smem.index(2 * st + b // 2)
+    hi = x.slice((b % 2) * 64, 32, dim=1).permute((1, 0))
+    lo = x.slice((b % 2) * 64 + 32, 32, dim=1).permute((1, 0))
+    d = warpgroup_mma(w, hi, d, use_acc=False, is_async=True)
+    return warpgroup_mma(w, lo, d, is_async=True)
+
+
+@gluon.jit
+def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
+                           N, K, stride_qs, stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr,
+                           BLOCK_T: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    pid_n = gl.program_id(0)
+    pid_b = gl.program_id(1)
+    if pid_b < gl.load(num_blocks_ptr):
+        expert = gl.load(block_expert_ptr + pid_b)
+        mma: gl.constexpr = f8x2_mma_layout(BLOCK_T, num_warps)
+        w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], w_desc.layout)
+        x_smem = gl.allocate_shared_memory(gl.float8e4nv, [2 * STAGES, BLOCK_T, 128], x_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        fence_async_shared()  # the initialised barriers visible to the async proxy (TMA's complete_tx) before use
+        n_first = pid_n * BLOCK_N
+        w_row = expert * N + n_first
+        x_row = pid_b * BLOCK_T
+        steps = K // 128
+        for i in gl.static_range(STAGES):
+            if i < steps:
+                _issue(w_desc, x_desc, w_smem, x_smem, bars, i, w_row, x_row, STAGES)
+        rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+        s_rows = (s_ptr + expert.to(gl.int64) * stride_se + (rows // 128) * (scale_tiles * 512) + (rows % 32) * 16
+                  + ((rows % 128) // 32) * 4)
+        positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
+        pairs = gl.load(sorted_pairs_ptr + positions)
+        token_mask = pairs >= 0
+        qs_rows = qs_ptr + positions.to(gl.int64) * stride_qs
+        acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+        zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+        for k in range(0, steps):
+            st = k % STAGES
+            mbarrier.wait(bars.index(st), (k // STAGES) & 1)
+            # blocks 0-3 of the step, even ones in d0, odd ones in d1: each wait retires the block before the one
+            # just issued, whose sum is then scaled and added while the newer block's wgmmas run
+            d0 = _issue_block(w_smem, x_smem, st, 0, zero)
+            f0 = _block_factor(s_rows, qs_rows, 4 * k)
+            d1 = _issue_block(w_smem, x_smem, st, 1, zero)
+            d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
+            acc = acc + d0 * f0
+            f1 = _block_factor(s_rows, qs_rows, 4 * k + 1)
+            d0 = _issue_block(w_smem, x_smem, st, 2, d0)
+            d1 = warpgroup_mma_wait(num_outstanding=2, deps=(d1,))
+            acc = acc + d1 * f1
+            f2 = _block_factor(s_rows, qs_rows, 4 * k + 2)
+            d1 = _issue_block(w_smem, x_smem, st, 3, d1)
+            d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
+            acc = acc + d0 * f2
+            f3 = _block_factor(s_rows, qs_rows, 4 * k + 3)
+            # no wgmma stays in flight across the loop's back edge (ptxas serializes every wgmma of a loop that reads a
+            # retired accumulator while one does, session 24): the stage is free after this wait
+            d1 = warpgroup_mma_wait(num_outstanding=0, deps=(d1,))
+            acc = acc + d1 * f3
+            if k + STAGES < steps:
+                _issue(w_desc, x_desc, w_smem, x_smem, bars, k + STAGES, w_row, x_row, STAGES)
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
+        offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+        ptrs = slot_ptr + gl.where(token_mask, pairs, 0).to(gl.int64)[None, :] * stride_slot + offs_n[:, None]
+        gl.store(ptrs, acc.to(gl.bfloat16), mask=token_mask[None, :] & (offs_n < N)[:, None])
+
+
+def launch_gluon_f8x2_fc2(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
+                          slots: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
+                          num_blocks: torch.Tensor, grid_blocks: int, *, block_n: int, block_t: int, stages: int,
+                          num_warps: int) -> None:
+    """One ``_f8x2_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
+    ``q`` / ``qs`` the split rows of FC2's input by position (``split_rows_buffers``), ``w`` ``[E, H, I]`` fp8
+    contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16. The
+    caller checks ``I % 128 == 0`` and ``H % block_n == 0``. Padding positions are read as whatever their rows hold:
+    each token column of the tile depends on its own row only, and those columns are never stored."""
+    experts, hidden, inner = w.shape
+    flat = w.view(experts * hidden, inner)
+    w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
+                                          gl.NVMMASharedLayout.get_default_for([block_n, 128], gl.float8e4nv))
+    x_desc = TensorDescriptor.from_tensor(q, [block_t, 128],
+                                          gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv))
+    _f8x2_fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
+        w_desc, x_desc, qs, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, qs.stride(0),
+        scales.stride(0), scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages,
+        num_warps=num_warps)
