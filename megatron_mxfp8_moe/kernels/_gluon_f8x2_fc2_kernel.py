@@ -28,13 +28,14 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ._gluon_fc2_kernel import stage_barriers
 
 GLUON_F8X2_BLOCK_K = 128  # K per stage: 4 E8M0 blocks; one 128-byte TMA row of weights, two of split rows
 
@@ -94,10 +95,7 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
         mma: gl.constexpr = f8x2_mma_layout(BLOCK_T, num_warps)
         w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], w_desc.layout)
         x_smem = gl.allocate_shared_memory(gl.float8e4nv, [2 * STAGES, BLOCK_T, 128], x_desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(bars.index(i), count=1)
-        fence_async_shared()  # the initialised barriers visible to the async proxy (TMA's complete_tx) before use
+        bars = stage_barriers(STAGES, 1)
         n_first = pid_n * BLOCK_N
         w_row = expert * N + n_first
         x_row = pid_b * BLOCK_T

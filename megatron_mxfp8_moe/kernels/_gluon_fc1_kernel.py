@@ -33,7 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_fc2_kernel import _mma_step, _step_scales, wgmma_layout
+from ._gluon_fc2_kernel import _mma_step, _step_scales, stage_barriers, wgmma_layout
 from ._triton_moe_kernel import _activate, _plane_cols
 
 GLUON_FC1_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 values per token
@@ -116,10 +116,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
         else:
             wu_smem = wg_smem
         x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES * 4, BLOCK_T, Q], X_LAYOUT)
-        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):  # arrivals per phase: the expect, and every thread's cp.async copies
-            mbarrier.init(bars.index(i), count=1 + 32 * num_warps)
-        fence_async_shared()  # the initialised barriers visible to the async proxy (TMA's complete_tx) before use
+        bars = stage_barriers(STAGES, 1 + 32 * num_warps)  # arrivals: the expect, every thread's cp.async copies
         n_first = pid_n * BLOCK_N
         w_row = expert * N1 + n_first
         positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, copy_layout))

@@ -46,6 +46,17 @@ def wgmma_layout(block_t, num_warps):
 
 
 @gluon.jit
+def stage_barriers(STAGES: gl.constexpr, count: gl.constexpr):
+    """One mbarrier per stage of a copy ring, each expecting ``count`` arrivals per phase, initialised and made
+    visible to the async proxy (TMA's complete_tx) before any use."""
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=count)
+    fence_async_shared()
+    return bars
+
+
+@gluon.jit
 def _sx4_planes(words, s):
     """int32 words of 4 e4m3 bytes and their E8M0 bytes ``s`` (same shape and layout) -> the 4 exact bf16 plane
     tiles (byte i in the i-th): the Triton kernel's own "sx4" dequant (``_fp8x4_sx_to_bf16``, ``_sx_factors``),
@@ -119,10 +130,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, Q], w_desc.layout)
         x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES * 4, BLOCK_T, Q], a_desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(bars.index(i), count=1)
-        fence_async_shared()  # the initialised barriers visible to the async proxy (TMA's complete_tx) before use
+        bars = stage_barriers(STAGES, 1)
         n_first = pid_n * BLOCK_N
         w_row = expert * N + n_first
         a_row = pid_b * BLOCK_T
