@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s25a     # for session 25: the f8x2 tiles with the Gluon FC2 ("_gf"): GPU tests, probes
+#   bash tools/gpu_next.sh s25a     # for session 25: the f8x2 tiles with the Gluon FC2 ("_gf"): GPU tests, probes; the rest of the f8x2 tests
 #   bash tools/gpu_next.sh s24b     # session 24, call 1: the "f8x2" tiles (fp8 wgmmas on split activations): 30b probes, tests
 #   bash tools/gpu_next.sh s24c     # prepared in session 24, not run: the same probes on 235b, per-kernel times
 #   bash tools/gpu_next.sh s24e     # session 24, call 3: the f8x2 tiles after the split fix, one 64-deep wgmma per block
@@ -799,7 +799,12 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       timeout 70 $P --activation $act --tokens 256 --configs "$D32,m32_f8${Q}_t16_s2,m32_f8${Q}_t16_s2_gf,$D32"
     done > $OUT/probe.jsonl 2> $OUT/probe.err
     cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
-    timeout 60 $P --tokens 256 --activation squared_relu --profile --configs "m32k_sx4p_f4_t16_s2,m32_f8q_t16_s2_gf" ;;
+    timeout 60 $P --tokens 256 --activation squared_relu --profile --configs "m32k_sx4p_f4_t16_s2,m32_f8q_t16_s2_gf"
+    # the Triton f8x2 tiles' GPU tests that session 24 did not reach (graph replays, 256 / 1024 tokens, 64-token tiles)
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "f8x2 and not gluon and (graph or T256 or T1024 or l64)" > $OUT/tests_triton_f8x2.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests_triton_f8x2.log
+    grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
   s24f)
     # session 24, call 5: the f8x2 tiles with two independent accumulator chains per program (gate / up, or two row
     # halves) and 2 stages: layer probes (30b, 64 / 256 tokens, both activations), then some of their GPU tests
