@@ -1,7 +1,7 @@
 """Diagnostic (session 24, GPU): where the "f8x2" tiles' GPU results go wrong. (1) the split kernel against its
 torch twin, bit for bit; (2) one fp8 x fp8 ``tl.dot`` with the token operand loaded as the f8x2 steps load it
-(``[32, BLOCK_T]``, K contiguous) and as a row-major tile transposed, against float64; (3) the same dot in the
-interpreter-form rounding. Prints one JSON line per check.
+(``[32, BLOCK_T]``, K contiguous) and as a row-major tile transposed, against float64. Prints one JSON line per
+check.
 
     python3 bench/f8x2_check.py
 """

@@ -131,8 +131,6 @@ def main() -> None:
             for n, (kernel, fn, call_args, call_kwargs) in enumerate(launches):
                 if kernel not in ("_fc1_kernel", "_fc2_kernel", "_f8x2_fc1_kernel", "_f8x2_fc2_kernel"):
                     continue
-                if "INTERPRET" in call_kwargs:  # recorded from a CPU call: compile the GPU form
-                    call_kwargs = dict(call_kwargs, INTERPRET=False)
                 sass, shared = _compile_sass(fn, call_args, call_kwargs)
                 registers, ctas = _ctas_per_sm(sass, shared, call_kwargs["num_warps"])
                 if args.dump:

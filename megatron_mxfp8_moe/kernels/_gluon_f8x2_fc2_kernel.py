@@ -36,21 +36,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._gluon_fc2_kernel import stage_barriers
-
-GLUON_F8X2_BLOCK_K = 128  # K per stage: 4 E8M0 blocks; one 128-byte TMA row of weights, two of split rows
+from ._triton_moe_kernel import _e8m0_f32, _scale_rows
 
 
 @gluon.constexpr_function
 def f8x2_mma_layout(block_t, num_warps):
     """The accumulator layout of a ``[rows, block_t]`` tile of fp8 wgmmas (k32), ``num_warps`` warps stacked by rows."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, block_t, 32])
-
-
-@gluon.jit
-def _e8m0(s):
-    """E8M0 bytes -> the fp32 ``2 ** (s - 127)`` (byte 0: the subnormal ``2 ** -127``)."""
-    si = s.to(gl.int32)
-    return gl.where(si == 0, 0x00400000, si << 23).to(gl.float32, bitcast=True)
 
 
 @gluon.jit
@@ -69,7 +61,7 @@ def _block_factor(s_rows, qs_rows, col):
     """``2 ** (e_w - 127) * s_x`` of E8M0 block column ``col`` for the tile: ``[BLOCK_N, BLOCK_T]`` fp32."""
     sw = gl.load(s_rows + ((col // 4) * 512 + col % 4))
     sx = gl.load(qs_rows + col)
-    return _e8m0(sw)[:, None] * sx[None, :]
+    return _e8m0_f32(sw)[:, None] * sx[None, :]
 
 
 @gluon.jit
@@ -104,8 +96,7 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
             if i < steps:
                 _issue(w_desc, x_desc, w_smem, x_smem, bars, i, w_row, x_row, STAGES)
         rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
-        s_rows = (s_ptr + expert.to(gl.int64) * stride_se + (rows // 128) * (scale_tiles * 512) + (rows % 32) * 16
-                  + ((rows % 128) // 32) * 4)
+        s_rows = _scale_rows(s_ptr + expert.to(gl.int64) * stride_se, rows, scale_tiles)
         positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
         pairs = gl.load(sorted_pairs_ptr + positions)
         token_mask = pairs >= 0
@@ -139,9 +130,8 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
                 _issue(w_desc, x_desc, w_smem, x_smem, bars, k + STAGES, w_row, x_row, STAGES)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
-        offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
-        ptrs = slot_ptr + gl.where(token_mask, pairs, 0).to(gl.int64)[None, :] * stride_slot + offs_n[:, None]
-        gl.store(ptrs, acc.to(gl.bfloat16), mask=token_mask[None, :] & (offs_n < N)[:, None])
+        ptrs = slot_ptr + gl.where(token_mask, pairs, 0).to(gl.int64)[None, :] * stride_slot + rows[:, None]
+        gl.store(ptrs, acc.to(gl.bfloat16), mask=token_mask[None, :] & (rows < N)[:, None])
 
 
 def launch_gluon_f8x2_fc2(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,

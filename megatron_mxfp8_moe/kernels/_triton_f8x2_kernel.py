@@ -29,7 +29,7 @@ Shape legend as ``_triton_moe_kernel.py``.
 import triton
 import triton.language as tl
 
-from ._triton_moe_kernel import _activate, _scale_rows
+from ._triton_moe_kernel import _activate, _e8m0_f32, _routed_block, _scale_rows
 
 
 @triton.jit
@@ -87,13 +87,6 @@ def _split_rows_kernel(x_ptr, q_ptr, s_ptr, rows, K, stride_x, stride_q, stride_
     tl.store(q_ptrs + 32, tl.reshape(lo, [BLOCK_R, BLOCK_K]), mask=row_ok)
     b = tl.program_id(1) * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)
     tl.store(s_ptr + r[:, None] * stride_s + b[None, :], s, mask=row_ok)
-
-
-@triton.jit
-def _e8m0_f32(s):
-    """E8M0 bytes -> the fp32 ``2 ** (s - 127)`` (byte 0: the subnormal ``2 ** -127``)."""
-    si = s.to(tl.int32)
-    return tl.where(si == 0, 0x00400000, si << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -184,16 +177,6 @@ def _store_split(h, positions, token_mask, n_first, offs_n, N_OUT, q_ptr, s_ptr,
     tl.store(q_ptrs + 32, tl.reshape(lo, [BLOCK_N, BLOCK_T]), mask=ok)
     b = n_first // 32 + tl.arange(0, BLOCK_N // 32)
     tl.store(s_ptr + rows * stride_s + b[:, None], s, mask=token_mask[None, :] & (b[:, None] * 32 < N_OUT))
-
-
-@triton.jit
-def _routed_block(sorted_pairs_ptr, block_expert_ptr, block, BLOCK_T: tl.constexpr):
-    """Block ``block`` of the route's tables: its local expert (int64), padded positions, pairs (-1: padding) and
-    the mask of the positions that hold a pair."""
-    expert = tl.load(block_expert_ptr + block).to(tl.int64)
-    positions = block * BLOCK_T + tl.arange(0, BLOCK_T)
-    pairs = tl.load(sorted_pairs_ptr + positions)
-    return expert, positions, pairs, pairs >= 0
 
 
 @triton.jit

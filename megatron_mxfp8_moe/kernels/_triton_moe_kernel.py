@@ -449,6 +449,13 @@ def _word_rows(w_base, rows, stride_wn):
 
 
 @triton.jit
+def _e8m0_f32(s):
+    """E8M0 bytes -> the fp32 ``2 ** (s - 127)`` (byte 0: the subnormal ``2 ** -127``)."""
+    si = s.to(tl.int32)
+    return tl.where(si == 0, 0x00400000, si << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: tl.constexpr, shift=0):
     """fp8 e4m3 ``[BLOCK_N, BLOCK_K]`` and uint8 E8M0 ``[BLOCK_N, BLOCK_K // 32]`` -> exact bf16 values.
 
@@ -462,8 +469,7 @@ def _dequant_tile(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DEQUANT: t
     255 (never written by the canonical quantizer, rejected by refit) gives a finite factor here.
     """
     if DEQUANT == DQ_FP32:
-        bits32 = tl.where(s == 0, 0x00400000, s.to(tl.int32) << 23)
-        scale32 = bits32.to(tl.float32, bitcast=True)
+        scale32 = _e8m0_f32(s)
         values32 = tl.reshape(w.to(tl.float32), [BLOCK_N, BLOCK_K // 32, 32])
         values32 = values32 * tl.reshape(scale32, [BLOCK_N, BLOCK_K // 32, 1])
         result = tl.reshape(values32, [BLOCK_N, BLOCK_K]).to(tl.bfloat16)
@@ -779,6 +785,16 @@ def _fc1_tile(
 
 
 @triton.jit
+def _routed_block(sorted_pairs_ptr, block_expert_ptr, block, BLOCK_T: tl.constexpr):
+    """Block ``block`` of the route's tables: its local expert (int64), padded positions, pairs (-1: padding) and
+    the mask of the positions that hold a pair."""
+    expert = tl.load(block_expert_ptr + block).to(tl.int64)
+    positions = block * BLOCK_T + tl.arange(0, BLOCK_T)
+    pairs = tl.load(sorted_pairs_ptr + positions)
+    return expert, positions, pairs, pairs >= 0
+
+
+@triton.jit
 def _fc1_kernel(
     x_ptr,  # [T, H] bf16 (row stride stride_x, unit column stride)
     w_ptr,  # [E, N1, H] fp8 e4m3, H contiguous
@@ -812,10 +828,7 @@ def _fc1_kernel(
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
     if pid_b < tl.load(num_blocks_ptr):
-        expert = tl.load(block_expert_ptr + pid_b).to(tl.int64)
-        positions = pid_b * BLOCK_T + tl.arange(0, BLOCK_T)
-        pairs = tl.load(sorted_pairs_ptr + positions)
-        token_mask = pairs >= 0
+        expert, positions, pairs, token_mask = _routed_block(sorted_pairs_ptr, block_expert_ptr, pid_b, BLOCK_T)
         tokens = tl.where(token_mask, pairs // TOPK, 0).to(tl.int64)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         x_rows = x_ptr + tokens * stride_x  # [BLOCK_T]
@@ -1008,10 +1021,7 @@ def _fc2_kernel(
     pid_b = tl.program_id(1)
     pid_s = tl.program_id(2)
     if pid_b < tl.load(num_blocks_ptr):
-        expert = tl.load(block_expert_ptr + pid_b).to(tl.int64)
-        positions = pid_b * BLOCK_T + tl.arange(0, BLOCK_T)
-        pairs = tl.load(sorted_pairs_ptr + positions)
-        token_mask = pairs >= 0
+        expert, positions, pairs, token_mask = _routed_block(sorted_pairs_ptr, block_expert_ptr, pid_b, BLOCK_T)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rows_n = (offs_n % N).to(tl.int64)
         a_rows = inter_ptr + positions.to(tl.int64) * stride_inter  # [BLOCK_T]
