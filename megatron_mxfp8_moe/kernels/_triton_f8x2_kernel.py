@@ -7,8 +7,8 @@ Hopper has no bf16 x fp8 MMA, so the other tiles dequantize every weight on CUDA
 dequantized: each activation row is split per 32-value block ``b`` into a power-of-two scale ``s`` and two e4m3
 terms, ``x = s * (hi + lo)`` with ``hi = e4m3(x / s)`` and ``lo = e4m3(x / s - hi)``. For bf16 ``x`` (8 significant
 bits) the residual ``x / s - hi`` has at most 4 significant bits, so ``hi + lo`` is exact wherever ``lo`` stays in
-e4m3's normal range (``|x|`` above about ``2 ** -10`` of the block's largest value; below that ``lo`` rounds to
-e4m3's subnormal grid, an absolute error under ``2 ** -18`` of the block's largest value). Per weight block
+e4m3's grid (``|x|`` at least ``2 ** -9`` of the block's largest value; below that ``lo`` rounds to e4m3's
+subnormal grid, an absolute error of at most ``2 ** -17`` of the block's largest value). Per weight block
 ``(row n, block b)`` and token ``t``::
 
     out[n, t] += 2 ** (e_w[n, b] - 127) * s[t, b] * ([W8 | W8][n, b-block] . [hi; lo][t, b-block])
@@ -57,7 +57,8 @@ def _e4m3_round(y):
 
 @triton.jit
 def _split_terms(y):
-    """``(hi, lo)`` e4m3 with ``hi + lo`` = ``y`` (exact for 8-bit-significand ``y`` with ``|lo| >= 2 ** -6``)."""
+    """``(hi, lo)`` e4m3 with ``hi + lo`` = ``y`` (exact for 8-bit-significand ``y`` with ``|y| >= 1 / 4``: then
+    ``lo`` is a multiple of ``2 ** -9``, on e4m3's grid)."""
     hi = _e4m3_round(y)
     lo = _e4m3_round(y - hi)
     return hi.to(tl.float8e4nv), lo.to(tl.float8e4nv)

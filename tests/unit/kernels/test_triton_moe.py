@@ -377,6 +377,48 @@ def test_plane_copy_kernel_equals_planes_of():
     assert len(result) == 5 and all(ok for *_, ok in result), result
 
 
+_SPLIT_SCRIPT = textwrap.dedent(
+    """
+    import json, os
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    from megatron_mxfp8_moe.kernels.triton_moe import _split_into, split_rows_buffers, split_rows_reference
+
+    torch.manual_seed(6)
+    checks = []
+    # K a multiple of 128, K with a partial last step (zeros past K), strided rows, a zero block, wide magnitudes
+    for rows, k in ((5, 256), (11, 160), (3, 1024)):
+        x = (torch.randn(rows, 2 * k) * torch.logspace(-3, 3, 2 * k)).to(torch.bfloat16)[:, :k]
+        x[0, :32] = 0
+        q, s = split_rows_buffers(rows, k, "cpu")
+        _split_into(x, q, s)
+        q_ref, s_ref = split_rows_reference(x)
+        terms = q.float().reshape(rows, -1, 2, 32)
+        back = ((terms[:, :, 0] + terms[:, :, 1]) * s[:, :, None]).reshape(rows, -1)
+        amax = x.float().abs().reshape(rows, -1, 32).amax(dim=2).repeat_interleave(32, dim=1)[:, :k]
+        big = x.float().abs() >= amax * 2.0 ** -9  # lo on e4m3's grid: the split is exact
+        checks.append(dict(rows=rows, k=k, bytes=bool(torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))),
+                           scales=bool(torch.equal(s, s_ref)),
+                           exact=bool(torch.equal(back[:, :k][big], x.float()[big])),
+                           small_err=float(((back[:, :k] - x.float()).abs() / amax.clamp(min=1e-30))[~big].max()),
+                           zeros_past_k=bool((back[:, k:] == 0).all())))
+    print(json.dumps(checks))
+    """
+)
+
+
+def test_split_kernel_equals_its_torch_twin():
+    """``_split_rows_kernel`` (the f8x2 tiles' split of x; Triton interpreter): byte for byte ``split_rows_reference``
+    (e4m3 hi / lo and fp32 scales); ``s * (hi + lo)`` gives every value back exactly down to 2^-9 of its block's
+    largest (at 2^-10 it is not), within 2^-17 of it below; zeros past K."""
+    pytest.importorskip("triton")
+    result = _interpreter_json(["-c", _SPLIT_SCRIPT], timeout=300)
+    assert len(result) == 3, result
+    for check in result:
+        assert check["bytes"] and check["scales"] and check["exact"] and check["zeros_past_k"], check
+        assert check["small_err"] <= 2.0 ** -17, check
+
+
 def test_side_stream_is_checked():
     """``side_stream``: 0 (one stream), 1 (plane copies beside the route) or 2 (also the tail pair)."""
     for level in (0, 1, 2):
