@@ -140,12 +140,16 @@ def gpu_passes(stacks: "CanonicalStacks", fc1, fc2, device, args, refit_bytes: f
             quant.scan_nonfinite_triton(per_expert[0], flags, **knob)
             quant.scan_nonfinite_triton(per_expert[1], flags, first_entry=experts, **knob)
 
-    def write(stacked: bool, **knob):
-        for stack, source, sources in ((stacks.fc1, fc1, per_expert[0]), (stacks.fc2, fc2, per_expert[1])):
+    def write(stacked: bool, detect: bool = False, **knob):
+        """The two quantize launches: predicated on the scan's flag, or (``detect``) flagging NaN/Inf themselves."""
+        for first, (stack, source, sources) in enumerate(((stacks.fc1, fc1, per_expert[0]),
+                                                          (stacks.fc2, fc2, per_expert[1]))):
+            flag = ({"nonfinite": (flags, first if stacked else first * experts)} if detect
+                    else {"abort": flags[:1]})
             if stacked:
-                quant.quantize_into_triton(source, stack.data, stack.scale, abort=flags[:1], **knob)
+                quant.quantize_into_triton(source, stack.data, stack.scale, **flag, **knob)
             else:
-                quant.quantize_experts_into_triton(sources, slots, stack.data, stack.scale, abort=flags[:1], **knob)
+                quant.quantize_experts_into_triton(sources, slots, stack.data, stack.scale, **flag, **knob)
 
     def row(variant: str, kind: str, function) -> dict:
         samples = time_ms(function, device, args.reps, args.warmup)
@@ -161,6 +165,8 @@ def gpu_passes(stacks: "CanonicalStacks", fc1, fc2, device, args, refit_bytes: f
                 lambda stacked=stacked: (scan(stacked), write(stacked))),
             row(f"GPU, {label}: 2 predicated quantize launches only", "quantize", lambda stacked=stacked: write(stacked)),
             row(f"GPU, {label}: NaN/Inf scan only (2 launches)", "scan", lambda stacked=stacked: scan(stacked)),
+            row(f"GPU floor of nonfinite='detect', {label}: 2 quantize launches flagging NaN/Inf, no scan", "quantize",
+                lambda stacked=stacked: write(stacked, detect=True)),
         ]
     sweep = []
     if not args.knobs:
@@ -238,12 +244,18 @@ def main(argv=None) -> int:
             ("refit_experts(mapping of 2 stacked [E, M, K] tensors)",
              lambda: refit_experts(module, stacked, progress=False)),
             ("quantize_ loop, no validation", quantize_loop),
+            (f"nonfinite='detect': refit_experts(mapping of {len(sources)} per-expert tensors)",
+             lambda: refit_experts(module, sources, progress=False, nonfinite="detect")),
+            (f"nonfinite='detect': refit_experts(stream of {len(sources)} per-expert tensors)",
+             lambda: refit_experts(module, iter(sources.items()), progress=False, nonfinite="detect")),
+            ("nonfinite='detect': refit_experts(mapping of 2 stacked [E, M, K] tensors)",
+             lambda: refit_experts(module, stacked, progress=False, nonfinite="detect")),
         ]
-        for variant, function in variants:
+        for index, (variant, function) in enumerate(variants):
             samples = time_ms(function, device, args.reps, args.warmup)
             rows.append(_row(target_name, variant, samples, refit_bytes, copy_gbps))
-        rows[-4]["host_validation_ms"] = _host_validation_ms(module, sources, args.reps)
-        rows[-2]["host_validation_ms"] = _host_validation_ms(module, stacked, args.reps)
+            if index in (0, 2):  # the host plan of the mapping of per-expert tensors / of the stacked ones
+                rows[-1]["host_validation_ms"] = _host_validation_ms(module, (sources, stacked)[index // 2], args.reps)
 
     if args.layers > 1:  # a whole-model sync: a stream is pipelined by one module, a mapping is one atomic batch
         model = torch.nn.ModuleDict({f"l{k}": CanonicalStacks(args.experts, device) for k in range(args.layers)})
@@ -285,7 +297,9 @@ def main(argv=None) -> int:
         "The refit reads its source twice: the NaN/Inf scan (2 B per weight) runs before any byte is written "
         "(atomic), then the quantizer reads again and writes (3.03 B per weight). With both passes at the copy "
         "rate the fraction would be 3.03 / 5.03 = 0.60; the GPU rows below time the passes alone. \"pass GB/s\" "
-        "counts the bytes a pass moves itself (scan 2 B, quantize 3.03 B, floor 5.03 B per weight).",
+        "counts the bytes a pass moves itself (scan 2 B, quantize 3.03 B, floor 5.03 B per weight). Rows marked "
+        "nonfinite='detect' read the sources once: the quantize kernels flag NaN/Inf while writing, and a bad "
+        "source is reported after its batch was written (opt-in; not atomic for NaN/Inf).",
         "",
         "| target | variant | median ms | min ms | refit GB/s | fraction of copy bandwidth | host plan ms | pass GB/s "
         "| pass / copy |",

@@ -402,21 +402,22 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         *,
         finite_checked: bool = False,
         abort_flag: Optional[torch.Tensor] = None,
+        nonfinite_flags: Optional[tuple[torch.Tensor, int]] = None,
     ) -> "MXFP8Tensor":
         """Requantize logical ``source`` (bf16/fp16/fp32, this tensor's shape and device) in place.
 
         Storage addresses stay the same. Bad input raises before any byte is written. ``finite_checked=True``
         skips the NaN/Inf scan (one host sync) when the caller has already scanned the source.
-        ``abort_flag``: as in ``quantize_experts_`` (device int32 ``[1]``; nonzero when the kernel runs = no write).
+        ``abort_flag`` / ``nonfinite_flags``: as in ``quantize_experts_`` (``source`` is the one source, entry ``first``).
         """
         self.validate_source(source, finite=not finite_checked)
         resolved = resolve_quant_backend(backend, self._device)
         self._check_writes_land()
-        if abort_flag is not None:
+        if abort_flag is not None or nonfinite_flags is not None:
             self._check_abort_flag(resolved, True)
             from .quant.triton import quantize_into_triton
 
-            quantize_into_triton(source, self._data, self._scale, abort=abort_flag)
+            quantize_into_triton(source, self._data, self._scale, abort=abort_flag, nonfinite=nonfinite_flags)
             return self  # no hooks to run (checked)
         data, scale = self._write_targets()
         quantize_into(source, data, scale, resolved)
@@ -424,11 +425,11 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         return self
 
     def _check_abort_flag(self, resolved: QuantBackend, one_dtype: bool) -> None:
-        """Raise unless a write predicated on an abort flag is possible (``one_dtype``: the sources share one)."""
+        """Raise unless a write with device flags is possible (``one_dtype``: the sources share one)."""
         if resolved is not QuantBackend.TRITON or self._released or self.has_write_hooks() or not one_dtype:
             raise MXFP8InputError(
-                "abort_flag needs the triton quantizer, one source dtype, and a tensor that holds its storage and "
-                "has no write hooks (hooks would repack bytes that were never written)"
+                "abort_flag / nonfinite_flags need the triton quantizer, one source dtype, and a tensor that holds "
+                "its storage and has no write hooks (hooks would repack bytes that were never written)"
             )
 
     def quantize_experts_(
@@ -440,6 +441,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         finite_checked: bool = False,
         validated: bool = False,
         abort_flag: Optional[torch.Tensor] = None,
+        nonfinite_flags: Optional[tuple[torch.Tensor, int]] = None,
         source_pointers: Optional[Sequence[int]] = None,
     ) -> "MXFP8Tensor":
         """Requantize experts ``indices`` of this stack from logical ``sources`` (``[M, K]`` each) in place.
@@ -449,6 +451,9 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         ``abort_flag``: device int32 ``[1]`` (triton backend, a stack with storage and no write hooks only):
         the kernel writes nothing while it holds a nonzero value, so a caller can scan the sources on the
         device (``quant.triton.scan_nonfinite_triton``) and write in the same stream without a host sync.
+        ``nonfinite_flags``: ``(flags, first)`` (same conditions), flags a zeroed device int32 ``[1 + entries]``: the
+        kernel sets ``flags[0]`` and ``flags[1 + first + i]`` when ``sources[i]`` holds NaN/Inf, and writes it all
+        the same (``refit_experts(nonfinite="detect")``: the check is one pass with the write).
         ``source_pointers`` (internal, for ``refit_experts``): the ``data_ptr()``s of ``sources``, in order, which
         the one-launch triton path then uses instead of reading them again; honoured only with ``validated=True``
         (the caller vouches for them as for the sources) and that path, ignored otherwise.
@@ -474,7 +479,8 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         whole = indices == list(range(self._shape[0]))  # every expert, in order: data/scale are the whole stack
         self._check_writes_land(None if whole else indices)
         one_dtype = len({source.dtype for source in sources}) == 1
-        if abort_flag is not None:
+        flagged = abort_flag is not None or nonfinite_flags is not None
+        if flagged:
             self._check_abort_flag(resolved, one_dtype)
         if self._released:
             scratch = MXFP8Tensor.empty((len(indices),) + view_shape, device=self._device)
@@ -485,11 +491,11 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
             from .quant.triton import quantize_experts_into_triton
 
             quantize_experts_into_triton(list(sources), slots, data, scale, abort=abort_flag,
-                                         pointers=source_pointers if validated else None)
+                                         nonfinite=nonfinite_flags, pointers=source_pointers if validated else None)
         else:
             for slot, source in zip(slots, sources):
                 quantize_into(source, data[slot], scale[slot], resolved)
-        if abort_flag is not None:
+        if flagged:
             return self  # no hooks to run (checked above)
         self._after_expert_writes(indices, slots, data, scale, whole=whole)
         return self

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
+#                                   # Triton f8x2 tests s25a did not reach
 #   bash tools/gpu_next.sh s25a     # for session 25: the f8x2 tiles with the Gluon FC2 ("_gf"): GPU tests, probes; the rest of the f8x2 tests
 #   bash tools/gpu_next.sh s24b     # session 24, call 1: the "f8x2" tiles (fp8 wgmmas on split activations): 30b probes, tests
 #   bash tools/gpu_next.sh s24c     # prepared in session 24, not run: the same probes on 235b, per-kernel times
@@ -783,6 +785,22 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
     grep "passed\|failed\|rc=\|^FAILED\|^f8x2 " $OUT/tests.log | tail -50 ;;
+  s25b)
+    # session 25, call 2: refit_experts(nonfinite="detect") (the quantize kernels flag NaN/Inf while writing, no scan):
+    # the quantize / refit / memory GPU tests, the refit benchmark (20 reps; detect rows beside the default ones),
+    # then the Triton f8x2 tests that s25a's 150 s did not reach
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
+      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -8
+    timeout 150 python3 bench/refit.py --reps 20 --out $OUT > $OUT/refit.log 2>&1
+    echo "refit rc=$?" >> $OUT/refit.log; tail -2 $OUT/refit.log; grep "^| " $OUT/refit.md
+    # (s25a passed the first 13 of these 29 in collection order: 30b T16 / T256, 235b T64, one 235b T1024 case)
+    for k in "graph" "235b and T1024 and not (swiglu and s16_f8_s2)" "(odd33 or odd7) and l64"; do
+      timeout 100 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+        -k "f8x2 and not gluon and ($k)" >> $OUT/tests_triton_f8x2.log 2>&1
+      echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
+    done
+    grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
   s25a)
     # prepared in session 24 (for session 25): the f8x2 tiles with FC2 in Gluon ("_gf", compile-only so far): their
     # GPU tests (float64 oracle, the shape check, a graph replay), then layer probes against the Triton f8x2 tiles and

@@ -4,7 +4,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["first_entry"])
 def mxfp8_quantize_swizzle_kernel(
     source_ptr,  # [E, M, K] bf16/fp16/fp32, last dim contiguous (with USE_TABLE: any tensor of the source dtype)
     source_table_ptr,  # USE_TABLE: int64 [n] addresses of n separate contiguous [M, K] sources
@@ -18,12 +18,15 @@ def mxfp8_quantize_swizzle_kernel(
     scale_bytes_per_expert,
     col_tiles,  # ceil(K / 32 / 4)
     abort_ptr,  # CHECK_ABORT: int32 [1]; nonzero = write nothing (a scan found a bad source)
+    nonfinite_ptr,  # FLAG_NONFINITE: int32 [1 + entries]: [0] = any source bad, [1 + first_entry + i] = source i bad
+    first_entry,  # FLAG_NONFINITE: the flag of this launch's first source (the stacked / single source: its only one)
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
     USE_TABLE: tl.constexpr,
     CHECK_ABORT: tl.constexpr,
     ALIGNED: tl.constexpr = False,  # USE_TABLE: every table address is 16-byte aligned (vector loads)
     ROW_TILES: tl.constexpr = 1,  # row tiles per program (a table's address is loaded once for all of them)
+    FLAG_NONFINITE: tl.constexpr = False,  # flag the sources holding NaN/Inf while writing them (nothing is held back)
 ):
     """One program quantizes ROW_TILES [BLOCK_M, BLOCK_K] tiles (rows ``pid_m * ROW_TILES * BLOCK_M`` on) of one
     expert and writes their swizzled scales.
@@ -33,6 +36,9 @@ def mxfp8_quantize_swizzle_kernel(
     With CHECK_ABORT every STORE is masked off while ``abort_ptr[0] != 0``: a refit validates on the device
     (``nonfinite_scan_kernel``) and writes in the same stream without a host sync in between. The loads do
     not depend on the flag (it is loaded alongside them), so only the stores wait for it.
+    With FLAG_NONFINITE a program that reads a NaN/Inf sets ``nonfinite_ptr[0]`` and its source's flag (stores
+    of 1 only, so the flags do not depend on the program order); its stores are not held back: a refit that
+    asked for ``nonfinite="detect"`` reads the flags after the write and reports what was written.
     """
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -55,6 +61,7 @@ def mxfp8_quantize_swizzle_kernel(
     col_mask = cols < K
     scale_cols = pid_k * GROUPS + tl.arange(0, GROUPS)
     scale_col_mask = scale_cols < K // 32
+    found = 0
     for tile in tl.static_range(ROW_TILES):
         rows = (pid_m * ROW_TILES + tile) * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < M
@@ -65,6 +72,8 @@ def mxfp8_quantize_swizzle_kernel(
             mask=mask,
             other=0.0,
         ).to(tl.float32)
+        if FLAG_NONFINITE:  # NaN fails every comparison, Inf the bound; masked lanes hold 0.0
+            found = found | tl.max((~(tl.abs(source) <= 3.4028234663852886e38)).to(tl.int32))
         blocks = tl.reshape(source, [BLOCK_M, GROUPS, 32])
         amax = tl.max(tl.abs(blocks), axis=2)  # [BLOCK_M, GROUPS]
         dequant_bits = ((amax / 448.0).to(tl.uint32, bitcast=True) + 0x007FFFFF) & 0x7F800000
@@ -86,6 +95,10 @@ def mxfp8_quantize_swizzle_kernel(
             (dequant_bits >> 23).to(tl.uint8),
             mask=row_mask[:, None] & scale_col_mask[None, :] & write,
         )
+    if FLAG_NONFINITE:
+        flagged = found != 0
+        tl.store(nonfinite_ptr, 1, mask=flagged)
+        tl.store(nonfinite_ptr + 1 + first_entry + (tl.program_id(2) if USE_TABLE else 0), 1, mask=flagged)
 
 
 @triton.jit(do_not_specialize=["first_entry", "iterations"])

@@ -80,12 +80,14 @@ def _cdiv(numerator: int, denominator: int) -> int:
 
 def quantize_into_triton(
     source: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, *, abort: Optional[torch.Tensor] = None,
-    num_warps: int = _STACK_WARPS,
+    nonfinite: Optional[tuple[torch.Tensor, int]] = None, num_warps: int = _STACK_WARPS,
 ) -> None:
     """Quantize ``source`` ``[M, K]``/``[E, M, K]`` into ``data`` (e4m3, same shape, contiguous) and
     ``scale`` (swizzled ``[Mp*Cp]``/``[E, Mp*Cp]``, contiguous), in one launch without a host sync.
-    ``abort``: optional device int32 ``[1]``; nonzero when the kernel runs = nothing written. Inputs are
-    assumed checked. ``num_warps``: a tuning knob."""
+    ``abort``: optional device int32 ``[1]``; nonzero when the kernel runs = nothing written.
+    ``nonfinite``: optional ``(flags, entry)``, flags a zeroed device int32 ``[1 + entries]``: the kernel sets
+    ``flags[0]`` and ``flags[1 + entry]`` to 1 when ``source`` holds NaN/Inf (and writes it all the same).
+    Inputs are assumed checked. ``num_warps``: a tuning knob."""
     ok, reason = triton_quantizer_support(data.device)
     if not ok:
         raise BackendUnavailableError(reason)
@@ -113,10 +115,12 @@ def quantize_into_triton(
             padded_rows * padded_cols,
             padded_cols // 4,
             abort if abort is not None else data,  # abort_ptr: unused without CHECK_ABORT
+            *(nonfinite if nonfinite is not None else (data, 0)),  # unused without FLAG_NONFINITE
             BLOCK_M=_BLOCK_M,
             BLOCK_K=_BLOCK_K,
             USE_TABLE=False,
             CHECK_ABORT=abort is not None,
+            FLAG_NONFINITE=nonfinite is not None,
             num_warps=num_warps,
         )
 
@@ -157,6 +161,7 @@ def quantize_experts_into_triton(
     scale: torch.Tensor,
     *,
     abort: Optional[torch.Tensor] = None,
+    nonfinite: Optional[tuple[torch.Tensor, int]] = None,
     pointers: Optional[Sequence[int]] = None,
     row_tiles: int = _TABLE_ROW_TILES,
     num_warps: int = _TABLE_WARPS,
@@ -164,7 +169,9 @@ def quantize_experts_into_triton(
     """Quantize ``n`` separate contiguous ``[M, K]`` sources (one dtype, on ``data``'s device) into expert slots
     ``experts`` (``n`` ints) of the stack ``data`` ``[E, M, K]`` / ``scale`` ``[E, Mp*Cp]``, in ONE kernel
     launch and without a host sync. ``abort``: optional device int32 ``[1]``; while it holds a nonzero value
-    when the kernel runs, nothing is written. ``pointers``: the sources' ``data_ptr()``s (``n`` ints, in order),
+    when the kernel runs, nothing is written. ``nonfinite``: optional ``(flags, first)``, flags a zeroed device
+    int32 ``[1 + entries]``: the kernel sets ``flags[0]`` and ``flags[1 + first + i]`` to 1 when source ``i`` holds
+    NaN/Inf (and writes it all the same). ``pointers``: the sources' ``data_ptr()``s (``n`` ints, in order),
     when the caller has them; the kernel reads the sources through them. ``row_tiles`` (32-row tiles per program)
     and ``num_warps`` are tuning knobs. Inputs are assumed checked."""
     ok, reason = triton_quantizer_support(data.device)
@@ -196,10 +203,12 @@ def quantize_experts_into_triton(
             padded_rows * padded_cols,
             padded_cols // 4,
             abort if abort is not None else experts,
+            *(nonfinite if nonfinite is not None else (experts, 0)),
             BLOCK_M=_BLOCK_M,
             BLOCK_K=_BLOCK_K,
             USE_TABLE=True,
             CHECK_ABORT=abort is not None,
+            FLAG_NONFINITE=nonfinite is not None,
             ALIGNED=_aligned(pointers, cols * sources[0].element_size()),
             ROW_TILES=row_tiles,
             num_warps=num_warps,

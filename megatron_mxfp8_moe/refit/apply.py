@@ -139,7 +139,8 @@ def _launch_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> N
     """
     written = 0
     scan = plan.device_scan if plan.finite_on_device else None  # launched during validation (device_check.py)
-    abort = None if scan is None else scan.flags[:1]  # any scanned source bad: the predicated kernels store nothing
+    abort = None if scan is None or plan.detects_nonfinite else scan.flags[:1]  # set: the kernels store nothing
+    flags = scan.flags if plan.detects_nonfinite else None  # "detect": the kernels flag NaN/Inf while writing
     with _grad_mode(plan):
         for batch in plan.batches:
             first = batch.writes[0]
@@ -147,7 +148,8 @@ def _launch_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> N
                 if first.kind == COPY:
                     first.target.copy_(first.source, finite_checked=True)
                 elif batch.whole:
-                    batch.stack.quantize_(batch.sources[0], backend=plan.backend, finite_checked=True, abort_flag=abort)
+                    batch.stack.quantize_(batch.sources[0], backend=plan.backend, finite_checked=True, abort_flag=abort,
+                                          nonfinite_flags=None if flags is None else (flags, batch.flag_entry))
                 elif batch.stack is None:
                     source = first.source if first.source.is_contiguous() else first.source.contiguous()
                     first.target.quantize_(source, backend=plan.backend, finite_checked=True)
@@ -157,6 +159,7 @@ def _launch_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> N
                     batch.stack.quantize_experts_(
                         batch.indices, batch.sources, backend=plan.backend, finite_checked=True, validated=True,
                         abort_flag=abort, source_pointers=batch.addresses,
+                        nonfinite_flags=None if flags is None else (flags, batch.flag_entry),
                     )
             except Exception as error:
                 together = (
@@ -177,15 +180,19 @@ def _launch_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> N
 
 def _finish_plan(plan: RefitPlan, applied_modules: Sequence[str]) -> None:
     """Complete a launched plan: with a device scan, ONE host sync reads its flags and raises for the first bad
-    entry (then its predicated kernels wrote nothing); then the caches of its modules are refreshed."""
+    entry (then its predicated kernels wrote nothing; with ``detects_nonfinite`` they wrote everything, so the
+    caches are refreshed first and its modules count as applied); then the caches of its modules are refreshed."""
     scan = plan.device_scan if plan.finite_on_device else None
-    if scan is not None:
-        bad = scan.first_bad(plan.writes)  # the one host sync of this plan
-        if bad is not None:
-            error = nonfinite_error(bad)
-            error.applied_modules = tuple(applied_modules)
-            raise error
+    bad = None if scan is None else scan.first_bad(plan.writes)  # the one host sync of this plan
+    if bad is not None and not plan.detects_nonfinite:
+        error = nonfinite_error(bad)
+        error.applied_modules = tuple(applied_modules)
+        raise error
     refresh_caches(list(plan.modules))  # every module an entry names, also those whose views share one stack
+    if bad is not None:
+        error = nonfinite_error(bad, written=True)
+        error.applied_modules = tuple(applied_modules) + plan.module_paths
+        raise error
 
 
 def refresh_caches(modules: Sequence[torch.nn.Module]) -> None:
@@ -252,7 +259,8 @@ def _synchronize(devices: Iterable[torch.device]) -> None:
 
 
 def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: bool = True, backend: str = "auto",
-                  prefix: Optional[str] = None, progress: Optional[bool] = None) -> RefitReport:
+                  prefix: Optional[str] = None, progress: Optional[bool] = None,
+                  nonfinite: str = "reject") -> RefitReport:
     """Write new routed-expert weights into ``model_or_layer``'s canonical MXFP8 storage, in place.
 
     Args:
@@ -278,13 +286,21 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
             that path is guessed from the first indexed name under ``strict`` only; with ``strict=False`` or
             index-less names, pass ``prefix`` (else RefitError: another module's weights could land here).
         progress: tqdm bar over entries: None shows it on a tty for ``>= 64`` entries; True/False force it.
+        nonfinite: ``"reject"`` (default): NaN/Inf sources are found before any byte is written (atomic, below).
+            ``"detect"``: where the device path applies (see NaN/Inf below), the quantize kernels flag NaN/Inf
+            while they write, so the sources are read once instead of twice (about 1.6x faster for bf16 sources);
+            a bad source then raises RefitError AFTER its batch (per module for a stream) was written and
+            refreshed, naming the first bad entry, with that batch's modules in ``applied_modules``: those
+            weights are garbage until the next refit. Every other check still runs before any write, and where
+            the device path does not apply NaN/Inf are rejected as with ``"reject"``. For trainers whose weights
+            are known finite (vLLM / SGLang weight loading checks nothing).
 
     Guarantees:
         - Mapping: ATOMIC against bad input. The whole batch is validated first (names, indices, shapes,
           dtypes, devices, NaN/Inf, MXFP8 scale size and NaN bytes, duplicates, sources overlapping the bytes of
           a weight the batch writes: they could be overwritten before they are read); any problem raises
           RefitError naming the offending entry and not one byte of any canonical weight or derived stack
-          has been written.
+          has been written (with ``nonfinite="detect"``: except NaN/Inf on the device path, see ``nonfinite``).
         - Stream (any iterable that is not a Mapping; consumed once, entries held until the next module is written):
           ATOMIC PER EXPERTS MODULE. Consecutive entries of one experts module are buffered, validated
           together and then written; a module's entries must be contiguous in the stream (a module seen
@@ -312,7 +328,7 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
     ``weights`` that is neither a Mapping nor an iterable of pairs. Not thread-safe.
     """
     start = time.perf_counter()
-    validator = RefitValidator(model_or_layer, strict=strict, backend=backend, prefix=prefix)
+    validator = RefitValidator(model_or_layer, strict=strict, backend=backend, prefix=prefix, nonfinite=nonfinite)
     totals = _Totals()
     streamed = not isinstance(weights, Mapping)
     if not streamed:

@@ -1,5 +1,8 @@
 """The refit's NaN/Inf check on the device, launched while the batch is still being validated on the host.
 
+(With ``refit_experts(nonfinite="detect")`` no scan runs: ``DeviceScan.reserve`` hands its flags to the quantize
+kernels, which set them while writing; ``first_bad`` reads them the same way.)
+
 validate (host, per entry) --every CHUNK sources of a stack, or one large (stacked) source at once-->
 validate (host, a batch checked in one piece) --all sources of a stack, once they are checked-->
   ``scan_nonfinite_triton`` (device flags, no sync)
@@ -96,6 +99,16 @@ class DeviceScan:
             return
         self._count += len(sources)
         self._run(writes, sources, pointers)
+
+    def reserve(self, writes: Sequence[Any]) -> int:
+        """Flags for the sources of ``writes`` (one each) that no scan reads: the quantize kernels set them as they
+        write (``refit_experts(nonfinite="detect")``); returns the entry of the first (``flags[1 + entry]``)."""
+        first, count = self._scanned, len(writes)
+        self._count += count
+        self.valid = self.valid and self._count <= self._capacity
+        self._launched.append(writes)
+        self._scanned += count
+        return first
 
     @staticmethod
     def launch_size(source: torch.Tensor) -> int:

@@ -73,6 +73,9 @@ _SOURCE_DTYPE_SET = frozenset(SOURCE_DTYPES)
 
 QUANTIZE = "quantize"  # logical source -> target.quantize_(source)
 COPY = "copy"  # MXFP8 source -> target.copy_(source)
+# refit_experts(nonfinite=...): "reject" checks NaN/Inf before any byte is written (atomic); "detect" lets the quantize
+# kernels flag them while writing (one pass over the sources instead of two; the batch is written, then reported)
+NONFINITE_MODES = ("reject", "detect")
 
 
 def _source_error(name: Any, target: MXFP8Tensor, problem: Any) -> RefitError:
@@ -322,6 +325,7 @@ class WriteBatch:
     sources: list[torch.Tensor] = dataclasses.field(default_factory=list)  # contiguous logical sources
     whole: bool = False  # one write of a whole stack: ``sources`` is ``[stacked [E, M, K] source]``
     addresses: Optional[list[int]] = None  # ``data_ptr()`` of ``sources``, where the plan computed them
+    flag_entry: int = -1  # a plan's ``detects_nonfinite``: the NaN/Inf flag of ``sources[0]`` (``flags[1 + entry]``)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -338,6 +342,7 @@ class RefitPlan:
     skipped: tuple[str, ...]
     backend: str
     finite_on_device: bool = False  # True: NaN/Inf not checked yet; apply.py checks on the device as it writes
+    detects_nonfinite: bool = False  # finite_on_device, no scan: the quantize kernels flag NaN/Inf while writing
     batches: tuple[WriteBatch, ...] = ()  # the writes grouped for launching, in first-write order
     device_scan: Optional[DeviceScan] = None  # finite_on_device: the launched scans and their flags
     experts: tuple[ExpertsModule, ...] = ()  # the experts modules the writes name, in first-write order
@@ -386,9 +391,12 @@ class RefitValidator:
     """
 
     def __init__(self, model_or_layer: torch.nn.Module, *, strict: bool = True, backend: str = "auto",
-                 prefix: Optional[str] = None):
+                 prefix: Optional[str] = None, nonfinite: str = "reject"):
         if not isinstance(model_or_layer, torch.nn.Module):
             raise TypeError(f"model_or_layer: expected a torch.nn.Module, got {type(model_or_layer).__name__}")
+        if nonfinite not in NONFINITE_MODES:
+            raise ValueError(f"nonfinite: expected one of {NONFINITE_MODES}, got {nonfinite!r}")
+        self.detect_nonfinite = nonfinite == "detect"  # device-checked plans: flag NaN/Inf while writing, no scan
         if not isinstance(backend, str):
             raise TypeError(f"backend: expected a str, got {type(backend).__name__}")
         self.strict = bool(strict)
@@ -620,7 +628,8 @@ class RefitValidator:
             planned = self._plan_views(*columns, finite_on_device, resolved)
             if planned is not None:
                 return planned
-        scan_capacity = len(entries) if finite_on_device and hasattr(entries, "__len__") else 0
+        scan_capacity = (len(entries) if finite_on_device and not self.detect_nonfinite and hasattr(entries, "__len__")
+                         else 0)
         builder = _PlanBuilder(self, scan_capacity)
         writes, claimed_here, claimed, skipped = builder.writes, builder.claimed_here, self._claimed, []
         experts, copied = builder.experts, builder.copied
@@ -711,7 +720,7 @@ class RefitValidator:
             return None
         if self._claimed and not self._claimed.keys().isdisjoint(layout.keys):
             return None  # a weight an earlier plan of this stream wrote: ``plan`` names the duplicate
-        builder = _PlanBuilder(self, len(names) if finite_on_device else 0)
+        builder = _PlanBuilder(self, len(names) if finite_on_device and not self.detect_nonfinite else 0)
         builder.writes = _LazyWrites(info, names, layout.hits, sources)
         for group in layout.groups:  # a stack's scan launches before the next stack is checked (harmless if it fails)
             group_sources = sources[group.take] if type(group.take) is slice else list(
@@ -977,8 +986,13 @@ class _PlanBuilder:
             _check_sources_alias_no_target(writes)
         _check_sources_avoid_derived_stacks(writes, self.experts)
         on_device = finite_on_device and _device_check_possible(batches, validator.backend)
+        detect = on_device and validator.detect_nonfinite
         scan = self.scan
-        if on_device:
+        if detect:  # no scan: flags that the quantize kernels set while writing
+            scan = DeviceScan(len(writes), batches[0].stack.device)
+            for batch in batches:
+                batch.flag_entry = scan.reserve(batch.writes)
+        elif on_device:
             if scan is not None:
                 for batch in batches:
                     self.scan_due(batch)
@@ -994,7 +1008,7 @@ class _PlanBuilder:
         validator._claimed.update(self.claimed_here)
         return RefitPlan(writes=tuple(writes) if type(writes) is list else writes,  # else a _LazyWrites
                          skipped=tuple(skipped), backend=validator.backend, finite_on_device=on_device,
-                         batches=batches, device_scan=scan, experts=tuple(self.experts))
+                         detects_nonfinite=detect, batches=batches, device_scan=scan, experts=tuple(self.experts))
 
 
 def _byte_extent(tensor: torch.Tensor) -> tuple[int, int]:
@@ -1142,11 +1156,14 @@ def _quantizes_with_triton(backend: str, stack: MXFP8Tensor) -> bool:
         return False
 
 
-def nonfinite_error(write: PlannedWrite) -> RefitError:
-    """The RefitError for an entry whose logical source holds NaN or Inf (counts them: one more host sync)."""
+def nonfinite_error(write: PlannedWrite, *, written: bool = False) -> RefitError:
+    """The RefitError for an entry whose logical source holds NaN or Inf (counts them: one more host sync);
+    ``written``: found while writing (``nonfinite="detect"``), so its batch was written."""
     values = write.source.detach()
     nans, infs = int(torch.isnan(values).sum()), int(torch.isinf(values).sum())
-    return refit_error(write.name, f"source holds {nans} NaN and {infs} Inf value(s); nothing was written")
+    outcome = ("found while writing (nonfinite='detect'): its batch WAS written, so these weights are now garbage; "
+               "refit them again with finite values" if written else "nothing was written")
+    return refit_error(write.name, f"source holds {nans} NaN and {infs} Inf value(s); {outcome}")
 
 
 def _nan_byte_copies(copy_flags: Sequence[tuple[int, torch.Tensor]]) -> dict[int, tuple[bool, bool]]:

@@ -60,8 +60,8 @@ def _pointers(value, seen=None) -> list[int]:
 
 # -- the real layer ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("backend", ["reference", "auto"])
-def test_graph_captured_before_refit_replays_new_weights_of_the_real_layer(backend):
+@pytest.mark.parametrize(("backend", "nonfinite"), [("reference", "reject"), ("auto", "reject"), ("auto", "detect")])
+def test_graph_captured_before_refit_replays_new_weights_of_the_real_layer(backend, nonfinite):
     layer_module = pytest.importorskip("megatron_mxfp8_moe.layer", reason="needs megatron_mxfp8_moe/layer.py")
     experts_module = pytest.importorskip("megatron_mxfp8_moe.experts", reason="needs megatron_mxfp8_moe/experts.py")
     device = torch.device("cuda")
@@ -93,7 +93,7 @@ def test_graph_captured_before_refit_replays_new_weights_of_the_real_layer(backe
     new_fc1, new_fc2 = logical()
     sources = {f"linear_fc1.weight{i}": new_fc1[i] for i in range(experts)}
     sources.update({f"linear_fc2.weight{i}": new_fc2[i] for i in range(experts)})
-    report = refit_experts(layer, sources)
+    report = refit_experts(layer, sources, nonfinite=nonfinite)
     assert report.tensors_updated == 2 * experts
     out.fill_(float("nan"))
     graph.replay()
@@ -223,6 +223,51 @@ def test_device_checked_refit_equals_fresh_quantization_and_rejects_nan_without_
     after = module.stack_bytes()  # [fc1 data, fc1 scale, fc2 data, fc2 scale]
     assert torch.equal(after[2][1], before[2][1]) and torch.equal(after[3][1], before[3][1])  # fc2 expert 1: not given
     assert [t.data_ptr() for stack in stacks for t in (stack.data, stack.scale)] == pointers
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_detect_refit_writes_in_one_pass_and_reports_nan_after_writing(monkeypatch, stacked):
+    """nonfinite="detect" on hook-free stacks: no scan runs (spied), the bytes equal a fresh reference
+    quantization; a NaN / Inf source raises after its batch was written, naming it (the other entries of the
+    batch hold their new bytes)."""
+    import megatron_mxfp8_moe.quant.triton as triton_quant
+    from megatron_mxfp8_moe import RefitError, quantize_mxfp8
+
+    scans = []
+    original = triton_quant.scan_nonfinite_triton
+    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton", lambda *a, **k: (scans.append(len(a[0])), original(*a, **k))[1])
+    device = torch.device("cuda")
+    generator = torch.Generator(device=device).manual_seed(9)
+    experts, rows, cols = 8, 384, 512
+    stacks = [quantize_mxfp8(torch.randn(experts, rows, cols, device=device, generator=generator)),
+              quantize_mxfp8(torch.randn(experts, cols, rows, device=device, generator=generator))]
+    module = fake.BareStacks(*stacks)
+    pointers = [t.data_ptr() for stack in stacks for t in (stack.data, stack.scale)]
+    fc1 = torch.randn(experts, rows, cols, device=device, generator=generator, dtype=torch.bfloat16)
+    fc2 = torch.randn(experts, cols, rows, device=device, generator=generator, dtype=torch.bfloat16)
+    if stacked:
+        weights = {"linear_fc1.weight": fc1, "linear_fc2.weight": fc2}
+    else:
+        weights = {f"linear_fc{fc}.weight{i}": (fc1, fc2)[fc - 1][i] for fc in (1, 2) for i in range(experts)}
+    report = refit_experts(module, weights, nonfinite="detect")
+    assert scans == [] and report.tensors_updated == 2 * experts
+    for stack, source in ((module.fc1, fc1), (module.fc2, fc2)):
+        reference = quantize_mxfp8(source, backend="reference")
+        assert torch.equal(stack.data.view(torch.uint8), reference.data.view(torch.uint8))
+        assert torch.equal(stack.scale.view(torch.uint8), reference.scale.view(torch.uint8))
+    new_fc1 = fc1 * 2  # new clean values for fc1; fc2's last expert gets an Inf
+    bad_fc2 = fc2.clone()
+    bad_fc2[experts - 1, cols - 1, rows - 1] = float("inf")
+    if stacked:
+        bad, name = {"linear_fc1.weight": new_fc1, "linear_fc2.weight": bad_fc2}, "linear_fc2.weight"
+    else:
+        bad = {f"linear_fc{fc}.weight{i}": (new_fc1, bad_fc2)[fc - 1][i] for fc in (1, 2) for i in range(experts)}
+        name = f"linear_fc2.weight{experts - 1}"
+    with pytest.raises(RefitError, match=f"'{name}': source holds 0 NaN and 1 Inf.*WAS written"):
+        refit_experts(module, bad, nonfinite="detect")
+    reference = quantize_mxfp8(new_fc1, backend="reference")
+    assert torch.equal(module.fc1.data.view(torch.uint8), reference.data.view(torch.uint8))
+    assert scans == [] and [t.data_ptr() for stack in stacks for t in (stack.data, stack.scale)] == pointers
 
 
 def test_device_checked_refit_of_whole_stacks():

@@ -79,6 +79,39 @@ def test_device_check_only_where_an_aborted_write_cannot_leak(monkeypatch):
     assert not plan(logical).finite_on_device
 
 
+def test_detect_plans_launch_no_scan_and_give_each_batch_its_flags(monkeypatch):
+    """nonfinite="detect": a device-checked plan launches no scan and hands batch k the flags of its writes (in
+    plan order); where the device path does not apply (a write hook) it is checked on the host, as "reject";
+    an unknown mode is a ValueError before anything else."""
+    import megatron_mxfp8_moe.quant.triton as triton_quant
+    from megatron_mxfp8_moe.quant.backends import QuantBackend
+    from megatron_mxfp8_moe.refit import validate
+
+    monkeypatch.setattr(validate, "resolve_quant_backend", lambda backend, device: QuantBackend.TRITON)
+    scanned = []
+    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton", lambda *args, **kwargs: scanned.append(args))
+    module = _module(torch.Generator().manual_seed(8))
+    logical = {"linear_fc1.weight0": torch.randn(M, K, dtype=torch.bfloat16),
+               "linear_fc2.weight2": torch.randn(K, M, dtype=torch.bfloat16),
+               "linear_fc1.weight2": torch.randn(M, K, dtype=torch.bfloat16)}
+    for entries in (logical, list(logical.items()), iter(list(logical.items()))):  # the column path and entry by entry
+        items = entries.items() if isinstance(entries, dict) else entries
+        plan = validate.RefitValidator(module, nonfinite="detect").plan(items, finite_on_device=True)
+        assert plan.finite_on_device and plan.detects_nonfinite and scanned == []
+        assert [batch.flag_entry for batch in plan.batches] == [0, 2]  # fc1's two writes, then fc2's one
+        assert plan.device_scan.order == [write for batch in plan.batches for write in batch.writes]
+    remove = module.mxfp8_weights()["linear_fc2.weight1"].register_write_hook(lambda *args: None)
+    bad = dict(logical, **{"linear_fc2.weight2": logical["linear_fc2.weight2"].clone()})
+    bad["linear_fc2.weight2"][3, 4] = float("nan")
+    before = _bytes(module.fc1) + _bytes(module.fc2)
+    with pytest.raises(RefitError, match="linear_fc2.weight2': source holds 1 NaN .*nothing was written"):
+        refit_experts(module, bad, nonfinite="detect")
+    assert all(torch.equal(a, b) for a, b in zip(before, _bytes(module.fc1) + _bytes(module.fc2)))
+    remove()
+    with pytest.raises(ValueError, match="nonfinite: expected one of"):
+        refit_experts(module, logical, nonfinite="skip")
+
+
 # -- run under the Triton interpreter (subprocess) -------------------------------------------------------
 
 def _interpreted_scan_flags_exactly_the_bad_sources():
@@ -283,6 +316,112 @@ def _interpreted_stream_with_device_scans_is_atomic_per_module():
     assert on_device == [True, True, True, True, True], on_device  # l0 launched before l1's bad name was seen
 
 
+def _interpreted_quantize_flags_nonfinite_sources_while_writing():
+    """``nonfinite=(flags, first)``: both quantize forms set flags[0] and exactly the bad sources' flags (a NaN in
+    the last row tile and column, an Inf, a -Inf; 160 rows and K=96, so masked lanes exist) and write every source
+    all the same; clean sources (the largest finite bf16 values included) set nothing and write what the plain
+    kernel writes."""
+    from megatron_mxfp8_moe.quant.triton import quantize_experts_into_triton, quantize_into_triton
+
+    generator = torch.Generator().manual_seed(6)
+    rows = 160
+    sources = [torch.randn(rows, K, generator=generator, dtype=torch.bfloat16) for _ in range(4)]
+    sources[1][rows - 1, K - 1] = float("nan")
+    sources[3][0, 0] = float("-inf")
+    sources[3][77, 40] = float("inf")
+    for row_tiles in (1, 2):
+        stack = quantize_mxfp8(torch.zeros(4, rows, K), backend="reference")
+        flags = torch.zeros(1 + 2 + 4, dtype=torch.int32)
+        quantize_experts_into_triton(sources, [3, 2, 1, 0], stack.data, stack.scale, nonfinite=(flags, 2),
+                                     row_tiles=row_tiles)
+        assert flags.tolist() == [1, 0, 0, 0, 1, 0, 1], (row_tiles, flags.tolist())
+        for slot, source in ((3, sources[0]), (1, sources[2])):  # the clean ones: the plain kernel's bytes
+            plain = quantize_mxfp8(torch.zeros(rows, K), backend="reference")
+            quantize_into_triton(source, plain.data, plain.scale)
+            assert torch.equal(stack.scale[slot].view(torch.uint8), plain.scale.view(torch.uint8)), slot
+            assert torch.equal(stack.data[slot].view(torch.uint8), plain.data.view(torch.uint8)), slot
+        assert stack.data[2].view(torch.uint8).any(), "a flagged source was not written"
+    clean = torch.full((2, rows, K), torch.finfo(torch.bfloat16).max, dtype=torch.bfloat16)
+    clean[1] = torch.randn(rows, K, generator=generator)
+    stack = quantize_mxfp8(torch.zeros(2, rows, K), backend="reference")
+    flags = torch.zeros(3, dtype=torch.int32)
+    quantize_into_triton(clean, stack.data, stack.scale, nonfinite=(flags, 1))
+    assert flags.tolist() == [0, 0, 0], flags.tolist()
+    clean[1, 100, 95] = float("nan")  # an expert other than the first of a stacked source: the one entry's flag
+    quantize_into_triton(clean, stack.data, stack.scale, nonfinite=(flags, 1))
+    assert flags.tolist() == [1, 0, 1], flags.tolist()
+
+
+def _interpreted_refit_detect_writes_then_reports():
+    """``refit_experts(nonfinite="detect")``: no scan runs; a clean batch writes what "reject" writes; a NaN / Inf
+    source raises after its batch was written (mapping, stacked, stream: the bad module is written and listed as
+    applied, the modules after it are untouched); other bad input still changes nothing."""
+    import megatron_mxfp8_moe.quant.triton as triton_quant
+
+    generator = torch.Generator().manual_seed(7)
+    weights = {f"linear_fc1.weight{i}": torch.randn(M, K, generator=generator, dtype=torch.bfloat16) for i in range(E)}
+    weights.update({f"linear_fc2.weight{i}": torch.randn(K, M, generator=generator, dtype=torch.bfloat16)
+                    for i in range(E)})
+    rejected, detected = _module(generator), _module(generator)
+    refit_experts(rejected, weights, backend="triton")
+    real_scan, scans = triton_quant.scan_nonfinite_triton, []
+    triton_quant.scan_nonfinite_triton = lambda *args, **kwargs: scans.append(args) or real_scan(*args, **kwargs)
+    try:
+        report = refit_experts(detected, weights, backend="triton", nonfinite="detect")
+    finally:
+        triton_quant.scan_nonfinite_triton = real_scan
+    assert scans == [] and report.tensors_updated == 2 * E
+    assert all(torch.equal(a, b) for a, b in zip(_bytes(rejected.fc1) + _bytes(rejected.fc2),
+                                                 _bytes(detected.fc1) + _bytes(detected.fc2)))
+
+    bad = dict(weights)
+    bad["linear_fc2.weight1"] = weights["linear_fc2.weight1"].clone()
+    bad["linear_fc2.weight1"][5, 9] = float("nan")
+    bad["linear_fc1.weight0"] = torch.randn(M, K, generator=generator, dtype=torch.bfloat16)  # a clean new value
+    try:
+        refit_experts(detected, bad, backend="triton", nonfinite="detect")
+    except RefitError as error:
+        assert "'linear_fc2.weight1': source holds 1 NaN" in str(error) and "WAS written" in str(error), str(error)
+        assert error.applied_modules == ("",), error.applied_modules
+    else:
+        raise AssertionError("a detect refit with a NaN source did not raise")
+    reference = quantize_mxfp8(bad["linear_fc1.weight0"], backend="reference")
+    assert torch.equal(detected.fc1.scale[0].view(torch.uint8), reference.scale.view(torch.uint8)), "not written"
+
+    stacked = {"linear_fc1.weight": torch.randn(E, M, K, generator=generator, dtype=torch.bfloat16)}
+    stacked["linear_fc1.weight"][E - 1, M - 1, K - 1] = float("inf")
+    try:
+        refit_experts(detected, stacked, backend="triton", nonfinite="detect")
+    except RefitError as error:
+        assert "'linear_fc1.weight': source holds 0 NaN and 1 Inf" in str(error), str(error)
+    else:
+        raise AssertionError("a stacked detect refit with an Inf source did not raise")
+
+    before = _bytes(detected.fc1) + _bytes(detected.fc2)
+    wrong = dict(weights, **{"linear_fc2.weight2": torch.randn(K + 1, M, dtype=torch.bfloat16)})
+    wrong["linear_fc1.weight1"] = torch.full((M, K), float("nan"), dtype=torch.bfloat16)
+    try:
+        refit_experts(detected, wrong, backend="triton", nonfinite="detect")
+    except RefitError as error:
+        assert "linear_fc2.weight2" in str(error), str(error)
+    else:
+        raise AssertionError("a wrong shape did not raise")
+    assert all(torch.equal(a, b) for a, b in zip(before, _bytes(detected.fc1) + _bytes(detected.fc2)))
+
+    model = torch.nn.ModuleDict({"l0": _module(generator), "l1": _module(generator), "l2": _module(generator)})
+    stream = [(f"l{layer}.{name}", source) for layer in range(3) for name, source in weights.items()]
+    stream[len(weights) + 1] = (stream[len(weights) + 1][0], torch.full((M, K), float("nan"), dtype=torch.bfloat16))
+    untouched = _bytes(model.l2.fc1) + _bytes(model.l2.fc2)
+    try:
+        refit_experts(model, iter(stream), backend="triton", nonfinite="detect")
+    except RefitError as error:
+        assert f"'l1.linear_fc1.weight1': source holds {M * K} NaN" in str(error), str(error)
+        assert error.applied_modules == ("l0", "l1"), error.applied_modules
+    else:
+        raise AssertionError("a detect stream with a NaN source did not raise")
+    assert all(torch.equal(a, b) for a, b in zip(untouched, _bytes(model.l2.fc1) + _bytes(model.l2.fc2)))
+
+
 def _interpreted_validated_quantize_with_mixed_dtypes():
     """``quantize_experts_(validated=True)`` with bf16 and fp32 sources for one stack writes what quantizing each
     source alone writes (one Triton launch reads every source as the first one's dtype, so mixed dtypes must not
@@ -303,7 +442,8 @@ def test_device_check_kernels_under_the_triton_interpreter():
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for name in ("scan", "scan edges", "quantize knobs", "abort", "refit", "stream", "validated mixed dtypes"):
+    for name in ("scan", "scan edges", "quantize knobs", "abort", "refit", "stream", "validated mixed dtypes",
+                 "detect flags", "detect refit"):
         assert f"ok {name}" in result.stdout, result.stdout
 
 
@@ -323,6 +463,10 @@ if __name__ == "__main__":
     print("ok stream")
     _interpreted_validated_quantize_with_mixed_dtypes()
     print("ok validated mixed dtypes")
+    _interpreted_quantize_flags_nonfinite_sources_while_writing()
+    print("ok detect flags")
+    _interpreted_refit_detect_writes_then_reports()
+    print("ok detect refit")
 
 
 def test_scan_ahead_launches_chunks_and_maps_flags_back_to_entries(monkeypatch):
