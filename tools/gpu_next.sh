@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
 #   bash tools/gpu_next.sh s25a     # for session 25: the f8x2 tiles with the Gluon FC2 ("_gf"): GPU tests, probes; the rest of the f8x2 tests
@@ -785,6 +786,14 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
     grep "passed\|failed\|rc=\|^FAILED\|^f8x2 " $OUT/tests.log | tail -50 ;;
+  s25c)
+    # session 25, call 3: s25b's refit part again after the flag check moved onto the block maxima (NaN-propagating
+    # reduction, lane-wise predicated flag stores: s25b's element-wise check cost the quantize 6-8%)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
+      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -8
+    timeout 150 python3 bench/refit.py --reps 20 --out $OUT > $OUT/refit.log 2>&1
+    echo "refit rc=$?" >> $OUT/refit.log; tail -2 $OUT/refit.log; grep "^| " $OUT/refit.md ;;
   s25b)
     # session 25, call 2: refit_experts(nonfinite="detect") (the quantize kernels flag NaN/Inf while writing, no scan):
     # the quantize / refit / memory GPU tests, the refit benchmark (20 reps; detect rows beside the default ones),

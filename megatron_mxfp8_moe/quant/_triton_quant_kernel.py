@@ -4,6 +4,11 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def _maximum_keeping_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
 @triton.jit(do_not_specialize=["first_entry"])
 def mxfp8_quantize_swizzle_kernel(
     source_ptr,  # [E, M, K] bf16/fp16/fp32, last dim contiguous (with USE_TABLE: any tensor of the source dtype)
@@ -61,7 +66,6 @@ def mxfp8_quantize_swizzle_kernel(
     col_mask = cols < K
     scale_cols = pid_k * GROUPS + tl.arange(0, GROUPS)
     scale_col_mask = scale_cols < K // 32
-    found = 0
     for tile in tl.static_range(ROW_TILES):
         rows = (pid_m * ROW_TILES + tile) * BLOCK_M + tl.arange(0, BLOCK_M)
         row_mask = rows < M
@@ -72,10 +76,17 @@ def mxfp8_quantize_swizzle_kernel(
             mask=mask,
             other=0.0,
         ).to(tl.float32)
-        if FLAG_NONFINITE:  # NaN fails every comparison, Inf the bound; masked lanes hold 0.0
-            found = found | tl.max((~(tl.abs(source) <= 3.4028234663852886e38)).to(tl.int32))
         blocks = tl.reshape(source, [BLOCK_M, GROUPS, 32])
-        amax = tl.max(tl.abs(blocks), axis=2)  # [BLOCK_M, GROUPS]
+        if FLAG_NONFINITE:
+            # NaN-propagating block maxima (masked lanes hold 0.0): a NaN / Inf one fails the bound. Each program
+            # stores 1 where its blocks are bad, lane by lane: no reduction across warps, no store when all are good
+            amax = tl.reduce(tl.abs(blocks), 2, _maximum_keeping_nan)  # [BLOCK_M, GROUPS]
+            bad = ~(amax <= 3.4028234663852886e38)
+            lanes = tl.zeros([BLOCK_M, GROUPS], dtype=tl.int32)
+            tl.store(nonfinite_ptr + lanes, 1, mask=bad)
+            tl.store(nonfinite_ptr + 1 + first_entry + (tl.program_id(2) if USE_TABLE else 0) + lanes, 1, mask=bad)
+        else:
+            amax = tl.max(tl.abs(blocks), axis=2)  # [BLOCK_M, GROUPS]
         dequant_bits = ((amax / 448.0).to(tl.uint32, bitcast=True) + 0x007FFFFF) & 0x7F800000
         dequant = dequant_bits.to(tl.float32, bitcast=True)
         multiplier = tl.where(dequant == 0, 0.0, 1.0 / dequant)
@@ -95,10 +106,6 @@ def mxfp8_quantize_swizzle_kernel(
             (dequant_bits >> 23).to(tl.uint8),
             mask=row_mask[:, None] & scale_col_mask[None, :] & write,
         )
-    if FLAG_NONFINITE:
-        flagged = found != 0
-        tl.store(nonfinite_ptr, 1, mask=flagged)
-        tl.store(nonfinite_ptr + 1 + first_entry + (tl.program_id(2) if USE_TABLE else 0), 1, mask=flagged)
 
 
 @triton.jit(do_not_specialize=["first_entry", "iterations"])

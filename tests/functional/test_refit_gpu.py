@@ -225,8 +225,9 @@ def test_device_checked_refit_equals_fresh_quantization_and_rejects_nan_without_
     assert [t.data_ptr() for stack in stacks for t in (stack.data, stack.scale)] == pointers
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
 @pytest.mark.parametrize("stacked", [False, True])
-def test_detect_refit_writes_in_one_pass_and_reports_nan_after_writing(monkeypatch, stacked):
+def test_detect_refit_writes_in_one_pass_and_reports_nan_after_writing(monkeypatch, stacked, value):
     """nonfinite="detect" on hook-free stacks: no scan runs (spied), the bytes equal a fresh reference
     quantization; a NaN / Inf source raises after its batch was written, naming it (the other entries of the
     batch hold their new bytes)."""
@@ -255,15 +256,17 @@ def test_detect_refit_writes_in_one_pass_and_reports_nan_after_writing(monkeypat
         reference = quantize_mxfp8(source, backend="reference")
         assert torch.equal(stack.data.view(torch.uint8), reference.data.view(torch.uint8))
         assert torch.equal(stack.scale.view(torch.uint8), reference.scale.view(torch.uint8))
-    new_fc1 = fc1 * 2  # new clean values for fc1; fc2's last expert gets an Inf
+    new_fc1 = fc1 * 2  # new clean values for fc1; fc2's last expert gets a NaN / Inf beside larger finite values
     bad_fc2 = fc2.clone()
-    bad_fc2[experts - 1, cols - 1, rows - 1] = float("inf")
+    bad_fc2[experts - 1, cols - 1, rows - 32:] = 1e4
+    bad_fc2[experts - 1, cols - 1, rows - 1] = value
     if stacked:
         bad, name = {"linear_fc1.weight": new_fc1, "linear_fc2.weight": bad_fc2}, "linear_fc2.weight"
     else:
         bad = {f"linear_fc{fc}.weight{i}": (new_fc1, bad_fc2)[fc - 1][i] for fc in (1, 2) for i in range(experts)}
         name = f"linear_fc2.weight{experts - 1}"
-    with pytest.raises(RefitError, match=f"'{name}': source holds 0 NaN and 1 Inf.*WAS written"):
+    counts = "1 NaN and 0 Inf" if value != value else "0 NaN and 1 Inf"
+    with pytest.raises(RefitError, match=f"'{name}': source holds {counts}.*WAS written"):
         refit_experts(module, bad, nonfinite="detect")
     reference = quantize_mxfp8(new_fc1, backend="reference")
     assert torch.equal(module.fc1.data.view(torch.uint8), reference.data.view(torch.uint8))
