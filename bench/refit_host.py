@@ -119,6 +119,8 @@ def rows(layer, per_expert, stacked):
         "refit-experts": (len(per_expert), lambda: refit_experts(layer, per_expert)),
         "refit-stream": (len(per_expert), lambda: refit_experts(layer, iter(per_expert.items()))),
         "refit-stacked": (len(stacked), lambda: refit_experts(layer, stacked)),
+        "detect-experts": (len(per_expert), lambda: refit_experts(layer, per_expert, nonfinite="detect")),
+        "detect-stacked": (len(stacked), lambda: refit_experts(layer, stacked, nonfinite="detect")),
     }
 
 

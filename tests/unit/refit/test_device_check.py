@@ -318,14 +318,15 @@ def _interpreted_stream_with_device_scans_is_atomic_per_module():
 
 def _interpreted_quantize_flags_nonfinite_sources_while_writing():
     """``nonfinite=(flags, first)``: both quantize forms set flags[0] and exactly the bad sources' flags (a NaN in
-    the last row tile and column, an Inf, a -Inf; 160 rows and K=96, so masked lanes exist) and write every source
-    all the same; clean sources (the largest finite bf16 values included) set nothing and write what the plain
-    kernel writes."""
+    the last row tile and column, beside larger finite values, an Inf, a -Inf; 96 rows and K=96, so masked lanes
+    and, at 2 row tiles per program, a half-empty program exist) and write every source all the same; clean
+    sources (the largest finite bf16 values included) set nothing and write what the plain kernel writes."""
     from megatron_mxfp8_moe.quant.triton import quantize_experts_into_triton, quantize_into_triton
 
     generator = torch.Generator().manual_seed(6)
-    rows = 160
+    rows = 96
     sources = [torch.randn(rows, K, generator=generator, dtype=torch.bfloat16) for _ in range(4)]
+    sources[1][rows - 1, K - 32:] = 1e4  # a NaN-dropping maximum would see 1e4 and pass the block
     sources[1][rows - 1, K - 1] = float("nan")
     sources[3][0, 0] = float("-inf")
     sources[3][77, 40] = float("inf")
@@ -347,7 +348,7 @@ def _interpreted_quantize_flags_nonfinite_sources_while_writing():
     flags = torch.zeros(3, dtype=torch.int32)
     quantize_into_triton(clean, stack.data, stack.scale, nonfinite=(flags, 1))
     assert flags.tolist() == [0, 0, 0], flags.tolist()
-    clean[1, 100, 95] = float("nan")  # an expert other than the first of a stacked source: the one entry's flag
+    clean[1, 70, 95] = float("nan")  # an expert other than the first of a stacked source: the one entry's flag
     quantize_into_triton(clean, stack.data, stack.scale, nonfinite=(flags, 1))
     assert flags.tolist() == [1, 0, 1], flags.tolist()
 
