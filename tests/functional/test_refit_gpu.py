@@ -182,21 +182,34 @@ def test_graph_captured_before_refit_replays_new_weights_of_the_fake_module():
 
 # -- the fast path: NaN/Inf checked on the device, writes predicated on it --------------------------------
 
-def test_device_checked_refit_equals_fresh_quantization_and_rejects_nan_without_writing(monkeypatch):
-    """Hook-free stacks (like the Triton backend's): the refit scans on the device (spied), its bytes equal a
-    fresh reference quantization, and a NaN or Inf source anywhere leaves every byte as it was."""
+EXPERTS, ROWS, COLS = 8, 384, 512  # the fake module's stacks: fc1 [E, ROWS, COLS], fc2 [E, COLS, ROWS]
+
+
+def _spied_bare_stacks(monkeypatch, seed: int):
+    """(scans, module, generator): hook-free fake stacks on the GPU from random fp32 weights, and the list that
+    records the source count of every ``scan_nonfinite_triton`` launch from now on."""
     import megatron_mxfp8_moe.quant.triton as triton_quant
-    from megatron_mxfp8_moe import RefitError, quantize_mxfp8
+    from megatron_mxfp8_moe import quantize_mxfp8
 
     scans = []
     original = triton_quant.scan_nonfinite_triton
-    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton", lambda *a, **k: (scans.append(len(a[0])), original(*a, **k))[1])
+    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
+                        lambda *a, **k: (scans.append(len(a[0])), original(*a, **k))[1])
     device = torch.device("cuda")
-    generator = torch.Generator(device=device).manual_seed(5)
-    experts, rows, cols = 8, 384, 512
-    stacks = [quantize_mxfp8(torch.randn(experts, rows, cols, device=device, generator=generator)),
-              quantize_mxfp8(torch.randn(experts, cols, rows, device=device, generator=generator))]
-    module = fake.BareStacks(*stacks)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    module = fake.BareStacks(quantize_mxfp8(torch.randn(EXPERTS, ROWS, COLS, device=device, generator=generator)),
+                             quantize_mxfp8(torch.randn(EXPERTS, COLS, ROWS, device=device, generator=generator)))
+    return scans, module, generator
+
+
+def test_device_checked_refit_equals_fresh_quantization_and_rejects_nan_without_writing(monkeypatch):
+    """Hook-free stacks (like the Triton backend's): the refit scans on the device (spied), its bytes equal a
+    fresh reference quantization, and a NaN or Inf source anywhere leaves every byte as it was."""
+    from megatron_mxfp8_moe import RefitError, quantize_mxfp8
+
+    scans, module, generator = _spied_bare_stacks(monkeypatch, 5)
+    stacks, device = [module.fc1, module.fc2], torch.device("cuda")
+    experts, rows, cols = EXPERTS, ROWS, COLS
     pointers = [t.data_ptr() for stack in stacks for t in (stack.data, stack.scale)]
     weights = {f"linear_fc1.weight{i}": torch.randn(rows, cols, device=device, generator=generator, dtype=torch.bfloat16)
                for i in range(experts)}
@@ -231,18 +244,11 @@ def test_detect_refit_writes_in_one_pass_and_reports_nan_after_writing(monkeypat
     """nonfinite="detect" on hook-free stacks: no scan runs (spied), the bytes equal a fresh reference
     quantization; a NaN / Inf source raises after its batch was written, naming it (the other entries of the
     batch hold their new bytes)."""
-    import megatron_mxfp8_moe.quant.triton as triton_quant
     from megatron_mxfp8_moe import RefitError, quantize_mxfp8
 
-    scans = []
-    original = triton_quant.scan_nonfinite_triton
-    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton", lambda *a, **k: (scans.append(len(a[0])), original(*a, **k))[1])
-    device = torch.device("cuda")
-    generator = torch.Generator(device=device).manual_seed(9)
-    experts, rows, cols = 8, 384, 512
-    stacks = [quantize_mxfp8(torch.randn(experts, rows, cols, device=device, generator=generator)),
-              quantize_mxfp8(torch.randn(experts, cols, rows, device=device, generator=generator))]
-    module = fake.BareStacks(*stacks)
+    scans, module, generator = _spied_bare_stacks(monkeypatch, 9)
+    stacks, device = [module.fc1, module.fc2], torch.device("cuda")
+    experts, rows, cols = EXPERTS, ROWS, COLS
     pointers = [t.data_ptr() for stack in stacks for t in (stack.data, stack.scale)]
     fc1 = torch.randn(experts, rows, cols, device=device, generator=generator, dtype=torch.bfloat16)
     fc2 = torch.randn(experts, cols, rows, device=device, generator=generator, dtype=torch.bfloat16)

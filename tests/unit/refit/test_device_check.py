@@ -353,6 +353,15 @@ def _interpreted_quantize_flags_nonfinite_sources_while_writing():
     assert flags.tolist() == [1, 0, 1], flags.tolist()
 
 
+def _refit_error_message(*args, **kwargs) -> str:
+    """The message of the RefitError that ``refit_experts(*args, **kwargs)`` raises (AssertionError if none)."""
+    try:
+        refit_experts(*args, **kwargs)
+    except RefitError as error:
+        return str(error)
+    raise AssertionError(f"refit_experts did not raise ({kwargs})")
+
+
 def _interpreted_refit_detect_writes_then_reports():
     """``refit_experts(nonfinite="detect")``: no scan runs; a clean batch writes what "reject" writes; a NaN / Inf
     source raises after its batch was written (mapping, stacked, stream: the bad module is written and listed as
@@ -391,22 +400,14 @@ def _interpreted_refit_detect_writes_then_reports():
 
     stacked = {"linear_fc1.weight": torch.randn(E, M, K, generator=generator, dtype=torch.bfloat16)}
     stacked["linear_fc1.weight"][E - 1, M - 1, K - 1] = float("inf")
-    try:
-        refit_experts(detected, stacked, backend="triton", nonfinite="detect")
-    except RefitError as error:
-        assert "'linear_fc1.weight': source holds 0 NaN and 1 Inf" in str(error), str(error)
-    else:
-        raise AssertionError("a stacked detect refit with an Inf source did not raise")
+    message = _refit_error_message(detected, stacked, backend="triton", nonfinite="detect")
+    assert "'linear_fc1.weight': source holds 0 NaN and 1 Inf" in message, message
 
     before = _bytes(detected.fc1) + _bytes(detected.fc2)
     wrong = dict(weights, **{"linear_fc2.weight2": torch.randn(K + 1, M, dtype=torch.bfloat16)})
     wrong["linear_fc1.weight1"] = torch.full((M, K), float("nan"), dtype=torch.bfloat16)
-    try:
-        refit_experts(detected, wrong, backend="triton", nonfinite="detect")
-    except RefitError as error:
-        assert "linear_fc2.weight2" in str(error), str(error)
-    else:
-        raise AssertionError("a wrong shape did not raise")
+    message = _refit_error_message(detected, wrong, backend="triton", nonfinite="detect")
+    assert "linear_fc2.weight2" in message, message
     assert all(torch.equal(a, b) for a, b in zip(before, _bytes(detected.fc1) + _bytes(detected.fc2)))
 
     model = torch.nn.ModuleDict({"l0": _module(generator), "l1": _module(generator), "l2": _module(generator)})
