@@ -179,9 +179,9 @@ def _launch_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> N
 
 
 def _finish_plan(plan: RefitPlan, applied_modules: Sequence[str]) -> None:
-    """Complete a launched plan: with a device scan, ONE host sync reads its flags and raises for the first bad
-    entry (then its predicated kernels wrote nothing; with ``detects_nonfinite`` they wrote everything, so the
-    caches are refreshed first and its modules count as applied); then the caches of its modules are refreshed."""
+    """Complete a launched plan: with device flags, ONE host sync reads them; a bad entry raises before the caches
+    of the plan's modules are refreshed (its predicated kernels wrote nothing), or, with ``detects_nonfinite``
+    (its kernels wrote everything), after them, with the plan's modules counted as applied."""
     scan = plan.device_scan if plan.finite_on_device else None
     bad = None if scan is None else scan.first_bad(plan.writes)  # the one host sync of this plan
     if bad is not None and not plan.detects_nonfinite:
@@ -288,7 +288,8 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
         progress: tqdm bar over entries: None shows it on a tty for ``>= 64`` entries; True/False force it.
         nonfinite: ``"reject"`` (default): NaN/Inf sources are found before any byte is written (atomic, below).
             ``"detect"``: where the device path applies (see NaN/Inf below), the quantize kernels flag NaN/Inf
-            while they write, so the sources are read once instead of twice (about 1.6x faster for bf16 sources);
+            while they write, so the sources are read once instead of twice (on an H200, one qwen3-30b-a3b layer
+            from stacked bf16 sources: 1.3-1.5x faster);
             a bad source then raises RefitError AFTER its batch (per module for a stream) was written and
             refreshed, naming the first bad entry, with that batch's modules in ``applied_modules``: those
             weights are garbage until the next refit. Every other check still runs before any write, and where
