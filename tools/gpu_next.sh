@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s25d     # session 25, call 5: bench/refit_timeline.py (where a refit's host time goes)
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
@@ -786,6 +787,14 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
     grep "passed\|failed\|rc=\|^FAILED\|^f8x2 " $OUT/tests.log | tail -50 ;;
+  s25d)
+    # session 25, call 5: the host timeline of refit_experts (layer and bare stacks, stacked / per-expert sources,
+    # both nonfinite modes), twice (two processes), to see what the GPU waits for before its first kernel
+    for k in 1 2; do
+      timeout 120 python3 bench/refit_timeline.py --out $OUT/t$k > $OUT/timeline$k.log 2>&1
+      echo "timeline rc=$?" >> $OUT/timeline$k.log
+    done
+    cat $OUT/t1/refit_timeline.md; tail -1 $OUT/timeline2.log ;;
   s25c)
     # session 25, call 3: s25b's refit part again after the flag check moved onto the block maxima (NaN-propagating
     # reduction, lane-wise predicated flag stores: s25b's element-wise check cost the quantize 6-8%)
