@@ -11,6 +11,8 @@ Targets: ``MXFP8ExpertLayer`` (Triton backend) and the bare canonical stacks of 
 qwen3-30b-a3b layer, 2 stacked ``[E, M, K]`` bf16 tensors or 256 per-expert ones; ``nonfinite`` both modes.
 
 Usage: ``python bench/refit_timeline.py --out DIR`` (CUDA; writes ``refit_timeline.json`` / ``.md``).
+``--profile`` instead prints cProfile's top functions (own time, then cumulative) over ``--reps`` calls of the
+layer's per-expert and stacked refits in both modes, phases unwrapped.
 """
 
 from __future__ import annotations
@@ -83,6 +85,24 @@ def timeline(function, device, reps: int, warmup: int) -> dict:
     return {"marks": marks, "host_us": statistics.median(host), "events_us": statistics.median(gpu)}
 
 
+def profile_calls(function, title: str, reps: int, warmup: int) -> None:
+    """Print cProfile's top 25 functions by own time and by cumulative time over ``reps`` calls."""
+    import cProfile
+    import pstats
+
+    for _ in range(warmup):
+        function()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(reps):
+        function()
+    profiler.disable()
+    sys.stdout.write(f"\n### {title}: {reps} calls\n")
+    stats = pstats.Stats(profiler, stream=sys.stdout)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(25)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
@@ -90,6 +110,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--device", default="cuda", help="cuda; cpu only as a smoke run (no Triton there)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the layer's refits instead of the timeline")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     out_dir = pathlib.Path(args.out)
@@ -105,6 +126,13 @@ def main(argv=None) -> int:
     targets = [("canonical stacks", refit_bench.CanonicalStacks(args.experts, device))]
     if layer is not None:
         targets.append(("MXFP8ExpertLayer", layer))
+    if args.profile:
+        module = targets[-1][1]
+        for label, sources in (("per-expert", per_expert), ("stacked", stacked)):
+            for mode in ("reject", "detect"):
+                profile_calls(lambda: apply.refit_experts(module, sources, progress=False, nonfinite=mode),
+                              f"{targets[-1][0]}, {label} sources, nonfinite={mode!r}", args.reps, args.warmup)
+        return 0
     restore = [
         _wrap(validate.RefitValidator, "__init__", "validator"),
         _wrap(validate.RefitValidator, "plan", "plan"),

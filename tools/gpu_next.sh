@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s25e     # session 25, call 6: cProfile of the layer's refits on the GPU host
 #   bash tools/gpu_next.sh s25d     # session 25, call 5: bench/refit_timeline.py (where a refit's host time goes)
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
@@ -787,6 +788,10 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
     grep "passed\|failed\|rc=\|^FAILED\|^f8x2 " $OUT/tests.log | tail -50 ;;
+  s25e)
+    # session 25, call 6: cProfile of the layer's refits (per-expert / stacked sources, both modes), 100 calls each
+    timeout 150 python3 bench/refit_timeline.py --profile --reps 100 > $OUT/profile.log 2>&1
+    echo "profile rc=$?" >> $OUT/profile.log; grep -A14 "###\|Ordered by: internal" $OUT/profile.log | head -150 ;;
   s25d)
     # session 25, call 5: the host timeline of refit_experts (layer and bare stacks, stacked / per-expert sources,
     # both nonfinite modes), twice (two processes), to see what the GPU waits for before its first kernel
