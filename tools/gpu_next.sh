@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s25f     # session 25, call 7: one pointer + slot table per table launch: refit GPU tests,
+#                                   # refit benchmark, timeline
 #   bash tools/gpu_next.sh s25e     # session 25, call 6: cProfile of the layer's refits on the GPU host
 #   bash tools/gpu_next.sh s25d     # session 25, call 5: bench/refit_timeline.py (where a refit's host time goes)
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
@@ -788,6 +790,16 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
     grep "passed\|failed\|rc=\|^FAILED\|^f8x2 " $OUT/tests.log | tail -50 ;;
+  s25f)
+    # session 25, call 7: the table quantize launch with its source addresses and expert slots in one table (one
+    # host-to-device copy instead of two): the quantize / refit / memory GPU tests, the refit benchmark, the timeline
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
+      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -8
+    timeout 150 python3 bench/refit.py --reps 20 --out $OUT > $OUT/refit.log 2>&1
+    echo "refit rc=$?" >> $OUT/refit.log; tail -1 $OUT/refit.log; grep "^| " $OUT/refit.md | head -18
+    timeout 100 python3 bench/refit_timeline.py --out $OUT/t1 > $OUT/timeline1.log 2>&1
+    echo "timeline rc=$?" >> $OUT/timeline1.log; tail -1 $OUT/timeline1.log ;;
   s25e)
     # session 25, call 6: cProfile of the layer's refits (per-expert / stacked sources, both modes), 100 calls each
     timeout 150 python3 bench/refit_timeline.py --profile --reps 100 > $OUT/profile.log 2>&1

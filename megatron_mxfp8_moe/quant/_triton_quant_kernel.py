@@ -13,7 +13,7 @@ def _maximum_keeping_nan(a, b):
 def mxfp8_quantize_swizzle_kernel(
     source_ptr,  # [E, M, K] bf16/fp16/fp32, last dim contiguous (with USE_TABLE: any tensor of the source dtype)
     source_table_ptr,  # USE_TABLE: int64 [n] addresses of n separate contiguous [M, K] sources
-    target_table_ptr,  # USE_TABLE: int32 [n] expert slot each source is written to
+    target_table_ptr,  # USE_TABLE: int64 [n] expert slot each source is written to
     data_ptr,  # [E, M, K] float8_e4m3fn, contiguous
     scale_ptr,  # [E, scale_bytes_per_expert] uint8, swizzled 128x4
     M,

@@ -186,8 +186,9 @@ def quantize_experts_into_triton(
         pointers = [source.data_ptr() for source in sources]
     elif len(pointers) != len(sources):  # the grid has one program row per source: each must have its address
         raise ValueError(f"quantize_experts_into_triton: {len(pointers)} pointers for {len(sources)} sources")
-    addresses = device_table(pointers, torch.int64, data.device)
-    experts = device_table(list(experts), torch.int32, data.device)
+    # one host-to-device copy: the n source addresses, then the n expert slots (int64 both)
+    table = device_table([*pointers, *experts], torch.int64, data.device)
+    addresses, experts = table[:len(sources)], table[len(sources):]
     grid = (_cdiv(rows, _BLOCK_M * row_tiles), _cdiv(cols, _BLOCK_K), len(sources))
     with on_device(data.device):
         mxfp8_quantize_swizzle_kernel[grid](

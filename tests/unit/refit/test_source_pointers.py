@@ -140,7 +140,8 @@ def test_source_pointers_are_ignored_unless_validated(launches):
 
 def test_the_table_quantizer_launches_with_the_given_pointers(monkeypatch):
     """``quantize_experts_into_triton`` builds the kernel's address table (and its alignment flag) from
-    ``pointers`` when given, from the sources otherwise, and rejects a list of another length."""
+    ``pointers`` when given, from the sources otherwise, and rejects a list of another length; the expert slots
+    travel in the same table (one host-to-device copy)."""
     pytest.importorskip("triton")
     from megatron_mxfp8_moe.quant import _triton_quant_kernel
 
@@ -157,6 +158,8 @@ def test_the_table_quantizer_launches_with_the_given_pointers(monkeypatch):
     triton_quant.quantize_experts_into_triton(sources, [1, 3, 0], stack.data, stack.scale)
     (grid, args, meta), = calls
     assert grid[2] == 3 and args[1].tolist() == [source.data_ptr() for source in sources] and meta["ALIGNED"]
+    assert args[2].tolist() == [1, 3, 0] and args[2].dtype == torch.int64
+    assert args[2].untyped_storage().data_ptr() == args[1].untyped_storage().data_ptr()  # one table
     given = [4096, 8192 + 8, 12288]  # one 8-byte aligned address: the kernel may not vectorize
     triton_quant.quantize_experts_into_triton(sources, [1, 3, 0], stack.data, stack.scale, pointers=given)
     assert calls[-1][1][1].tolist() == given and not calls[-1][2]["ALIGNED"]
