@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s25g     # session 25, call 8: s25f's refit benchmark and timeline again (call 7's host was slow)
 #   bash tools/gpu_next.sh s25f     # session 25, call 7: one pointer + slot table per table launch: refit GPU tests,
 #                                   # refit benchmark, timeline
 #   bash tools/gpu_next.sh s25e     # session 25, call 6: cProfile of the layer's refits on the GPU host
@@ -790,6 +791,13 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
     grep "passed\|failed\|rc=\|^FAILED\|^f8x2 " $OUT/tests.log | tail -50 ;;
+  s25g)
+    # session 25, call 8: the refit benchmark and the timeline of s25f again, on another machine (call 7's host was
+    # about 1.8x slower than usual: "quantize_ loop" 50 ms)
+    timeout 150 python3 bench/refit.py --reps 20 --out $OUT > $OUT/refit.log 2>&1
+    echo "refit rc=$?" >> $OUT/refit.log; tail -1 $OUT/refit.log; grep "^| " $OUT/refit.md | head -16
+    timeout 100 python3 bench/refit_timeline.py --out $OUT/t1 > $OUT/timeline1.log 2>&1
+    echo "timeline rc=$?" >> $OUT/timeline1.log; tail -1 $OUT/timeline1.log ;;
   s25f)
     # session 25, call 7: the table quantize launch with its source addresses and expert slots in one table (one
     # host-to-device copy instead of two): the quantize / refit / memory GPU tests, the refit benchmark, the timeline
