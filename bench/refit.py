@@ -122,7 +122,8 @@ PASS_BYTES = {"scan": 2.0, "quantize": 2 + 1 + 1 / 32, "floor": 2 + 2 + 1 + 1 / 
 def gpu_passes(stacks: "CanonicalStacks", fc1, fc2, device, args, refit_bytes: float, copy_gbps: float):
     """Rows timing the GPU passes without any validation, for stacked and per-expert (table) sources: the NaN/Inf
     scan alone, the abort-predicated quantize alone, and both (the floor); plus a sweep of the kernels' tuning
-    knobs (rows of the second table)."""
+    knobs (rows of the second table). The start event is recorded before the first launch, so each row also holds
+    that launch's host time (tens of us; a table launch's pinned pointer copy included)."""
     from megatron_mxfp8_moe.quant import triton as quant
 
     experts = fc1.shape[0]

@@ -6,7 +6,9 @@ tensors ``linear_fc{1,2}.weight{i}``, or 2 stacked ``[E, M, K]`` tensors ``linea
 - ``plan``: ``RefitValidator(layer).plan(sources.items(), finite_on_device=True)``, the host plan alone;
   ``plan-in-turn``: the same for fc1's 128 sources and fc2's in turn (one list per call);
 - ``refit``: the whole ``refit_experts(layer, sources)`` (plan, launch path, the one host sync, cache refreshes,
-  report and log line), from a mapping and, for per-expert sources, from a stream.
+  report and log line), from a mapping and, for per-expert sources, from a stream;
+- ``detect``: the same from a mapping with ``nonfinite="detect"`` (no scan launches; the quantize launches carry
+  the flags).
 
 The GPU fast path is emulated on the CPU, so that what is measured is the Python overhead the H200 host pays and
 not CPU kernels: ``TRITON_INTERPRET=1`` (Triton's checks accept CPU tensors), ``"auto"`` resolves to the triton
