@@ -26,13 +26,11 @@ import statistics
 import sys
 import time
 
+import refit as refit_bench  # bench/refit.py (this script's folder is sys.path[0]): the layer and the bare stacks
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import refit as refit_bench  # noqa: E402 (bench/refit.py: the layer and the bare stacks)
-
-from megatron_mxfp8_moe.quant import triton as quant_triton  # noqa: E402
-from megatron_mxfp8_moe.refit import apply, validate  # noqa: E402
+from megatron_mxfp8_moe.quant import triton as quant_triton
+from megatron_mxfp8_moe.refit import apply, validate
 
 _marks: list[tuple[str, float]] = []
 

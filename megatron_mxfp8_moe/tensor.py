@@ -414,7 +414,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         resolved = resolve_quant_backend(backend, self._device)
         self._check_writes_land()
         if abort_flag is not None or nonfinite_flags is not None:
-            self._check_abort_flag(resolved, True)
+            self._check_flagged_write(resolved, True)
             from .quant.triton import quantize_into_triton
 
             quantize_into_triton(source, self._data, self._scale, abort=abort_flag, nonfinite=nonfinite_flags)
@@ -424,7 +424,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         self._after_write(data, scale)
         return self
 
-    def _check_abort_flag(self, resolved: QuantBackend, one_dtype: bool) -> None:
+    def _check_flagged_write(self, resolved: QuantBackend, one_dtype: bool) -> None:
         """Raise unless a write with device flags is possible (``one_dtype``: the sources share one)."""
         if resolved is not QuantBackend.TRITON or self._released or self.has_write_hooks() or not one_dtype:
             raise MXFP8InputError(
@@ -481,7 +481,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         one_dtype = len({source.dtype for source in sources}) == 1
         flagged = abort_flag is not None or nonfinite_flags is not None
         if flagged:
-            self._check_abort_flag(resolved, one_dtype)
+            self._check_flagged_write(resolved, one_dtype)
         if self._released:
             scratch = MXFP8Tensor.empty((len(indices),) + view_shape, device=self._device)
             data, scale, slots = scratch._data, scratch._scale, list(range(len(indices)))

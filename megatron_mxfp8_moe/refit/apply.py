@@ -144,12 +144,13 @@ def _launch_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> N
     with _grad_mode(plan):
         for batch in plan.batches:
             first = batch.writes[0]
+            nonfinite = None if flags is None else (flags, batch.flag_entry)  # the flags this batch's launch sets
             try:
                 if first.kind == COPY:
                     first.target.copy_(first.source, finite_checked=True)
                 elif batch.whole:
                     batch.stack.quantize_(batch.sources[0], backend=plan.backend, finite_checked=True, abort_flag=abort,
-                                          nonfinite_flags=None if flags is None else (flags, batch.flag_entry))
+                                          nonfinite_flags=nonfinite)
                 elif batch.stack is None:
                     source = first.source if first.source.is_contiguous() else first.source.contiguous()
                     first.target.quantize_(source, backend=plan.backend, finite_checked=True)
@@ -159,7 +160,7 @@ def _launch_plan(plan: RefitPlan, progress, applied_modules: Sequence[str]) -> N
                     batch.stack.quantize_experts_(
                         batch.indices, batch.sources, backend=plan.backend, finite_checked=True, validated=True,
                         abort_flag=abort, source_pointers=batch.addresses,
-                        nonfinite_flags=None if flags is None else (flags, batch.flag_entry),
+                        nonfinite_flags=nonfinite,
                     )
             except Exception as error:
                 together = (
