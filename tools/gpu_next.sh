@@ -133,10 +133,34 @@ moe_gpu_tests() {
   echo "pytest rc=$?" >> $OUT/tests.log
   grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -12
 }
-# refit_bench SECONDS: bench/refit.py into $OUT (refit.md / refit.json; refit.log ends with its exit status)
+# refit_bench SECONDS [ARGS...]: bench/refit.py ARGS into $OUT (refit.md / refit.json; refit.log ends with its exit
+# status), its table rows printed
 refit_bench() {
-  timeout "$1" python3 bench/refit.py --out $OUT > $OUT/refit.log 2>&1
-  echo "refit rc=$?" >> $OUT/refit.log; cat $OUT/refit.md
+  timeout "$1" python3 bench/refit.py --out $OUT "${@:2}" > $OUT/refit.log 2>&1
+  echo "refit rc=$?" >> $OUT/refit.log; tail -1 $OUT/refit.log; grep "^| " $OUT/refit.md
+}
+# f8x2_probes VARIANT64 VARIANT256: 30b layer probes, both activations, into $OUT/probe.jsonl: at 64 / 256 tokens the
+# default tile, the f8x2 tile, that tile + VARIANT64 / VARIANT256 (none when empty), the default again
+f8x2_probes() {
+  local P="python3 bench/triton_moe_probe.py" act D16 D32 Q
+  for act in squared_relu swiglu; do
+    if [ $act = swiglu ]; then D16=s16k4_sx4p_m3_g_s2_n64; D32=m32l4_sx4p_m_t16_s2; Q=
+    else D16=s16k_sx4p_f4_g_s2_n64; D32=m32k_sx4p_f4_t16_s2; Q=q; fi
+    timeout 70 $P --activation $act --tokens 64 --configs "$D16,s16_f8${Q}_s2${1:+,s16_f8${Q}_s2$1},$D16"
+    timeout 70 $P --activation $act --tokens 256 --configs "$D32,m32_f8${Q}_t16_s2${2:+,m32_f8${Q}_t16_s2$2},$D32"
+  done > $OUT/probe.jsonl 2> $OUT/probe.err
+  cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+}
+# refit_gpu_tests SECONDS: the quantize / refit / memory GPU tests, log $OUT/tests.log (ending with its exit status)
+refit_gpu_tests() {
+  timeout "$1" python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
+    tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $OUT/tests.log 2>&1
+  echo "pytest rc=$?" >> $OUT/tests.log; grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -8
+}
+# refit_timeline SECONDS NAME: bench/refit_timeline.py into $OUT/NAME, log $OUT/NAME.log (ending with its exit status)
+refit_timeline() {
+  timeout "$1" python3 bench/refit_timeline.py --out $OUT/$2 > $OUT/$2.log 2>&1
+  echo "timeline rc=$?" >> $OUT/$2.log; tail -1 $OUT/$2.log
 }
 # moe_bench_and_demo SECONDS LOG: the full MoE benchmark into $OUT/moe (SECONDS at most), then the demo appended to LOG
 moe_bench_and_demo() {
@@ -794,20 +818,12 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
   s25g)
     # session 25, call 8: the refit benchmark and the timeline of s25f again, on another machine (call 7's host was
     # about 1.8x slower than usual: "quantize_ loop" 50 ms)
-    timeout 150 python3 bench/refit.py --reps 20 --out $OUT > $OUT/refit.log 2>&1
-    echo "refit rc=$?" >> $OUT/refit.log; tail -1 $OUT/refit.log; grep "^| " $OUT/refit.md | head -16
-    timeout 100 python3 bench/refit_timeline.py --out $OUT/t1 > $OUT/timeline1.log 2>&1
-    echo "timeline rc=$?" >> $OUT/timeline1.log; tail -1 $OUT/timeline1.log ;;
+    refit_bench 150 --reps 20; refit_timeline 100 t1 ;;
   s25f)
     # session 25, call 7: the table quantize launch with its source addresses and expert slots in one table (one
     # host-to-device copy instead of two): the quantize / refit / memory GPU tests, the refit benchmark, the timeline
-    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
-      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $OUT/tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests.log; grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -8
-    timeout 150 python3 bench/refit.py --reps 20 --out $OUT > $OUT/refit.log 2>&1
-    echo "refit rc=$?" >> $OUT/refit.log; tail -1 $OUT/refit.log; grep "^| " $OUT/refit.md | head -18
-    timeout 100 python3 bench/refit_timeline.py --out $OUT/t1 > $OUT/timeline1.log 2>&1
-    echo "timeline rc=$?" >> $OUT/timeline1.log; tail -1 $OUT/timeline1.log ;;
+    refit_gpu_tests 200
+    refit_bench 150 --reps 20; refit_timeline 100 t1 ;;
   s25e)
     # session 25, call 6: cProfile of the layer's refits (per-expert / stacked sources, both modes), 100 calls each
     timeout 150 python3 bench/refit_timeline.py --profile --reps 100 > $OUT/profile.log 2>&1
@@ -815,28 +831,18 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
   s25d)
     # session 25, call 5: the host timeline of refit_experts (layer and bare stacks, stacked / per-expert sources,
     # both nonfinite modes), twice (two processes), to see what the GPU waits for before its first kernel
-    for k in 1 2; do
-      timeout 120 python3 bench/refit_timeline.py --out $OUT/t$k > $OUT/timeline$k.log 2>&1
-      echo "timeline rc=$?" >> $OUT/timeline$k.log
-    done
-    cat $OUT/t1/refit_timeline.md; tail -1 $OUT/timeline2.log ;;
+    refit_timeline 120 t1; refit_timeline 120 t2; cat $OUT/t1/refit_timeline.md ;;
   s25c)
     # session 25, call 3: s25b's refit part again after the flag check moved onto the block maxima (NaN-propagating
     # reduction, lane-wise predicated flag stores: s25b's element-wise check cost the quantize 6-8%)
-    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
-      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $OUT/tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests.log; grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -8
-    timeout 150 python3 bench/refit.py --reps 20 --out $OUT > $OUT/refit.log 2>&1
-    echo "refit rc=$?" >> $OUT/refit.log; tail -2 $OUT/refit.log; grep "^| " $OUT/refit.md ;;
+    refit_gpu_tests 200
+    refit_bench 150 --reps 20 ;;
   s25b)
     # session 25, call 2: refit_experts(nonfinite="detect") (the quantize kernels flag NaN/Inf while writing, no scan):
     # the quantize / refit / memory GPU tests, the refit benchmark (20 reps; detect rows beside the default ones),
     # then the Triton f8x2 tests that s25a's 150 s did not reach
-    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
-      tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py > $OUT/tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests.log; grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -8
-    timeout 150 python3 bench/refit.py --reps 20 --out $OUT > $OUT/refit.log 2>&1
-    echo "refit rc=$?" >> $OUT/refit.log; tail -2 $OUT/refit.log; grep "^| " $OUT/refit.md
+    refit_gpu_tests 200
+    refit_bench 150 --reps 20
     # (s25a passed the first 13 of these 29 in collection order: 30b T16 / T256, 235b T64, one 235b T1024 case)
     for k in "graph" "235b and T1024 and not (swiglu and s16_f8_s2)" "(odd33 or odd7) and l64"; do
       timeout 100 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
@@ -852,15 +858,8 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       -k "f8x2_gluon" > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
     grep "passed\|failed\|rc=\|^FAILED\|Error" $OUT/tests.log | tail -20
-    P="python3 bench/triton_moe_probe.py"
-    for act in squared_relu swiglu; do
-      if [ $act = swiglu ]; then D16=s16k4_sx4p_m3_g_s2_n64; D32=m32l4_sx4p_m_t16_s2; Q=
-      else D16=s16k_sx4p_f4_g_s2_n64; D32=m32k_sx4p_f4_t16_s2; Q=q; fi
-      timeout 70 $P --activation $act --tokens 64 --configs "$D16,s16_f8${Q}_s2,s16_f8${Q}_s2_gf,$D16"
-      timeout 70 $P --activation $act --tokens 256 --configs "$D32,m32_f8${Q}_t16_s2,m32_f8${Q}_t16_s2_gf,$D32"
-    done > $OUT/probe.jsonl 2> $OUT/probe.err
-    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
-    timeout 60 $P --tokens 256 --activation squared_relu --profile --configs "m32k_sx4p_f4_t16_s2,m32_f8q_t16_s2_gf"
+    f8x2_probes _gf _gf
+    timeout 60 python3 bench/triton_moe_probe.py --tokens 256 --activation squared_relu --profile --configs "m32k_sx4p_f4_t16_s2,m32_f8q_t16_s2_gf"
     # the Triton f8x2 tiles' GPU tests that session 24 did not reach (graph replays, 256 / 1024 tokens, 64-token tiles)
     timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
       -k "f8x2 and not gluon and (graph or T256 or T1024 or l64)" > $OUT/tests_triton_f8x2.log 2>&1
@@ -869,14 +868,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
   s24f)
     # session 24, call 5: the f8x2 tiles with two independent accumulator chains per program (gate / up, or two row
     # halves) and 2 stages: layer probes (30b, 64 / 256 tokens, both activations), then some of their GPU tests
-    P="python3 bench/triton_moe_probe.py"
-    for act in squared_relu swiglu; do
-      if [ $act = swiglu ]; then D16=s16k4_sx4p_m3_g_s2_n64; D32=m32l4_sx4p_m_t16_s2; Q=
-      else D16=s16k_sx4p_f4_g_s2_n64; D32=m32k_sx4p_f4_t16_s2; Q=q; fi
-      timeout 70 $P --activation $act --tokens 64 --configs "$D16,s16_f8${Q}_s2,s16_f8${Q}_s2+fc1_stages=3+fc2_stages=3,$D16"
-      timeout 70 $P --activation $act --tokens 256 --configs "$D32,m32_f8${Q}_t16_s2,$D32"
-    done > $OUT/probe.jsonl 2> $OUT/probe.err
-    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err
+    f8x2_probes +fc1_stages=3+fc2_stages=3 ""
     timeout 150 python3 -m pytest -q -s -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
       -k "f8x2 and (30b-T16 or odd7 or odd33) and not l64" > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
