@@ -5,7 +5,8 @@ stages) against the Triton FC2 (``_fc2_kernel``) on one FC2 problem shaped like 
 per K step, weights canonical MXFP8. Prints one JSON line: the relative error of every kernel against a float64
 reference, whether each Gluon run is bit-equal to the Triton FC2 at 128-deep K steps, and CUDA-graph medians
 (``bench.common.time_variants``, us) of the Gluon runs and of Triton at 128- and 256-deep K steps. Session 18's
-call 6 timed with ``triton.testing.do_bench_cudagraph`` (median) instead.
+call 6 timed with ``triton.testing.do_bench_cudagraph`` (median) instead. Session 26: a fourth field ``:2`` runs the
+kernel on two accumulator chains (``fc2_chains``; another summation order, so not bit-equal to the Triton FC2).
 
     python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 1536 --gluon 64:3:4,128:3:4
 """
@@ -38,7 +39,8 @@ def main() -> None:
     parser.add_argument("--inter", type=int, default=1536)
     parser.add_argument("--block-t", type=int, default=32, help="tokens per block (16 / 32 / 64: the tiles' widths)")
     parser.add_argument("--pairs", type=int, default=16, help="pairs per block")
-    parser.add_argument("--gluon", default="64:3:4", help="comma-separated block_n:stages:warps of the Gluon runs")
+    parser.add_argument("--gluon", default="64:3:4",
+                        help="comma-separated block_n:stages:warps[:chains] of the Gluon runs (chains 2: fc2_chains)")
     args = parser.parse_args()
     torch.manual_seed(0)
     e, n, k, bt = args.experts, args.hidden, args.inter, args.block_t
@@ -56,7 +58,8 @@ def main() -> None:
     for x in range(e):
         rows = valid[x * bt:(x + 1) * bt].nonzero().squeeze(1) + x * bt
         ref[sorted_pairs[rows].long()] = h[rows].double() @ w64[x].t()
-    result = {"experts": e, "hidden": n, "inter": k, "block_t": bt, "pairs_per_block": args.pairs}
+    result = {"experts": e, "hidden": n, "inter": k, "block_t": bt, "pairs_per_block": args.pairs,
+              "weight_bytes": e * n * k * (1 + 1 / 32)}
 
     def triton_fc2(block_k):
         cfg = TILES["m32k_sx4p_f4"]
@@ -73,15 +76,15 @@ def main() -> None:
         return run, slots
 
     def gluon_run(spec):
-        block_n, stages, warps = (int(v) for v in spec.split(":"))
+        block_n, stages, warps, chains = (int(v) for v in (spec + ":1").split(":")[:4])
         planes = planes_of(h, 128)
         slots = torch.full((pairs, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         return (lambda: launch_gluon_fc2(planes, fc2.data, scales, scale_tiles, slots, sorted_pairs, block_expert,
                                          num_blocks, e, block_n=block_n, block_t=bt, stages=stages,
-                                         num_warps=warps)), slots
+                                         num_warps=warps, chains=chains)), slots
 
     runs = [("triton_k256", triton_fc2(256)), ("triton_k128", triton_fc2(128))]
-    runs += [(f"gluon_k128_{spec}", gluon_run(spec)) for spec in args.gluon.split(",")]
+    runs += [(f"gluon_k128_{spec}", gluon_run(spec)) for spec in args.gluon.split(",") if spec]
     runs += [("triton_k256_again", triton_fc2(256))]
 
     def check(name, slots, outs):

@@ -6,7 +6,8 @@ bits. Run 24 calls 2-4 traced it to every tile with a 64-token Gluon kernel (3-5
 columns NaN for its block's tokens); session 21 removed those tiles from the package, session 22 brought them back
 (two register sets; ``_tiles_64`` names them). This runs each variant ``--reps`` times on fresh tokens and routing (one random layer; the GPU test's layout:
 133 routed ids, local experts 3..130, every third token's first id -1) and compares it bit for bit with the Triton
-form on the same inputs:
+form on the same inputs (tiles whose Gluon FC2 runs on two chains, session 26: each value within 1e-2 of its row's
+largest, as their sums are ordered differently):
 
 - ``gt_s2``: the tile as it is (tail pair on the second stream, beside the main pair);
 - ``gt_s1``: the same launches with the tail pair after the main pair on one stream (planes still beside the route);
@@ -47,7 +48,13 @@ def _tiles_64(gated):
 
 
 def main() -> None:
-    from megatron_mxfp8_moe.kernels.triton_moe import TILES, choose_config, triton_form, triton_mxfp8_moe
+    from megatron_mxfp8_moe.kernels.triton_moe import (
+        TILES,
+        choose_config,
+        same_bits_as_triton_form,
+        triton_form,
+        triton_mxfp8_moe,
+    )
     from megatron_mxfp8_moe.tensor import quantize_mxfp8
     from megatron_mxfp8_moe.testing import random_routing, random_weights
 
@@ -76,6 +83,7 @@ def main() -> None:
     for case in args.cases.split(","):
         tokens, name = int(case.split(":")[0]), case.split(":")[1]
         tile = variant(name, tokens)
+        exact = same_bits_as_triton_form(tile)  # else within 1e-2 of each row's largest value (two-chain FC2)
         fails = 0
         for rep in range(args.reps):
             x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
@@ -93,7 +101,11 @@ def main() -> None:
                 return out[:tokens - 2]
 
             ref, got = run(triton_form(tile)), run(tile)
-            differs = ~((ref == got) | (torch.isnan(ref) & torch.isnan(got)))
+            if exact:
+                differs = ~((ref == got) | (torch.isnan(ref) & torch.isnan(got)))
+            else:  # two-chain FC2 (session 26): another summation order; a race leaves garbage or NaN rows
+                close = (got - ref).abs() <= 1e-2 * ref.abs().amax(dim=1, keepdim=True)
+                differs = ~(close | (torch.isnan(ref) & torch.isnan(got)))
             bad = differs.any(1).nonzero().flatten().tolist()
             ref_bad = (~torch.isfinite(ref)).any(1).nonzero().flatten().tolist()
             if not bad and not ref_bad:

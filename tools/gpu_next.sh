@@ -8,6 +8,9 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s26a     # session 26, calls 1-3 (s26a-c): the persistent warp-specialized Gluon FC2 (kernel probes)
+#   bash tools/gpu_next.sh s26d     # session 26, calls 4-5 (s26d-e): two FC2 accumulator chains (probes, GPU tests)
+#   bash tools/gpu_next.sh s26f     # session 26, call 6: the new defaults' tests, the full benchmark, the demo
 #   bash tools/gpu_next.sh s25a     # for session 25: the f8x2 tiles with the Gluon FC2 ("_gf"): GPU tests, probes; the rest of the f8x2 tests
 #   bash tools/gpu_next.sh s24b     # session 24, call 1: the "f8x2" tiles (fp8 wgmmas on split activations): 30b probes, tests
 #   bash tools/gpu_next.sh s24c     # prepared in session 24, not run: the same probes on 235b, per-kernel times
@@ -850,6 +853,104 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s26f)
+    # session 26, call 6: the new defaults (the two-chain Gluon FC2 twins at 1.5-16 pairs per expert, and at 16-28
+    # for squared ReLU): graph replay and float64 oracle of the default tiles at 64 / 256 tokens, then the full
+    # benchmark and the demo
+    T=tests/functional/test_triton_moe_gpu.py
+    timeout 100 python3 -m pytest -q -p no:cacheprovider "$T::test_cuda_graph_replay_with_the_default_gluon_tiles" \
+      "$T::test_matches_float64_reference[128-8-2048-768-64-squared_relu]" \
+      "$T::test_matches_float64_reference[128-8-2048-768-64-swiglu]" -k "64 or 512" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -6
+    L=$OUT/log.txt
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
+    moe_bench_and_demo 300 $L ;;
+  s26e)
+    # session 26, call 5: the GPU tests of the two-chain ("_c2") tiles (float64 oracle on both shapes, 20 fresh calls
+    # against the one-chain form, graph replay), then layer probes where the next defaults would take them
+    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "two_chain" \
+      > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -12
+    P="python3 bench/triton_moe_probe.py"
+    { timeout 80 $P --tokens 192,256 --activation squared_relu \
+        --configs "m32k_sx4p_f4_t16_s2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2,m32k_sx4p_f4_t16_s2"
+      timeout 80 $P --tokens 192,256 --configs "m32l4_sx4p_m_t16_s2,m32l4_sx4p_m_t16_gg_s2_gt_n64_c2,m32l4_sx4p_m_t16_s2"
+      timeout 80 $P --tokens 384 --activation squared_relu --configs "m32k_sx4p_f4_s2,m32k_sx4p_f4_g_s2_n64_c2,m32k_sx4p_f4_s2"
+      timeout 80 $P --tokens 384 --configs "m32l4_sx4p_m_s2,m32l4_sx4p_m_gg_s2_n64_c2,m32l4_sx4p_m_s2"
+      timeout 80 $P --tokens 64,128 --activation squared_relu --configs \
+        "s16k_sx4p_f4_g_s2_n64,s16k_sx4p_f4_g_s2_n64_c2,s16k_sx4p_f4_g_s2_n64_c2_st4,s16k_sx4p_f4_g_s2_n64"
+      timeout 80 $P --tokens 64,128 --configs \
+        "s16k4_sx4p_m3_g_s2_n64,s16k4_sx4p_m3_g_s2_n64_c2,s16k4_sx4p_m3_g_s2_n64_c2_st4,s16k4_sx4p_m3_g_s2_n64"
+      timeout 80 $P --shape qwen3-235b-a22b --tokens 256 --configs \
+        "m32l4_sx4p_m_t16_s2,m32l4_sx4p_m_t16_gg_s2_gt_n64_c2,m32l4_sx4p_m_t16_s2"
+      timeout 80 $P --shape qwen3-235b-a22b --tokens 64 --configs \
+        "s16k4_sx4p_m3_g_s2_n64,s16k4_sx4p_m3_g_s2_n64_c2_st4,s16k4_sx4p_m3_g_s2_n64"
+    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    python3 -c "import json; [print(d['shape'][6:9], d['activation'][:2], d['tokens'], d['config'], d['us']) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
+    tail -3 $OUT/probe.err ;;
+  s26d)
+    # session 26, call 4: two accumulator chains in the per-tile Gluon FC2 (fc2_chains=2, "_c2" tiles): kernel probe,
+    # then layer probes against the defaults (64 / 256 tokens, both activations, both shapes)
+    timeout 100 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 1536 --block-t 32 --pairs 16 \
+      --gluon 128:3:4,128:3:4:2,64:3:4:2,64:4:4:2 --persistent 64:6:2:2 > $OUT/kernel.jsonl 2>> $OUT/probe.err
+    timeout 100 python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 1536 --block-t 16 --pairs 8 \
+      --gluon 64:3:4,64:3:4:2,64:4:4:2 --persistent 64:4:2:2 >> $OUT/kernel.jsonl 2>> $OUT/probe.err
+    python3 -c "import json,sys; [print(json.dumps(json.loads(l)['us'])) for l in open('$OUT/kernel.jsonl')]"
+    grep -o '"[a-z_0-9:]*_err": [0-9.e-]*' $OUT/kernel.jsonl | sort | uniq | head -20
+    P="python3 bench/triton_moe_probe.py"
+    { timeout 70 $P --tokens 64 --activation squared_relu \
+        --configs "s16k_sx4p_f4_g_s2_n64,s16k_sx4p_f4_g_s2_n64_c2,s16k_sx4p_f4_g_s2_n64"
+      timeout 70 $P --tokens 64 --configs "s16k4_sx4p_m3_g_s2_n64,s16k4_sx4p_m3_g_s2_n64_c2,s16k4_sx4p_m3_g_s2_n64"
+      timeout 90 $P --tokens 256 --activation squared_relu --configs \
+        "m32k_sx4p_f4_t16_s2,m32k_sx4p_f4_t16_g_s2_gt_c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2,m32k_sx4p_f4_t16_s2"
+      timeout 90 $P --tokens 256 --configs \
+        "m32l4_sx4p_m_t16_s2,m32l4_sx4p_m_t16_gg_s2_gt_c2,m32l4_sx4p_m_t16_gg_s2_gt_n64_c2,m32l4_sx4p_m_t16_s2"
+      timeout 70 $P --shape qwen3-235b-a22b --tokens 64 --activation squared_relu \
+        --configs "s16k_sx4p_f4_g_s2_n64,s16k_sx4p_f4_g_s2_n64_c2,s16k_sx4p_f4_g_s2_n64"
+      timeout 90 $P --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs \
+        "m32k_sx4p_f4_t16_s2,m32k_sx4p_f4_t16_g_s2_gt_c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2,m32k_sx4p_f4_t16_s2"
+    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -3 $OUT/probe.err ;;
+  s26c)
+    # session 26, call 3: two accumulator chains per K step (planes 0-1 / 2-3; not bit-equal to the Triton FC2) in the
+    # persistent FC2, and the step's next-tile test without a division. block_n:stages:programs_per_sm:chains
+    P="timeout 100 python3 bench/gluon_fc2_probe.py"
+    { $P --hidden 2048 --inter 1536 --block-t 32 --pairs 16 --gluon 128:3:4 \
+         --persistent 64:6:2:1,64:6:2:2,64:6:1:2,128:4:2:2,128:4:1:2
+      $P --hidden 2048 --inter 1536 --block-t 16 --pairs 8 --gluon 64:3:4 --persistent 64:4:2:1,64:4:2:2,64:8:1:2
+      $P --hidden 4096 --inter 3072 --block-t 32 --pairs 16 --gluon 128:3:4 --persistent 64:6:2:2,128:4:2:2
+    } > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl | python3 -c "import json,sys; [print(json.dumps(json.loads(l)['us'])) for l in sys.stdin]"
+    grep -o '"[a-z_0-9:]*_err": [0-9.e-]*' $OUT/probe.jsonl | head -30
+    grep -o '"[a-z_0-9:]*equals_triton_k128": [a-z]*' $OUT/probe.jsonl | sort | uniq -c; tail -3 $OUT/probe.err ;;
+  s26b)
+    # session 26, call 2: s26a after the scale words went 3 K steps ahead (int32 words, one per row and step)
+    P="timeout 100 python3 bench/gluon_fc2_probe.py"
+    { $P --hidden 2048 --inter 1536 --block-t 32 --pairs 16 --gluon 128:3:4,64:3:4 \
+         --persistent 64:6:2,64:4:2,64:6:1,128:4:2,128:4:1
+      $P --hidden 2048 --inter 1536 --block-t 16 --pairs 8 --gluon 64:3:4 --persistent 64:8:2,64:4:2,128:6:2
+      $P --hidden 2048 --inter 768 --block-t 16 --pairs 8 --gluon 64:3:4 --persistent 64:8:2,128:6:2
+      $P --hidden 4096 --inter 3072 --block-t 32 --pairs 16 --gluon 128:3:4 --persistent 64:6:2,128:4:2
+    } > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl | python3 -c "import json,sys; [print(json.dumps(json.loads(l)['us'])) for l in sys.stdin]"
+    grep -o '"[a-z_0-9:]*equals_triton_k128": [a-z]*' $OUT/probe.jsonl | sort | uniq -c; tail -3 $OUT/probe.err ;;
+  s26a)
+    # (s26a-s26c ran with bench/gluon_fc2_probe.py's --persistent option and the persistent kernel of
+    # bench/results/run29/persistent_fc2.patch, both removed afterwards: apply the patch to re-run them)
+    # session 26, call 1: the persistent warp-specialized Gluon FC2 (_gluon_fc2_persistent_kernel) against the
+    # per-tile FC2s on one FC2 problem per decode tile (kernel probe: bits against the Triton FC2 at 128-deep steps,
+    # float64 error, CUDA-graph medians). block_n:stages:programs_per_sm
+    P="timeout 100 python3 bench/gluon_fc2_probe.py"
+    { $P --hidden 2048 --inter 1536 --block-t 32 --pairs 16 --gluon 128:3:4,64:3:4 \
+         --persistent 64:6:2,64:4:2,64:6:1,64:12:1
+      $P --hidden 2048 --inter 1536 --block-t 16 --pairs 8 --gluon 64:3:4 --persistent 64:8:2,64:4:2,64:8:1
+      $P --hidden 2048 --inter 768 --block-t 16 --pairs 8 --gluon 64:3:4 --persistent 64:8:2,64:4:2
+      $P --hidden 2048 --inter 768 --block-t 32 --pairs 16 --gluon 128:3:4 --persistent 64:6:2,64:4:2
+      $P --hidden 4096 --inter 3072 --block-t 32 --pairs 16 --gluon 128:3:4 --persistent 64:6:2,64:4:2
+    } > $OUT/probe.jsonl 2> $OUT/probe.err
+    cat $OUT/probe.jsonl; tail -5 $OUT/probe.err ;;
   s25a)
     # prepared in session 24 (for session 25): the f8x2 tiles with FC2 in Gluon ("_gf", compile-only so far): their
     # GPU tests (float64 oracle, the shape check, a graph replay), then layer probes against the Triton f8x2 tiles and

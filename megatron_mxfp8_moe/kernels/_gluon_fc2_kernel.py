@@ -11,7 +11,8 @@ retires its MMAs. Session 20's kernel kept one set, so its next dequant overwrot
 still read: the likely cause of run 24's NaN outputs at 64-token blocks (3-5% of calls). The CPU compile test checks
 the SASS for such writes; on an H200 the two-set form passed 300 fresh calls in each of 9 race-probe cases (run 25).
 Same values and the same MMA order per output element as ``_fc2_kernel`` with 128-deep K steps, hence the same bits
-(GPU tests, run 25).
+(GPU tests, run 25). Session 26: ``CHAINS`` = 2 sums each step's planes 0-1 and 2-3 on two accumulators
+(``_mma_step_chains``), added after the K loop: shorter dependent wgmma chains, another summation order.
 Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (Triton 3.6 was tested).
 
 Layouts: weights ``[E, H, I]`` fp8 seen as int32 words ``[E * H, I // 4]`` (byte ``i`` of word ``j`` is weight
@@ -80,6 +81,23 @@ def _mma_step(words, x_smem, st, s, acc):
 
 
 @gluon.jit
+def _mma_step_chains(words, x_smem, st, s, acc, acc2, CHAINS: gl.constexpr):
+    """``_mma_step`` with ``CHAINS`` = 2 accumulators: planes 0-1 into ``acc``, 2-3 into ``acc2`` (summed after the K
+    loop), so each step's MMAs form two dependent chains of half the length that the tensor cores can overlap
+    (session 26: a single warpgroup's FC2 is bound by its one chain's latency). Not the Triton FC2's summation order,
+    hence not its bits. ``CHAINS`` = 1: ``_mma_step`` (``acc2`` untouched)."""
+    if CHAINS == 2:
+        p0, p1, p2, p3 = _sx4_planes(words, s)
+        acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
+        acc2 = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc2, is_async=True)
+        acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
+        acc2 = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc2, is_async=True)
+    else:
+        acc, p0, p1, p2, p3 = _mma_step(words, x_smem, st, s, acc)
+    return acc, acc2, p0, p1, p2, p3
+
+
+@gluon.jit
 def _step_scales(s_base, rows, cols, k, scale_tiles, Q: gl.constexpr):
     """E8M0 bytes of K step ``k`` for every element of a ``[BLOCK_N, Q]`` plane tile (column j: block j // 8), read
     straight into the plane tiles' layout from the 128x4-swizzled scales."""
@@ -99,8 +117,9 @@ def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.con
 
 
 @gluon.jit
-def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s, acc, q0, q1, q2,
-                 q3, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr):
+def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s, acc, acc2, q0, q1,
+                 q2, q3, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr,
+                 CHAINS: gl.constexpr):
     """K step ``k``: wait for its stage, dequantize its weight words into new planes, issue their 4 MMAs, retire the
     previous step's (planes ``q*``, the other register set), then refill the freed stage. Returns the accumulator,
     this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
@@ -109,18 +128,18 @@ def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, c
     mbarrier.wait(bars.index(st), (k // STAGES) & 1)
     words = w_smem.index(st).load(a_layout)
     s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q)
-    acc, p0, p1, p2, p3 = _mma_step(words, x_smem, st, s, acc)
+    acc, acc2, p0, p1, p2, p3 = _mma_step_chains(words, x_smem, st, s, acc, acc2, CHAINS)
     # the previous step's 4 MMAs are done past this wait: its stage and its register planes are free
-    acc, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc, q0, q1, q2, q3))
+    acc, acc2, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc, acc2, q0, q1, q2, q3))
     if k + STAGES - 1 < steps:
         _issue(w_desc, a_desc, w_smem, x_smem, bars, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K)
-    return acc, p0, p1, p2, p3, q0, q1, q2, q3, s_next
+    return acc, acc2, p0, p1, p2, p3, q0, q1, q2, q3, s_next
 
 
 @gluon.jit
 def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                       stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
-                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, CHAINS: gl.constexpr, num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -143,23 +162,26 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         s_base = s_ptr + expert.to(gl.int64) * stride_se
         s_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q)
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+        acc2 = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
         # Two register sets of planes, even steps in a*, odd steps in b*: an in-flight wgmma reads its A planes from
         # registers, and a set is written again only after the wait that retires its MMAs (``_planes_step``).
         a0, a1, a2, a3, b0, b1, b2, b3 = zero, zero, zero, zero, zero, zero, zero, zero
         for k in range(0, steps - 1, 2):
-            acc, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
+            acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                 k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout)
-            acc, b0, b1, b2, b3, a0, a1, a2, a3, s_next = _planes_step(
+                acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS)
+            acc, acc2, b0, b1, b2, b3, a0, a1, a2, a3, s_next = _planes_step(
                 k + 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                a0, a1, a2, a3, w_row, a_row, STAGES, BLOCK_K, a_layout)
+                acc2, a0, a1, a2, a3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS)
         if steps % 2 == 1:
-            acc, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
+            acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                 steps - 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout)
-        acc, a0, a1, a2, a3, b0, b1, b2, b3 = warpgroup_mma_wait(num_outstanding=0,
-                                                                 deps=(acc, a0, a1, a2, a3, b0, b1, b2, b3))
+                acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS)
+        acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3 = warpgroup_mma_wait(
+            num_outstanding=0, deps=(acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3))
+        if CHAINS == 2:
+            acc = acc + acc2
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
         positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
@@ -171,7 +193,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
 
 def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int, slots: torch.Tensor,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor, grid_blocks: int,
-                     *, block_n: int, block_t: int, stages: int, num_warps: int) -> None:
+                     *, block_n: int, block_t: int, stages: int, num_warps: int, chains: int = 1) -> None:
     """One ``_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``inter`` ``[positions, I]`` bf16 plane-major per 128-deep step (row stride a multiple of 8), ``w`` ``[E, H, I]``
     fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
@@ -187,4 +209,4 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     _fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,
-        num_warps=num_warps)
+        CHAINS=chains, num_warps=num_warps)

@@ -134,6 +134,11 @@ class TritonMoEConfig:
     # writes their registers in some tiles (bench/sass_hazard_scan.py; Triton 3.6: the gate-merged 128- / 256-token
     # FC1, the 32-token tails at 4096 tokens). The same MMAs in the same order, so the same bits; not timed yet.
     sync_dots: bool = False
+    # Session 26: the Gluon FC2's accumulator chains per program (``fc2_gluon`` only): 2 puts each K step's byte
+    # planes 0-1 and 2-3 on two accumulators, summed after the K loop, so the wgmmas of one warpgroup form two
+    # dependent chains the tensor cores overlap (a lone warpgroup is bound by its chain's latency: bench/NOTES,
+    # session 26). Another summation order than the Triton FC2: not its bits (the float64 oracle still holds).
+    fc2_chains: int = 1
 
     def __post_init__(self):
         if self.tail is not None:
@@ -175,6 +180,10 @@ class TritonMoEConfig:
                              f"fc1_block_k={self.fc1_block_k}, fc1_gate_merge={self.fc1_gate_merge}, "
                              f"fc1_warps={self.fc1_warps}, fc1_block_n={self.fc1_block_n}, "
                              f"fc1_stages={self.fc1_stages}")
+        if self.fc2_chains not in (1, 2) or (self.fc2_chains == 2 and (not self.fc2_gluon or self.dequant == "f8x2")):
+            raise ValueError(f"TritonMoEConfig: fc2_chains must be 1, or 2 with the Gluon FC2 of the plane tiles "
+                             f"(fc2_gluon, dequant 'sx4'); got fc2_chains={self.fc2_chains}, "
+                             f"fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
         if self.side_stream not in (0, 1, 2):
             raise ValueError(f"TritonMoEConfig: side_stream must be 0, 1 or 2, got {self.side_stream}")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
@@ -496,8 +505,14 @@ def replace_launch_tiles(cfg: TritonMoEConfig, **changes) -> TritonMoEConfig:
 
 def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     """``cfg`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps: the
-    same values in the same MMA order, hence the same bits (what the GPU tests and the race probe compare with)."""
-    return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False)
+    same values in the same MMA order, hence the same bits (what the GPU tests and the race probe compare with), unless
+    a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
+    return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1)
+
+
+def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
+    """Whether ``cfg`` gives the bits of ``triton_form(cfg)``: no launch tile sums its FC2 on two chains."""
+    return all(t.fc2_chains == 1 for t in cfg.launch_tiles)
 
 
 def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -508,6 +523,33 @@ def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # Session 21: "_sd", the default 128- / 256-token tiles with ``sync_dots`` (candidates, not defaults; untimed).
 TILES.update({f"{name}_sd": _synced(TILES[name]) for name in (
     "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2", "l128m_sa_t32_s2", "l128w_sa_t32a_s2", "x256m_sa_t32", "x256w_sa_t32a")})
+# Session 26: the Gluon FC2 on two accumulator chains ("_c2", ``fc2_chains``; tails with a Gluon FC2 too; "_n64": 64-row
+# FC2 programs on main and tail tiles; "_st4": 4 FC2 stages). Why: a persistent warp-specialized form of this FC2
+# (bench/results/run29/persistent_fc2.patch, not kept) ran on one program per SM at 258.5 us against 211.2 with two
+# chains (30b squared-ReLU FC2, 16 pairs in 32-token blocks): one warpgroup waits on its chain of dependent wgmmas.
+# Kernel probe (bench/gluon_fc2_probe.py, run 29 call 4, us, one chain -> two): 32-token blocks 156.8 (128 rows) ->
+# 148.8 (64 rows, 4 stages); 16-token blocks 138.6 -> 129.6 (4 stages). Layer probes (call 5, 30b, us, Triton /
+# "_c2" / Triton): squared ReLU 192 tokens 298.0 / 279.9 / 297.2 and 256 tokens 305.5 / 291.7 / 304.7
+# (``m32k_sx4p_f4_t16_g_s2_gt_n64_c2``), 384 tokens 323.3 / 315.5 / 324.4 (``m32k_sx4p_f4_g_s2_n64_c2``); SwiGLU 192 /
+# 256 tokens 213.9 / 207.7 / 215.3, 231.5 / 227.3 / 231.6 (``m32l4_sx4p_m_t16_gg_s2_gt_n64_c2``), 384 tokens 263.0 /
+# 264.8 / 264.6 (no gain: stays Triton); 16-token tiles (Gluon "_n64" / "_c2" / "_c2_st4" / "_n64"): squared ReLU 64
+# tokens 265.2 / 260.4 / 258.1 / 266.9, 128 tokens 277.8 / 272.3 / 269.7 / 275.7; SwiGLU 196.6 / 194.2 / 194.2 / 195.4
+# and 205.9 / 202.8 / 203.2 / 205.1; 235b SwiGLU 64 tokens 680.1 / 676.9 ("_c2_st4") / 691.2, 256 tokens 799.4 / 798.0
+# / 806.6. Their GPU tests passed (float64 oracle on both shapes, 20 fresh calls each against the one-chain form, graph
+# replays): the twins of ``_GLUON_BY_DEFAULT`` at 1.5-16 pairs per expert and, squared ReLU, 16-28.
+def _chained(cfg: TritonMoEConfig) -> TritonMoEConfig:
+    """``cfg`` with ``fc2_chains=2`` on its Gluon FC2 launches (main tile and, if its FC2 is Gluon, the tail)."""
+    tail = cfg.tail if cfg.tail is None or not cfg.tail.fc2_gluon else dataclasses.replace(cfg.tail, fc2_chains=2)
+    return dataclasses.replace(cfg, tail=tail, fc2_chains=2)
+
+
+TILES.update({f"{name}_c2": _chained(TILES[name]) for name in (
+    "s16k4_sx4p_m3_g_s2_n64", "s16k_sx4p_f4_g_s2_n64", "m32k_sx4p_f4_t16_g_s2_gt", "m32l4_sx4p_m_t16_gg_s2_gt",
+    "l64_sx4p_mu_t32_gg_s2_gt", "l64k2_sx4p_f4_t32_gq_s2_gt")})
+TILES.update({f"{name}_n64_c2": _chained(replace_launch_tiles(TILES[name], fc2_block_n=64)) for name in (
+    "m32k_sx4p_f4_t16_g_s2_gt", "m32l4_sx4p_m_t16_gg_s2_gt", "m32k_sx4p_f4_g_s2", "m32l4_sx4p_m_gg_s2")})
+TILES.update({f"{name}_c2_st4": dataclasses.replace(TILES[f"{name}_c2"], fc2_stages=4) for name in (
+    "s16k4_sx4p_m3_g_s2_n64", "s16k_sx4p_f4_g_s2_n64")})
 # Triton tile -> its Gluon twin, picked where H and I tile by 128 and GLUON_ENV allows it (``_tile``). Session 21
 # (run 24, bench/gluon_tail_race_probe.py, 150 fresh inputs per case bit-compared with the Triton form): every tile
 # with a 64-token Gluon kernel wrote one FC2 CTA's outputs (128 columns of every token of one block) as NaN in 3-5%
@@ -525,14 +567,16 @@ TILES.update({f"{name}_sd": _synced(TILES[name]) for name in (
 # 1109.4, squared ReLU 454.4 / 410.0, 1654.3 / 1556.9; 1024 tokens 1-5%; run 26's full benchmark at 1024 tokens
 # SwiGLU 396.9 / 1429.8, squared ReLU 503.5 / 1890.8 against run 24's Triton 410.6 / 1504.0, 530.9 / 2015.6): they
 # are on by default (``_GLUON_BY_DEFAULT``), as are the 16-token twins with 64-row FC2 programs (below). The 32-token
-# twins gain nothing (run 25) and stay opt-in.
+# twins gained nothing (run 25) until session 26's two-chain FC2 ("_c2", above): since then the 16- and 32-token
+# twins sum their FC2 on two chains (not the Triton forms' bits: ``same_bits_as_triton_form``), and the 32-token ones
+# are defaults too, except the gated tile without tails (16-28 pairs per expert), which stays opt-in.
 _GLUON_TWINS = {
-    "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2_n64",
-    "s16k_sx4_f4": "s16k_sx4p_f4_g_s2_n64",
-    "m32l4_sx4p_m_t16_s2": "m32l4_sx4p_m_t16_gg_s2_gt",
-    "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt",
+    "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2_n64_c2_st4",
+    "s16k_sx4_f4": "s16k_sx4p_f4_g_s2_n64_c2_st4",
+    "m32l4_sx4p_m_t16_s2": "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2",
+    "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt_n64_c2",
     "m32l4_sx4p_m_s2": "m32l4_sx4p_m_gg_s2",
-    "m32k_sx4p_f4_s2": "m32k_sx4p_f4_g_s2",
+    "m32k_sx4p_f4_s2": "m32k_sx4p_f4_g_s2_n64_c2",
     "l64_sx4p_mu_t32_s2": "l64_sx4p_mu_t32_gg_s2_gt",
     "l64k2_sx4p_f4_t32_s2": "l64k2_sx4p_f4_t32_gq_s2_gt",
     "l64_sx4p_mu_s2": "l64_sx4p_mu_gg_s2",
@@ -541,10 +585,12 @@ _GLUON_TWINS = {
     "l128w_sa_t64p2_s2": "l128w_sa_t64p2_s2_gt",
 }
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
-# Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens) and 28-72 (the 64-token tiles
-# and the 128-token tiles' 64-token tails).
-_GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2",
-                               "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
+# Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
+# session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), squared ReLU 16-28 (session 26) and 28-72
+# (the 64-token tiles and the 128-token tiles' 64-token tails).
+_GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2",
+                               "m32k_sx4p_f4_s2", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2", "l64_sx4p_mu_s2",
+                               "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
 # Environment switch for the Gluon twins (``_GLUON_TWINS``), used where H and I are multiples of 128: unset, empty
 # or "auto" (the default): the twins of ``_GLUON_BY_DEFAULT`` only, and only with the Triton that ran them on a GPU
 # (``_GPU_TESTED_TRITON``; other versions compile them in the CPU tests at most); "1" / true / yes / on / all: every
@@ -1293,7 +1339,8 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         from ._gluon_fc2_kernel import launch_gluon_fc2
 
         launch_gluon_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
-                         block_t=cfg.block_t, stages=cfg.fc2_stages, num_warps=cfg.fc2_warps)
+                         block_t=cfg.block_t, stages=cfg.fc2_stages, num_warps=cfg.fc2_warps,
+                         chains=cfg.fc2_chains)
         return
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,

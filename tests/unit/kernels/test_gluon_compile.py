@@ -93,9 +93,11 @@ def _words_desc(block_n: int, q: int):
 
 # (128, 64, 3, 4): the FC2 of the 64-token Gluon tiles, which spills a little with two register sets (Triton 3.6: 255
 # registers, 8 bytes)
-@pytest.mark.parametrize("block_n,block_t,stages,warps", [(128, 32, 3, 4), (64, 32, 2, 4), (64, 16, 3, 4),
-                                                          (128, 64, 3, 4)])
-def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, warps):
+# (64, 32, 3, 4, 2) / (64, 16, 4, 4, 2): the two-chain FC2 of the 32- / 16-token defaults (session 26)
+@pytest.mark.parametrize("block_n,block_t,stages,warps,chains", [(128, 32, 3, 4, 1), (64, 32, 2, 4, 1),
+                                                                 (64, 16, 3, 4, 1), (128, 64, 3, 4, 1),
+                                                                 (64, 32, 3, 4, 2), (64, 16, 4, 4, 2)])
+def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, warps, chains):
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -110,9 +112,12 @@ def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, 
                  slot_ptr="*bf16", sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N="i32",
                  K="i32", stride_se="i32", scale_tiles="i32", stride_slot="i32")
     constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=kernel.GLUON_FC2_BLOCK_K, STAGES=stages,
-                     num_warps=warps)
-    ptx = _compile_sm90(kernel._fc2_gluon_kernel, types, constants, warps, ("N", "K", "stride_se", "stride_slot"),
-                        spills=(block_n, block_t) == (128, 64))
+                     CHAINS=chains, num_warps=warps)
+    ptx, sass = _compile_sm90(kernel._fc2_gluon_kernel, types, constants, warps, ("N", "K", "stride_se",
+                                                                                  "stride_slot"),
+                              spills=(block_n, block_t) == (128, 64), with_sass=True)
+    # one accumulator per chain and 64-row warpgroup tile: the HGMMAs' destination registers
+    assert len(set(re.findall(r"HGMMA\.\S+ (R\d+),", sass))) == chains * block_n // 64
     assert ptx.count("cp.async.bulk.tensor") >= 5  # the weight words and 4 token planes of a stage, by TMA
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.bf16\.bf16" % block_t, ptx)
     assert "wgmma.wait_group.sync.aligned 4;" in ptx  # the previous step's 4 groups only: the overlap

@@ -78,8 +78,8 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
     bases = ("s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2", "l128m_sa_t64pu_s2",
              "l128w_sa_t64p2_s2")
     gluon_able = {names[id(triton_moe._tile(base, 2048, 768))] for base in bases}
-    for base in bases:  # "auto" (the default): the 16-token tiles' and the 1024-token tiles' twins, not the 32-token
-        expected = gluon == "1" or (gluon == "auto" and not base.startswith("m32"))
+    for base in bases:  # "auto" (the default): all these twins (the 32-token ones since session 26)
+        expected = gluon != "0"
         assert any(t.fc1_gluon or t.fc2_gluon for t in triton_moe._tile(base, 2048, 768).launch_tiles) == expected
     assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "x256m_sa_t32", "x256w_sa_t32a"} | gluon_able <= picked
     tile = TILES["s16k_sx"]
@@ -119,11 +119,12 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     # the 128-token tiles with 32-token tails too, and squared ReLU's 2-stage 64-token tile with tails at 28-40
     # session 18-20: the Gluon twins of the plane tiles and of the tiles with plane tails; session 21: only the 16- /
     # 32-token ones, and only where GLUON_ENV opts in; session 22: the 64-token ones and the 128-token tiles'
-    # 64-token tails again (two register sets)
+    # 64-token tails again (two register sets); session 26: the 32-token ones with tails, and squared ReLU's without
     picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
-    if gluon != "0":  # "1": every twin; "auto" (the default) not the 32-token ones (8-28 pairs per expert)
+    if gluon != "0":  # "1": every twin; "auto" (the default) not the gated 32-token tile without tails (16-28)
         gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_TWINS.items()}
-        assert [name in gluon_names for name in picks] == [gluon == "1"] * 3 + [True] * 6 + [False] * 4
+        assert [name in gluon_names for name in picks] == (
+            [True] + [gluon == "1" or not gated] * 2 + [True] * 6 + [False] * 4)
         picks = [gluon_names.get(name, name) for name in picks]
     assert picks == (
         ["m32l4_sx4p_m_t16_s2", "m32l4_sx4p_m_s2", "m32l4_sx4p_m_s2", "l64_sx4p_mu_t32_s2", "l64_sx4p_mu_t32_s2",
@@ -473,6 +474,15 @@ def test_gluon_fc2_is_checked(monkeypatch):
                        (dict(fc2_stages=1), "fc2_stages"), (dict(fc2_split_k=2), "fc2_split_k")):
         with pytest.raises(ValueError, match=f"fc2_gluon needs.*{field}="):
             dataclasses.replace(tile, **bad)
+    # two FC2 accumulator chains (session 26): the Gluon FC2 of the plane tiles only, and no longer the Triton bits
+    assert dataclasses.replace(tile, fc2_chains=2).fc2_chains == 2
+    for bad in (dict(fc2_chains=3), dict(fc2_chains=2, fc2_gluon=False), dict(fc2_chains=0)):
+        with pytest.raises(ValueError, match="fc2_chains must be 1, or 2 with the Gluon FC2"):
+            dataclasses.replace(tile, **bad)
+    assert triton_moe.same_bits_as_triton_form(TILES["m32k_sx4p_f4_t16_g_s2_gt"])
+    for name in ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", "s16k_sx4p_f4_g_s2_n64_c2_st4"):
+        assert not triton_moe.same_bits_as_triton_form(TILES[name])
+        assert all(t.fc2_chains == 1 and not t.fc2_gluon for t in triton_moe.triton_form(TILES[name]).launch_tiles)
     launched = []
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
     fc1 = quantize_mxfp8(random_weights((4, 256, 64), scale=0.1), backend="reference")
@@ -524,8 +534,9 @@ def test_f8x2_config_is_checked(monkeypatch):
 
 def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     """``choose_config`` picks the Gluon twins where H and I tile by 128: by default (GLUON_ENV unset or "auto", since
-    session 23; with Triton 3.6 only) those of the 16-token tiles (1.5-8 pairs per expert), the 64-token tiles and
-    the 128-token tiles' 64-token tails (28-72), with GLUON_ENV=1 also the 32-token ones (8-28), with 0 none; any
+    session 23; with Triton 3.6 only) those of the 16-token tiles (1.5-8 pairs per expert), the 32-token tiles with
+    tails (8-16) and squared ReLU's without (16-28) (session 26), the 64-token tiles and the 128-token tiles' 64-token
+    tails (28-72), with GLUON_ENV=1 also the gated 32-token one without tails (16-28), with 0 none; any
     other value raises. A call whose Gluon tile cannot run here (here: a CPU device) falls back to the Triton twin,
     while an explicit Gluon config raises before any launch."""
     from megatron_mxfp8_moe.errors import BackendUnavailableError
@@ -547,7 +558,8 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         monkeypatch.delenv(triton_moe.GLUON_ENV)
     triton_moe._gpu_tested_triton.cache_clear()
     monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)
-    assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_s2"]
+    assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2"]
+    assert choose_config(384, 2048, 768, **shape) is TILES["m32l4_sx4p_m_s2"]
     for value, policy in (("1", "all"), ("on", "all"), ("TRUE", "all"), ("yes", "all"), ("all", "all"),
                           ("0", "off"), ("off", "off"), ("No", "off"), ("", "auto"), (" auto ", "auto")):
         monkeypatch.setenv(triton_moe.GLUON_ENV, value)
@@ -573,8 +585,8 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     assert not choose_config(256, 2048, 800, **shape).fc2_gluon  # I not a multiple of 128
     # 4 pairs per expert (the 16-token tiles), 40 (the 64-token tiles), 64 (the 128-token tiles' Gluon tails); from
     # 72 pairs per expert (the 128-token tiles with 32-token tails, the 256-token tiles) Triton only
-    assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2_n64"]
-    assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2_n64"]
+    assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4"]
+    assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2_n64_c2_st4"]
     assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2"]
     assert choose_config(640, 2048, 768, **dict(shape, gated=False)) is TILES["l64k2_sx4p_f4_gq_s2"]
     assert choose_config(1024, 2048, 768, **shape) is TILES["l128m_sa_t64pu_s2_gt"]
@@ -582,7 +594,8 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         for gated in (True, False):
             tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
             assert not any(t.fc1_gluon or t.fc2_gluon for t in tiles), (rows, gated)
-    for value in (None, "auto", "0"):  # the default: Gluon at 1.5-8 and 28-72 pairs per expert; "0": nowhere
+    for value in (None, "auto", "0"):  # the default: Gluon at 1.5-16 and 28-72 pairs per expert (squared ReLU
+        # also 16-28); "0": nowhere
         if value is None:
             monkeypatch.delenv(triton_moe.GLUON_ENV)
         else:
@@ -590,14 +603,14 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         for rows in (24, 25, 64, 128, 129, 256, 384, 447, 448, 512, 640, 1024, 1151, 1152, 4096):
             for gated in (True, False):
                 tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
-                expected = value != "0" and (25 <= rows <= 128 or 448 <= rows <= 1151)
+                expected = value != "0" and (25 <= rows <= 1151 and (not gated or not 257 <= rows <= 447))
                 assert any(t.fc1_gluon or t.fc2_gluon for t in tiles) == expected, (value, rows, gated)
                 assert any(t.fc1_gluon or t.fc2_gluon for t in choose_config(
                     rows, 2048, 800, **dict(shape, gated=gated)).launch_tiles) is False  # I not a multiple of 128
         assert choose_config(640, 2048, 768, **shape) is (TILES["l64_sx4p_mu_s2"] if value == "0" else
                                                           TILES["l64_sx4p_mu_gg_s2"])
         assert choose_config(640, 2048, 768, **shape, gluon=False) is TILES["l64_sx4p_mu_s2"]
-        assert choose_config(256, 2048, 768, **shape, gluon=True) is TILES["m32l4_sx4p_m_t16_gg_s2_gt"]
+        assert choose_config(256, 2048, 768, **shape, gluon=True) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2"]
     monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
     launched = []
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
