@@ -11,6 +11,7 @@
 #   bash tools/gpu_next.sh s26a     # session 26, calls 1-3 (s26a-c): the persistent warp-specialized Gluon FC2 (kernel probes)
 #   bash tools/gpu_next.sh s26d     # session 26, calls 4-5 (s26d-e): two FC2 accumulator chains (probes, GPU tests)
 #   bash tools/gpu_next.sh s26f     # session 26, call 6: the new defaults' tests, the full benchmark, the demo
+#   bash tools/gpu_next.sh s26g     # session 26, call 7: graph replays of the 32-token two-chain defaults, race probe
 #   bash tools/gpu_next.sh s25a     # for session 25: the f8x2 tiles with the Gluon FC2 ("_gf"): GPU tests, probes; the rest of the f8x2 tests
 #   bash tools/gpu_next.sh s24b     # session 24, call 1: the "f8x2" tiles (fp8 wgmmas on split activations): 30b probes, tests
 #   bash tools/gpu_next.sh s24c     # prepared in session 24, not run: the same probes on 235b, per-kernel times
@@ -853,6 +854,18 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s26g)
+    # session 26, call 7: what call 6 left: graph replays of the 32-token two-chain defaults (256 / 384 tokens), then
+    # the race probe on choose_config's picks at 64 / 256 / 384 tokens (two-chain tiles compared within 1e-2)
+    timeout 100 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "graph_replay_with_gluon_tails and c2" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -6
+    timeout 70 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 100 \
+      --cases 64:default,256:default,384:default > $OUT/race_sq.jsonl 2>> $OUT/race.err
+    timeout 60 python3 bench/gluon_tail_race_probe.py --activation swiglu --reps 100 \
+      --cases 64:default,256:default > $OUT/race_sw.jsonl 2>> $OUT/race.err
+    tail -4 $OUT/race_sq.jsonl $OUT/race_sw.jsonl; tail -3 $OUT/race.err ;;
   s26f)
     # session 26, call 6: the new defaults (the two-chain Gluon FC2 twins at 1.5-16 pairs per expert, and at 16-28
     # for squared ReLU): graph replay and float64 oracle of the default tiles at 64 / 256 tokens, then the full
