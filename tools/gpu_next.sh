@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s27a     # for session 27: the squared-ReLU tiles with a two-chain Gluon FC1 too (tests, probes)
 #   bash tools/gpu_next.sh s26a     # session 26, calls 1-3 (s26a-c): the persistent warp-specialized Gluon FC2 (kernel probes)
 #   bash tools/gpu_next.sh s26d     # session 26, calls 4-5 (s26d-e): two FC2 accumulator chains (probes, GPU tests)
 #   bash tools/gpu_next.sh s26f     # session 26, call 6: the new defaults' tests, the full benchmark, the demo
@@ -854,6 +855,25 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s27a)
+    # prepared in session 26 (for session 27): the squared-ReLU tiles with the Gluon FC1 on two chains too ("_f1c2",
+    # compile-only so far): their float64 tests, then layer probes against the defaults (30b / 235b)
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "two_chain_gluon_fc1" \
+      > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -6
+    P="python3 bench/triton_moe_probe.py"
+    { timeout 80 $P --tokens 64,128 --activation squared_relu \
+        --configs "s16k_sx4p_f4_g_s2_n64_c2_st4,s16k_sx4p_f4_g_s2_n64_c2_st4_f1c2,s16k_sx4p_f4_g_s2_n64_c2_st4"
+      timeout 80 $P --tokens 192,256 --activation squared_relu \
+        --configs "m32k_sx4p_f4_t16_g_s2_gt_n64_c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2"
+      timeout 80 $P --tokens 384 --activation squared_relu \
+        --configs "m32k_sx4p_f4_g_s2_n64_c2,m32k_sx4p_f4_g_s2_n64_c2_f1c2,m32k_sx4p_f4_g_s2_n64_c2"
+      timeout 80 $P --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs \
+        "m32k_sx4p_f4_t16_g_s2_gt_n64_c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2"
+    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    python3 -c "import json; [print(d['shape'][6:9], d['tokens'], d['config'], d['us']) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
+    tail -3 $OUT/probe.err ;;
   s26g)
     # session 26, call 7: what call 6 left: graph replays of the 32-token two-chain defaults (256 / 384 tokens), then
     # the race probe on choose_config's picks at 64 / 256 / 384 tokens (two-chain tiles compared within 1e-2)

@@ -1128,3 +1128,12 @@ def test_two_chain_gluon_fc2_tiles_over_fresh_calls_and_graph_replay(base, token
         one, two = _poisoned_outputs((_one_chain(base), tile), fc1, fc2, x, probs, ids, tokens - 2, activation)
         assert torch.isfinite(two).all() and relative_error(two, one.double()) <= 1e-2, f"call {call}"
     _graph_replay_of(lambda *shape: tile, tokens, (tokens, tokens * 2 // 3, 5), activation)
+
+
+# Session 26, not yet run on a GPU: the squared-ReLU tiles with the Gluon FC1 on two chains too ("_f1c2").
+@pytest.mark.parametrize("base,tokens", [("s16k_sx4p_f4_g_s2_n64_c2_st4", 64), ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", 256),
+                                         ("m32k_sx4p_f4_g_s2_n64_c2", 384)])
+@pytest.mark.parametrize("shape", [(128, 8, 2048, 768), (128, 8, 4096, 1536)], ids=["30b", "235b"])
+def test_two_chain_gluon_fc1_tiles_match_float64(base, tokens, shape):
+    """Within BOUND of float64, every row written, nothing past ``rows``, zeros past ``valid_tokens``."""
+    _assert_tiles_keep_bits(TILES[base], TILES[base + "_f1c2"], (*shape, tokens), "squared_relu", same_bits=False)
