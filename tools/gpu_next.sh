@@ -177,6 +177,16 @@ moe_bench_and_demo() {
   echo "demo rc=$?" >> "$2"
   tail -3 "$2"
 }
+# tests_bench_demo SECONDS BENCH_SECONDS PYTEST_ARGS...: the GPU tests PYTEST_ARGS pick (log $OUT/tests.log, ending
+# with pytest's exit status; summary printed), then the full MoE benchmark and the demo (moe_bench_and_demo)
+tests_bench_demo() {
+  local seconds=$1 bench=$2; shift 2
+  timeout "$seconds" python3 -m pytest -p no:cacheprovider "$@" > $OUT/tests.log 2>&1
+  echo "pytest rc=$?" >> $OUT/tests.log
+  grep -E "passed|failed|PASSED|FAILED|ERROR|rc=" $OUT/tests.log | tail -6
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
+  moe_bench_and_demo "$bench" $OUT/log.txt
+}
 case "${1:-}" in
   refit)
     timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
@@ -891,14 +901,9 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # for squared ReLU): graph replay and float64 oracle of the default tiles at 64 / 256 tokens, then the full
     # benchmark and the demo
     T=tests/functional/test_triton_moe_gpu.py
-    timeout 100 python3 -m pytest -q -p no:cacheprovider "$T::test_cuda_graph_replay_with_the_default_gluon_tiles" \
+    tests_bench_demo 100 300 -q "$T::test_cuda_graph_replay_with_the_default_gluon_tiles" \
       "$T::test_matches_float64_reference[128-8-2048-768-64-squared_relu]" \
-      "$T::test_matches_float64_reference[128-8-2048-768-64-swiglu]" -k "64 or 512" > $OUT/tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests.log
-    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -6
-    L=$OUT/log.txt
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
-    moe_bench_and_demo 300 $L ;;
+      "$T::test_matches_float64_reference[128-8-2048-768-64-swiglu]" -k "64 or 512" ;;
   s26e)
     # session 26, call 5: the GPU tests of the two-chain ("_c2") tiles (float64 oracle on both shapes, 20 fresh calls
     # against the one-chain form, graph replay), then layer probes where the next defaults would take them
@@ -1069,15 +1074,10 @@ PY
     # session 23, call 4: the new defaults (GLUON_ENV unset: the "_n64" 16-token twins at 1.5-8 pairs per expert, the
     # 64-token twins at 28-72): their 64-token tests, then the full benchmark and the demo
     T=tests/functional/test_triton_moe_gpu.py
-    timeout 90 python3 -m pytest -v -p no:cacheprovider "$T::test_cuda_graph_replay_with_the_default_gluon_tiles[swiglu-64]" \
+    tests_bench_demo 90 240 -v "$T::test_cuda_graph_replay_with_the_default_gluon_tiles[swiglu-64]" \
       "$T::test_cuda_graph_replay_with_the_default_gluon_tiles[squared_relu-64]" \
       "$T::test_matches_float64_reference[128-8-2048-768-64-swiglu]" \
-      "$T::test_matches_float64_reference[128-8-2048-768-64-squared_relu]" > $OUT/tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests.log
-    grep -E "PASSED|FAILED|ERROR|rc=" $OUT/tests.log | tail -6
-    L=$OUT/log.txt
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
-    moe_bench_and_demo 240 $L ;;
+      "$T::test_matches_float64_reference[128-8-2048-768-64-squared_relu]" ;;
   s23c)
     # session 23, call 3: ncu's details of call 2's report (carried in .ncu/); the default Gluon twins' tests that
     # call 2's 200 s did not reach; the 16-token Gluon tiles with 64-row FC2 ("_n64", now the GLUON=1 twins at 1.5-8
