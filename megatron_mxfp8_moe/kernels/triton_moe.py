@@ -512,7 +512,7 @@ def replace_launch_tiles(cfg: TritonMoEConfig, **changes) -> TritonMoEConfig:
 def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     """``cfg`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps: the
     same values in the same MMA order, hence the same bits (what the GPU tests and the race probe compare with), unless
-    a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
+    a Gluon FC ran on two chains (``same_bits_as_triton_form``)."""
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_chains=1)
 
 
