@@ -867,9 +867,10 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
   s27a)
     # prepared in session 26 (for session 27): the squared-ReLU tiles with the Gluon FC1 on two chains too ("_f1c2",
-    # compile-only so far): their float64 tests, then layer probes against the defaults (30b / 235b)
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "two_chain_gluon_fc1" \
-      > $OUT/tests.log 2>&1
+    # compile-only so far): their float64 tests, then layer probes against the defaults (30b / 235b), and the
+    # 64-token twins with two-chain FC2s ("_n64_c2"; before a default change: their float64 / race / graph tests)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "two_chain_gluon_fc1 or (two_chain and l64)" > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
     grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -6
     P="python3 bench/triton_moe_probe.py"
@@ -881,6 +882,11 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
         --configs "m32k_sx4p_f4_g_s2_n64_c2,m32k_sx4p_f4_g_s2_n64_c2_f1c2,m32k_sx4p_f4_g_s2_n64_c2"
       timeout 80 $P --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs \
         "m32k_sx4p_f4_t16_g_s2_gt_n64_c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2"
+      # the 64-token twins (28-72 pairs per expert) with two-chain FC2s on 64-row programs
+      timeout 80 $P --tokens 512,640 --activation squared_relu --configs \
+        "l64k2_sx4p_f4_t32_gq_s2_gt,l64k2_sx4p_f4_t32_gq_s2_gt_n64_c2,l64k2_sx4p_f4_t32_gq_s2_gt"
+      timeout 80 $P --tokens 512,640 --configs \
+        "l64_sx4p_mu_t32_gg_s2_gt,l64_sx4p_mu_t32_gg_s2_gt_n64_c2,l64_sx4p_mu_t32_gg_s2_gt"
     } > $OUT/probe.jsonl 2>> $OUT/probe.err
     python3 -c "import json; [print(d['shape'][6:9], d['tokens'], d['config'], d['us']) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
     tail -3 $OUT/probe.err ;;

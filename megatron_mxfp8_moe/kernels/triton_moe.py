@@ -554,7 +554,9 @@ TILES.update({f"{name}_c2": _chained(TILES[name]) for name in (
     "s16k4_sx4p_m3_g_s2_n64", "s16k_sx4p_f4_g_s2_n64", "m32k_sx4p_f4_t16_g_s2_gt", "m32l4_sx4p_m_t16_gg_s2_gt",
     "l64_sx4p_mu_t32_gg_s2_gt", "l64k2_sx4p_f4_t32_gq_s2_gt")})
 TILES.update({f"{name}_n64_c2": _chained(replace_launch_tiles(TILES[name], fc2_block_n=64)) for name in (
-    "m32k_sx4p_f4_t16_g_s2_gt", "m32l4_sx4p_m_t16_gg_s2_gt", "m32k_sx4p_f4_g_s2", "m32l4_sx4p_m_gg_s2")})
+    "m32k_sx4p_f4_t16_g_s2_gt", "m32l4_sx4p_m_t16_gg_s2_gt", "m32k_sx4p_f4_g_s2", "m32l4_sx4p_m_gg_s2",
+    # untimed candidates for 28-72 pairs per expert (the 64-token twins; tools/gpu_next.sh s27a)
+    "l64_sx4p_mu_t32_gg_s2_gt", "l64k2_sx4p_f4_t32_gq_s2_gt", "l64_sx4p_mu_gg_s2", "l64k2_sx4p_f4_gq_s2")})
 TILES.update({f"{name}_c2_st4": dataclasses.replace(TILES[f"{name}_c2"], fc2_stages=4) for name in (
     "s16k4_sx4p_m3_g_s2_n64", "s16k_sx4p_f4_g_s2_n64")})
 # Session 26, compile-only: the squared-ReLU tiles above with the Gluon FC1 too, on two chains ("_f1c2"; the tails keep

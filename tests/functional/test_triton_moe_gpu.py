@@ -1110,7 +1110,9 @@ def test_cuda_graph_replay_of_the_f8x2_gluon_fc2_tiles():
 TWO_CHAINS = [("s16k4_sx4p_m3_g_s2_n64", 64, "swiglu"), ("s16k_sx4p_f4_g_s2_n64", 64, "squared_relu"),
               ("m32l4_sx4p_m_t16_gg_s2_gt", 256, "swiglu"), ("m32k_sx4p_f4_t16_g_s2_gt", 256, "squared_relu"),
               ("m32l4_sx4p_m_t16_gg_s2_gt_n64", 256, "swiglu"), ("m32k_sx4p_f4_t16_g_s2_gt_n64", 256, "squared_relu"),
-              ("m32l4_sx4p_m_gg_s2_n64", 384, "swiglu"), ("m32k_sx4p_f4_g_s2_n64", 384, "squared_relu")]
+              ("m32l4_sx4p_m_gg_s2_n64", 384, "swiglu"), ("m32k_sx4p_f4_g_s2_n64", 384, "squared_relu"),
+              # not yet run on a GPU: the 64-token candidates (tools/gpu_next.sh s27a)
+              ("l64_sx4p_mu_t32_gg_s2_gt_n64", 512, "swiglu"), ("l64k2_sx4p_f4_t32_gq_s2_gt_n64", 512, "squared_relu")]
 
 
 def _one_chain(name: str):

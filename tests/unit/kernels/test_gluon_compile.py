@@ -93,10 +93,12 @@ def _words_desc(block_n: int, q: int):
 
 # (128, 64, 3, 4): the FC2 of the 64-token Gluon tiles, which spills a little with two register sets (Triton 3.6: 255
 # registers, 8 bytes)
-# (64, 32, 3, 4, 2) / (64, 16, 4, 4, 2): the two-chain FC2 of the 32- / 16-token defaults (session 26)
+# (64, 32, 3, 4, 2) / (64, 16, 4, 4, 2): the two-chain FC2 of the 32- / 16-token defaults (session 26); (64, 64, 3, 4,
+# 2): the 64-token candidates' (``*_n64_c2`` of the l64 tiles)
 @pytest.mark.parametrize("block_n,block_t,stages,warps,chains", [(128, 32, 3, 4, 1), (64, 32, 2, 4, 1),
                                                                  (64, 16, 3, 4, 1), (128, 64, 3, 4, 1),
-                                                                 (64, 32, 3, 4, 2), (64, 16, 4, 4, 2)])
+                                                                 (64, 32, 3, 4, 2), (64, 16, 4, 4, 2),
+                                                                 (64, 64, 3, 4, 2)])
 def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, warps, chains):
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
