@@ -81,21 +81,21 @@ def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_ma
     su_next = sg_next
     if GATED:
         su_next = _step_scales(s_base, rows + N_OUT, cols, nxt, scale_tiles, Q)
-    if GATED:
-        acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g)
-    else:
-        acc_g, acc_u, p0, p1, p2, p3 = _mma_step_chains(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g,
-                                                        acc_u, CHAINS)
     r0, r1, r2, r3 = u0, u1, u2, u3
     if GATED:
+        acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g)
         acc_u, r0, r1, r2, r3 = _mma_step(wu_smem.index(st).load(a_layout), x_smem, st, su, acc_u)
         # the previous step's 8 MMAs are done past this wait: its stage and its register planes are free
         acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3 = warpgroup_mma_wait(
             num_outstanding=8, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
-    elif CHAINS == 2:  # ungated on two chains: acc_u holds planes 2-3 (``_mma_step_chains``)
-        acc_g, acc_u, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc_g, acc_u, g0, g1, g2, g3))
-    else:
-        acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc_g, g0, g1, g2, g3))
+    else:  # with CHAINS = 2, acc_u holds planes 2-3 (``_mma_step_chains``)
+        acc_g, acc_u, p0, p1, p2, p3 = _mma_step_chains(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g,
+                                                        acc_u, CHAINS)
+        if CHAINS == 2:
+            acc_g, acc_u, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4,
+                                                              deps=(acc_g, acc_u, g0, g1, g2, g3))
+        else:
+            acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc_g, g0, g1, g2, g3))
     if k + STAGES - 1 < steps:
         _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k + STAGES - 1, w_row, N_OUT, GATED,
                STAGES, BLOCK_K)
