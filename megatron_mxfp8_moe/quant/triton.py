@@ -78,6 +78,15 @@ def _cdiv(numerator: int, denominator: int) -> int:
     return -(-numerator // denominator)
 
 
+def _flag_args(abort: Optional[torch.Tensor], nonfinite: Optional[tuple[torch.Tensor, int]],
+               placeholder: torch.Tensor) -> tuple:
+    """The quantize kernel's ``abort_ptr``, ``nonfinite_ptr`` and ``first_entry``: the given flags, or
+    ``placeholder`` (any tensor on the device) for pointers the kernel does not read (without CHECK_ABORT /
+    FLAG_NONFINITE)."""
+    flags, first = nonfinite if nonfinite is not None else (placeholder, 0)
+    return abort if abort is not None else placeholder, flags, first
+
+
 def quantize_into_triton(
     source: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, *, abort: Optional[torch.Tensor] = None,
     nonfinite: Optional[tuple[torch.Tensor, int]] = None, num_warps: int = _STACK_WARPS,
@@ -114,8 +123,7 @@ def quantize_into_triton(
             stacked.stride(1),
             padded_rows * padded_cols,
             padded_cols // 4,
-            abort if abort is not None else data,  # abort_ptr: unused without CHECK_ABORT
-            *(nonfinite if nonfinite is not None else (data, 0)),  # unused without FLAG_NONFINITE
+            *_flag_args(abort, nonfinite, data),
             BLOCK_M=_BLOCK_M,
             BLOCK_K=_BLOCK_K,
             USE_TABLE=False,
@@ -203,8 +211,7 @@ def quantize_experts_into_triton(
             cols,
             padded_rows * padded_cols,
             padded_cols // 4,
-            abort if abort is not None else experts,
-            *(nonfinite if nonfinite is not None else (experts, 0)),
+            *_flag_args(abort, nonfinite, experts),
             BLOCK_M=_BLOCK_M,
             BLOCK_K=_BLOCK_K,
             USE_TABLE=True,

@@ -103,12 +103,9 @@ class DeviceScan:
     def reserve(self, writes: Sequence[Any]) -> int:
         """Flags for the sources of ``writes`` (one each) that no scan reads: the quantize kernels set them as they
         write (``refit_experts(nonfinite="detect")``); returns the entry of the first (``flags[1 + entry]``)."""
-        first, count = self._scanned, len(writes)
-        self._count += count
+        self._count += len(writes)
         self.valid = self.valid and self._count <= self._capacity
-        self._launched.append(writes)
-        self._scanned += count
-        return first
+        return self._allot(writes, len(writes))
 
     @staticmethod
     def launch_size(source: torch.Tensor) -> int:
@@ -160,9 +157,15 @@ class DeviceScan:
              pointers: Optional[Sequence[int]] = None) -> None:
         from ..quant.triton import scan_nonfinite_triton
 
-        scan_nonfinite_triton(sources, self.flags, first_entry=self._scanned, pointers=pointers)
+        scan_nonfinite_triton(sources, self.flags, first_entry=self._allot(writes, len(sources)),
+                              pointers=pointers)
+
+    def _allot(self, writes: Sequence[Any], count: int) -> int:
+        """The next ``count`` flags, for the ``count`` writes ``writes`` in order; returns the entry of the first."""
+        first = self._scanned
         self._launched.append(writes)
-        self._scanned += len(sources)
+        self._scanned += count
+        return first
 
 
 __all__ = ["CHUNK", "EAGER_NUMEL", "DeviceScan"]

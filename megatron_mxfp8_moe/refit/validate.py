@@ -628,8 +628,7 @@ class RefitValidator:
             planned = self._plan_views(*columns, finite_on_device, resolved)
             if planned is not None:
                 return planned
-        scan_capacity = (len(entries) if finite_on_device and not self.detect_nonfinite and hasattr(entries, "__len__")
-                         else 0)
+        scan_capacity = len(entries) if self._scans_ahead(finite_on_device) and hasattr(entries, "__len__") else 0
         builder = _PlanBuilder(self, scan_capacity)
         writes, claimed_here, claimed, skipped = builder.writes, builder.claimed_here, self._claimed, []
         experts, copied = builder.experts, builder.copied
@@ -720,7 +719,7 @@ class RefitValidator:
             return None
         if self._claimed and not self._claimed.keys().isdisjoint(layout.keys):
             return None  # a weight an earlier plan of this stream wrote: ``plan`` names the duplicate
-        builder = _PlanBuilder(self, len(names) if finite_on_device and not self.detect_nonfinite else 0)
+        builder = _PlanBuilder(self, len(names) if self._scans_ahead(finite_on_device) else 0)
         builder.writes = _LazyWrites(info, names, layout.hits, sources)
         for group in layout.groups:  # a stack's scan launches before the next stack is checked (harmless if it fails)
             group_sources = sources[group.take] if type(group.take) is slice else list(
@@ -731,6 +730,11 @@ class RefitValidator:
         builder.claimed_here.update(zip(layout.keys, names))
         builder.experts[info] = None
         return builder.finish(finite_on_device, [])
+
+    def _scans_ahead(self, finite_on_device: bool) -> bool:
+        """Whether a plan scans its sources for NaN/Inf while it is validated (not with ``nonfinite="detect"``,
+        where the quantize kernels flag them while writing)."""
+        return finite_on_device and not self.detect_nonfinite
 
     def _quantizable_views(self, group: _Group, sources: list) -> bool:
         """Whether every source is a strided logical tensor of ``group``'s view shape and device, of one dtype that
