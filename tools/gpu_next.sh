@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s27b     # session 27, call 2: Gluon FC2 dequant variants (DEQ 1 / 2) and one TMA for the planes (X3D)
 #   bash tools/gpu_next.sh s27a     # for session 27: the squared-ReLU tiles with a two-chain Gluon FC1 too (tests, probes)
 #   bash tools/gpu_next.sh s26a     # session 26, calls 1-3 (s26a-c): the persistent warp-specialized Gluon FC2 (kernel probes)
 #   bash tools/gpu_next.sh s26d     # session 26, calls 4-5 (s26d-e): two FC2 accumulator chains (probes, GPU tests)
@@ -865,6 +866,24 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s27b)
+    # session 27, call 2: the Gluon FC2 alone (bench/gluon_fc2_probe.py) with the cross-word dequant (DEQ 1, same bits),
+    # one factor (DEQ 2, an experiment: exact only for E8M0 bytes <= 134, which these inputs have) and the 4 token
+    # planes in one TMA copy (X3D); each run is compared with the first Gluon run on as many chains
+    P="timeout 90 python3 bench/gluon_fc2_probe.py"
+    { $P --block-t 16 --pairs 8 --gluon 64:4:4:2,64:4:4:2:1,64:4:4:2:2,64:4:4:2:1:1,64:4:4:2:2:1,64:4:4:2
+      $P --block-t 32 --pairs 16 --gluon 64:3:4:2,64:3:4:2:1,64:3:4:2:2,64:3:4:2:1:1,64:3:4:2:2:1,64:4:4:2:2:1,64:3:4:2
+      $P --block-t 32 --pairs 16 --gluon 128:3:4,128:3:4:1:1,128:3:4:1:1:1,128:3:4:1:2:1,128:3:4
+      $P --block-t 64 --pairs 48 --gluon 128:3:4,128:3:4:1:1:1,128:3:4:1:2:1,128:3:4
+      $P --hidden 4096 --inter 3072 --block-t 32 --pairs 16 --gluon 64:3:4:2,64:3:4:2:1:1,64:3:4:2:2:1,64:3:4:2
+    } > $OUT/fc2.jsonl 2> $OUT/fc2.err
+    python3 -c "
+import json
+for d in map(json.loads, open('$OUT/fc2.jsonl')):
+    print(d['hidden'], d['inter'], d['block_t'], d['us'])
+    print('  ', {k: v for k, v in d.items() if 'equals_gluon' in k or k.endswith('_error')})
+    print('  ', {k: round(v, 5) for k, v in d.items() if k.endswith('_err')})"
+    tail -3 $OUT/fc2.err ;;
   s27a)
     # prepared in session 26 (for session 27): the squared-ReLU tiles with the Gluon FC1 on two chains too ("_f1c2",
     # compile-only so far): their float64 tests, then layer probes against the defaults (30b / 235b), and the
