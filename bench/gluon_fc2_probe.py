@@ -7,8 +7,8 @@ reference, whether each Gluon run is bit-equal to the Triton FC2 at 128-deep K s
 (``bench.common.time_variants``, us) of the Gluon runs and of Triton at 128- and 256-deep K steps. Session 18's
 call 6 timed with ``triton.testing.do_bench_cudagraph`` (median) instead. Session 26: a fourth field ``:2`` runs the
 kernel on two accumulator chains (``fc2_chains``; another summation order, so not bit-equal to the Triton FC2).
-Session 27: fields 5-6 pick the kernel's ``DEQ`` / ``X3D`` variants; each Gluon run is also compared with the first
-Gluon run on as many chains.
+Session 27: fields 5-6 are the launcher's ``one_factor`` (default 1) / ``planes_3d`` (default 0); each Gluon run is
+also compared with the first Gluon run on as many chains.
 
     python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 1536 --gluon 64:3:4,128:3:4
 """
@@ -42,8 +42,9 @@ def main() -> None:
     parser.add_argument("--block-t", type=int, default=32, help="tokens per block (16 / 32 / 64: the tiles' widths)")
     parser.add_argument("--pairs", type=int, default=16, help="pairs per block")
     parser.add_argument("--gluon", default="64:3:4",
-                        help="comma-separated block_n:stages:warps[:chains[:deq[:x3d]]] of the Gluon runs (chains 2: "
-                             "fc2_chains; deq / x3d: the kernel's DEQ / X3D variants, session 27)")
+                        help="comma-separated block_n:stages:warps[:chains[:one_factor[:planes_3d]]] of the Gluon runs "
+                             "(chains 2: fc2_chains; one_factor 0: the two-factor loop only; planes_3d 1: one TMA copy "
+                             "of a stage's token planes)")
     args = parser.parse_args()
     torch.manual_seed(0)
     e, n, k, bt = args.experts, args.hidden, args.inter, args.block_t
@@ -79,12 +80,14 @@ def main() -> None:
         return run, slots
 
     def gluon_run(spec):
-        block_n, stages, warps, chains, deq, x3d = (int(v) for v in (spec + ":1:0:0").split(":")[:6])
+        fields = [int(v) for v in spec.split(":")]
+        block_n, stages, warps, chains, one_factor, planes_3d = fields + [1, 1, 0][len(fields) - 3:]
         planes = planes_of(h, 128)
         slots = torch.full((pairs, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         return (lambda: launch_gluon_fc2(planes, fc2.data, scales, scale_tiles, slots, sorted_pairs, block_expert,
                                          num_blocks, e, block_n=block_n, block_t=bt, stages=stages,
-                                         num_warps=warps, chains=chains, deq=deq, x3d=bool(x3d))), slots
+                                         num_warps=warps, chains=chains, one_factor=bool(one_factor),
+                                         planes_3d=bool(planes_3d))), slots
 
     runs = [("triton_k256", triton_fc2(256)), ("triton_k128", triton_fc2(128))]
     runs += [(f"gluon_k128_{spec}", gluon_run(spec)) for spec in args.gluon.split(",") if spec]

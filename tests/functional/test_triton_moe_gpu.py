@@ -18,6 +18,7 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     TritonMoEConfig,
     choose_config,
     replace_launch_tiles,
+    same_bits_as_triton_form,
     triton_form,
     triton_moe_support,
     triton_mxfp8_moe,
@@ -1143,3 +1144,33 @@ def test_two_chain_gluon_fc2_tiles_over_fresh_calls_and_graph_replay(base, token
 def test_two_chain_gluon_fc1_tiles_match_float64(base, tokens, shape):
     """Within BOUND of float64, every row written, nothing past ``rows``, zeros past ``valid_tokens``."""
     _assert_tiles_keep_bits(TILES[base], TILES[base + "_f1c2"], (*shape, tokens), "squared_relu", same_bits=False)
+
+
+# Session 27: the Gluon kernels run a one-factor K loop in programs whose scale bytes are all <= 134 and a two-factor
+# loop in the others (``_gluon_planes.one_factor_fits``, per 128-row group).
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+@pytest.mark.parametrize("tokens", [24, 48, 88, 200])
+def test_gluon_tiles_with_scales_above_2_pow_7_in_some_programs(activation, tokens):
+    """Programs of both kinds in one launch (``_mixed_scale_layer``: some fc1 / fc2 row groups with E8M0 bytes > 134):
+    the Gluon tile ``choose_config`` picks (16-, 32- and 64-token blocks; Gluon FC1s gated and not) gives its Triton
+    form's bits where that form keeps them, else stays within BOUND of it; and both are finite and nonzero."""
+    experts, topk, hidden, inter = 8, 2, 512, 256
+    gated = activation == "swiglu"
+    tile = choose_config(tokens, hidden, inter, gated=gated, topk=topk, experts=experts, gluon=True)
+    assert any(t.fc1_gluon or t.fc2_gluon for t in tile.launch_tiles)
+    fc1, fc2 = _mixed_scale_layer(experts, hidden, inter, wide=True, gated=gated)
+    assert int(fc1.scale_bytes().max()) > 134 and int(fc2.scale_bytes().max()) > 134
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
+    probs, ids = random_routing(tokens, experts, topk, device="cuda")
+    valid = torch.tensor([tokens - 1], device="cuda", dtype=torch.int32)
+    outs = []
+    for cfg in (triton_form(tile), tile):
+        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.float32)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, valid_tokens=valid, out=out, config=cfg)
+        torch.cuda.synchronize()
+        outs.append(out)
+    assert torch.isfinite(outs[1]).all() and outs[1][: tokens - 1].abs().max() > 0
+    if same_bits_as_triton_form(tile):
+        assert torch.equal(outs[0], outs[1])
+    else:
+        assert relative_error(outs[1].double(), outs[0].double()) <= BOUND
