@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s27d     # session 27, call 4: the same, the one-factor check now a running maximum in the K loop
 #   bash tools/gpu_next.sh s27c     # session 27, call 3: the cross-word dequant + one-factor K loop in both Gluon FCs (tests, probes)
 #   bash tools/gpu_next.sh s27b     # session 27, call 2: Gluon FC2 dequant variants (DEQ 1 / 2) and one TMA for the planes (X3D)
 #   bash tools/gpu_next.sh s27a     # for session 27: the squared-ReLU tiles with a two-chain Gluon FC1 too (tests, probes)
@@ -867,6 +868,41 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s27d)
+    # session 27, call 4: s27c after the check moved into the K loop (a running maximum of the scale bytes; programs
+    # that met a byte > 134 run K again with two factors): the mixed-scales test, the defaults' bits, probes
+    timeout 250 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "scales_above_2_pow_7_in_some_programs or gluon_defaults_keep_the_bits" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -8
+    P="timeout 60 python3 bench/gluon_fc2_probe.py"
+    { $P --block-t 16 --pairs 8 --gluon 64:4:4:2:0,64:4:4:2,64:4:4:2:1:1,64:4:4:2:0
+      $P --block-t 32 --pairs 16 --gluon 64:3:4:2:0,64:3:4:2,64:4:4:2,64:4:4:2:1:1
+      $P --block-t 64 --pairs 48 --gluon 128:3:4:1:0,128:3:4,128:3:4:1:1:1
+    } > $OUT/fc2.jsonl 2> $OUT/fc2.err
+    F="timeout 60 python3 bench/gluon_fc1_probe.py"
+    { $F --hidden 2048 --inter 768 --activation swiglu --gluon 64:3:4:0,64:3:4
+      $F --hidden 2048 --inter 1536 --activation squared_relu --gluon 64:3:4:0,64:3:4
+      $F --hidden 2048 --inter 1536 --activation squared_relu --block-t 64 --pairs 48 --gluon 128:3:4:0,128:3:4
+    } > $OUT/fc1.jsonl 2> $OUT/fc1.err
+    python3 -c "
+import json
+for f in ('fc2', 'fc1'):
+    for d in map(json.loads, open('$OUT/' + f + '.jsonl')):
+        print(f, d.get('hidden'), d.get('inter'), d.get('block_t'), d['us'])
+        print('  ', {k: v for k, v in d.items() if 'equals' in k and not v or k.endswith('_error')})"
+    tail -2 $OUT/fc2.err $OUT/fc1.err
+    L="timeout 70 python3 bench/triton_moe_probe.py"
+    { $L --tokens 64,128 --activation squared_relu --configs \
+        "s16k_sx4p_f4_g_s2_n64_c2_st4,s16k_sx4p_f4_g_s2_n64_c2_st4+fc1_gluon=1+fc1_block_k=128,s16k_sx4p_f4_g_s2_n64_c2_st4"
+      $L --tokens 192,256,384 --activation squared_relu --configs \
+        "m32k_sx4p_f4_t16_g_s2_gt_n64_c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2+fc1_gluon=1+fc1_block_k=128,m32k_sx4p_f4_t16_g_s2_gt_n64_c2"
+      $L --tokens 64,256 --configs "s16k4_sx4p_m3_g_s2_n64_c2_st4,m32l4_sx4p_m_t16_gg_s2_gt_n64_c2"
+      $L --tokens 512 --activation squared_relu --configs "l64k2_sx4p_f4_t32_gq_s2_gt,l64k2_sx4p_f4_t32_gq_s2_gt_n64_c2"
+      $L --tokens 512 --configs "l64_sx4p_mu_t32_gg_s2_gt,l64_sx4p_mu_t32_gg_s2_gt_n64_c2"
+    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    python3 -c "import json; [print(d['shape'][6:9], d['activation'][:4], d['tokens'], d['config'], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
+    tail -2 $OUT/probe.err ;;
   s27c)
     # session 27, call 3: the Gluon kernels' new dequant (one cross-word prmt per plane register) and the one-factor
     # K loop (programs whose scale bytes are all <= 134; the others take the two-factor loop): the mixed-scales test

@@ -13,9 +13,9 @@ the SASS for such writes; on an H200 the two-set form passed 300 fresh calls in 
 Same values and the same MMA order per output element as ``_fc2_kernel`` with 128-deep K steps, hence the same bits
 (GPU tests, run 25). Session 26: ``CHAINS`` = 2 sums each step's planes 0-1 and 2-3 on two accumulators
 (``mma_step``), added after the K loop: shorter dependent wgmma chains, another summation order. Session 27: the
-planes come from one cross-word ``prmt`` per register (``_gluon_planes``), and a program whose E8M0 bytes are all <=
-134 (``one_factor_fits``, checked once per program) runs a K loop that multiplies by one scale factor instead of two
-(the same bits); ``PLANES_3D`` loads a stage's 4 token planes with one TMA copy of a 3D view.
+planes come from one cross-word ``prmt`` per register and one scale factor (``_gluon_planes``); a program that met
+an E8M0 byte > 134 runs its K loop again with both factors (``_k_loop``); ``PLANES_3D`` loads a stage's 4 token
+planes with one TMA copy of a 3D view.
 Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (Triton 3.6 was tested).
 
 Layouts: weights ``[E, H, I]`` fp8 seen as int32 words ``[E * H, I // 4]`` (byte ``i`` of word ``j`` is weight
@@ -32,77 +32,84 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_planes import mma_step, one_factor_fits, stage_barriers, step_scales, wgmma_layout
+from ._gluon_planes import mma_step, stage_barriers, step_scales, two_factor_steps, wgmma_layout
 
 GLUON_FC2_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 tokens' values
 
 
 @gluon.jit
-def _issue(w_desc, a_desc, w_smem, x_dst, bars, k, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr,
+def _issue(w_desc, a_desc, w_smem, x_dst, bars, k, k0, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr,
            PLANES_3D: gl.constexpr):
-    """Start K step ``k``'s copies into stage ``k % STAGES``: the weight words, and the 4 token planes (4 copies into
-    ``x_dst`` ``[STAGES * 4, BLOCK_T, Q]``, or with ``PLANES_3D`` one copy of a ``[4, BLOCK_T, Q]`` box of the
-    ``[I / Q, positions, Q]`` view into ``x_dst`` ``[STAGES, 4, BLOCK_T, Q]``)."""
+    """Start the copies of ring step ``k`` (K step ``k - k0`` of the loop that started at ring step ``k0``) into
+    stage ``k % STAGES``: the weight words, and the 4 token planes (4 copies into ``x_dst`` ``[STAGES * 4, BLOCK_T,
+    Q]``, or with ``PLANES_3D`` one copy of a ``[4, BLOCK_T, Q]`` box of the ``[I / Q, positions, Q]`` view into
+    ``x_dst`` ``[STAGES, 4, BLOCK_T, Q]``)."""
     Q: gl.constexpr = BLOCK_K // 4
     st = k % STAGES
+    kk = k - k0
     if PLANES_3D:
         mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bars.index(st), w_smem.index(st))
-        tma.async_copy_global_to_shared(a_desc, [k * 4, a_row, 0], bars.index(st), x_dst.index(st))
+        tma.async_copy_global_to_shared(w_desc, [w_row, kk * Q], bars.index(st), w_smem.index(st))
+        tma.async_copy_global_to_shared(a_desc, [kk * 4, a_row, 0], bars.index(st), x_dst.index(st))
     else:
         mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 4 * a_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bars.index(st), w_smem.index(st))
+        tma.async_copy_global_to_shared(w_desc, [w_row, kk * Q], bars.index(st), w_smem.index(st))
         for p in gl.static_range(4):
-            tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K + p * Q], bars.index(st),
+            tma.async_copy_global_to_shared(a_desc, [a_row, kk * BLOCK_K + p * Q], bars.index(st),
                                             x_dst.index(st * 4 + p))
 
 
 @gluon.jit
-def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s, acc, acc2,
-                 q0, q1, q2, q3, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr,
-                 CHAINS: gl.constexpr, ONE_FACTOR: gl.constexpr, PLANES_3D: gl.constexpr):
-    """K step ``k``: wait for its stage, dequantize its weight words into new planes, issue their 4 MMAs, retire the
-    previous step's (planes ``q*``, the other register set), then refill the freed stage. Returns the accumulators,
-    this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
+def _planes_step(k, k0, k_end, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s, smax,
+                 acc, acc2, q0, q1, q2, q3, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr,
+                 a_layout: gl.constexpr, CHAINS: gl.constexpr, ONE_FACTOR: gl.constexpr, PLANES_3D: gl.constexpr):
+    """Ring step ``k`` of the loop over ``[k0, k_end)``: wait for its stage, dequantize its weight words into new
+    planes, issue their 4 MMAs, then (``ONE_FACTOR``) retire the previous step's (planes ``q*``, the other register
+    set) or (two factors) this step's, and refill the freed stage. Returns the accumulators, this step's planes, the
+    retired planes, the next step's E8M0 bytes and the running maximum ``smax`` of the bytes seen."""
     Q: gl.constexpr = BLOCK_K // 4
     st = k % STAGES
     mbarrier.wait(bars.index(st), (k // STAGES) & 1)
     words = w_smem.index(st).load(a_layout)
-    s_next = step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q)
+    s_next = step_scales(s_base, rows, cols, gl.minimum(k + 1, k_end - 1) - k0, scale_tiles, Q)
     acc, acc2, p0, p1, p2, p3 = mma_step(words, x_smem, st, s, acc, acc2, CHAINS, ONE_FACTOR)
-    # the previous step's 4 MMAs are done past this wait: its stage and its register planes are free
+    smax = gl.maximum(smax, s)
+    # the previous step's 4 MMAs (one factor) or all (two) are done past this wait: the stage and the planes are free
     acc, acc2, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4 * ONE_FACTOR, deps=(acc, acc2, q0, q1, q2, q3))
-    if k + STAGES - 1 < steps:
-        _issue(w_desc, a_desc, w_smem, x_dst, bars, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K, PLANES_3D)
-    return acc, acc2, p0, p1, p2, p3, q0, q1, q2, q3, s_next
+    if k + STAGES - 1 < k_end:
+        _issue(w_desc, a_desc, w_smem, x_dst, bars, k + STAGES - 1, k0, w_row, a_row, STAGES, BLOCK_K, PLANES_3D)
+    return acc, acc2, p0, p1, p2, p3, q0, q1, q2, q3, s_next, smax
 
 
 @gluon.jit
-def _k_loop(acc, acc2, zero, steps, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, w_row, a_row,
-            BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, STAGES: gl.constexpr, BLOCK_K: gl.constexpr,
-            mma: gl.constexpr, a_layout: gl.constexpr, CHAINS: gl.constexpr, ONE_FACTOR: gl.constexpr,
-            PLANES_3D: gl.constexpr):
-    """The K loop after the first ``STAGES - 1`` stages were issued: the ``[BLOCK_N, BLOCK_T]`` fp32 sum, every MMA
-    retired."""
+def _k_loop(acc, acc2, zero, k0, k_end, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles,
+            w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr, CHAINS: gl.constexpr,
+            ONE_FACTOR: gl.constexpr, PLANES_3D: gl.constexpr):
+    """The K loop over ring steps ``[k0, k_end)`` (none when equal), its first ``STAGES - 1`` already issued: the
+    accumulators with every MMA retired, and the largest E8M0 byte each element's scales had (for ``ONE_FACTOR``'s
+    check). ``ONE_FACTOR``: one scale factor, the previous step's MMAs in flight over this step's dequant (two register
+    sets of planes); else both factors, each step's MMAs waited for (one set, fewer registers: this loop only runs
+    where a byte is > 134)."""
     Q: gl.constexpr = BLOCK_K // 4
     s_next = step_scales(s_base, rows, cols, 0, scale_tiles, Q)
+    smax = s_next
     # Two register sets of planes, even steps in a*, odd steps in b*: an in-flight wgmma reads its A planes from
     # registers, and a set is written again only after the wait that retires its MMAs (``_planes_step``).
     a0, a1, a2, a3, b0, b1, b2, b3 = zero, zero, zero, zero, zero, zero, zero, zero
-    for k in range(0, steps - 1, 2):
-        acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
-            k, steps, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-            acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, ONE_FACTOR, PLANES_3D)
-        acc, acc2, b0, b1, b2, b3, a0, a1, a2, a3, s_next = _planes_step(
-            k + 1, steps, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-            acc2, a0, a1, a2, a3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, ONE_FACTOR, PLANES_3D)
-    if steps % 2 == 1:
-        acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
-            steps - 1, steps, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s_next,
+    for k in range(k0, k_end - 1, 2):
+        acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next, smax = _planes_step(
+            k, k0, k_end, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s_next, smax,
             acc, acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, ONE_FACTOR, PLANES_3D)
+        acc, acc2, b0, b1, b2, b3, a0, a1, a2, a3, s_next, smax = _planes_step(
+            k + 1, k0, k_end, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s_next,
+            smax, acc, acc2, a0, a1, a2, a3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, ONE_FACTOR, PLANES_3D)
+    if (k_end - k0) % 2 == 1:
+        acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next, smax = _planes_step(
+            k_end - 1, k0, k_end, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s_next,
+            smax, acc, acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, ONE_FACTOR, PLANES_3D)
     acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3 = warpgroup_mma_wait(
         num_outstanding=0, deps=(acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3))
-    return acc, acc2
+    return acc, acc2, smax
 
 
 @gluon.jit
@@ -132,24 +139,30 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         steps = K // BLOCK_K
         for i in gl.static_range(STAGES - 1):
             if i < steps:
-                _issue(w_desc, a_desc, w_smem, x_dst, bars, i, w_row, a_row, STAGES, BLOCK_K, PLANES_3D)
+                _issue(w_desc, a_desc, w_smem, x_dst, bars, i, 0, w_row, a_row, STAGES, BLOCK_K, PLANES_3D)
         rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
         cols = gl.arange(0, Q, layout=gl.SliceLayout(0, a_layout))
         s_base = s_ptr + expert.to(gl.int64) * stride_se
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         acc2 = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
-        # The one-factor K loop runs all steps where this program's scale bytes allow it, else the two-factor one:
-        # two loops in a row, one of them empty (ptxas serializes the wgmmas of loops under an if / else: C7515).
-        one_steps = 0
+        acc, acc2, smax = _k_loop(acc, acc2, zero, 0, steps, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base,
+                                  rows, cols, scale_tiles, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS,
+                                  ONE_FACTOR, PLANES_3D)
         if ONE_FACTOR:
-            one_steps = gl.where(one_factor_fits(s_base, n_first, steps, scale_tiles, num_warps), steps, 0)
-            acc, acc2 = _k_loop(acc, acc2, zero, one_steps, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows,
-                                cols, scale_tiles, w_row, a_row, BLOCK_N, BLOCK_T, STAGES, BLOCK_K, mma, a_layout,
-                                CHAINS, True, PLANES_3D)
-        acc, acc2 = _k_loop(acc, acc2, zero, steps - one_steps, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base,
-                            rows, cols, scale_tiles, w_row, a_row, BLOCK_N, BLOCK_T, STAGES, BLOCK_K, mma, a_layout,
-                            CHAINS, False, PLANES_3D)
+            # A byte > 134 anywhere in the program's scales makes that loop's planes wrong (one factor cannot reach
+            # them): the program then runs K again with both factors, from zero (ring steps continue past ``steps``).
+            # A second loop in a row, empty in the common case (under an if / else ptxas serializes the wgmmas).
+            redo = two_factor_steps(smax, steps)
+            acc = gl.where(redo > 0, 0.0, acc)
+            acc2 = gl.where(redo > 0, 0.0, acc2)
+            for i in gl.static_range(STAGES - 1):
+                if i < redo:
+                    _issue(w_desc, a_desc, w_smem, x_dst, bars, steps + i, steps, w_row, a_row, STAGES, BLOCK_K,
+                           PLANES_3D)
+            acc, acc2, smax = _k_loop(acc, acc2, zero, steps, steps + redo, w_desc, a_desc, w_smem, x_smem, x_dst,
+                                      bars, s_base, rows, cols, scale_tiles, w_row, a_row, STAGES, BLOCK_K, a_layout,
+                                      CHAINS, False, PLANES_3D)
         if CHAINS == 2:
             acc = acc + acc2
         for i in gl.static_range(STAGES):

@@ -1,16 +1,16 @@
 """The pieces the Gluon FC1 and FC2 kernels share: MXFP8 weight words -> the register-A bf16 planes of their
-asynchronous wgmmas, the E8M0 bytes of a K step, the per-program one-factor check, the stage mbarriers.
+asynchronous wgmmas, the E8M0 bytes of a K step, the one-factor check, the stage mbarriers.
 
 Layouts: a ``[rows, Q]`` int32 tile of weight words (``Q`` = 32 per 128-deep K step; byte ``i`` of word ``j`` is weight
 ``k = 4j + i``) loaded into the wgmma A-operand layout (``k_width`` 2: words ``j``, ``j + 1`` of a row are a register
 pair); plane ``i`` is the ``[rows, Q]`` bf16 tile of the words' byte ``i``. Scales ``[E, Mp * Cp]`` uint8 in the
-cuBLAS 128x4 layout: the 4 E8M0 bytes of a row's 128-deep K step ``k`` are one aligned int32 word, and the 128 rows of
-a row group over K steps ``[0, steps)`` are ``steps * 512`` contiguous bytes.
+cuBLAS 128x4 layout.
 
 Dequant (session 27): weight ``e4m3 * 2 ** (s - 127)`` is ``(e4m3 * 2 ** -120) * lo * hi`` with ``lo = 2 ** (min(s,
 134) - 7)`` and ``hi = 2 ** (max(s, 134) - 134)``, all exact in bf16 (``_sx_factors``). ``hi`` is 1 for every byte
-``s <= 134`` (any weight with amax below ``448 * 2 ** 7``), so a program whose bytes all satisfy that
-(``one_factor_fits``) multiplies by ``lo`` only: the same bits with half the multiplies.
+``s <= 134`` (any weight with amax below ``448 * 2 ** 7``), so the kernels' K loop multiplies by ``lo`` only (the same
+bits, half the multiplies) and keeps the largest byte it saw; a program that saw one > 134 (``two_factor_steps``)
+runs its K loop again with both factors.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from ._triton_moe_kernel import _sx_factors
 
-ONE_FACTOR_MAX_SCALE = 134  # E8M0 bytes up to this have hi = 1 (``_sx_factors``)
+ONE_FACTOR_MAX_SCALE = gl.constexpr(134)  # E8M0 bytes up to this have hi = 1 (``_sx_factors``)
 
 
 @gluon.constexpr_function
@@ -116,19 +116,7 @@ def step_scales(s_base, rows, cols, k, scale_tiles, Q: gl.constexpr):
 
 
 @gluon.jit
-def one_factor_fits(s_base, first_row, steps, scale_tiles, num_warps: gl.constexpr):
-    """Whether every E8M0 byte of the 128-row group holding row ``first_row`` is <= 134 over K steps ``[0, steps)``:
-    ``steps * 512`` contiguous bytes, read as int32 words (16 bytes per thread and pass), tested 4 bytes at a time
-    (a byte ``b`` is > 134 when its top bit is set and ``(b & 0x7F) + 0x79`` carries into it), one CTA-wide max.
-    It reads the rows of the group a program does not own too: a stricter test, still exact."""
-    layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[4], threads_per_warp=[32], warps_per_cta=[num_warps],
-                                            order=[0])
-    PASS: gl.constexpr = 4 * 32 * num_warps
-    base = (s_base + (first_row // 128) * (scale_tiles * 512)).to(gl.pointer_type(gl.int32), bitcast=True)
-    count = steps * 128
-    offs = gl.arange(0, PASS, layout=layout)
-    big = gl.zeros([PASS], gl.int32, layout)
-    for start in range(0, count, PASS):
-        w = gl.load(base + start + offs, mask=start + offs < count, other=0)
-        big = big | (((w & 0x7F7F7F7F) + 0x79797979) & w & -0x7F7F7F80)  # -0x7F7F7F80: 0x80808080 as int32
-    return gl.max((big != 0).to(gl.int32), axis=0) == 0
+def two_factor_steps(smax, steps):
+    """``steps`` where the largest E8M0 byte of ``smax`` (a ``[rows, Q]`` tile of running maxima, one per element) is
+    > 134, else 0: how many K steps a program must run again with both factors. One CTA-wide maximum."""
+    return gl.where(gl.max(gl.max(smax, axis=1), axis=0) > ONE_FACTOR_MAX_SCALE, steps, 0)
