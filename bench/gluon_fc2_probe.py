@@ -7,8 +7,6 @@ reference, whether each Gluon run is bit-equal to the Triton FC2 at 128-deep K s
 (``bench.common.time_variants``, us) of the Gluon runs and of Triton at 128- and 256-deep K steps. Session 18's
 call 6 timed with ``triton.testing.do_bench_cudagraph`` (median) instead. Session 26: a fourth field ``:2`` runs the
 kernel on two accumulator chains (``fc2_chains``; another summation order, so not bit-equal to the Triton FC2).
-Session 27: fields 5-6 are the launcher's ``one_factor`` (default 1) / ``planes_3d`` (default 0); each Gluon run is
-also compared with the first Gluon run on as many chains.
 
     python3 bench/gluon_fc2_probe.py --hidden 2048 --inter 1536 --gluon 64:3:4,128:3:4
 """
@@ -42,9 +40,7 @@ def main() -> None:
     parser.add_argument("--block-t", type=int, default=32, help="tokens per block (16 / 32 / 64: the tiles' widths)")
     parser.add_argument("--pairs", type=int, default=16, help="pairs per block")
     parser.add_argument("--gluon", default="64:3:4",
-                        help="comma-separated block_n:stages:warps[:chains[:one_factor[:planes_3d]]] of the Gluon runs "
-                             "(chains 2: fc2_chains; one_factor 0: the two-factor loop only; planes_3d 1: one TMA copy "
-                             "of a stage's token planes)")
+                        help="comma-separated block_n:stages:warps[:chains] of the Gluon runs (chains 2: fc2_chains)")
     args = parser.parse_args()
     torch.manual_seed(0)
     e, n, k, bt = args.experts, args.hidden, args.inter, args.block_t
@@ -80,30 +76,21 @@ def main() -> None:
         return run, slots
 
     def gluon_run(spec):
-        fields = [int(v) for v in spec.split(":")]
-        block_n, stages, warps, chains, one_factor, planes_3d = fields + [1, 1, 0][len(fields) - 3:]
+        block_n, stages, warps, chains = (int(v) for v in (spec + ":1").split(":")[:4])
         planes = planes_of(h, 128)
         slots = torch.full((pairs, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         return (lambda: launch_gluon_fc2(planes, fc2.data, scales, scale_tiles, slots, sorted_pairs, block_expert,
                                          num_blocks, e, block_n=block_n, block_t=bt, stages=stages,
-                                         num_warps=warps, chains=chains, one_factor=bool(one_factor),
-                                         planes_3d=bool(planes_3d))), slots
+                                         num_warps=warps, chains=chains)), slots
 
     runs = [("triton_k256", triton_fc2(256)), ("triton_k128", triton_fc2(128))]
     runs += [(f"gluon_k128_{spec}", gluon_run(spec)) for spec in args.gluon.split(",") if spec]
     runs += [("triton_k256_again", triton_fc2(256))]
 
-    first = {}  # chains -> the first Gluon run on that many chains
-
     def check(name, slots, outs):
         result[name + "_err"] = relative_error(slots.double(), ref)
         if name.startswith("gluon"):
             result[name + "_equals_triton_k128"] = bool(torch.equal(slots, outs["triton_k128"]))
-            chains = (name.split("_")[-1].split(":") + ["1"])[3]
-            if chains in first:
-                result[name + "_equals_" + first[chains]] = bool(torch.equal(slots, outs[first[chains]]))
-            else:
-                first[chains] = name
 
     time_variants(runs, check, result)
     print(json.dumps(result))

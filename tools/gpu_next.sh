@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s27e     # session 27, call 5: the cross-word dequant alone (same bits): bit tests, layer / FC2 probes
 #   bash tools/gpu_next.sh s27d     # session 27, call 4: the same, the one-factor check now a running maximum in the K loop
 #   bash tools/gpu_next.sh s27c     # session 27, call 3: the cross-word dequant + one-factor K loop in both Gluon FCs (tests, probes)
 #   bash tools/gpu_next.sh s27b     # session 27, call 2: Gluon FC2 dequant variants (DEQ 1 / 2) and one TMA for the planes (X3D)
@@ -868,6 +869,27 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s27e)
+    # session 27, call 5: what was kept, the cross-word dequant in both Gluon FCs (the same values and bits as before):
+    # the defaults against their Triton forms and the mixed-scales test, then layer probes of the defaults (compare
+    # with call 1 of this session, before the change) and the FC2 alone
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "scales_above_2_pow_7_in_some_programs or gluon_defaults_keep_the_bits" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -8
+    L="timeout 50 python3 bench/triton_moe_probe.py"
+    { $L --tokens 64,128 --activation squared_relu --configs s16k_sx4p_f4_g_s2_n64_c2_st4
+      $L --tokens 192,256 --activation squared_relu --configs m32k_sx4p_f4_t16_g_s2_gt_n64_c2
+      $L --tokens 512 --activation squared_relu --configs l64k2_sx4p_f4_t32_gq_s2_gt
+      $L --tokens 512 --configs l64_sx4p_mu_t32_gg_s2_gt
+    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    python3 -c "import json; [print(d['shape'][6:9], d['activation'][:4], d['tokens'], d['config'], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
+    timeout 40 python3 bench/gluon_fc2_probe.py --block-t 16 --pairs 8 --gluon 64:4:4:2 > $OUT/fc2.jsonl 2> $OUT/fc2.err
+    timeout 40 python3 bench/gluon_fc2_probe.py --block-t 32 --pairs 16 --gluon 64:3:4:2 >> $OUT/fc2.jsonl 2>> $OUT/fc2.err
+    python3 -c "
+import json
+for d in map(json.loads, open('$OUT/fc2.jsonl')):
+    print(d['block_t'], d['us'], {k: round(v, 5) for k, v in d.items() if k.endswith('_err')})" ;;
   s27d)
     # session 27, call 4: s27c after the check moved into the K loop (a running maximum of the scale bytes; programs
     # that met a byte > 134 run K again with two factors): the mixed-scales test, the defaults' bits, probes

@@ -12,8 +12,7 @@ element as ``_triton_moe_kernel._fc1_kernel`` with 128-deep K steps and separate
 off), and the activation is the Triton kernel's own ``_activate``, hence the same bits (GPU tests). Hopper only
 (sm_90 wgmma); needs ``triton.experimental.gluon`` (Triton 3.6 was tested). Session 26: ``CHAINS`` = 2 puts an
 ungated FC1's byte planes 0-1 and 2-3 on two accumulators (``_mma_step_chains``; the up accumulator is free there),
-added before the activation: another summation order than the Triton FC1. Session 27: the planes and the one-factor
-K loop of ``_gluon_planes``, run again with two factors where a gate or up scale byte is > 134.
+added before the activation: another summation order than the Triton FC1 (compile-only so far).
 
 Layouts: x ``[R, Kp]`` bf16 plane-major per 128-deep K step (``planes_of``; row stride a multiple of 8), weights
 ``[E, N1, H]`` fp8 seen as int32 words ``[E * N1, H // 4]`` (N1 = 2 * N_OUT gated: gate rows then up rows), scales
@@ -36,22 +35,20 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_planes import mma_step, stage_barriers, step_scales, two_factor_steps, wgmma_layout
+from ._gluon_fc2_kernel import _mma_step, _mma_step_chains, _step_scales, stage_barriers, wgmma_layout
 from ._triton_moe_kernel import _activate, _plane_cols
 
 GLUON_FC1_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 values per token
 
 
 @gluon.jit
-def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, k0, w_row, N_OUT, GATED: gl.constexpr,
+def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, w_row, N_OUT, GATED: gl.constexpr,
            STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
-    """Start the copies of ring step ``k`` (K step ``k - k0`` of the loop that started at ring step ``k0``) into its
-    stage: the weight words by TMA (gate and up tiles), the 4 token planes by cp.async, all counted by the stage's
-    mbarrier."""
+    """Start K step ``k``'s copies into its stage: the weight words by TMA (gate and up tiles), the 4 token planes
+    by cp.async, all counted by the stage's mbarrier."""
     Q: gl.constexpr = BLOCK_K // 4
     st = k % STAGES
     bar = bars.index(st)
-    k = k - k0
     if GATED:
         mbarrier.expect(bar, 2 * w_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bar, wg_smem.index(st))
@@ -69,85 +66,40 @@ def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, k0, w_
 
 
 @gluon.jit
-def _fc1_step(k, k0, k_end, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
-              cols, scale_tiles, sg, su, smax, acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3, GATED: gl.constexpr,
-              STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr, CHAINS: gl.constexpr,
-              ONE_FACTOR: gl.constexpr):
-    """Ring step ``k`` of the loop over ``[k0, k_end)``: wait for its stage, dequantize its gate (and up) weight
-    words into new planes, issue their MMAs, then (``ONE_FACTOR``) retire the previous step's (planes ``g*`` / ``u*``,
-    the other register set) or (two factors) this step's, and refill the freed stage. Returns the accumulators, this
-    step's planes, the retired planes, the next step's E8M0 bytes and their running maximum ``smax``."""
+def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows, cols,
+              scale_tiles, sg, su, acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3, GATED: gl.constexpr,
+              STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr, CHAINS: gl.constexpr):
+    """K step ``k``: wait for its stage, dequantize its gate (and up) weight words into new planes, issue their MMAs,
+    retire the previous step's (planes ``g*`` / ``u*``, the other register set), then refill the freed stage.
+    Returns the accumulators, this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
     Q: gl.constexpr = BLOCK_K // 4
     st = k % STAGES
     mbarrier.wait(bars.index(st), (k // STAGES) & 1)
     fence_async_shared()  # the cp.async (generic proxy) token planes, read by wgmma (async proxy)
-    nxt = gl.minimum(k + 1, k_end - 1) - k0
-    sg_next = step_scales(s_base, rows, cols, nxt, scale_tiles, Q)
+    nxt = gl.minimum(k + 1, steps - 1)
+    sg_next = _step_scales(s_base, rows, cols, nxt, scale_tiles, Q)
     su_next = sg_next
     if GATED:
-        su_next = step_scales(s_base, rows + N_OUT, cols, nxt, scale_tiles, Q)
+        su_next = _step_scales(s_base, rows + N_OUT, cols, nxt, scale_tiles, Q)
     r0, r1, r2, r3 = u0, u1, u2, u3
     if GATED:
-        acc_g, acc_u, p0, p1, p2, p3 = mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g, acc_u, 1,
-                                                ONE_FACTOR)
-        acc_u, acc_g, r0, r1, r2, r3 = mma_step(wu_smem.index(st).load(a_layout), x_smem, st, su, acc_u, acc_g, 1,
-                                                ONE_FACTOR)
-        smax = gl.maximum(smax, gl.maximum(sg, su))
-        # the previous step's 8 MMAs (one factor) or all (two) are done past this wait: stage and planes are free
+        acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g)
+        acc_u, r0, r1, r2, r3 = _mma_step(wu_smem.index(st).load(a_layout), x_smem, st, su, acc_u)
+        # the previous step's 8 MMAs are done past this wait: its stage and its register planes are free
         acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3 = warpgroup_mma_wait(
-            num_outstanding=8 * ONE_FACTOR, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
-    else:  # with CHAINS = 2, acc_u holds planes 2-3 (``mma_step``)
-        acc_g, acc_u, p0, p1, p2, p3 = mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g, acc_u,
-                                                CHAINS, ONE_FACTOR)
-        smax = gl.maximum(smax, sg)
+            num_outstanding=8, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
+    else:  # with CHAINS = 2, acc_u holds planes 2-3 (``_mma_step_chains``)
+        acc_g, acc_u, p0, p1, p2, p3 = _mma_step_chains(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g,
+                                                        acc_u, CHAINS)
         if CHAINS == 2:
-            acc_g, acc_u, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4 * ONE_FACTOR,
+            acc_g, acc_u, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4,
                                                               deps=(acc_g, acc_u, g0, g1, g2, g3))
         else:
-            acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4 * ONE_FACTOR, deps=(acc_g, g0, g1, g2, g3))
-    if k + STAGES - 1 < k_end:
-        _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k + STAGES - 1, k0, w_row, N_OUT, GATED,
+            acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc_g, g0, g1, g2, g3))
+    if k + STAGES - 1 < steps:
+        _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k + STAGES - 1, w_row, N_OUT, GATED,
                STAGES, BLOCK_K)
-    return acc_g, acc_u, p0, p1, p2, p3, r0, r1, r2, r3, g0, g1, g2, g3, u0, u1, u2, u3, sg_next, su_next, smax
-
-
-@gluon.jit
-def _fc1_k_loop(acc_g, acc_u, z, k0, k_end, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT,
-                s_base, rows, cols, scale_tiles, GATED: gl.constexpr, STAGES: gl.constexpr, BLOCK_K: gl.constexpr,
-                a_layout: gl.constexpr, CHAINS: gl.constexpr, ONE_FACTOR: gl.constexpr):
-    """The K loop over ring steps ``[k0, k_end)`` (none when equal), its first ``STAGES - 1`` already issued: the
-    accumulators with every MMA retired and the running maxima of the E8M0 bytes (``_gluon_fc2_kernel._k_loop``)."""
-    Q: gl.constexpr = BLOCK_K // 4
-    sg_next = step_scales(s_base, rows, cols, 0, scale_tiles, Q)
-    su_next = sg_next
-    if GATED:
-        su_next = step_scales(s_base, rows + N_OUT, cols, 0, scale_tiles, Q)
-    smax = sg_next
-    # Two register sets of gate / up planes, even steps in *a, odd steps in *b: an in-flight wgmma reads its A
-    # planes from registers, and a set is written again only after the wait that retires its MMAs.
-    ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3 = z, z, z, z, z, z, z, z
-    gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3 = z, z, z, z, z, z, z, z
-    for k in range(k0, k_end - 1, 2):
-        (acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, sg_next,
-         su_next, smax) = _fc1_step(
-            k, k0, k_end, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
-            cols, scale_tiles, sg_next, su_next, smax, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, GATED,
-            STAGES, BLOCK_K, a_layout, CHAINS, ONE_FACTOR)
-        (acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, sg_next,
-         su_next, smax) = _fc1_step(
-            k + 1, k0, k_end, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
-            cols, scale_tiles, sg_next, su_next, smax, acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, GATED,
-            STAGES, BLOCK_K, a_layout, CHAINS, ONE_FACTOR)
-    if (k_end - k0) % 2 == 1:
-        (acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, sg_next,
-         su_next, smax) = _fc1_step(
-            k_end - 1, k0, k_end, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base,
-            rows, cols, scale_tiles, sg_next, su_next, smax, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
-            GATED, STAGES, BLOCK_K, a_layout, CHAINS, ONE_FACTOR)
-    acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3 = \
-        warpgroup_mma_wait(num_outstanding=0, deps=(acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
-                                                    gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3))
-    return acc_g, acc_u, smax
+    return acc_g, acc_u, p0, p1, p2, p3, r0, r1, r2, r3, g0, g1, g2, g3, u0, u1, u2, u3, sg_next, su_next
 
 
 @gluon.jit
@@ -155,8 +107,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
                       N1, K, stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr,
                       GATED: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
-                      X_LAYOUT: gl.constexpr, CHAINS: gl.constexpr, ONE_FACTOR: gl.constexpr,
-                      num_warps: gl.constexpr):
+                      X_LAYOUT: gl.constexpr, CHAINS: gl.constexpr, num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -184,28 +135,42 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
         steps = K // BLOCK_K
         for i in gl.static_range(STAGES - 1):
             if i < steps:
-                _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, i, 0, w_row, N_OUT, GATED, STAGES,
+                _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, i, w_row, N_OUT, GATED, STAGES,
                        BLOCK_K)
         rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
         cols = gl.arange(0, Q, layout=gl.SliceLayout(0, a_layout))
         s_base = s_ptr + expert.to(gl.int64) * stride_se
+        sg_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q)
+        su_next = sg_next
+        if GATED:
+            su_next = _step_scales(s_base, rows + N_OUT, cols, 0, scale_tiles, Q)
         acc_g = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         acc_u = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         z = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
-        acc_g, acc_u, smax = _fc1_k_loop(acc_g, acc_u, z, 0, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows,
-                                         token_mask, w_row, N_OUT, s_base, rows, cols, scale_tiles, GATED, STAGES,
-                                         BLOCK_K, a_layout, CHAINS, ONE_FACTOR)
-        if ONE_FACTOR:  # a byte > 134 (gate or up rows): K again with both factors (``_gluon_fc2_kernel``)
-            redo = two_factor_steps(smax, steps)
-            acc_g = gl.where(redo > 0, 0.0, acc_g)
-            acc_u = gl.where(redo > 0, 0.0, acc_u)
-            for i in gl.static_range(STAGES - 1):
-                if i < redo:
-                    _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, steps + i, steps, w_row, N_OUT,
-                           GATED, STAGES, BLOCK_K)
-            acc_g, acc_u, smax = _fc1_k_loop(acc_g, acc_u, z, steps, steps + redo, w_desc, wg_smem, wu_smem, x_smem,
-                                             bars, x_rows, token_mask, w_row, N_OUT, s_base, rows, cols, scale_tiles,
-                                             GATED, STAGES, BLOCK_K, a_layout, CHAINS, False)
+        # Two register sets of gate / up planes, even steps in *a, odd steps in *b: an in-flight wgmma reads its A
+        # planes from registers, and a set is written again only after the wait that retires its MMAs.
+        ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3 = z, z, z, z, z, z, z, z
+        gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3 = z, z, z, z, z, z, z, z
+        for k in range(0, steps - 1, 2):
+            (acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, sg_next,
+             su_next) = _fc1_step(
+                k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
+                cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
+                GATED, STAGES, BLOCK_K, a_layout, CHAINS)
+            (acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, sg_next,
+             su_next) = _fc1_step(
+                k + 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
+                cols, scale_tiles, sg_next, su_next, acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
+                GATED, STAGES, BLOCK_K, a_layout, CHAINS)
+        if steps % 2 == 1:
+            (acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, sg_next,
+             su_next) = _fc1_step(
+                steps - 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base,
+                rows, cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
+                GATED, STAGES, BLOCK_K, a_layout, CHAINS)
+        acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3 = \
+            warpgroup_mma_wait(num_outstanding=0, deps=(acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
+                                                        gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3))
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
         if not GATED and CHAINS == 2:
@@ -222,13 +187,12 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                      inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                      num_blocks: torch.Tensor, grid_blocks: int, *, n_out: int, gated: bool, activation: int,
                      topk: int, block_n: int, block_t: int, stages: int, num_warps: int, plane_k2: int,
-                     chains: int = 1, one_factor: bool = True) -> None:
+                     chains: int = 1) -> None:
     """One ``_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``x_planes`` ``[R, Kp]`` bf16 plane-major per 128 (row stride a multiple of 8), ``w`` ``[E, N1, H]`` fp8
     contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
     ``inter`` ``[positions, >= n_out]`` bf16 written plane-major per ``plane_k2``; ``activation`` an ACT_* code.
-    The caller checks ``H % 128 == 0`` and ``n_out % block_n == 0``. ``one_factor=False`` always multiplies by both
-    scale factors (for tests and probes)."""
+    The caller checks ``H % 128 == 0`` and ``n_out % block_n == 0``."""
     experts, n1, hidden = w.shape
     q = GLUON_FC1_BLOCK_K // 4
     words = w.view(torch.uint8).view(experts * n1, hidden).view(torch.int32)
@@ -239,4 +203,4 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
         w_desc, x_planes, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden,
         x_planes.stride(0), scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, GATED=gated,
         ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC1_BLOCK_K, STAGES=stages,
-        PLANE_K2=plane_k2, X_LAYOUT=x_layout, CHAINS=chains, ONE_FACTOR=one_factor, num_warps=num_warps)
+        PLANE_K2=plane_k2, X_LAYOUT=x_layout, CHAINS=chains, num_warps=num_warps)

@@ -12,10 +12,9 @@ still read: the likely cause of run 24's NaN outputs at 64-token blocks (3-5% of
 the SASS for such writes; on an H200 the two-set form passed 300 fresh calls in each of 9 race-probe cases (run 25).
 Same values and the same MMA order per output element as ``_fc2_kernel`` with 128-deep K steps, hence the same bits
 (GPU tests, run 25). Session 26: ``CHAINS`` = 2 sums each step's planes 0-1 and 2-3 on two accumulators
-(``mma_step``), added after the K loop: shorter dependent wgmma chains, another summation order. Session 27: the
-planes come from one cross-word ``prmt`` per register and one scale factor (``_gluon_planes``); a program that met
-an E8M0 byte > 134 runs its K loop again with both factors (``_k_loop``); ``PLANES_3D`` loads a stage's 4 token
-planes with one TMA copy of a 3D view.
+(``_mma_step_chains``), added after the K loop: shorter dependent wgmma chains, another summation order. Session 27:
+the planes come from one cross-word ``prmt`` per register (``_fp8x4_pair_planes``): the same values, fewer
+instructions.
 Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (Triton 3.6 was tested).
 
 Layouts: weights ``[E, H, I]`` fp8 seen as int32 words ``[E * H, I // 4]`` (byte ``i`` of word ``j`` is weight
@@ -29,94 +28,153 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_planes import mma_step, stage_barriers, step_scales, two_factor_steps, wgmma_layout
+from ._triton_moe_kernel import _sx_factors
 
 GLUON_FC2_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 tokens' values
 
 
+@gluon.constexpr_function
+def wgmma_layout(block_t, num_warps):
+    """The accumulator layout of a ``[rows, block_t]`` tile of Hopper wgmmas, ``num_warps`` warps stacked by rows."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, block_t, 16])
+
+
 @gluon.jit
-def _issue(w_desc, a_desc, w_smem, x_dst, bars, k, k0, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr,
-           PLANES_3D: gl.constexpr):
-    """Start the copies of ring step ``k`` (K step ``k - k0`` of the loop that started at ring step ``k0``) into
-    stage ``k % STAGES``: the weight words, and the 4 token planes (4 copies into ``x_dst`` ``[STAGES * 4, BLOCK_T,
-    Q]``, or with ``PLANES_3D`` one copy of a ``[4, BLOCK_T, Q]`` box of the ``[I / Q, positions, Q]`` view into
-    ``x_dst`` ``[STAGES, 4, BLOCK_T, Q]``)."""
+def stage_barriers(STAGES: gl.constexpr, count: gl.constexpr):
+    """One mbarrier per stage of a copy ring, each expecting ``count`` arrivals per phase, initialised and made
+    visible to the async proxy (TMA's complete_tx) before any use."""
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=count)
+    fence_async_shared()
+    return bars
+
+
+@gluon.jit
+def _fp8x4_pair_planes(words):
+    """int32 words of 4 e4m3 bytes in the wgmma A-operand layout -> the 4 bf16 plane tiles ``e4m3 * 2 ** -120`` (byte
+    i in the i-th; the values of ``_fp8x4_sx_to_bf16``). One asm instance takes a register pair, words j and j + 1 of
+    a row (``k_width`` 2), and plane i's bf16x2 register is byte i of both: one sign-extending cross-word ``prmt``,
+    a shift by 4 and a mask (e4m3's exponent and mantissa into bf16's low exponent and high mantissa bits, the sign
+    kept). Session 27: 3 instructions per plane register where the per-word form and its repacking took 4."""
+    return gl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 a, b, c, d;
+        prmt.b32 a, $4, $5, 0xC480;
+        prmt.b32 b, $4, $5, 0xD591;
+        prmt.b32 c, $4, $5, 0xE6A2;
+        prmt.b32 d, $4, $5, 0xF7B3;
+        shl.b32 a, a, 4;
+        shl.b32 b, b, 4;
+        shl.b32 c, c, 4;
+        shl.b32 d, d, 4;
+        and.b32 $0, a, 0x87F087F0;
+        and.b32 $1, b, 0x87F087F0;
+        and.b32 $2, c, 0x87F087F0;
+        and.b32 $3, d, 0x87F087F0;
+        }
+        """,
+        constraints="=r,=r,=r,=r,r,r",
+        args=[words],
+        dtype=(gl.bfloat16, gl.bfloat16, gl.bfloat16, gl.bfloat16),
+        is_pure=True,
+        pack=2,
+    )
+
+
+@gluon.jit
+def _sx4_planes(words, s):
+    """int32 words of 4 e4m3 bytes (A-operand layout) and their E8M0 bytes ``s`` (same shape and layout) -> the 4
+    exact bf16 plane tiles (byte i in the i-th): the Triton kernel's "sx4" values (``_sx_factors``), ``(e4m3 * 2 **
+    -120) * lo * hi``, from ``_fp8x4_pair_planes``."""
+    v0, v1, v2, v3 = _fp8x4_pair_planes(words)
+    lo, hi = _sx_factors(s)
+    return v0 * lo * hi, v1 * lo * hi, v2 * lo * hi, v3 * lo * hi
+
+
+@gluon.jit
+def _mma_step(words, x_smem, st, s, acc):
+    """Dequantize one K step's weight words with their E8M0 bytes ``s`` and issue its 4 plane MMAs against stage
+    ``st``'s token planes (asynchronous); returns the accumulator and the planes, which must stay alive until those
+    MMAs are waited for."""
+    p0, p1, p2, p3 = _sx4_planes(words, s)
+    acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc, is_async=True)
+    return acc, p0, p1, p2, p3
+
+
+@gluon.jit
+def _mma_step_chains(words, x_smem, st, s, acc, acc2, CHAINS: gl.constexpr):
+    """``_mma_step`` with ``CHAINS`` = 2 accumulators: planes 0-1 into ``acc``, 2-3 into ``acc2`` (summed after the K
+    loop), so each step's MMAs form two dependent chains of half the length that the tensor cores can overlap
+    (session 26: a single warpgroup's FC2 is bound by its one chain's latency). Not the Triton FC2's summation order,
+    hence not its bits. ``CHAINS`` = 1: ``_mma_step`` (``acc2`` untouched)."""
+    if CHAINS == 2:
+        p0, p1, p2, p3 = _sx4_planes(words, s)
+        acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
+        acc2 = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc2, is_async=True)
+        acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
+        acc2 = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc2, is_async=True)
+    else:
+        acc, p0, p1, p2, p3 = _mma_step(words, x_smem, st, s, acc)
+    return acc, acc2, p0, p1, p2, p3
+
+
+@gluon.jit
+def _step_scales(s_base, rows, cols, k, scale_tiles, Q: gl.constexpr):
+    """E8M0 bytes of K step ``k`` for every element of a ``[BLOCK_N, Q]`` plane tile (column j: block j // 8), read
+    straight into the plane tiles' layout from the 128x4-swizzled scales."""
+    c = k * (Q // 8) + cols // 8
+    offs = (rows // 128) * (scale_tiles * 512) + (rows % 32) * 16 + ((rows % 128) // 32) * 4
+    return gl.load(s_base + offs[:, None] + ((c // 4) * 512 + c % 4)[None, :])
+
+
+@gluon.jit
+def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     st = k % STAGES
-    kk = k - k0
-    if PLANES_3D:
-        mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(w_desc, [w_row, kk * Q], bars.index(st), w_smem.index(st))
-        tma.async_copy_global_to_shared(a_desc, [kk * 4, a_row, 0], bars.index(st), x_dst.index(st))
-    else:
-        mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 4 * a_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(w_desc, [w_row, kk * Q], bars.index(st), w_smem.index(st))
-        for p in gl.static_range(4):
-            tma.async_copy_global_to_shared(a_desc, [a_row, kk * BLOCK_K + p * Q], bars.index(st),
-                                            x_dst.index(st * 4 + p))
+    mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 4 * a_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bars.index(st), w_smem.index(st))
+    for p in gl.static_range(4):
+        tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K + p * Q], bars.index(st), x_smem.index(st * 4 + p))
 
 
 @gluon.jit
-def _planes_step(k, k0, k_end, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s, smax,
-                 acc, acc2, q0, q1, q2, q3, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr,
-                 a_layout: gl.constexpr, CHAINS: gl.constexpr, ONE_FACTOR: gl.constexpr, PLANES_3D: gl.constexpr):
-    """Ring step ``k`` of the loop over ``[k0, k_end)``: wait for its stage, dequantize its weight words into new
-    planes, issue their 4 MMAs, then (``ONE_FACTOR``) retire the previous step's (planes ``q*``, the other register
-    set) or (two factors) this step's, and refill the freed stage. Returns the accumulators, this step's planes, the
-    retired planes, the next step's E8M0 bytes and the running maximum ``smax`` of the bytes seen."""
+def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s, acc, acc2, q0, q1,
+                 q2, q3, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr,
+                 CHAINS: gl.constexpr):
+    """K step ``k``: wait for its stage, dequantize its weight words into new planes, issue their 4 MMAs, retire the
+    previous step's (planes ``q*``, the other register set), then refill the freed stage. Returns the accumulator,
+    this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
     Q: gl.constexpr = BLOCK_K // 4
     st = k % STAGES
     mbarrier.wait(bars.index(st), (k // STAGES) & 1)
     words = w_smem.index(st).load(a_layout)
-    s_next = step_scales(s_base, rows, cols, gl.minimum(k + 1, k_end - 1) - k0, scale_tiles, Q)
-    acc, acc2, p0, p1, p2, p3 = mma_step(words, x_smem, st, s, acc, acc2, CHAINS, ONE_FACTOR)
-    smax = gl.maximum(smax, s)
-    # the previous step's 4 MMAs (one factor) or all (two) are done past this wait: the stage and the planes are free
-    acc, acc2, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4 * ONE_FACTOR, deps=(acc, acc2, q0, q1, q2, q3))
-    if k + STAGES - 1 < k_end:
-        _issue(w_desc, a_desc, w_smem, x_dst, bars, k + STAGES - 1, k0, w_row, a_row, STAGES, BLOCK_K, PLANES_3D)
-    return acc, acc2, p0, p1, p2, p3, q0, q1, q2, q3, s_next, smax
-
-
-@gluon.jit
-def _k_loop(acc, acc2, zero, k0, k_end, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles,
-            w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr, CHAINS: gl.constexpr,
-            ONE_FACTOR: gl.constexpr, PLANES_3D: gl.constexpr):
-    """The K loop over ring steps ``[k0, k_end)`` (none when equal), its first ``STAGES - 1`` already issued: the
-    accumulators with every MMA retired, and the largest E8M0 byte each element's scales had (for ``ONE_FACTOR``'s
-    check). ``ONE_FACTOR``: one scale factor, the previous step's MMAs in flight over this step's dequant (two register
-    sets of planes); else both factors, each step's MMAs waited for (one set, fewer registers: this loop only runs
-    where a byte is > 134)."""
-    Q: gl.constexpr = BLOCK_K // 4
-    s_next = step_scales(s_base, rows, cols, 0, scale_tiles, Q)
-    smax = s_next
-    # Two register sets of planes, even steps in a*, odd steps in b*: an in-flight wgmma reads its A planes from
-    # registers, and a set is written again only after the wait that retires its MMAs (``_planes_step``).
-    a0, a1, a2, a3, b0, b1, b2, b3 = zero, zero, zero, zero, zero, zero, zero, zero
-    for k in range(k0, k_end - 1, 2):
-        acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next, smax = _planes_step(
-            k, k0, k_end, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s_next, smax,
-            acc, acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, ONE_FACTOR, PLANES_3D)
-        acc, acc2, b0, b1, b2, b3, a0, a1, a2, a3, s_next, smax = _planes_step(
-            k + 1, k0, k_end, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s_next,
-            smax, acc, acc2, a0, a1, a2, a3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, ONE_FACTOR, PLANES_3D)
-    if (k_end - k0) % 2 == 1:
-        acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next, smax = _planes_step(
-            k_end - 1, k0, k_end, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base, rows, cols, scale_tiles, s_next,
-            smax, acc, acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, ONE_FACTOR, PLANES_3D)
-    acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3 = warpgroup_mma_wait(
-        num_outstanding=0, deps=(acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3))
-    return acc, acc2, smax
+    s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q)
+    acc, acc2, p0, p1, p2, p3 = _mma_step_chains(words, x_smem, st, s, acc, acc2, CHAINS)
+    # the previous step's 4 MMAs are done past this wait: its stage and its register planes are free
+    acc, acc2, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc, acc2, q0, q1, q2, q3))
+    if k + STAGES - 1 < steps:
+        _issue(w_desc, a_desc, w_smem, x_smem, bars, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K)
+    return acc, acc2, p0, p1, p2, p3, q0, q1, q2, q3, s_next
 
 
 @gluon.jit
 def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                       stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
-                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, CHAINS: gl.constexpr, ONE_FACTOR: gl.constexpr,
-                      PLANES_3D: gl.constexpr, num_warps: gl.constexpr):
+                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, CHAINS: gl.constexpr, num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -125,13 +183,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         w_smem = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, Q], w_desc.layout)
-        if PLANES_3D:  # the TMA's [STAGES, 4, BLOCK_T, Q] view and the wgmmas' [STAGES * 4, BLOCK_T, Q] one
-            x_dst = gl.allocate_shared_memory(gl.bfloat16, [STAGES, 4, BLOCK_T, Q], a_desc.layout)
-            x_smem = x_dst._reinterpret(gl.bfloat16, [STAGES * 4, BLOCK_T, Q],
-                                        gl.NVMMASharedLayout.get_default_for([BLOCK_T, Q], gl.bfloat16))
-        else:
-            x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES * 4, BLOCK_T, Q], a_desc.layout)
-            x_dst = x_smem
+        x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES * 4, BLOCK_T, Q], a_desc.layout)
         bars = stage_barriers(STAGES, 1)
         n_first = pid_n * BLOCK_N
         w_row = expert * N + n_first
@@ -139,30 +191,30 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         steps = K // BLOCK_K
         for i in gl.static_range(STAGES - 1):
             if i < steps:
-                _issue(w_desc, a_desc, w_smem, x_dst, bars, i, 0, w_row, a_row, STAGES, BLOCK_K, PLANES_3D)
+                _issue(w_desc, a_desc, w_smem, x_smem, bars, i, w_row, a_row, STAGES, BLOCK_K)
         rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
         cols = gl.arange(0, Q, layout=gl.SliceLayout(0, a_layout))
         s_base = s_ptr + expert.to(gl.int64) * stride_se
+        s_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q)
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         acc2 = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
-        acc, acc2, smax = _k_loop(acc, acc2, zero, 0, steps, w_desc, a_desc, w_smem, x_smem, x_dst, bars, s_base,
-                                  rows, cols, scale_tiles, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS,
-                                  ONE_FACTOR, PLANES_3D)
-        if ONE_FACTOR:
-            # A byte > 134 anywhere in the program's scales makes that loop's planes wrong (one factor cannot reach
-            # them): the program then runs K again with both factors, from zero (ring steps continue past ``steps``).
-            # A second loop in a row, empty in the common case (under an if / else ptxas serializes the wgmmas).
-            redo = two_factor_steps(smax, steps)
-            acc = gl.where(redo > 0, 0.0, acc)
-            acc2 = gl.where(redo > 0, 0.0, acc2)
-            for i in gl.static_range(STAGES - 1):
-                if i < redo:
-                    _issue(w_desc, a_desc, w_smem, x_dst, bars, steps + i, steps, w_row, a_row, STAGES, BLOCK_K,
-                           PLANES_3D)
-            acc, acc2, smax = _k_loop(acc, acc2, zero, steps, steps + redo, w_desc, a_desc, w_smem, x_smem, x_dst,
-                                      bars, s_base, rows, cols, scale_tiles, w_row, a_row, STAGES, BLOCK_K, a_layout,
-                                      CHAINS, False, PLANES_3D)
+        # Two register sets of planes, even steps in a*, odd steps in b*: an in-flight wgmma reads its A planes from
+        # registers, and a set is written again only after the wait that retires its MMAs (``_planes_step``).
+        a0, a1, a2, a3, b0, b1, b2, b3 = zero, zero, zero, zero, zero, zero, zero, zero
+        for k in range(0, steps - 1, 2):
+            acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
+                k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
+                acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS)
+            acc, acc2, b0, b1, b2, b3, a0, a1, a2, a3, s_next = _planes_step(
+                k + 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
+                acc2, a0, a1, a2, a3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS)
+        if steps % 2 == 1:
+            acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
+                steps - 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
+                acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS)
+        acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3 = warpgroup_mma_wait(
+            num_outstanding=0, deps=(acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3))
         if CHAINS == 2:
             acc = acc + acc2
         for i in gl.static_range(STAGES):
@@ -176,27 +228,20 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
 
 def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int, slots: torch.Tensor,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor, grid_blocks: int,
-                     *, block_n: int, block_t: int, stages: int, num_warps: int, chains: int = 1,
-                     one_factor: bool = True, planes_3d: bool = False) -> None:
+                     *, block_n: int, block_t: int, stages: int, num_warps: int, chains: int = 1) -> None:
     """One ``_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``inter`` ``[positions, I]`` bf16 plane-major per 128-deep step (row stride a multiple of 8), ``w`` ``[E, H, I]``
-    fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``;
-    4-byte aligned), ``slots`` ``[pairs, H]`` bf16 (row stride ``slots.stride(0)``). The caller checks
-    ``I % 128 == 0`` and ``H % block_n == 0``. ``one_factor=False`` always multiplies by both scale factors (the
-    pre-session-27 path; for tests and probes)."""
+    fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
+    ``slots`` ``[pairs, H]`` bf16 (row stride ``slots.stride(0)``). The caller checks ``I % 128 == 0`` and
+    ``H % block_n == 0``."""
     experts, hidden, inner = w.shape
     q = GLUON_FC2_BLOCK_K // 4
     words = w.view(torch.uint8).view(experts * hidden, inner).view(torch.int32)
     w_desc = TensorDescriptor.from_tensor(words, [block_n, q],
                                           gl.NVMMASharedLayout.get_default_for([block_n, q], gl.int32))
-    if planes_3d:
-        view = inter.view(inter.shape[0], inter.shape[1] // q, q).permute(1, 0, 2)
-        a_desc = TensorDescriptor(view, list(view.shape), list(view.stride()), [4, block_t, q],
-                                  gl.NVMMASharedLayout.get_default_for([4, block_t, q], gl.bfloat16))
-    else:
-        a_desc = TensorDescriptor.from_tensor(inter, [block_t, q],
-                                              gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16))
+    a_desc = TensorDescriptor.from_tensor(inter, [block_t, q],
+                                          gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16))
     _fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,
-        CHAINS=chains, ONE_FACTOR=one_factor, PLANES_3D=planes_3d, num_warps=num_warps)
+        CHAINS=chains, num_warps=num_warps)

@@ -46,31 +46,24 @@ def written_registers(insn: str) -> set:
 
 
 def register_a_hazards(sass: str) -> list:
-    """``(hgmma, writer)`` pairs in the K loops (each innermost conditional backward branch around HGMMAs, walked as a
-    cycle so the next iteration counts; session 27's FC kernels have two K loops in a row): an instruction writing one
-    of an HGMMA's 4 A registers before a ``WARPGROUP.DEPBAR.LE gsb0, N`` with at least N groups committed after that
-    HGMMA's group (PTX: reading or writing a wgmma's A registers before the wait_group that retires it is
-    undefined)."""
+    """``(hgmma, writer)`` pairs in the K loop (the shortest conditional backward branch around HGMMAs, walked as a
+    cycle so the next iteration counts): an instruction writing one of an HGMMA's 4 A registers before a
+    ``WARPGROUP.DEPBAR.LE gsb0, N`` with at least N groups committed after that HGMMA's group (PTX: reading or writing
+    a wgmma's A registers before the wait_group that retires it is undefined)."""
     insns, labels = [], {}
     for line in sass.splitlines():
         if label := SASS_LABEL.match(line):
             labels[label.group(1)] = len(insns)
         elif insn := SASS_INSN.search(line):
             insns.append(insn.group(1).strip())
-    spans = []
+    loop = None
     for end, insn in enumerate(insns):
         branch = re.match(r"@!?P\d+\s+BRA\s+`\(\.(L_x_\d+)\)", insn)
         if branch and labels[branch.group(1)] < end:
             start = labels[branch.group(1)]
-            if any(i.startswith("HGMMA") for i in insns[start:end]):
-                spans.append((start, end))
-    innermost = [(a, b) for a, b in spans if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in spans)]
-    assert innermost, "no K loop around the HGMMAs"
-    return [pair for start, end in innermost for pair in _loop_hazards(insns[start:end + 1])]
-
-
-def _loop_hazards(loop: list) -> list:
-    """``register_a_hazards`` of one loop body."""
+            if any(i.startswith("HGMMA") for i in insns[start:end]) and (loop is None or end - start < len(loop)):
+                loop = insns[start:end + 1]
+    assert loop is not None, "no K loop around the HGMMAs"
     found = []
     for i, hgmma in enumerate(loop):
         a_operand = re.match(r"HGMMA\.\S+\s+R\d+,\s+R(\d+),", hgmma)
