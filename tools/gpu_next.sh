@@ -9,10 +9,8 @@
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
 #   bash tools/gpu_next.sh s27e     # session 27, call 5: the cross-word dequant alone (same bits): bit tests, layer / FC2 probes
-#   bash tools/gpu_next.sh s27d     # session 27, call 4: the same, the one-factor check now a running maximum in the K loop
-#   bash tools/gpu_next.sh s27c     # session 27, call 3: the cross-word dequant + one-factor K loop in both Gluon FCs (tests, probes)
-#   bash tools/gpu_next.sh s27b     # session 27, call 2: Gluon FC2 dequant variants (DEQ 1 / 2) and one TMA for the planes (X3D)
-#   bash tools/gpu_next.sh s27a     # for session 27: the squared-ReLU tiles with a two-chain Gluon FC1 too (tests, probes)
+#   (session 27's calls 1-4, modes s27a-d, ran code since removed: the two-chain Gluon FC1, the l64 "_n64_c2" tiles, the
+#   DEQ / X3D / one-factor Gluon variants; see bench/NOTES_triton_moe.md session 27 and the commits it names)
 #   bash tools/gpu_next.sh s26a     # session 26, calls 1-3 (s26a-c): the persistent warp-specialized Gluon FC2 (kernel probes)
 #   bash tools/gpu_next.sh s26d     # session 26, calls 4-5 (s26d-e): two FC2 accumulator chains (probes, GPU tests)
 #   bash tools/gpu_next.sh s26f     # session 26, call 6: the new defaults' tests, the full benchmark, the demo
@@ -890,119 +888,6 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
 import json
 for d in map(json.loads, open('$OUT/fc2.jsonl')):
     print(d['block_t'], d['us'], {k: round(v, 5) for k, v in d.items() if k.endswith('_err')})" ;;
-  s27d)
-    # session 27, call 4: s27c after the check moved into the K loop (a running maximum of the scale bytes; programs
-    # that met a byte > 134 run K again with two factors): the mixed-scales test, the defaults' bits, probes
-    timeout 250 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "scales_above_2_pow_7_in_some_programs or gluon_defaults_keep_the_bits" > $OUT/tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests.log
-    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -8
-    P="timeout 60 python3 bench/gluon_fc2_probe.py"
-    { $P --block-t 16 --pairs 8 --gluon 64:4:4:2:0,64:4:4:2,64:4:4:2:1:1,64:4:4:2:0
-      $P --block-t 32 --pairs 16 --gluon 64:3:4:2:0,64:3:4:2,64:4:4:2,64:4:4:2:1:1
-      $P --block-t 64 --pairs 48 --gluon 128:3:4:1:0,128:3:4,128:3:4:1:1:1
-    } > $OUT/fc2.jsonl 2> $OUT/fc2.err
-    F="timeout 60 python3 bench/gluon_fc1_probe.py"
-    { $F --hidden 2048 --inter 768 --activation swiglu --gluon 64:3:4:0,64:3:4
-      $F --hidden 2048 --inter 1536 --activation squared_relu --gluon 64:3:4:0,64:3:4
-      $F --hidden 2048 --inter 1536 --activation squared_relu --block-t 64 --pairs 48 --gluon 128:3:4:0,128:3:4
-    } > $OUT/fc1.jsonl 2> $OUT/fc1.err
-    python3 -c "
-import json
-for f in ('fc2', 'fc1'):
-    for d in map(json.loads, open('$OUT/' + f + '.jsonl')):
-        print(f, d.get('hidden'), d.get('inter'), d.get('block_t'), d['us'])
-        print('  ', {k: v for k, v in d.items() if 'equals' in k and not v or k.endswith('_error')})"
-    tail -2 $OUT/fc2.err $OUT/fc1.err
-    L="timeout 70 python3 bench/triton_moe_probe.py"
-    { $L --tokens 64,128 --activation squared_relu --configs \
-        "s16k_sx4p_f4_g_s2_n64_c2_st4,s16k_sx4p_f4_g_s2_n64_c2_st4+fc1_gluon=1+fc1_block_k=128,s16k_sx4p_f4_g_s2_n64_c2_st4"
-      $L --tokens 192,256,384 --activation squared_relu --configs \
-        "m32k_sx4p_f4_t16_g_s2_gt_n64_c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2+fc1_gluon=1+fc1_block_k=128,m32k_sx4p_f4_t16_g_s2_gt_n64_c2"
-      $L --tokens 64,256 --configs "s16k4_sx4p_m3_g_s2_n64_c2_st4,m32l4_sx4p_m_t16_gg_s2_gt_n64_c2"
-      $L --tokens 512 --activation squared_relu --configs "l64k2_sx4p_f4_t32_gq_s2_gt,l64k2_sx4p_f4_t32_gq_s2_gt_n64_c2"
-      $L --tokens 512 --configs "l64_sx4p_mu_t32_gg_s2_gt,l64_sx4p_mu_t32_gg_s2_gt_n64_c2"
-    } > $OUT/probe.jsonl 2>> $OUT/probe.err
-    python3 -c "import json; [print(d['shape'][6:9], d['activation'][:4], d['tokens'], d['config'], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
-    tail -2 $OUT/probe.err ;;
-  s27c)
-    # session 27, call 3: the Gluon kernels' new dequant (one cross-word prmt per plane register) and the one-factor
-    # K loop (programs whose scale bytes are all <= 134; the others take the two-factor loop): the mixed-scales test
-    # and the defaults' bits against their Triton forms, then kernel probes (one_factor 0: the two-factor loop only)
-    # and layer probes (the squared-ReLU 16- / 32-token tiles with the Gluon FC1 too)
-    timeout 250 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "scales_above_2_pow_7_in_some_programs or gluon_defaults_keep_the_bits" > $OUT/tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests.log
-    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -8
-    P="timeout 60 python3 bench/gluon_fc2_probe.py"
-    { $P --block-t 16 --pairs 8 --gluon 64:4:4:2:0,64:4:4:2,64:4:4:2:1:1,64:4:4:2:0
-      $P --block-t 32 --pairs 16 --gluon 64:3:4:2:0,64:3:4:2,64:4:4:2,64:4:4:2:1:1
-      $P --block-t 64 --pairs 48 --gluon 128:3:4:1:0,128:3:4,128:3:4:1:1:1
-    } > $OUT/fc2.jsonl 2> $OUT/fc2.err
-    F="timeout 60 python3 bench/gluon_fc1_probe.py"
-    { $F --hidden 2048 --inter 768 --activation swiglu --gluon 64:3:4:0,64:3:4
-      $F --hidden 2048 --inter 1536 --activation squared_relu --gluon 64:3:4:0,64:3:4
-      $F --hidden 2048 --inter 1536 --activation squared_relu --block-t 64 --pairs 48 --gluon 128:3:4:0,128:3:4
-    } > $OUT/fc1.jsonl 2> $OUT/fc1.err
-    python3 -c "
-import json
-for f in ('fc2', 'fc1'):
-    for d in map(json.loads, open('$OUT/' + f + '.jsonl')):
-        print(f, d.get('hidden'), d.get('inter'), d.get('block_t'), d['us'])
-        print('  ', {k: v for k, v in d.items() if 'equals' in k and not v or k.endswith('_error')})"
-    tail -2 $OUT/fc2.err $OUT/fc1.err
-    L="timeout 70 python3 bench/triton_moe_probe.py"
-    { $L --tokens 64,128 --activation squared_relu --configs \
-        "s16k_sx4p_f4_g_s2_n64_c2_st4,s16k_sx4p_f4_g_s2_n64_c2_st4+fc1_gluon=1+fc1_block_k=128,s16k_sx4p_f4_g_s2_n64_c2_st4"
-      $L --tokens 192,256,384 --activation squared_relu --configs \
-        "m32k_sx4p_f4_t16_g_s2_gt_n64_c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2+fc1_gluon=1+fc1_block_k=128,m32k_sx4p_f4_t16_g_s2_gt_n64_c2"
-      $L --tokens 64,256 --configs "s16k4_sx4p_m3_g_s2_n64_c2_st4,m32l4_sx4p_m_t16_gg_s2_gt_n64_c2"
-    } > $OUT/probe.jsonl 2>> $OUT/probe.err
-    python3 -c "import json; [print(d['shape'][6:9], d['activation'][:4], d['tokens'], d['config'], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
-    tail -2 $OUT/probe.err ;;
-  s27b)
-    # session 27, call 2: the Gluon FC2 alone (bench/gluon_fc2_probe.py) with the cross-word dequant (DEQ 1, same bits),
-    # one factor (DEQ 2, an experiment: exact only for E8M0 bytes <= 134, which these inputs have) and the 4 token
-    # planes in one TMA copy (X3D); each run is compared with the first Gluon run on as many chains
-    P="timeout 90 python3 bench/gluon_fc2_probe.py"
-    { $P --block-t 16 --pairs 8 --gluon 64:4:4:2,64:4:4:2:1,64:4:4:2:2,64:4:4:2:1:1,64:4:4:2:2:1,64:4:4:2
-      $P --block-t 32 --pairs 16 --gluon 64:3:4:2,64:3:4:2:1,64:3:4:2:2,64:3:4:2:1:1,64:3:4:2:2:1,64:4:4:2:2:1,64:3:4:2
-      $P --block-t 32 --pairs 16 --gluon 128:3:4,128:3:4:1:1,128:3:4:1:1:1,128:3:4:1:2:1,128:3:4
-      $P --block-t 64 --pairs 48 --gluon 128:3:4,128:3:4:1:1:1,128:3:4:1:2:1,128:3:4
-      $P --hidden 4096 --inter 3072 --block-t 32 --pairs 16 --gluon 64:3:4:2,64:3:4:2:1:1,64:3:4:2:2:1,64:3:4:2
-    } > $OUT/fc2.jsonl 2> $OUT/fc2.err
-    python3 -c "
-import json
-for d in map(json.loads, open('$OUT/fc2.jsonl')):
-    print(d['hidden'], d['inter'], d['block_t'], d['us'])
-    print('  ', {k: v for k, v in d.items() if 'equals_gluon' in k or k.endswith('_error')})
-    print('  ', {k: round(v, 5) for k, v in d.items() if k.endswith('_err')})"
-    tail -3 $OUT/fc2.err ;;
-  s27a)
-    # prepared in session 26 (for session 27): the squared-ReLU tiles with the Gluon FC1 on two chains too ("_f1c2",
-    # compile-only so far): their float64 tests, then layer probes against the defaults (30b / 235b), and the
-    # 64-token twins with two-chain FC2s ("_n64_c2"; before a default change: their float64 / race / graph tests)
-    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "two_chain_gluon_fc1 or (two_chain and l64)" > $OUT/tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests.log
-    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -6
-    P="python3 bench/triton_moe_probe.py"
-    { timeout 80 $P --tokens 64,128 --activation squared_relu \
-        --configs "s16k_sx4p_f4_g_s2_n64_c2_st4,s16k_sx4p_f4_g_s2_n64_c2_st4_f1c2,s16k_sx4p_f4_g_s2_n64_c2_st4"
-      timeout 80 $P --tokens 192,256 --activation squared_relu \
-        --configs "m32k_sx4p_f4_t16_g_s2_gt_n64_c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2"
-      timeout 80 $P --tokens 384 --activation squared_relu \
-        --configs "m32k_sx4p_f4_g_s2_n64_c2,m32k_sx4p_f4_g_s2_n64_c2_f1c2,m32k_sx4p_f4_g_s2_n64_c2"
-      timeout 80 $P --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs \
-        "m32k_sx4p_f4_t16_g_s2_gt_n64_c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1c2,m32k_sx4p_f4_t16_g_s2_gt_n64_c2"
-      # the 64-token twins (28-72 pairs per expert) with two-chain FC2s on 64-row programs
-      timeout 80 $P --tokens 512,640 --activation squared_relu --configs \
-        "l64k2_sx4p_f4_t32_gq_s2_gt,l64k2_sx4p_f4_t32_gq_s2_gt_n64_c2,l64k2_sx4p_f4_t32_gq_s2_gt"
-      timeout 80 $P --tokens 512,640 --configs \
-        "l64_sx4p_mu_t32_gg_s2_gt,l64_sx4p_mu_t32_gg_s2_gt_n64_c2,l64_sx4p_mu_t32_gg_s2_gt"
-    } > $OUT/probe.jsonl 2>> $OUT/probe.err
-    python3 -c "import json; [print(d['shape'][6:9], d['tokens'], d['config'], d['us']) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
-    tail -3 $OUT/probe.err ;;
   s26g)
     # session 26, call 7: what call 6 left: graph replays of the 32-token two-chain defaults (256 / 384 tokens), then
     # the race probe on choose_config's picks at 64 / 256 / 384 tokens (two-chain tiles compared within 1e-2)

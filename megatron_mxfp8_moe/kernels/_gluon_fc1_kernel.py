@@ -10,9 +10,8 @@ per thread besides the TMA's expect, so no thread can arrive late into the next 
 accumulators, gate rows and up rows (``BLOCK_N`` each, ``N_OUT`` apart). Same values and the same MMA order per output
 element as ``_triton_moe_kernel._fc1_kernel`` with 128-deep K steps and separate gate / up tiles (``GATE_MERGE``
 off), and the activation is the Triton kernel's own ``_activate``, hence the same bits (GPU tests). Hopper only
-(sm_90 wgmma); needs ``triton.experimental.gluon`` (Triton 3.6 was tested). Session 26: ``CHAINS`` = 2 puts an
-ungated FC1's byte planes 0-1 and 2-3 on two accumulators (``_mma_step_chains``; the up accumulator is free there),
-added before the activation: another summation order than the Triton FC1 (compile-only so far).
+(sm_90 wgmma); needs ``triton.experimental.gluon`` (Triton 3.6 was tested). Session 26 tried two accumulator chains
+for the ungated FC1 too; slower in session 27's layer probes (bench/NOTES), so removed.
 
 Layouts: x ``[R, Kp]`` bf16 plane-major per 128-deep K step (``planes_of``; row stride a multiple of 8), weights
 ``[E, N1, H]`` fp8 seen as int32 words ``[E * N1, H // 4]`` (N1 = 2 * N_OUT gated: gate rows then up rows), scales
@@ -35,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_fc2_kernel import _mma_step, _mma_step_chains, _step_scales, stage_barriers, wgmma_layout
+from ._gluon_fc2_kernel import _mma_step, _step_scales, stage_barriers, wgmma_layout
 from ._triton_moe_kernel import _activate, _plane_cols
 
 GLUON_FC1_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 values per token
@@ -68,7 +67,7 @@ def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, w_row,
 @gluon.jit
 def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows, cols,
               scale_tiles, sg, su, acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3, GATED: gl.constexpr,
-              STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr, CHAINS: gl.constexpr):
+              STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr):
     """K step ``k``: wait for its stage, dequantize its gate (and up) weight words into new planes, issue their MMAs,
     retire the previous step's (planes ``g*`` / ``u*``, the other register set), then refill the freed stage.
     Returns the accumulators, this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
@@ -88,14 +87,9 @@ def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_ma
         # the previous step's 8 MMAs are done past this wait: its stage and its register planes are free
         acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3 = warpgroup_mma_wait(
             num_outstanding=8, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
-    else:  # with CHAINS = 2, acc_u holds planes 2-3 (``_mma_step_chains``)
-        acc_g, acc_u, p0, p1, p2, p3 = _mma_step_chains(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g,
-                                                        acc_u, CHAINS)
-        if CHAINS == 2:
-            acc_g, acc_u, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4,
-                                                              deps=(acc_g, acc_u, g0, g1, g2, g3))
-        else:
-            acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc_g, g0, g1, g2, g3))
+    else:
+        acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g)
+        acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc_g, g0, g1, g2, g3))
     if k + STAGES - 1 < steps:
         _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k + STAGES - 1, w_row, N_OUT, GATED,
                STAGES, BLOCK_K)
@@ -107,7 +101,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
                       N1, K, stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr,
                       GATED: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
-                      X_LAYOUT: gl.constexpr, CHAINS: gl.constexpr, num_warps: gl.constexpr):
+                      X_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -156,25 +150,23 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
              su_next) = _fc1_step(
                 k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
                 cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
-                GATED, STAGES, BLOCK_K, a_layout, CHAINS)
+                GATED, STAGES, BLOCK_K, a_layout)
             (acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, sg_next,
              su_next) = _fc1_step(
                 k + 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
                 cols, scale_tiles, sg_next, su_next, acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
-                GATED, STAGES, BLOCK_K, a_layout, CHAINS)
+                GATED, STAGES, BLOCK_K, a_layout)
         if steps % 2 == 1:
             (acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, sg_next,
              su_next) = _fc1_step(
                 steps - 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base,
                 rows, cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
-                GATED, STAGES, BLOCK_K, a_layout, CHAINS)
+                GATED, STAGES, BLOCK_K, a_layout)
         acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3 = \
             warpgroup_mma_wait(num_outstanding=0, deps=(acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
                                                         gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3))
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
-        if not GATED and CHAINS == 2:
-            acc_g = acc_g + acc_u
         h = _activate(acc_g, acc_u, ACTIVATION)  # the Triton FC1's own (a @triton.jit function): the same PTX
         out_pos = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
         out_pairs = gl.load(sorted_pairs_ptr + out_pos)
@@ -186,8 +178,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
 def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
                      inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                      num_blocks: torch.Tensor, grid_blocks: int, *, n_out: int, gated: bool, activation: int,
-                     topk: int, block_n: int, block_t: int, stages: int, num_warps: int, plane_k2: int,
-                     chains: int = 1) -> None:
+                     topk: int, block_n: int, block_t: int, stages: int, num_warps: int, plane_k2: int) -> None:
     """One ``_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``x_planes`` ``[R, Kp]`` bf16 plane-major per 128 (row stride a multiple of 8), ``w`` ``[E, N1, H]`` fp8
     contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
@@ -203,4 +194,4 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
         w_desc, x_planes, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden,
         x_planes.stride(0), scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, GATED=gated,
         ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC1_BLOCK_K, STAGES=stages,
-        PLANE_K2=plane_k2, X_LAYOUT=x_layout, CHAINS=chains, num_warps=num_warps)
+        PLANE_K2=plane_k2, X_LAYOUT=x_layout, num_warps=num_warps)

@@ -139,9 +139,6 @@ class TritonMoEConfig:
     # dependent chains the tensor cores overlap (a lone warpgroup is bound by its chain's latency: bench/NOTES,
     # session 26). Another summation order than the Triton FC2: not its bits (the float64 oracle still holds).
     fc2_chains: int = 1
-    # Session 26 (compile-only so far): the same for the Gluon FC1 of ungated activations (``fc1_gluon``; a gated FC1
-    # already runs two chains, its gate and up accumulators, and ignores this).
-    fc1_chains: int = 1
 
     def __post_init__(self):
         if self.tail is not None:
@@ -187,9 +184,6 @@ class TritonMoEConfig:
             raise ValueError(f"TritonMoEConfig: fc2_chains must be 1, or 2 with the Gluon FC2 of the plane tiles "
                              f"(fc2_gluon, dequant 'sx4'); got fc2_chains={self.fc2_chains}, "
                              f"fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
-        if self.fc1_chains not in (1, 2) or (self.fc1_chains == 2 and not self.fc1_gluon):
-            raise ValueError(f"TritonMoEConfig: fc1_chains must be 1, or 2 with the Gluon FC1 (fc1_gluon); got "
-                             f"fc1_chains={self.fc1_chains}, fc1_gluon={self.fc1_gluon}")
         if self.side_stream not in (0, 1, 2):
             raise ValueError(f"TritonMoEConfig: side_stream must be 0, 1 or 2, got {self.side_stream}")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
@@ -512,14 +506,13 @@ def replace_launch_tiles(cfg: TritonMoEConfig, **changes) -> TritonMoEConfig:
 def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     """``cfg`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps: the
     same values in the same MMA order, hence the same bits (what the GPU tests and the race probe compare with), unless
-    a Gluon FC ran on two chains (``same_bits_as_triton_form``)."""
-    return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_chains=1)
+    a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
+    return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
-    """Whether ``cfg`` gives the bits of ``triton_form(cfg)``: no launch tile sums an FC on two chains (an ungated
-    FC1 with ``fc1_chains`` 2 is counted here for either activation)."""
-    return all(t.fc2_chains == 1 and t.fc1_chains == 1 for t in cfg.launch_tiles)
+    """Whether ``cfg`` gives the bits of ``triton_form(cfg)``: no launch tile sums its FC2 on two chains."""
+    return all(t.fc2_chains == 1 for t in cfg.launch_tiles)
 
 
 def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -554,15 +547,9 @@ TILES.update({f"{name}_c2": _chained(TILES[name]) for name in (
     "s16k4_sx4p_m3_g_s2_n64", "s16k_sx4p_f4_g_s2_n64", "m32k_sx4p_f4_t16_g_s2_gt", "m32l4_sx4p_m_t16_gg_s2_gt",
     "l64_sx4p_mu_t32_gg_s2_gt", "l64k2_sx4p_f4_t32_gq_s2_gt")})
 TILES.update({f"{name}_n64_c2": _chained(replace_launch_tiles(TILES[name], fc2_block_n=64)) for name in (
-    "m32k_sx4p_f4_t16_g_s2_gt", "m32l4_sx4p_m_t16_gg_s2_gt", "m32k_sx4p_f4_g_s2", "m32l4_sx4p_m_gg_s2",
-    # untimed candidates for 28-72 pairs per expert (the 64-token twins; tools/gpu_next.sh s27a)
-    "l64_sx4p_mu_t32_gg_s2_gt", "l64k2_sx4p_f4_t32_gq_s2_gt", "l64_sx4p_mu_gg_s2", "l64k2_sx4p_f4_gq_s2")})
+    "m32k_sx4p_f4_t16_g_s2_gt", "m32l4_sx4p_m_t16_gg_s2_gt", "m32k_sx4p_f4_g_s2", "m32l4_sx4p_m_gg_s2")})
 TILES.update({f"{name}_c2_st4": dataclasses.replace(TILES[f"{name}_c2"], fc2_stages=4) for name in (
     "s16k4_sx4p_m3_g_s2_n64", "s16k_sx4p_f4_g_s2_n64")})
-# Session 26, compile-only: the squared-ReLU tiles above with the Gluon FC1 too, on two chains ("_f1c2"; the tails keep
-# their FC1). Session 19's one-chain Gluon FC1 lost to the Triton FC1 there (30b 256 tokens 298.2 vs 295.2 / 295.9).
-TILES.update({f"{name}_f1c2": dataclasses.replace(TILES[name], **_GLUON_FC1_TILE, fc1_chains=2) for name in (
-    "s16k_sx4p_f4_g_s2_n64_c2_st4", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2", "m32k_sx4p_f4_g_s2_n64_c2")})
 # Triton tile -> its Gluon twin, picked where H and I tile by 128 and GLUON_ENV allows it (``_tile``). Session 21
 # (run 24, bench/gluon_tail_race_probe.py, 150 fresh inputs per case bit-compared with the Triton form): every tile
 # with a 64-token Gluon kernel wrote one FC2 CTA's outputs (128 columns of every token of one block) as NaN in 3-5%
@@ -1336,7 +1323,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out, gated=activation.gated,
                          activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                          block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
-                         plane_k2=cfg.fc2_block_k, chains=cfg.fc1_chains)
+                         plane_k2=cfg.fc2_block_k)
     else:
         kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
             x, fc1.data, s1, inter, *route,

@@ -479,12 +479,6 @@ def test_gluon_fc2_is_checked(monkeypatch):
     for bad in (dict(fc2_chains=3), dict(fc2_chains=2, fc2_gluon=False), dict(fc2_chains=0)):
         with pytest.raises(ValueError, match="fc2_chains must be 1, or 2 with the Gluon FC2"):
             dataclasses.replace(tile, **bad)
-    gluon_fc1 = TILES["m32k_sx4p_f4_gg_s2"]
-    assert dataclasses.replace(gluon_fc1, fc1_chains=2).fc1_chains == 2
-    for bad in (dict(fc1_chains=3), dict(fc1_chains=2, fc1_gluon=False)):
-        with pytest.raises(ValueError, match="fc1_chains must be 1, or 2 with the Gluon FC1"):
-            dataclasses.replace(gluon_fc1, **bad)
-    assert not triton_moe.same_bits_as_triton_form(dataclasses.replace(gluon_fc1, fc1_chains=2))
     assert triton_moe.same_bits_as_triton_form(TILES["m32k_sx4p_f4_t16_g_s2_gt"])
     for name in ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", "s16k_sx4p_f4_g_s2_n64_c2_st4"):
         assert not triton_moe.same_bits_as_triton_form(TILES[name])
