@@ -65,7 +65,9 @@ def _fp8x4_pair_planes(words):
     i in the i-th; the values of ``_fp8x4_sx_to_bf16``). One asm instance takes a register pair, words j and j + 1 of
     a row (``k_width`` 2), and plane i's bf16x2 register is byte i of both: one sign-extending cross-word ``prmt``,
     a shift by 4 and a mask (e4m3's exponent and mantissa into bf16's low exponent and high mantissa bits, the sign
-    kept). Session 27: 3 instructions per plane register where the per-word form and its repacking took 4."""
+    kept). Session 27: 3 instructions per plane register where the per-word form and its repacking took 4. Triton
+    leaves unspecified which elements one asm instance gets; on this layout they are the register pair (Triton 3.6 on
+    an H200: outputs bit-equal to the per-word form's in every configuration probed)."""
     return gl.inline_asm_elementwise(
         asm="""
         {
