@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s28a     # for session 28: the Gluon kernels without overlap (overlap=False; kernel probes, bits)
 #   bash tools/gpu_next.sh s27e     # session 27, call 5: the cross-word dequant alone (same bits): bit tests, layer / FC2 probes
 #   (session 27's calls 1-4, modes s27a-d, ran code since removed: the two-chain Gluon FC1, the l64 "_n64_c2" tiles, the
 #   DEQ / X3D / one-factor Gluon variants; see bench/NOTES_triton_moe.md session 27 and the commits it names)
@@ -867,6 +868,30 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s28a)
+    # prepared in session 27 (for session 28): the Gluon FC1 / FC2 with each step's MMAs waited for before the next
+    # step's dequant (overlap 0: one register set, more programs per SM); session 27's calls 3-4 saw the gated FC1
+    # at 32-token blocks at 132 us that way against the Triton default's 152-158. Kernel probes (bits against the
+    # Triton kernels at 128-deep steps where the order is the same: one chain), then decide on tiles
+    F="timeout 60 python3 bench/gluon_fc1_probe.py"
+    { $F --hidden 2048 --inter 768 --activation swiglu --gluon 64:3:4,64:3:4:0,64:4:4:0
+      $F --hidden 2048 --inter 768 --activation swiglu --block-t 16 --pairs 8 --gluon 64:3:4,64:3:4:0
+      $F --hidden 2048 --inter 768 --activation swiglu --block-t 64 --pairs 48 --gluon 64:3:4,64:3:4:0
+      $F --hidden 4096 --inter 1536 --activation swiglu --gluon 64:3:4,64:3:4:0
+      $F --hidden 2048 --inter 1536 --activation squared_relu --gluon 64:3:4,64:3:4:0
+    } > $OUT/fc1.jsonl 2> $OUT/fc1.err
+    P="timeout 60 python3 bench/gluon_fc2_probe.py"
+    { $P --block-t 16 --pairs 8 --gluon 64:4:4:2,64:4:4:2:0,64:4:4:1:0
+      $P --block-t 32 --pairs 16 --gluon 64:3:4:2,64:3:4:2:0,64:4:4:2:0,64:3:4:1:0
+      $P --block-t 64 --pairs 48 --gluon 128:3:4,128:3:4:1:0,64:3:4:2:0
+    } > $OUT/fc2.jsonl 2> $OUT/fc2.err
+    python3 -c "
+import json
+for f in ('fc1', 'fc2'):
+    for d in map(json.loads, open('$OUT/' + f + '.jsonl')):
+        print(f, d.get('hidden'), d.get('inter'), d.get('block_t'), d['us'])
+        print('  ', {k: v for k, v in d.items() if 'equals' in k or k.endswith('_error')})"
+    tail -2 $OUT/fc1.err $OUT/fc2.err ;;
   s27e)
     # session 27, call 5: what was kept, the cross-word dequant in both Gluon FCs (the same values and bits as before):
     # the defaults against their Triton forms and the mixed-scales test, then layer probes of the defaults (compare

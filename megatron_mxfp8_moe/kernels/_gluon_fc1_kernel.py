@@ -67,7 +67,7 @@ def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, w_row,
 @gluon.jit
 def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows, cols,
               scale_tiles, sg, su, acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3, GATED: gl.constexpr,
-              STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr):
+              STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr, OVERLAP: gl.constexpr):
     """K step ``k``: wait for its stage, dequantize its gate (and up) weight words into new planes, issue their MMAs,
     retire the previous step's (planes ``g*`` / ``u*``, the other register set), then refill the freed stage.
     Returns the accumulators, this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
@@ -84,12 +84,13 @@ def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_ma
     if GATED:
         acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g)
         acc_u, r0, r1, r2, r3 = _mma_step(wu_smem.index(st).load(a_layout), x_smem, st, su, acc_u)
-        # the previous step's 8 MMAs are done past this wait: its stage and its register planes are free
+        # the previous step's 8 MMAs are done past this wait (without OVERLAP this step's too): its stage and its
+        # register planes are free
         acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3 = warpgroup_mma_wait(
-            num_outstanding=8, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
+            num_outstanding=8 * OVERLAP, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
     else:
         acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g)
-        acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc_g, g0, g1, g2, g3))
+        acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4 * OVERLAP, deps=(acc_g, g0, g1, g2, g3))
     if k + STAGES - 1 < steps:
         _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k + STAGES - 1, w_row, N_OUT, GATED,
                STAGES, BLOCK_K)
@@ -101,7 +102,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
                       N1, K, stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr,
                       GATED: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
-                      X_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
+                      X_LAYOUT: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -150,18 +151,18 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
              su_next) = _fc1_step(
                 k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
                 cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
-                GATED, STAGES, BLOCK_K, a_layout)
+                GATED, STAGES, BLOCK_K, a_layout, OVERLAP)
             (acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, sg_next,
              su_next) = _fc1_step(
                 k + 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
                 cols, scale_tiles, sg_next, su_next, acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
-                GATED, STAGES, BLOCK_K, a_layout)
+                GATED, STAGES, BLOCK_K, a_layout, OVERLAP)
         if steps % 2 == 1:
             (acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, sg_next,
              su_next) = _fc1_step(
                 steps - 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base,
                 rows, cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
-                GATED, STAGES, BLOCK_K, a_layout)
+                GATED, STAGES, BLOCK_K, a_layout, OVERLAP)
         acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3 = \
             warpgroup_mma_wait(num_outstanding=0, deps=(acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
                                                         gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3))
@@ -178,12 +179,14 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
 def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
                      inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                      num_blocks: torch.Tensor, grid_blocks: int, *, n_out: int, gated: bool, activation: int,
-                     topk: int, block_n: int, block_t: int, stages: int, num_warps: int, plane_k2: int) -> None:
+                     topk: int, block_n: int, block_t: int, stages: int, num_warps: int, plane_k2: int,
+                     overlap: bool = True) -> None:
     """One ``_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``x_planes`` ``[R, Kp]`` bf16 plane-major per 128 (row stride a multiple of 8), ``w`` ``[E, N1, H]`` fp8
     contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
     ``inter`` ``[positions, >= n_out]`` bf16 written plane-major per ``plane_k2``; ``activation`` an ACT_* code.
-    The caller checks ``H % 128 == 0`` and ``n_out % block_n == 0``."""
+    The caller checks ``H % 128 == 0`` and ``n_out % block_n == 0``. ``overlap=False`` waits for each step's MMAs
+    before the next step's dequant (``launch_gluon_fc2``)."""
     experts, n1, hidden = w.shape
     q = GLUON_FC1_BLOCK_K // 4
     words = w.view(torch.uint8).view(experts * n1, hidden).view(torch.int32)
@@ -194,4 +197,4 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
         w_desc, x_planes, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden,
         x_planes.stride(0), scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, GATED=gated,
         ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC1_BLOCK_K, STAGES=stages,
-        PLANE_K2=plane_k2, X_LAYOUT=x_layout, num_warps=num_warps)
+        PLANE_K2=plane_k2, X_LAYOUT=x_layout, OVERLAP=overlap, num_warps=num_warps)

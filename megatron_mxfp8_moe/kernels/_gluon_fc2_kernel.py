@@ -156,7 +156,7 @@ def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.con
 @gluon.jit
 def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s, acc, acc2, q0, q1,
                  q2, q3, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr,
-                 CHAINS: gl.constexpr):
+                 CHAINS: gl.constexpr, OVERLAP: gl.constexpr):
     """K step ``k``: wait for its stage, dequantize its weight words into new planes, issue their 4 MMAs, retire the
     previous step's (planes ``q*``, the other register set), then refill the freed stage. Returns the accumulator,
     this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
@@ -167,7 +167,8 @@ def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, c
     s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q)
     acc, acc2, p0, p1, p2, p3 = _mma_step_chains(words, x_smem, st, s, acc, acc2, CHAINS)
     # the previous step's 4 MMAs are done past this wait: its stage and its register planes are free
-    acc, acc2, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4, deps=(acc, acc2, q0, q1, q2, q3))
+    # (without OVERLAP this step's too: one register set suffices, fewer registers, more programs per SM)
+    acc, acc2, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4 * OVERLAP, deps=(acc, acc2, q0, q1, q2, q3))
     if k + STAGES - 1 < steps:
         _issue(w_desc, a_desc, w_smem, x_smem, bars, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K)
     return acc, acc2, p0, p1, p2, p3, q0, q1, q2, q3, s_next
@@ -176,7 +177,8 @@ def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, c
 @gluon.jit
 def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                       stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
-                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, CHAINS: gl.constexpr, num_warps: gl.constexpr):
+                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr, CHAINS: gl.constexpr, OVERLAP: gl.constexpr,
+                      num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -207,14 +209,14 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         for k in range(0, steps - 1, 2):
             acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                 k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS)
+                acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP)
             acc, acc2, b0, b1, b2, b3, a0, a1, a2, a3, s_next = _planes_step(
                 k + 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                acc2, a0, a1, a2, a3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS)
+                acc2, a0, a1, a2, a3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP)
         if steps % 2 == 1:
             acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                 steps - 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS)
+                acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP)
         acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3 = warpgroup_mma_wait(
             num_outstanding=0, deps=(acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3))
         if CHAINS == 2:
@@ -230,12 +232,14 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
 
 def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int, slots: torch.Tensor,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor, grid_blocks: int,
-                     *, block_n: int, block_t: int, stages: int, num_warps: int, chains: int = 1) -> None:
+                     *, block_n: int, block_t: int, stages: int, num_warps: int, chains: int = 1,
+                     overlap: bool = True) -> None:
     """One ``_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``inter`` ``[positions, I]`` bf16 plane-major per 128-deep step (row stride a multiple of 8), ``w`` ``[E, H, I]``
     fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
     ``slots`` ``[pairs, H]`` bf16 (row stride ``slots.stride(0)``). The caller checks ``I % 128 == 0`` and
-    ``H % block_n == 0``."""
+    ``H % block_n == 0``. ``overlap=False`` waits for each step's MMAs before the next step's dequant (the same bits;
+    fewer registers, so more programs per SM: session 27's lead, no tile uses it yet)."""
     experts, hidden, inner = w.shape
     q = GLUON_FC2_BLOCK_K // 4
     words = w.view(torch.uint8).view(experts * hidden, inner).view(torch.int32)
@@ -246,4 +250,4 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     _fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,
-        CHAINS=chains, num_warps=num_warps)
+        CHAINS=chains, OVERLAP=overlap, num_warps=num_warps)

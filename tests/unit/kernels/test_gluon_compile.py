@@ -95,11 +95,12 @@ def _words_desc(block_n: int, q: int):
 # registers, 8 bytes) until session 27's cross-word dequant (no spill with Triton 3.6 or 3.8)
 # (64, 32, 3, 4, 2) / (64, 16, 4, 4, 2): the two-chain FC2 of the 32- / 16-token defaults (session 26); (64, 64, 3, 4,
 # 2): two chains at 64-token blocks (the 64-token tiles' "_n64_c2" forms were slower in session 27's layer probes)
-@pytest.mark.parametrize("block_n,block_t,stages,warps,chains", [(128, 32, 3, 4, 1), (64, 32, 2, 4, 1),
-                                                                 (64, 16, 3, 4, 1), (128, 64, 3, 4, 1),
-                                                                 (64, 32, 3, 4, 2), (64, 16, 4, 4, 2),
-                                                                 (64, 64, 3, 4, 2)])
-def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, warps, chains):
+# overlap False (session 27's lead): each step's MMAs waited for before the next step's dequant
+@pytest.mark.parametrize("block_n,block_t,stages,warps,chains,overlap", [
+    (128, 32, 3, 4, 1, True), (64, 32, 2, 4, 1, True), (64, 16, 3, 4, 1, True), (128, 64, 3, 4, 1, True),
+    (64, 32, 3, 4, 2, True), (64, 16, 4, 4, 2, True), (64, 64, 3, 4, 2, True), (64, 32, 3, 4, 2, False),
+    (128, 64, 3, 4, 1, False)])
+def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, warps, chains, overlap):
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -114,7 +115,7 @@ def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, 
                  slot_ptr="*bf16", sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N="i32",
                  K="i32", stride_se="i32", scale_tiles="i32", stride_slot="i32")
     constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=kernel.GLUON_FC2_BLOCK_K, STAGES=stages,
-                     CHAINS=chains, num_warps=warps)
+                     CHAINS=chains, OVERLAP=overlap, num_warps=warps)
     ptx, sass = _compile_sm90(kernel._fc2_gluon_kernel, types, constants, warps, ("N", "K", "stride_se",
                                                                                   "stride_slot"),
                               with_sass=True)
@@ -123,7 +124,8 @@ def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, 
     assert ptx.count("cp.async.bulk.tensor") >= 5  # the weight words and 4 token planes of a stage, by TMA
     assert ptx.count("0xC480") >= 2  # session 27: plane 0 of a word pair by one cross-word prmt (_fp8x4_pair_planes)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.bf16\.bf16" % block_t, ptx)
-    assert "wgmma.wait_group.sync.aligned 4;" in ptx  # the previous step's 4 groups only: the overlap
+    # the previous step's 4 groups only: the overlap; or none, each step's MMAs waited for
+    assert ("wgmma.wait_group.sync.aligned 4;" in ptx) == overlap
     _assert_barriers_fenced_after_init(ptx)
 
 
@@ -136,10 +138,11 @@ _FC1_CASES += [(True, 0, 64, 3, 4, 16), (True, 0, 64, 3, 4, 64), (False, 2, 64, 
 # spilled with two register sets (255 registers, 56 bytes of stack with Triton 3.6; run 25 timed the tile anyway) until
 # session 27's cross-word dequant (no spill with Triton 3.6 or 3.8)
 _FC1_CASES += [(False, 2, 128, 3, 4, 64)]
+_FC1_CASES = [case + (True,) for case in _FC1_CASES] + [(True, 0, 64, 3, 4, 32, False), (False, 2, 64, 3, 4, 32, False)]
 
 
-@pytest.mark.parametrize("gated,activation,block_n,stages,warps,block_t", _FC1_CASES)
-def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n, stages, warps, block_t):
+@pytest.mark.parametrize("gated,activation,block_n,stages,warps,block_t,overlap", _FC1_CASES)
+def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n, stages, warps, block_t, overlap):
     from triton.experimental.gluon import language as gl
     from triton.runtime.jit import mangle_type
 
@@ -151,7 +154,8 @@ def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n
                  K="i32", stride_x="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
     constants = dict(TOPK=8, GATED=gated, ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t,
                      BLOCK_K=kernel.GLUON_FC1_BLOCK_K, STAGES=stages, PLANE_K2=128,
-                     X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16), num_warps=warps)
+                     X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16), OVERLAP=overlap,
+                     num_warps=warps)
     ptx, sass = _compile_sm90(kernel._fc1_gluon_kernel, types, constants, warps,
                               ("N_OUT", "N1", "K", "stride_x", "stride_se", "stride_inter"),
                               with_sass=True)
@@ -163,7 +167,8 @@ def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n
     assert "cp.async.mbarrier.arrive.noinc" in ptx
     assert re.search(r"mbarrier\.init\.shared(::cta)?\.b64 \[[^\]]+\], %d;" % (1 + 32 * warps), ptx)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk16\.f32\.bf16\.bf16" % block_t, ptx)
-    assert f"wgmma.wait_group.sync.aligned {8 if gated else 4};" in ptx  # the previous step's groups only
+    # the previous step's groups only (or, without overlap, none)
+    assert (f"wgmma.wait_group.sync.aligned {8 if gated else 4};" in ptx) == overlap
     assert ptx.count("0xC480") >= 2  # session 27: the FC2's cross-word dequant (_fp8x4_pair_planes)
     _assert_barriers_fenced_after_init(ptx)
 
