@@ -8,7 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
-#   bash tools/gpu_next.sh s28a     # for session 28: the Gluon kernels without overlap (overlap=False; kernel probes, bits)
+#   bash tools/gpu_next.sh s28a     # for session 28: the Gluon kernels without overlap (fc1_overlap / fc2_overlap; probes)
 #   bash tools/gpu_next.sh s27e     # session 27, call 5: the cross-word dequant alone (same bits): bit tests, layer / FC2 probes
 #   (session 27's calls 1-4, modes s27a-d, ran code since removed: the two-chain Gluon FC1, the l64 "_n64_c2" tiles, the
 #   DEQ / X3D / one-factor Gluon variants; see bench/NOTES_triton_moe.md session 27 and the commits it names)
@@ -891,7 +891,16 @@ for f in ('fc1', 'fc2'):
     for d in map(json.loads, open('$OUT/' + f + '.jsonl')):
         print(f, d.get('hidden'), d.get('inter'), d.get('block_t'), d['us'])
         print('  ', {k: v for k, v in d.items() if 'equals' in k or k.endswith('_error')})"
-    tail -2 $OUT/fc1.err $OUT/fc2.err ;;
+    tail -2 $OUT/fc1.err $OUT/fc2.err
+    # layer probes: the defaults with TritonMoEConfig.fc1_overlap / fc2_overlap off (main tile; default again last)
+    L="timeout 70 python3 bench/triton_moe_probe.py"
+    G=m32l4_sx4p_m_t16_gg_s2_gt_n64_c2; S=m32k_sx4p_f4_t16_g_s2_gt_n64_c2; D=s16k_sx4p_f4_g_s2_n64_c2_st4
+    { $L --tokens 192,256 --configs "$G,$G+fc1_overlap=0,$G+fc2_overlap=0,$G+fc1_overlap=0+fc2_overlap=0,$G"
+      $L --tokens 192,256 --activation squared_relu --configs "$S,$S+fc2_overlap=0,$S"
+      $L --tokens 64 --activation squared_relu --configs "$D,$D+fc2_overlap=0,$D"
+      $L --tokens 512 --configs "l64_sx4p_mu_t32_gg_s2_gt,l64_sx4p_mu_t32_gg_s2_gt+fc1_overlap=0"
+    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    python3 -c "import json; [print(d['activation'][:4], d['tokens'], d['config'], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]" ;;
   s27e)
     # session 27, call 5: what was kept, the cross-word dequant in both Gluon FCs (the same values and bits as before):
     # the defaults against their Triton forms and the mixed-scales test, then layer probes of the defaults (compare

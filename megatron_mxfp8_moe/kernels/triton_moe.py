@@ -139,6 +139,11 @@ class TritonMoEConfig:
     # dependent chains the tensor cores overlap (a lone warpgroup is bound by its chain's latency: bench/NOTES,
     # session 26). Another summation order than the Triton FC2: not its bits (the float64 oracle still holds).
     fc2_chains: int = 1
+    # Session 27 (prepared, no tile uses them yet): False runs the Gluon FC1 / FC2 without the step overlap, each K
+    # step's MMAs waited for before the next step's dequant (one register set of planes: fewer registers, more
+    # programs per SM; the same values and order, so the same bits). ``fc1_gluon`` / ``fc2_gluon`` only.
+    fc1_overlap: bool = True
+    fc2_overlap: bool = True
 
     def __post_init__(self):
         if self.tail is not None:
@@ -184,6 +189,10 @@ class TritonMoEConfig:
             raise ValueError(f"TritonMoEConfig: fc2_chains must be 1, or 2 with the Gluon FC2 of the plane tiles "
                              f"(fc2_gluon, dequant 'sx4'); got fc2_chains={self.fc2_chains}, "
                              f"fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
+        for flag, gluon, name in ((self.fc1_overlap, self.fc1_gluon, "fc1"), (self.fc2_overlap, self.fc2_gluon, "fc2")):
+            if not flag and not gluon:
+                raise ValueError(f"TritonMoEConfig: {name}_overlap=False needs the Gluon {name.upper()} "
+                                 f"({name}_gluon); the Triton kernels have no such switch")
         if self.side_stream not in (0, 1, 2):
             raise ValueError(f"TritonMoEConfig: side_stream must be 0, 1 or 2, got {self.side_stream}")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
@@ -507,7 +516,8 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     """``cfg`` with each Gluon kernel (its tail's too) replaced by the Triton kernel at the same 128-deep steps: the
     same values in the same MMA order, hence the same bits (what the GPU tests and the race probe compare with), unless
     a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
-    return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1)
+    return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
+                                fc2_overlap=True)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -1323,7 +1333,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out, gated=activation.gated,
                          activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                          block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
-                         plane_k2=cfg.fc2_block_k)
+                         plane_k2=cfg.fc2_block_k, overlap=cfg.fc1_overlap)
     else:
         kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
             x, fc1.data, s1, inter, *route,
@@ -1340,7 +1350,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
 
         launch_gluon_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                          block_t=cfg.block_t, stages=cfg.fc2_stages, num_warps=cfg.fc2_warps,
-                         chains=cfg.fc2_chains)
+                         chains=cfg.fc2_chains, overlap=cfg.fc2_overlap)
         return
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,

@@ -479,6 +479,14 @@ def test_gluon_fc2_is_checked(monkeypatch):
     for bad in (dict(fc2_chains=3), dict(fc2_chains=2, fc2_gluon=False), dict(fc2_chains=0)):
         with pytest.raises(ValueError, match="fc2_chains must be 1, or 2 with the Gluon FC2"):
             dataclasses.replace(tile, **bad)
+    # the Gluon kernels without the step overlap (session 27, prepared): Gluon only, the same bits as the Triton form
+    gluon_fc1 = TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2"]
+    quiet = dataclasses.replace(gluon_fc1, fc1_overlap=False, fc2_overlap=False)
+    assert not (quiet.fc1_overlap or quiet.fc2_overlap)
+    assert triton_moe.triton_form(quiet) == triton_moe.triton_form(gluon_fc1)
+    for name, base in (("fc1", quiet), ("fc2", tile)):
+        with pytest.raises(ValueError, match=f"{name}_overlap=False needs the Gluon {name.upper()}"):
+            dataclasses.replace(base, **{f"{name}_overlap": False, f"{name}_gluon": False})
     assert triton_moe.same_bits_as_triton_form(TILES["m32k_sx4p_f4_t16_g_s2_gt"])
     for name in ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", "s16k_sx4p_f4_g_s2_n64_c2_st4"):
         assert not triton_moe.same_bits_as_triton_form(TILES[name])
