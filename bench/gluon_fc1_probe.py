@@ -96,7 +96,8 @@ def main() -> None:
         return run, inter
 
     def gluon_run(spec):
-        block_n, stages, warps, overlap = [int(v) for v in spec.split(":")] + [1] * (spec.count(":") == 2)
+        fields = [int(v) for v in spec.split(":")]
+        block_n, stages, warps, overlap = fields + [1][len(fields) - 3:]
         planes = planes_of(x, 128)
         inter = torch.full((e * bt, inner), float("nan"), device="cuda", dtype=torch.bfloat16)
         return (lambda: launch_gluon_fc1(planes, fc1.data, scales, scale_tiles, inter, sorted_pairs, block_expert,

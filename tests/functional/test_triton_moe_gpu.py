@@ -698,15 +698,20 @@ def _mixed_scale_layer(experts, hidden, inter, wide, gated=True):
     return quantize_mxfp8(w1), quantize_mxfp8(w2)
 
 
-def _cvt_and(cfg, x, probs, ids, fc1, fc2, activation, valid):
-    """fp32 outputs (NaN-poisoned first) of ``cfg`` with dequant "cvt", then of ``cfg`` itself."""
+def _fp32_outputs(configs, x, probs, ids, fc1, fc2, activation, valid):
+    """fp32 outputs (NaN-poisoned first) of each config in ``configs``, in order."""
     outs = []
-    for c in (dataclasses.replace(cfg, dequant="cvt"), cfg):
+    for c in configs:
         out = torch.full((x.shape[0], x.shape[1]), float("nan"), device="cuda", dtype=torch.float32)
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, valid_tokens=valid, out=out, config=c)
         torch.cuda.synchronize()
         outs.append(out)
     return outs
+
+
+def _cvt_and(cfg, x, probs, ids, fc1, fc2, activation, valid):
+    """fp32 outputs (NaN-poisoned first) of ``cfg`` with dequant "cvt", then of ``cfg`` itself."""
+    return _fp32_outputs((dataclasses.replace(cfg, dequant="cvt"), cfg), x, probs, ids, fc1, fc2, activation, valid)
 
 
 @pytest.mark.parametrize("variant", SX_AUTO)
@@ -963,7 +968,7 @@ def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, m
     tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
     assert any(tile is TILES[name] for name in host._GLUON_TWINS.values())
     _assert_tiles_keep_bits(triton_form(tile), tile, (experts, topk, hidden, inter, tokens), activation,
-                            same_bits=host.same_bits_as_triton_form(tile))
+                            same_bits=same_bits_as_triton_form(tile))
 
 
 @pytest.mark.parametrize("name,tokens,activation", [("m32k_sx4p_f4_t16_g_s2_gt", 256, "squared_relu"),
@@ -1005,7 +1010,7 @@ def test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls(activation, tokens
     tile = choose_config(tokens, 2048, 768, gated=activation == "swiglu", topk=8, experts=128, gluon=True)
     assert any(tile is TILES[name] for name in host._GLUON_TWINS.values())
     fc1, fc2, x, probs, ids, out = _assert_fresh_calls_agree(triton_form(tile), tile, tokens, activation, 40,
-                                                             exact=host.same_bits_as_triton_form(tile))
+                                                             exact=same_bits_as_triton_form(tile))
     ref = _reference(x, fc1, fc2, probs, ids, activation, 3, tokens - 2, tokens)
     assert relative_error(out, ref) <= BOUND
 
@@ -1152,12 +1157,7 @@ def test_gluon_tiles_with_scales_above_2_pow_7_in_some_programs(activation, toke
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
     valid = torch.tensor([tokens - 1], device="cuda", dtype=torch.int32)
-    outs = []
-    for cfg in (triton_form(tile), tile):
-        out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.float32)
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, valid_tokens=valid, out=out, config=cfg)
-        torch.cuda.synchronize()
-        outs.append(out)
+    outs = _fp32_outputs((triton_form(tile), tile), x, probs, ids, fc1, fc2, activation, valid)
     assert torch.isfinite(outs[1]).all() and outs[1][: tokens - 1].abs().max() > 0
     if same_bits_as_triton_form(tile):
         assert torch.equal(outs[0], outs[1])
