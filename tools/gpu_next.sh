@@ -8,7 +8,9 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
-#   bash tools/gpu_next.sh s28a     # for session 28: the Gluon kernels without overlap (fc1_overlap / fc2_overlap; probes)
+#   bash tools/gpu_next.sh s28b     # session 28, call 2: the "_nov" defaults at 8-16 pairs per expert: bit tests, graph
+#                                   # replays, race probe; layer probes on 235b and at 160 / 384 tokens
+#   bash tools/gpu_next.sh s28a     # session 28, call 1: the Gluon kernels without overlap (fc1_overlap / fc2_overlap; probes)
 #   bash tools/gpu_next.sh s27e     # session 27, call 5: the cross-word dequant alone (same bits): bit tests, layer / FC2 probes
 #   (session 27's calls 1-4, modes s27a-d, ran code since removed: the two-chain Gluon FC1, the l64 "_n64_c2" tiles, the
 #   DEQ / X3D / one-factor Gluon variants; see bench/NOTES_triton_moe.md session 27 and the commits it names)
@@ -868,6 +870,31 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s28b)
+    # session 28, call 2: the "_nov" tiles, choose_config's picks at 8-16 pairs per expert since call 1: their bits
+    # against the tiles with the overlap (both shapes), graph replays, the mixed-scales and default-bits tests at
+    # these sizes, the race probe (100 fresh calls against the Triton form), then layer probes where call 1 had none
+    T=tests/functional/test_triton_moe_gpu.py
+    timeout 170 python3 -m pytest -q -p no:cacheprovider $T -k "without_the_overlap or (graph_replay_with_gluon_tails \
+      and nov) or scales_above_2_pow_7_in_some or (defaults_keep_the_bits and 256)" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -8
+    for act in squared_relu swiglu; do
+      timeout 60 python3 bench/gluon_tail_race_probe.py --activation $act --reps 100 --cases 160:default,256:default
+    done > $OUT/race.jsonl 2> $OUT/race.err
+    cat $OUT/race.jsonl; tail -3 $OUT/race.err
+    L="timeout 90 python3 bench/triton_moe_probe.py"
+    G=m32l4_sx4p_m_t16_gg_s2_gt_n64_c2; S=m32k_sx4p_f4_t16_g_s2_gt_n64_c2
+    { $L --shape qwen3-235b-a22b --tokens 192,256 --configs "$G,${G}_nov,$G"
+      $L --shape qwen3-235b-a22b --tokens 192,256 --activation squared_relu --configs "$S,${S}_nov,$S"
+      $L --tokens 160 --configs "$G,${G}_nov,$G"
+      $L --tokens 160 --activation squared_relu --configs "$S,${S}_nov,$S"
+      $L --tokens 384 --activation squared_relu --configs \
+        "m32k_sx4p_f4_g_s2_n64_c2,m32k_sx4p_f4_g_s2_n64_c2+fc2_overlap=0,m32k_sx4p_f4_g_s2_n64_c2"
+      $L --tokens 384 --configs "m32l4_sx4p_m_s2,m32l4_sx4p_m_gg_s2+fc1_overlap=0+fc2_overlap=0,m32l4_sx4p_m_gg_s2"
+    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    python3 -c "import json; [print(d.get('shape', '')[:10], d['activation'][:4], d['tokens'], d['config'], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
+    tail -2 $OUT/probe.err ;;
   s28a)
     # prepared in session 27 (for session 28): the Gluon FC1 / FC2 with each step's MMAs waited for before the next
     # step's dequant (overlap 0: one register set, more programs per SM); session 27's calls 3-4 saw the gated FC1

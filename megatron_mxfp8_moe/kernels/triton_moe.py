@@ -560,6 +560,22 @@ TILES.update({f"{name}_n64_c2": _chained(replace_launch_tiles(TILES[name], fc2_b
     "m32k_sx4p_f4_t16_g_s2_gt", "m32l4_sx4p_m_t16_gg_s2_gt", "m32k_sx4p_f4_g_s2", "m32l4_sx4p_m_gg_s2")})
 TILES.update({f"{name}_c2_st4": dataclasses.replace(TILES[f"{name}_c2"], fc2_stages=4) for name in (
     "s16k4_sx4p_m3_g_s2_n64", "s16k_sx4p_f4_g_s2_n64")})
+# Session 28: "_nov", the main tile's Gluon kernels without the step overlap (``fc1_overlap`` / ``fc2_overlap`` False
+# where that FC is Gluon; the tail keeps it): each K step's MMAs are waited for before the next step's dequant, one
+# register set, more programs per SM; the same values in the same order, so the bits of the tile without "_nov".
+# Kernel probes (run 31 call 1, bench/gluon_fc1_probe.py / gluon_fc2_probe.py, us, overlap / none): gated FC1 at
+# 32-token blocks 149.5 / 135.0 (30b), 530.5 / 486.7 (235b; Triton 575.5); the 64-row two-chain FC2 at 32-token
+# blocks 148.8 / 141.3; at 16-token blocks (FC2 127.1 / 133.4) and 64-token blocks (FC1 179.6 / 187.6) slower, so
+# only the 32-token main tiles take it. Layer probes (30b, us, default / "_nov" / default): SwiGLU 192 tokens
+# 206.4 / 205.8 / 208.3, 256 tokens 223.8 / 211.3 / 224.6; squared ReLU (FC2 only: its FC1 is Triton) 192 tokens
+# 276.5 / 274.3 / 276.5, 256 tokens 290.5 / 283.5 / 288.6.
+def _no_overlap(cfg: TritonMoEConfig) -> TritonMoEConfig:
+    """``cfg`` with its main tile's Gluon FC1 / FC2 run without the step overlap (the tail unchanged)."""
+    return dataclasses.replace(cfg, fc1_overlap=not cfg.fc1_gluon, fc2_overlap=not cfg.fc2_gluon)
+
+
+TILES.update({f"{name}_nov": _no_overlap(TILES[name]) for name in (
+    "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2")})
 # Triton tile -> its Gluon twin, picked where H and I tile by 128 and GLUON_ENV allows it (``_tile``). Session 21
 # (run 24, bench/gluon_tail_race_probe.py, 150 fresh inputs per case bit-compared with the Triton form): every tile
 # with a 64-token Gluon kernel wrote one FC2 CTA's outputs (128 columns of every token of one block) as NaN in 3-5%
@@ -583,8 +599,8 @@ TILES.update({f"{name}_c2_st4": dataclasses.replace(TILES[f"{name}_c2"], fc2_sta
 _GLUON_TWINS = {
     "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2_n64_c2_st4",
     "s16k_sx4_f4": "s16k_sx4p_f4_g_s2_n64_c2_st4",
-    "m32l4_sx4p_m_t16_s2": "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2",
-    "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt_n64_c2",
+    "m32l4_sx4p_m_t16_s2": "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov",
+    "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_nov",
     "m32l4_sx4p_m_s2": "m32l4_sx4p_m_gg_s2",
     "m32k_sx4p_f4_s2": "m32k_sx4p_f4_g_s2_n64_c2",
     "l64_sx4p_mu_t32_s2": "l64_sx4p_mu_t32_gg_s2_gt",

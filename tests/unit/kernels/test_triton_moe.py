@@ -487,6 +487,12 @@ def test_gluon_fc2_is_checked(monkeypatch):
     for name, base in (("fc1", quiet), ("fc2", tile)):
         with pytest.raises(ValueError, match=f"{name}_overlap=False needs the Gluon {name.upper()}"):
             dataclasses.replace(base, **{f"{name}_overlap": False, f"{name}_gluon": False})
+    # session 28's "_nov" tiles: the main tile's Gluon FCs without the overlap (the squared-ReLU tile's FC1 is Triton:
+    # it keeps the field), nothing else changed, the tail untouched
+    for name, fc1_gluon in (("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2", True), ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", False)):
+        assert TILES[name].fc1_gluon is fc1_gluon and TILES[name].tail.fc2_gluon
+        assert TILES[name + "_nov"] == dataclasses.replace(TILES[name], fc1_overlap=not fc1_gluon, fc2_overlap=False)
+        assert triton_moe.triton_form(TILES[name + "_nov"]) == triton_moe.triton_form(TILES[name])
     assert triton_moe.same_bits_as_triton_form(TILES["m32k_sx4p_f4_t16_g_s2_gt"])
     for name in ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", "s16k_sx4p_f4_g_s2_n64_c2_st4"):
         assert not triton_moe.same_bits_as_triton_form(TILES[name])
@@ -566,7 +572,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         monkeypatch.delenv(triton_moe.GLUON_ENV)
     triton_moe._gpu_tested_triton.cache_clear()
     monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)
-    assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2"]
+    assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov"]
     assert choose_config(384, 2048, 768, **shape) is TILES["m32l4_sx4p_m_s2"]
     for value, policy in (("1", "all"), ("on", "all"), ("TRUE", "all"), ("yes", "all"), ("all", "all"),
                           ("0", "off"), ("off", "off"), ("No", "off"), ("", "auto"), (" auto ", "auto")):
@@ -618,7 +624,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         assert choose_config(640, 2048, 768, **shape) is (TILES["l64_sx4p_mu_s2"] if value == "0" else
                                                           TILES["l64_sx4p_mu_gg_s2"])
         assert choose_config(640, 2048, 768, **shape, gluon=False) is TILES["l64_sx4p_mu_s2"]
-        assert choose_config(256, 2048, 768, **shape, gluon=True) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2"]
+        assert choose_config(256, 2048, 768, **shape, gluon=True) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov"]
     monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
     launched = []
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
