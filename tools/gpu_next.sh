@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s28c     # session 28, call 3: the full benchmark and the demo of the "_nov" defaults, then
+#                                   # their GPU tests, race probe, and layer probes at 16-28 pairs per expert
 #   bash tools/gpu_next.sh s28b     # session 28, call 2: the "_nov" defaults at 8-16 pairs per expert: bit tests, graph
 #                                   # replays, race probe; layer probes on 235b and at 160 / 384 tokens
 #   bash tools/gpu_next.sh s28a     # session 28, call 1: the Gluon kernels without overlap (fc1_overlap / fc2_overlap; probes)
@@ -870,6 +872,26 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s28c)
+    # session 28, call 3: the gated "_nov" defaults (8-16 and, new, 16-28 pairs per expert; squared ReLU back to the
+    # tiles with the overlap): the full benchmark and the demo first, then the GPU tests of the new picks, the race
+    # probe at 16-28 pairs per expert and layer probes there (235b 384 tokens; 30b 320 / 448)
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
+    moe_bench_and_demo 300 $OUT/log.txt
+    T=tests/functional/test_triton_moe_gpu.py
+    timeout 120 python3 -m pytest -q -p no:cacheprovider $T -k "without_the_overlap or (graph_replay_with_gluon_tails \
+      and nov) or (defaults_keep_the_bits and 384)" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log
+    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -8
+    timeout 40 python3 bench/gluon_tail_race_probe.py --activation swiglu --reps 100 --cases 300:default,384:default \
+      > $OUT/race.jsonl 2> $OUT/race.err
+    cat $OUT/race.jsonl; tail -2 $OUT/race.err
+    L="timeout 70 python3 bench/triton_moe_probe.py"
+    { $L --shape qwen3-235b-a22b --tokens 384 --configs "m32l4_sx4p_m_s2,m32l4_sx4p_m_gg_s2_nov,m32l4_sx4p_m_s2"
+      $L --tokens 320,448 --configs "m32l4_sx4p_m_s2,m32l4_sx4p_m_gg_s2_nov,m32l4_sx4p_m_s2"
+    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    python3 -c "import json; [print(d.get('shape', '')[:10], d['activation'][:4], d['tokens'], d['config'], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
+    tail -2 $OUT/probe.err ;;
   s28b)
     # session 28, call 2: the "_nov" tiles, choose_config's picks at 8-16 pairs per expert since call 1: their bits
     # against the tiles with the overlap (both shapes), graph replays, the mixed-scales and default-bits tests at

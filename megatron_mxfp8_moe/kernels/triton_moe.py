@@ -565,17 +565,21 @@ TILES.update({f"{name}_c2_st4": dataclasses.replace(TILES[f"{name}_c2"], fc2_sta
 # register set, more programs per SM; the same values in the same order, so the bits of the tile without "_nov".
 # Kernel probes (run 31 call 1, bench/gluon_fc1_probe.py / gluon_fc2_probe.py, us, overlap / none): gated FC1 at
 # 32-token blocks 149.5 / 135.0 (30b), 530.5 / 486.7 (235b; Triton 575.5); the 64-row two-chain FC2 at 32-token
-# blocks 148.8 / 141.3; at 16-token blocks (FC2 127.1 / 133.4) and 64-token blocks (FC1 179.6 / 187.6) slower, so
-# only the 32-token main tiles take it. Layer probes (30b, us, default / "_nov" / default): SwiGLU 192 tokens
-# 206.4 / 205.8 / 208.3, 256 tokens 223.8 / 211.3 / 224.6; squared ReLU (FC2 only: its FC1 is Triton) 192 tokens
-# 276.5 / 274.3 / 276.5, 256 tokens 290.5 / 283.5 / 288.6.
+# blocks 148.8 / 141.3; at 16-token blocks (FC2 127.1 / 133.4) and 64-token blocks (FC1 179.6 / 187.6) slower. Layer
+# probes (us, tile / "_nov" / tile): SwiGLU 8-16 pairs per expert (``m32l4_sx4p_m_t16_gg_s2_gt_n64_c2``) 30b 160
+# tokens 205.8 / 204.4 / 204.7, 192 206.4 / 205.8 / 208.3, 256 223.8 / 211.3 / 224.6, 235b 192 733.9 / 720.0 / 742.1,
+# 256 813.0 / 769.3 / 797.4; 16-28 (``m32l4_sx4p_m_gg_s2``, until now opt-in: the Triton ``m32l4_sx4p_m_s2`` was the
+# default) 30b 384 tokens 255.6 / 229.1, Triton 263.2. Squared ReLU (FC2 only; ``m32k_sx4p_f4_t16_g_s2_gt_n64_c2``)
+# mixed, not taken: 30b 160 / 192 / 256 tokens 269.3 / 269.4 / 271.6, 276.5 / 274.3 / 276.5, 290.5 / 283.5 / 288.6,
+# 235b 192 991.8 / 990.8 / 1022.7, 256 1048.8 / 1097.4 / 1044.7; 384 tokens (``m32k_sx4p_f4_g_s2_n64_c2``) 306.2 /
+# 305.9 / 312.3.
 def _no_overlap(cfg: TritonMoEConfig) -> TritonMoEConfig:
     """``cfg`` with its main tile's Gluon FC1 / FC2 run without the step overlap (the tail unchanged)."""
     return dataclasses.replace(cfg, fc1_overlap=not cfg.fc1_gluon, fc2_overlap=not cfg.fc2_gluon)
 
 
 TILES.update({f"{name}_nov": _no_overlap(TILES[name]) for name in (
-    "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2")})
+    "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2", "m32l4_sx4p_m_gg_s2")})
 # Triton tile -> its Gluon twin, picked where H and I tile by 128 and GLUON_ENV allows it (``_tile``). Session 21
 # (run 24, bench/gluon_tail_race_probe.py, 150 fresh inputs per case bit-compared with the Triton form): every tile
 # with a 64-token Gluon kernel wrote one FC2 CTA's outputs (128 columns of every token of one block) as NaN in 3-5%
@@ -595,13 +599,14 @@ TILES.update({f"{name}_nov": _no_overlap(TILES[name]) for name in (
 # are on by default (``_GLUON_BY_DEFAULT``), as are the 16-token twins with 64-row FC2 programs (below). The 32-token
 # twins gained nothing (run 25) until session 26's two-chain FC2 ("_c2", above): since then the 16- and 32-token
 # twins sum their FC2 on two chains (not the Triton forms' bits: ``same_bits_as_triton_form``), and the 32-token ones
-# are defaults too, except the gated tile without tails (16-28 pairs per expert), which stays opt-in.
+# are defaults too, except the gated tile without tails (16-28 pairs per expert), opt-in until session 28 took its
+# form without the step overlap ("_nov"); the gated 8-16 tile is "_nov" too since then.
 _GLUON_TWINS = {
     "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2_n64_c2_st4",
     "s16k_sx4_f4": "s16k_sx4p_f4_g_s2_n64_c2_st4",
     "m32l4_sx4p_m_t16_s2": "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov",
-    "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_nov",
-    "m32l4_sx4p_m_s2": "m32l4_sx4p_m_gg_s2",
+    "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt_n64_c2",
+    "m32l4_sx4p_m_s2": "m32l4_sx4p_m_gg_s2_nov",
     "m32k_sx4p_f4_s2": "m32k_sx4p_f4_g_s2_n64_c2",
     "l64_sx4p_mu_t32_s2": "l64_sx4p_mu_t32_gg_s2_gt",
     "l64k2_sx4p_f4_t32_s2": "l64k2_sx4p_f4_t32_gq_s2_gt",
@@ -612,10 +617,10 @@ _GLUON_TWINS = {
 }
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
 # Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
-# session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), squared ReLU 16-28 (session 26) and 28-72
-# (the 64-token tiles and the 128-token tiles' 64-token tails).
+# session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated
+# since session 28) and 28-72 (the 64-token tiles and the 128-token tiles' 64-token tails).
 _GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2",
-                               "m32k_sx4p_f4_s2", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2", "l64_sx4p_mu_s2",
+                               "m32l4_sx4p_m_s2", "m32k_sx4p_f4_s2", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2", "l64_sx4p_mu_s2",
                                "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
 # Environment switch for the Gluon twins (``_GLUON_TWINS``), used where H and I are multiples of 128: unset, empty
 # or "auto" (the default): the twins of ``_GLUON_BY_DEFAULT`` only, and only with the Triton that ran them on a GPU

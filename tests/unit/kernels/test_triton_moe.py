@@ -119,12 +119,12 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     # the 128-token tiles with 32-token tails too, and squared ReLU's 2-stage 64-token tile with tails at 28-40
     # session 18-20: the Gluon twins of the plane tiles and of the tiles with plane tails; session 21: only the 16- /
     # 32-token ones, and only where GLUON_ENV opts in; session 22: the 64-token ones and the 128-token tiles'
-    # 64-token tails again (two register sets); session 26: the 32-token ones with tails, and squared ReLU's without
+    # 64-token tails again (two register sets); session 26: the 32-token ones with tails, and squared ReLU's without;
+    # session 28: the gated one without tails too ("_nov")
     picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
-    if gluon != "0":  # "1": every twin; "auto" (the default) not the gated 32-token tile without tails (16-28)
+    if gluon != "0":  # "1" and "auto" (the default): every twin
         gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_TWINS.items()}
-        assert [name in gluon_names for name in picks] == (
-            [True] + [gluon == "1" or not gated] * 2 + [True] * 6 + [False] * 4)
+        assert [name in gluon_names for name in picks] == [True] * 9 + [False] * 4
         picks = [gluon_names.get(name, name) for name in picks]
     assert picks == (
         ["m32l4_sx4p_m_t16_s2", "m32l4_sx4p_m_s2", "m32l4_sx4p_m_s2", "l64_sx4p_mu_t32_s2", "l64_sx4p_mu_t32_s2",
@@ -487,11 +487,10 @@ def test_gluon_fc2_is_checked(monkeypatch):
     for name, base in (("fc1", quiet), ("fc2", tile)):
         with pytest.raises(ValueError, match=f"{name}_overlap=False needs the Gluon {name.upper()}"):
             dataclasses.replace(base, **{f"{name}_overlap": False, f"{name}_gluon": False})
-    # session 28's "_nov" tiles: the main tile's Gluon FCs without the overlap (the squared-ReLU tile's FC1 is Triton:
-    # it keeps the field), nothing else changed, the tail untouched
-    for name, fc1_gluon in (("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2", True), ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", False)):
-        assert TILES[name].fc1_gluon is fc1_gluon and TILES[name].tail.fc2_gluon
-        assert TILES[name + "_nov"] == dataclasses.replace(TILES[name], fc1_overlap=not fc1_gluon, fc2_overlap=False)
+    # session 28's "_nov" tiles: the main tile's Gluon FCs without the overlap, nothing else changed, the tail untouched
+    for name in ("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2", "m32l4_sx4p_m_gg_s2"):
+        assert TILES[name].fc1_gluon and TILES[name].fc2_gluon
+        assert TILES[name + "_nov"] == dataclasses.replace(TILES[name], fc1_overlap=False, fc2_overlap=False)
         assert triton_moe.triton_form(TILES[name + "_nov"]) == triton_moe.triton_form(TILES[name])
     assert triton_moe.same_bits_as_triton_form(TILES["m32k_sx4p_f4_t16_g_s2_gt"])
     for name in ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", "s16k_sx4p_f4_g_s2_n64_c2_st4"):
@@ -573,7 +572,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     triton_moe._gpu_tested_triton.cache_clear()
     monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)
     assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov"]
-    assert choose_config(384, 2048, 768, **shape) is TILES["m32l4_sx4p_m_s2"]
+    assert choose_config(384, 2048, 768, **shape) is TILES["m32l4_sx4p_m_gg_s2_nov"]
     for value, policy in (("1", "all"), ("on", "all"), ("TRUE", "all"), ("yes", "all"), ("all", "all"),
                           ("0", "off"), ("off", "off"), ("No", "off"), ("", "auto"), (" auto ", "auto")):
         monkeypatch.setenv(triton_moe.GLUON_ENV, value)
@@ -608,8 +607,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         for gated in (True, False):
             tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
             assert not any(t.fc1_gluon or t.fc2_gluon for t in tiles), (rows, gated)
-    for value in (None, "auto", "0"):  # the default: Gluon at 1.5-16 and 28-72 pairs per expert (squared ReLU
-        # also 16-28); "0": nowhere
+    for value in (None, "auto", "0"):  # the default: Gluon at 1.5-72 pairs per expert; "0": nowhere
         if value is None:
             monkeypatch.delenv(triton_moe.GLUON_ENV)
         else:
@@ -617,7 +615,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         for rows in (24, 25, 64, 128, 129, 256, 384, 447, 448, 512, 640, 1024, 1151, 1152, 4096):
             for gated in (True, False):
                 tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
-                expected = value != "0" and (25 <= rows <= 1151 and (not gated or not 257 <= rows <= 447))
+                expected = value != "0" and 25 <= rows <= 1151
                 assert any(t.fc1_gluon or t.fc2_gluon for t in tiles) == expected, (value, rows, gated)
                 assert any(t.fc1_gluon or t.fc2_gluon for t in choose_config(
                     rows, 2048, 800, **dict(shape, gated=gated)).launch_tiles) is False  # I not a multiple of 128
