@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s28d     # session 28, call 4: squared ReLU with a Gluon FC1 (64 / 128 rows, with and without the
+#                                   # overlap) on the 16- and 32-token default tiles (layer probes)
 #   bash tools/gpu_next.sh s28c     # session 28, call 3: the full benchmark and the demo of the "_nov" defaults, then
 #                                   # their GPU tests, race probe, and layer probes at 16-28 pairs per expert
 #   bash tools/gpu_next.sh s28b     # session 28, call 2: the "_nov" defaults at 8-16 pairs per expert: bit tests, graph
@@ -872,6 +874,19 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s28d)
+    # session 28, call 4: the squared-ReLU defaults at 1.5-16 pairs per expert run a Triton FC1; with the Gluon FC1
+    # in its place (64 or 128 rows on 4 warps, 3 stages, with / without the step overlap): layer probes, default first
+    # and last (informs the next session; no default changes without the full benchmark)
+    L="timeout 100 python3 bench/triton_moe_probe.py --activation squared_relu"
+    S=m32k_sx4p_f4_t16_g_s2_gt_n64_c2; D=s16k_sx4p_f4_g_s2_n64_c2_st4
+    F="+fc1_gluon=1+fc1_block_k=128+fc1_stages=3+fc1_warps=4+fc1_maxnreg=none"
+    { $L --tokens 256 --configs "$S,$S$F+fc1_block_n=64+fc1_overlap=0,$S$F+fc1_block_n=128+fc1_overlap=0,$S$F+fc1_block_n=128,$S"
+      $L --tokens 64 --configs "$D,$D$F+fc1_block_n=64+fc1_overlap=0,$D$F+fc1_block_n=128+fc1_overlap=0,$D"
+      $L --shape qwen3-235b-a22b --tokens 256 --configs "$S,$S$F+fc1_block_n=64+fc1_overlap=0,$S$F+fc1_block_n=128+fc1_overlap=0,$S"
+    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    python3 -c "import json; [print(d.get('shape', '')[:10], d['activation'][:4], d['tokens'], d['config'][-60:], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
+    tail -2 $OUT/probe.err ;;
   s28c)
     # session 28, call 3: the gated "_nov" defaults (8-16 and, new, 16-28 pairs per expert; squared ReLU back to the
     # tiles with the overlap): the full benchmark and the demo first, then the GPU tests of the new picks, the race
