@@ -580,6 +580,13 @@ def _no_overlap(cfg: TritonMoEConfig) -> TritonMoEConfig:
 
 TILES.update({f"{name}_nov": _no_overlap(TILES[name]) for name in (
     "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2", "m32l4_sx4p_m_gg_s2")})
+# ... and "_f1q": the squared-ReLU 16- / 32-token tiles with the Gluon FC1 on 128 rows (4 warps, two m64 chains, 3
+# stages; the main tile only) without the overlap, in place of the Triton FC1 (256-deep K). Layer probes (run 31 call
+# 4, us, tile / "_f1q" / tile): 30b 64 tokens 252.6 / 242.3 / 249.8, 256 tokens 288.0 / 273.3 / 284.9; 235b 256
+# tokens 1015.2 / 1025.6 / 1036.5; with 64 FC1 rows 244.9 (30b 64), 280.6 (30b 256), 1039.9 (235b 256); 128 rows with
+# the overlap 282.3 (30b 256).
+TILES.update({f"{name}_f1q": dataclasses.replace(TILES[name], **_GLUON_SQ_FC1_TILE, fc1_overlap=False) for name in (
+    "s16k_sx4p_f4_g_s2_n64_c2_st4", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2")})
 # Triton tile -> its Gluon twin, picked where H and I tile by 128 and GLUON_ENV allows it (``_tile``). Session 21
 # (run 24, bench/gluon_tail_race_probe.py, 150 fresh inputs per case bit-compared with the Triton form): every tile
 # with a 64-token Gluon kernel wrote one FC2 CTA's outputs (128 columns of every token of one block) as NaN in 3-5%
@@ -603,9 +610,9 @@ TILES.update({f"{name}_nov": _no_overlap(TILES[name]) for name in (
 # form without the step overlap ("_nov"); the gated 8-16 tile is "_nov" too since then.
 _GLUON_TWINS = {
     "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2_n64_c2_st4",
-    "s16k_sx4_f4": "s16k_sx4p_f4_g_s2_n64_c2_st4",
+    "s16k_sx4_f4": "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q",
     "m32l4_sx4p_m_t16_s2": "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov",
-    "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt_n64_c2",
+    "m32k_sx4p_f4_t16_s2": "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q",
     "m32l4_sx4p_m_s2": "m32l4_sx4p_m_gg_s2_nov",
     "m32k_sx4p_f4_s2": "m32k_sx4p_f4_g_s2_n64_c2",
     "l64_sx4p_mu_t32_s2": "l64_sx4p_mu_t32_gg_s2_gt",

@@ -492,6 +492,11 @@ def test_gluon_fc2_is_checked(monkeypatch):
         assert TILES[name].fc1_gluon and TILES[name].fc2_gluon
         assert TILES[name + "_nov"] == dataclasses.replace(TILES[name], fc1_overlap=False, fc2_overlap=False)
         assert triton_moe.triton_form(TILES[name + "_nov"]) == triton_moe.triton_form(TILES[name])
+    for name in ("s16k_sx4p_f4_g_s2_n64_c2_st4", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2"):  # "_f1q": a Gluon FC1, 128 rows
+        assert not TILES[name].fc1_gluon
+        assert TILES[name + "_f1q"] == dataclasses.replace(TILES[name], fc1_gluon=True, fc1_block_n=128,
+                                                           fc1_block_k=128, fc1_stages=3, fc1_warps=4,
+                                                           fc1_maxnreg=None, fc1_overlap=False)
     assert triton_moe.same_bits_as_triton_form(TILES["m32k_sx4p_f4_t16_g_s2_gt"])
     for name in ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", "s16k_sx4p_f4_g_s2_n64_c2_st4"):
         assert not triton_moe.same_bits_as_triton_form(TILES[name])
@@ -599,7 +604,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     # 4 pairs per expert (the 16-token tiles), 40 (the 64-token tiles), 64 (the 128-token tiles' Gluon tails); from
     # 72 pairs per expert (the 128-token tiles with 32-token tails, the 256-token tiles) Triton only
     assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4"]
-    assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2_n64_c2_st4"]
+    assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q"]
     assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2"]
     assert choose_config(640, 2048, 768, **dict(shape, gated=False)) is TILES["l64k2_sx4p_f4_gq_s2"]
     assert choose_config(1024, 2048, 768, **shape) is TILES["l128m_sa_t64pu_s2_gt"]
