@@ -9,6 +9,7 @@
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
 #   bash tools/gpu_next.sh s28e     # session 28, call 5: the squared-ReLU "_f1q" defaults: GPU tests, race probe, benchmark
+#                                   # at 64 / 256 tokens
 #   bash tools/gpu_next.sh s28d     # session 28, call 4: squared ReLU with a Gluon FC1 (64 / 128 rows, with and without the
 #                                   # overlap) on the 16- and 32-token default tiles (layer probes)
 #   bash tools/gpu_next.sh s28c     # session 28, call 3: the full benchmark and the demo of the "_nov" defaults, then
@@ -384,7 +385,7 @@ case "${1:-}" in
     done
     grep '^{' $OUT/probe.jsonl
     mkdir -p $OUT/moe
-    timeout 200 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    timeout 150 python3 bench/moe_layer.py --warm 14 --tokens 64,256 --out $OUT/moe > $OUT/moe_bench.log 2>&1
     echo "moe rc=$?" >> $OUT/moe_bench.log
     tail -16 $OUT/moe_bench.log ;;
   s9a)
@@ -878,19 +879,20 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
   s28e)
     # session 28, call 5 (about 5 device minutes left): the squared-ReLU "_f1q" defaults at 1.5-16 pairs per expert
     # (the Gluon FC1 on 128 rows, no overlap): float64 oracle and graph replays of the defaults, the mixed-scales test,
-    # the race probe, then the full benchmark (no demo: it runs SwiGLU, unchanged since call 3)
+    # the race probe, then the benchmark at 64 and 256 tokens, where the defaults changed (no demo: it runs SwiGLU,
+    # unchanged since call 3)
     T=tests/functional/test_triton_moe_gpu.py
-    timeout 60 python3 -m pytest -q -p no:cacheprovider $T -k "(defaults_keep_the_bits and squared_relu and (64 or \
+    timeout 55 python3 -m pytest -q -p no:cacheprovider $T -k "(defaults_keep_the_bits and squared_relu and (64 or \
       256)) or (graph_replay_with_gluon_tails and f1q) or (scales_above_2_pow_7_in_some and squared_relu and (24 or \
       48))" > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
     grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -8
-    timeout 25 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 50 --cases 64:default,256:default \
+    timeout 20 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 50 --cases 64:default,256:default \
       > $OUT/race.jsonl 2> $OUT/race.err
     cat $OUT/race.jsonl
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
     mkdir -p $OUT/moe
-    timeout 200 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    timeout 150 python3 bench/moe_layer.py --warm 14 --tokens 64,256 --out $OUT/moe > $OUT/moe_bench.log 2>&1
     echo "moe rc=$?" >> $OUT/moe_bench.log
     rm -f $OUT/moe/moe_layer.md $OUT/moe/moe_layer.png  # rebuilt from the json on the CPU (write_report)
     tail -16 $OUT/moe_bench.log ;;
