@@ -95,11 +95,12 @@ def _words_desc(block_n: int, q: int):
 # registers, 8 bytes) until session 27's cross-word dequant (no spill with Triton 3.6 or 3.8)
 # (64, 32, 3, 4, 2) / (64, 16, 4, 4, 2): the two-chain FC2 of the 32- / 16-token defaults (session 26); (64, 64, 3, 4,
 # 2): two chains at 64-token blocks (the 64-token tiles' "_n64_c2" forms were slower in session 27's layer probes)
-# overlap False (session 27's lead): each step's MMAs waited for before the next step's dequant
+# overlap False (session 27's lead): each step's MMAs waited for before the next step's dequant; session 28's gated
+# "_nov" defaults: (64, 32, 3, 4, 2) at 8-16 pairs per expert and (128, 32, 3, 4, 1) at 16-28
 @pytest.mark.parametrize("block_n,block_t,stages,warps,chains,overlap", [
     (128, 32, 3, 4, 1, True), (64, 32, 2, 4, 1, True), (64, 16, 3, 4, 1, True), (128, 64, 3, 4, 1, True),
     (64, 32, 3, 4, 2, True), (64, 16, 4, 4, 2, True), (64, 64, 3, 4, 2, True), (64, 32, 3, 4, 2, False),
-    (128, 64, 3, 4, 1, False)])
+    (128, 64, 3, 4, 1, False), (128, 32, 3, 4, 1, False)])
 def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, warps, chains, overlap):
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -139,6 +140,9 @@ _FC1_CASES += [(True, 0, 64, 3, 4, 16), (True, 0, 64, 3, 4, 64), (False, 2, 64, 
 # session 27's cross-word dequant (no spill with Triton 3.6 or 3.8)
 _FC1_CASES += [(False, 2, 128, 3, 4, 64)]
 _FC1_CASES = [case + (True,) for case in _FC1_CASES] + [(True, 0, 64, 3, 4, 32, False), (False, 2, 64, 3, 4, 32, False)]
+# session 28's defaults without the overlap: the gated "_nov" FC1 (64 rows, 32-token blocks, above) and the squared-ReLU
+# "_f1q" FC1 (128 rows on 4 warps) at 16- and 32-token blocks
+_FC1_CASES += [(False, 2, 128, 3, 4, 16, False), (False, 2, 128, 3, 4, 32, False)]
 
 
 @pytest.mark.parametrize("gated,activation,block_n,stages,warps,block_t,overlap", _FC1_CASES)
