@@ -17,6 +17,7 @@
 #   bash tools/gpu_next.sh s28b     # session 28, call 2: the "_nov" defaults at 8-16 pairs per expert: bit tests, graph
 #                                   # replays, race probe; layer probes on 235b and at 160 / 384 tokens
 #   bash tools/gpu_next.sh s28a     # session 28, call 1: the Gluon kernels without overlap (fc1_overlap / fc2_overlap; probes)
+#   (s28b names m32k_sx4p_f4_t16_g_s2_gt_n64_c2_nov, a squared-ReLU tile removed after that call: its probes were mixed)
 #   bash tools/gpu_next.sh s27e     # session 27, call 5: the cross-word dequant alone (same bits): bit tests, layer / FC2 probes
 #   (session 27's calls 1-4, modes s27a-d, ran code since removed: the two-chain Gluon FC1, the l64 "_n64_c2" tiles, the
 #   DEQ / X3D / one-factor Gluon variants; see bench/NOTES_triton_moe.md session 27 and the commits it names)
@@ -385,7 +386,7 @@ case "${1:-}" in
     done
     grep '^{' $OUT/probe.jsonl
     mkdir -p $OUT/moe
-    timeout 150 python3 bench/moe_layer.py --warm 14 --tokens 64,256 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    timeout 200 python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
     echo "moe rc=$?" >> $OUT/moe_bench.log
     tail -16 $OUT/moe_bench.log ;;
   s9a)

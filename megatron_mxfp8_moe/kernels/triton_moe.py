@@ -628,8 +628,8 @@ _GLUON_TWINS = {
 # since session 28) and 28-72 (the 64-token tiles and the 128-token tiles' 64-token tails). Since session 28 the gated
 # 8-28 twins are "_nov" and the squared-ReLU 1.5-16 ones "_f1q" (above).
 _GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2",
-                               "m32l4_sx4p_m_s2", "m32k_sx4p_f4_s2", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2", "l64_sx4p_mu_s2",
-                               "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
+                               "m32l4_sx4p_m_s2", "m32k_sx4p_f4_s2", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2",
+                               "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
 # Environment switch for the Gluon twins (``_GLUON_TWINS``), used where H and I are multiples of 128: unset, empty
 # or "auto" (the default): the twins of ``_GLUON_BY_DEFAULT`` only, and only with the Triton that ran them on a GPU
 # (``_GPU_TESTED_TRITON``; other versions compile them in the CPU tests at most); "1" / true / yes / on / all: every
