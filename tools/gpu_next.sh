@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s29a     # for session 29: what session 28 left (race probe of the squared-ReLU "_f1q" default at
+#                                   # 256 tokens), FC2 stages without the overlap, the 128-row Gluon FC1 at 16-28 pairs
 #   bash tools/gpu_next.sh s28e     # session 28, call 5: the squared-ReLU "_f1q" defaults: GPU tests, race probe, benchmark
 #                                   # at 64 / 256 tokens
 #   bash tools/gpu_next.sh s28d     # session 28, call 4: squared ReLU with a Gluon FC1 (64 / 128 rows, with and without the
@@ -877,6 +879,26 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s29a)
+    # prepared in session 28 (for session 29): the race probe session 28 could not finish (squared-ReLU "_f1q" default
+    # at 256 tokens), then probes: the FC2 without the overlap at 2 / 3 stages (fewer stages: more programs per SM),
+    # and the squared-ReLU 16-28 tile with the 128-row Gluon FC1 without the overlap (as "_f1q" at 1.5-16)
+    timeout 60 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 100 --cases 256:default,192:default \
+      > $OUT/race.jsonl 2> $OUT/race.err
+    cat $OUT/race.jsonl; tail -2 $OUT/race.err
+    timeout 60 python3 bench/gluon_fc2_probe.py --block-t 32 --pairs 16 \
+      --gluon 64:3:4:2,64:3:4:2:0,64:2:4:2:0,64:2:4:1:0,64:3:4:1:0 > $OUT/fc2.jsonl 2> $OUT/fc2.err
+    python3 -c "import json; [print(d['us'], {k: v for k, v in d.items() if 'equals' in k}) for d in map(json.loads, open('$OUT/fc2.jsonl'))]"
+    L="timeout 90 python3 bench/triton_moe_probe.py"
+    F="+fc1_gluon=1+fc1_block_k=128+fc1_block_n=128+fc1_stages=3+fc1_warps=4+fc1_maxnreg=none+fc1_overlap=0"
+    Q=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q; G=m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov; R=m32k_sx4p_f4_g_s2_n64_c2
+    { $L --tokens 256 --activation squared_relu --configs "$Q,$Q+fc2_stages=2+fc2_overlap=0,$Q"
+      $L --tokens 256 --configs "$G,$G+fc2_stages=2,$G"
+      $L --tokens 320,384 --activation squared_relu --configs "$R,$R$F,$R"
+      $L --shape qwen3-235b-a22b --tokens 384 --activation squared_relu --configs "$R,$R$F,$R"
+    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    python3 -c "import json; [print(d.get('shape', '')[:10], d['activation'][:4], d['tokens'], d['config'][-70:], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
+    tail -2 $OUT/probe.err ;;
   s28e)
     # session 28, call 5 (about 5 device minutes left): the squared-ReLU "_f1q" defaults at 1.5-16 pairs per expert
     # (the Gluon FC1 on 128 rows, no overlap): float64 oracle and graph replays of the defaults, the mixed-scales test,

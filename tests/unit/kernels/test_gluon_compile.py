@@ -96,11 +96,12 @@ def _words_desc(block_n: int, q: int):
 # (64, 32, 3, 4, 2) / (64, 16, 4, 4, 2): the two-chain FC2 of the 32- / 16-token defaults (session 26); (64, 64, 3, 4,
 # 2): two chains at 64-token blocks (the 64-token tiles' "_n64_c2" forms were slower in session 27's layer probes)
 # overlap False (session 27's lead): each step's MMAs waited for before the next step's dequant; session 28's gated
-# "_nov" defaults: (64, 32, 3, 4, 2) at 8-16 pairs per expert and (128, 32, 3, 4, 1) at 16-28
+# "_nov" defaults: (64, 32, 3, 4, 2) at 8-16 pairs per expert and (128, 32, 3, 4, 1) at 16-28; (64, 32, 2, 4, 2): 2
+# stages without the overlap (tools/gpu_next.sh s29a)
 @pytest.mark.parametrize("block_n,block_t,stages,warps,chains,overlap", [
     (128, 32, 3, 4, 1, True), (64, 32, 2, 4, 1, True), (64, 16, 3, 4, 1, True), (128, 64, 3, 4, 1, True),
     (64, 32, 3, 4, 2, True), (64, 16, 4, 4, 2, True), (64, 64, 3, 4, 2, True), (64, 32, 3, 4, 2, False),
-    (128, 64, 3, 4, 1, False), (128, 32, 3, 4, 1, False)])
+    (128, 64, 3, 4, 1, False), (128, 32, 3, 4, 1, False), (64, 32, 2, 4, 2, False)])
 def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, warps, chains, overlap):
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
