@@ -95,21 +95,53 @@ def _fp8x4_pair_planes(words):
 
 
 @gluon.jit
-def _sx4_planes(words, s):
-    """int32 words of 4 e4m3 bytes (A-operand layout) and their E8M0 bytes ``s`` (same shape and layout) -> the 4
-    exact bf16 plane tiles (byte i in the i-th): the Triton kernel's "sx4" values (``_sx_factors``), ``(e4m3 * 2 **
-    -120) * lo * hi``, from ``_fp8x4_pair_planes``."""
+def _e8m0_word_factors(s, sel):
+    """``_sx_factors`` from scale words (session 28, ``SCALE_WORDS``): ``s`` int32, a row's 4 E8M0 bytes of one K
+    step (byte b: K block b, the 128x4 layout keeps them adjacent), broadcast along the row; ``sel`` int32 per column,
+    ``0x4040 + 0x0101 * (column // 8)``. Per register pair (one K block: ``_fp8x4_pair_planes``' pairing) one ``prmt``
+    puts the block's byte in both 16-bit halves, then a 16x2 min / max with 134 and one multiply-add each give the
+    bf16x2 factors ``(min(s, 134) + 120) << 7`` and ``(max(s, 134) - 7) << 7``: 5 instructions per pair, where the
+    per-element bytes took 8 loads and their address and conversion arithmetic per step."""
+    return gl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 t, l, h, c;
+        mov.b32 c, 0x00860086;
+        prmt.b32 t, $2, 0, $4;
+        min.u16x2 l, t, c;
+        max.u16x2 h, t, c;
+        mad.lo.u32 $0, l, 128, 0x3C003C00;
+        mad.lo.u32 $1, h, 128, 0xFC7FFC80;
+        }
+        """,
+        constraints="=r,=r,r,r,r,r",
+        args=[s, sel],
+        dtype=(gl.bfloat16, gl.bfloat16),
+        is_pure=True,
+        pack=2,
+    )
+
+
+@gluon.jit
+def _sx4_planes(words, s, sel, SCALE_WORDS: gl.constexpr):
+    """int32 words of 4 e4m3 bytes (A-operand layout) and their E8M0 bytes ``s`` (same shape and layout; with
+    ``SCALE_WORDS`` the scale words and selectors of ``_e8m0_word_factors``) -> the 4 exact bf16 plane tiles (byte i
+    in the i-th): the Triton kernel's "sx4" values (``_sx_factors``), ``(e4m3 * 2 ** -120) * lo * hi``, from
+    ``_fp8x4_pair_planes``."""
     v0, v1, v2, v3 = _fp8x4_pair_planes(words)
-    lo, hi = _sx_factors(s)
+    if SCALE_WORDS:
+        lo, hi = _e8m0_word_factors(s, sel)
+    else:
+        lo, hi = _sx_factors(s)
     return v0 * lo * hi, v1 * lo * hi, v2 * lo * hi, v3 * lo * hi
 
 
 @gluon.jit
-def _mma_step(words, x_smem, st, s, acc):
+def _mma_step(words, x_smem, st, s, acc, sel, SCALE_WORDS: gl.constexpr):
     """Dequantize one K step's weight words with their E8M0 bytes ``s`` and issue its 4 plane MMAs against stage
     ``st``'s token planes (asynchronous); returns the accumulator and the planes, which must stay alive until those
     MMAs are waited for."""
-    p0, p1, p2, p3 = _sx4_planes(words, s)
+    p0, p1, p2, p3 = _sx4_planes(words, s, sel, SCALE_WORDS)
     acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc, is_async=True)
@@ -118,29 +150,41 @@ def _mma_step(words, x_smem, st, s, acc):
 
 
 @gluon.jit
-def _mma_step_chains(words, x_smem, st, s, acc, acc2, CHAINS: gl.constexpr):
+def _mma_step_chains(words, x_smem, st, s, acc, acc2, sel, CHAINS: gl.constexpr, SCALE_WORDS: gl.constexpr):
     """``_mma_step`` with ``CHAINS`` = 2 accumulators: planes 0-1 into ``acc``, 2-3 into ``acc2`` (summed after the K
     loop), so each step's MMAs form two dependent chains of half the length that the tensor cores can overlap
     (session 26: a single warpgroup's FC2 is bound by its one chain's latency). Not the Triton FC2's summation order,
     hence not its bits. ``CHAINS`` = 1: ``_mma_step`` (``acc2`` untouched)."""
     if CHAINS == 2:
-        p0, p1, p2, p3 = _sx4_planes(words, s)
+        p0, p1, p2, p3 = _sx4_planes(words, s, sel, SCALE_WORDS)
         acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
         acc2 = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc2, is_async=True)
         acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
         acc2 = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc2, is_async=True)
     else:
-        acc, p0, p1, p2, p3 = _mma_step(words, x_smem, st, s, acc)
+        acc, p0, p1, p2, p3 = _mma_step(words, x_smem, st, s, acc, sel, SCALE_WORDS)
     return acc, acc2, p0, p1, p2, p3
 
 
 @gluon.jit
-def _step_scales(s_base, rows, cols, k, scale_tiles, Q: gl.constexpr):
+def _step_scales(s_base, rows, cols, k, scale_tiles, Q: gl.constexpr, SCALE_WORDS: gl.constexpr):
     """E8M0 bytes of K step ``k`` for every element of a ``[BLOCK_N, Q]`` plane tile (column j: block j // 8), read
-    straight into the plane tiles' layout from the 128x4-swizzled scales."""
-    c = k * (Q // 8) + cols // 8
+    straight into the plane tiles' layout from the 128x4-swizzled scales; with ``SCALE_WORDS`` one int32 per row
+    instead, ``[BLOCK_N, 1]``: a 128-deep step covers 4 K blocks, which the 128x4 layout keeps in 4 adjacent bytes of
+    the row (``_e8m0_word_factors``; the scales 4-byte aligned)."""
     offs = (rows // 128) * (scale_tiles * 512) + (rows % 32) * 16 + ((rows % 128) // 32) * 4
-    return gl.load(s_base + offs[:, None] + ((c // 4) * 512 + c % 4)[None, :])
+    if SCALE_WORDS:
+        return gl.load((s_base + offs + k * 512).to(gl.pointer_type(gl.int32), bitcast=True))[:, None]
+    else:
+        c = k * (Q // 8) + cols // 8
+        return gl.load(s_base + offs[:, None] + ((c // 4) * 512 + c % 4)[None, :])
+
+
+@gluon.jit
+def _word_selectors(cols):
+    """The ``prmt`` selectors of ``_e8m0_word_factors`` for plane-tile columns ``cols``: byte ``cols // 8`` into both
+    16-bit halves, ``[1, Q]``."""
+    return (0x4040 + 0x0101 * (cols // 8))[None, :]
 
 
 @gluon.jit
@@ -155,8 +199,8 @@ def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.con
 
 @gluon.jit
 def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s, acc, acc2, q0, q1,
-                 q2, q3, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr,
-                 CHAINS: gl.constexpr, OVERLAP: gl.constexpr):
+                 q2, q3, w_row, a_row, sel, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr,
+                 CHAINS: gl.constexpr, OVERLAP: gl.constexpr, SCALE_WORDS: gl.constexpr):
     """K step ``k``: wait for its stage, dequantize its weight words into new planes, issue their 4 MMAs, retire the
     previous step's (planes ``q*``, the other register set), then refill the freed stage. Returns the accumulator,
     this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
@@ -164,8 +208,8 @@ def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, c
     st = k % STAGES
     mbarrier.wait(bars.index(st), (k // STAGES) & 1)
     words = w_smem.index(st).load(a_layout)
-    s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q)
-    acc, acc2, p0, p1, p2, p3 = _mma_step_chains(words, x_smem, st, s, acc, acc2, CHAINS)
+    s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q, SCALE_WORDS)
+    acc, acc2, p0, p1, p2, p3 = _mma_step_chains(words, x_smem, st, s, acc, acc2, sel, CHAINS, SCALE_WORDS)
     # the previous step's 4 MMAs are done past this wait: its stage and its register planes are free
     # (without OVERLAP this step's too: one register set suffices, fewer registers, more programs per SM)
     acc, acc2, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4 * OVERLAP, deps=(acc, acc2, q0, q1, q2, q3))
@@ -178,7 +222,7 @@ def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, c
 def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                       stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, CHAINS: gl.constexpr, OVERLAP: gl.constexpr,
-                      num_warps: gl.constexpr):
+                      SCALE_WORDS: gl.constexpr, num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -199,7 +243,8 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
         cols = gl.arange(0, Q, layout=gl.SliceLayout(0, a_layout))
         s_base = s_ptr + expert.to(gl.int64) * stride_se
-        s_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q)
+        s_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q, SCALE_WORDS)
+        sel = _word_selectors(cols)
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         acc2 = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
@@ -209,14 +254,14 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         for k in range(0, steps - 1, 2):
             acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                 k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP)
+                acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP, SCALE_WORDS)
             acc, acc2, b0, b1, b2, b3, a0, a1, a2, a3, s_next = _planes_step(
                 k + 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                acc2, a0, a1, a2, a3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP)
+                acc2, a0, a1, a2, a3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP, SCALE_WORDS)
         if steps % 2 == 1:
             acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                 steps - 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                acc2, b0, b1, b2, b3, w_row, a_row, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP)
+                acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP, SCALE_WORDS)
         acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3 = warpgroup_mma_wait(
             num_outstanding=0, deps=(acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3))
         if CHAINS == 2:
@@ -233,13 +278,15 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
 def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int, slots: torch.Tensor,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor, grid_blocks: int,
                      *, block_n: int, block_t: int, stages: int, num_warps: int, chains: int = 1,
-                     overlap: bool = True) -> None:
+                     overlap: bool = True, scale_words: bool = False) -> None:
     """One ``_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``inter`` ``[positions, I]`` bf16 plane-major per 128-deep step (row stride a multiple of 8), ``w`` ``[E, H, I]``
     fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
     ``slots`` ``[pairs, H]`` bf16 (row stride ``slots.stride(0)``). The caller checks ``I % 128 == 0`` and
     ``H % block_n == 0``. ``overlap=False`` waits for each step's MMAs before the next step's dequant (the same bits;
-    fewer registers, so more programs per SM: session 27's lead, no tile uses it yet)."""
+    fewer registers, so more programs per SM; session 28's 32-token gated defaults). ``scale_words=True`` reads the
+    E8M0 bytes as one int32 per row and step (``_e8m0_word_factors``; the same factors, so the same bits; needs the
+    scales 4-byte aligned; session 28, not run on a GPU yet)."""
     experts, hidden, inner = w.shape
     q = GLUON_FC2_BLOCK_K // 4
     words = w.view(torch.uint8).view(experts * hidden, inner).view(torch.int32)
@@ -250,4 +297,4 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     _fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,
-        CHAINS=chains, OVERLAP=overlap, num_warps=num_warps)
+        CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, num_warps=num_warps)

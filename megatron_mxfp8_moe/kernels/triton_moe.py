@@ -144,6 +144,12 @@ class TritonMoEConfig:
     # programs per SM; the same values and order, so the same bits). ``fc1_gluon`` / ``fc2_gluon`` only.
     fc1_overlap: bool = True
     fc2_overlap: bool = True
+    # Session 28 (prepared, not run on a GPU): the Gluon FC1 / FC2 read each row's 4 E8M0 bytes of a K step as one
+    # int32 and build the two bf16x2 factors per register pair in 5 instructions (``_e8m0_word_factors``); the same
+    # factors, so the same bits. SASS instructions in the K loop (Triton 3.6, CPU compile): FC2 64 x 32 two chains
+    # without overlap 812 -> 785, 64 x 16 two chains 764 -> 740, 128 x 64 1306 -> 1232; FC1 gated 64 x 32 without
+    # overlap 1301 -> 1174, squared ReLU 128 x 32 ("_f1q") 1300 -> 1151. Needs a Gluon FC and 4-byte aligned scales.
+    scale_words: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -189,6 +195,10 @@ class TritonMoEConfig:
             raise ValueError(f"TritonMoEConfig: fc2_chains must be 1, or 2 with the Gluon FC2 of the plane tiles "
                              f"(fc2_gluon, dequant 'sx4'); got fc2_chains={self.fc2_chains}, "
                              f"fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
+        if self.scale_words and (self.dequant == "f8x2" or not (self.fc1_gluon or self.fc2_gluon)):
+            raise ValueError("TritonMoEConfig: scale_words=True needs a Gluon FC1 or FC2 of the plane tiles (fc1_gluon / "
+                             f"fc2_gluon, dequant 'sx4'); got fc1_gluon={self.fc1_gluon}, fc2_gluon={self.fc2_gluon}, "
+                             f"dequant={self.dequant!r}")
         for flag, gluon, name in ((self.fc1_overlap, self.fc1_gluon, "fc1"), (self.fc2_overlap, self.fc2_gluon, "fc2")):
             if not flag and not gluon:
                 raise ValueError(f"TritonMoEConfig: {name}_overlap=False needs the Gluon {name.upper()} "
@@ -517,7 +527,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     same values in the same MMA order, hence the same bits (what the GPU tests and the race probe compare with), unless
     a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
-                                fc2_overlap=True)
+                                fc2_overlap=True, scale_words=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -1022,6 +1032,9 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         if flag and not (weight.data.is_contiguous() and weight.scale_bytes().is_contiguous()):
             return MXFP8InputError(f"{name}_gluon: the {name.upper()} stack and its scales must be contiguous (TMA "
                                    "descriptors)")
+        if flag and cfg.scale_words and weight.scale_bytes().data_ptr() % 4:
+            return MXFP8InputError(f"scale_words: the {name.upper()} scales must start at a 4-byte aligned address "
+                                   "(read as int32 words); got a storage offset that is not (copy the stack)")
     if device.type != "cuda":
         return BackendUnavailableError("the Gluon kernels (fc1_gluon / fc2_gluon) run on a Hopper GPU only (Gluon "
                                        "has no CPU interpreter)")
@@ -1362,7 +1375,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out, gated=activation.gated,
                          activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                          block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
-                         plane_k2=cfg.fc2_block_k, overlap=cfg.fc1_overlap)
+                         plane_k2=cfg.fc2_block_k, overlap=cfg.fc1_overlap, scale_words=cfg.scale_words)
     else:
         kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
             x, fc1.data, s1, inter, *route,
@@ -1379,7 +1392,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
 
         launch_gluon_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                          block_t=cfg.block_t, stages=cfg.fc2_stages, num_warps=cfg.fc2_warps,
-                         chains=cfg.fc2_chains, overlap=cfg.fc2_overlap)
+                         chains=cfg.fc2_chains, overlap=cfg.fc2_overlap, scale_words=cfg.scale_words)
         return
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,

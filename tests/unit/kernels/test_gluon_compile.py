@@ -91,18 +91,8 @@ def _words_desc(block_n: int, q: int):
                                                                                                   gl.int32))
 
 
-# (128, 64, 3, 4): the FC2 of the 64-token Gluon tiles, which spilled a little with two register sets (Triton 3.6: 255
-# registers, 8 bytes) until session 27's cross-word dequant (no spill with Triton 3.6 or 3.8)
-# (64, 32, 3, 4, 2) / (64, 16, 4, 4, 2): the two-chain FC2 of the 32- / 16-token defaults (session 26); (64, 64, 3, 4,
-# 2): two chains at 64-token blocks (the 64-token tiles' "_n64_c2" forms were slower in session 27's layer probes)
-# overlap False (session 27's lead): each step's MMAs waited for before the next step's dequant; session 28's gated
-# "_nov" defaults: (64, 32, 3, 4, 2) at 8-16 pairs per expert and (128, 32, 3, 4, 1) at 16-28; (64, 32, 2, 4, 2): 2
-# stages without the overlap (tools/gpu_next.sh s29a)
-@pytest.mark.parametrize("block_n,block_t,stages,warps,chains,overlap", [
-    (128, 32, 3, 4, 1, True), (64, 32, 2, 4, 1, True), (64, 16, 3, 4, 1, True), (128, 64, 3, 4, 1, True),
-    (64, 32, 3, 4, 2, True), (64, 16, 4, 4, 2, True), (64, 64, 3, 4, 2, True), (64, 32, 3, 4, 2, False),
-    (128, 64, 3, 4, 1, False), (128, 32, 3, 4, 1, False), (64, 32, 2, 4, 2, False)])
-def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, warps, chains, overlap):
+def _compile_fc2(block_n, block_t, stages, warps, chains, overlap, scale_words=False):
+    """The Gluon FC2 compiled for sm_90: ``(ptx, sass)``."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -117,10 +107,24 @@ def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, 
                  slot_ptr="*bf16", sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N="i32",
                  K="i32", stride_se="i32", scale_tiles="i32", stride_slot="i32")
     constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=kernel.GLUON_FC2_BLOCK_K, STAGES=stages,
-                     CHAINS=chains, OVERLAP=overlap, num_warps=warps)
-    ptx, sass = _compile_sm90(kernel._fc2_gluon_kernel, types, constants, warps, ("N", "K", "stride_se",
-                                                                                  "stride_slot"),
-                              with_sass=True)
+                     CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, num_warps=warps)
+    return _compile_sm90(kernel._fc2_gluon_kernel, types, constants, warps, ("N", "K", "stride_se", "stride_slot"),
+                         with_sass=True)
+
+
+# (128, 64, 3, 4): the FC2 of the 64-token Gluon tiles, which spilled a little with two register sets (Triton 3.6: 255
+# registers, 8 bytes) until session 27's cross-word dequant (no spill with Triton 3.6 or 3.8)
+# (64, 32, 3, 4, 2) / (64, 16, 4, 4, 2): the two-chain FC2 of the 32- / 16-token defaults (session 26); (64, 64, 3, 4,
+# 2): two chains at 64-token blocks (the 64-token tiles' "_n64_c2" forms were slower in session 27's layer probes)
+# overlap False (session 27's lead): each step's MMAs waited for before the next step's dequant; session 28's gated
+# "_nov" defaults: (64, 32, 3, 4, 2) at 8-16 pairs per expert and (128, 32, 3, 4, 1) at 16-28; (64, 32, 2, 4, 2): 2
+# stages without the overlap (tools/gpu_next.sh s29a)
+@pytest.mark.parametrize("block_n,block_t,stages,warps,chains,overlap", [
+    (128, 32, 3, 4, 1, True), (64, 32, 2, 4, 1, True), (64, 16, 3, 4, 1, True), (128, 64, 3, 4, 1, True),
+    (64, 32, 3, 4, 2, True), (64, 16, 4, 4, 2, True), (64, 64, 3, 4, 2, True), (64, 32, 3, 4, 2, False),
+    (128, 64, 3, 4, 1, False), (128, 32, 3, 4, 1, False), (64, 32, 2, 4, 2, False)])
+def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, warps, chains, overlap):
+    ptx, sass = _compile_fc2(block_n, block_t, stages, warps, chains, overlap)
     # one accumulator per chain and 64-row warpgroup tile: the HGMMAs' destination registers
     assert len(set(re.findall(r"HGMMA\.\S+ (R\d+),", sass))) == chains * block_n // 64
     assert ptx.count("cp.async.bulk.tensor") >= 5  # the weight words and 4 token planes of a stage, by TMA
@@ -129,6 +133,25 @@ def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, 
     # the previous step's 4 groups only: the overlap; or none, each step's MMAs waited for
     assert ("wgmma.wait_group.sync.aligned 4;" in ptx) == overlap
     _assert_barriers_fenced_after_init(ptx)
+
+
+def _compile_fc1(gated, activation, block_n, stages, warps, block_t, overlap, scale_words=False):
+    """The Gluon FC1 compiled for sm_90: ``(ptx, sass)``."""
+    from triton.experimental.gluon import language as gl
+    from triton.runtime.jit import mangle_type
+
+    from megatron_mxfp8_moe.kernels import _gluon_fc1_kernel as kernel
+
+    q = kernel.GLUON_FC1_BLOCK_K // 4
+    types = dict(w_desc=mangle_type(_words_desc(block_n, q)), x_ptr="*bf16", s_ptr="*u8", inter_ptr="*bf16",
+                 sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N_OUT="i32", N1="i32",
+                 K="i32", stride_x="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
+    constants = dict(TOPK=8, GATED=gated, ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t,
+                     BLOCK_K=kernel.GLUON_FC1_BLOCK_K, STAGES=stages, PLANE_K2=128,
+                     X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16), OVERLAP=overlap,
+                     SCALE_WORDS=scale_words, num_warps=warps)
+    return _compile_sm90(kernel._fc1_gluon_kernel, types, constants, warps,
+                         ("N_OUT", "N1", "K", "stride_x", "stride_se", "stride_inter"), with_sass=True)
 
 
 _FC1_CASES = [(gated, activation, 64, 3, 4, 32) for gated, activation in
@@ -148,22 +171,7 @@ _FC1_CASES += [(False, 2, 128, 3, 4, 16, False), (False, 2, 128, 3, 4, 32, False
 
 @pytest.mark.parametrize("gated,activation,block_n,stages,warps,block_t,overlap", _FC1_CASES)
 def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n, stages, warps, block_t, overlap):
-    from triton.experimental.gluon import language as gl
-    from triton.runtime.jit import mangle_type
-
-    from megatron_mxfp8_moe.kernels import _gluon_fc1_kernel as kernel
-
-    q = kernel.GLUON_FC1_BLOCK_K // 4
-    types = dict(w_desc=mangle_type(_words_desc(block_n, q)), x_ptr="*bf16", s_ptr="*u8", inter_ptr="*bf16",
-                 sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N_OUT="i32", N1="i32",
-                 K="i32", stride_x="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
-    constants = dict(TOPK=8, GATED=gated, ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t,
-                     BLOCK_K=kernel.GLUON_FC1_BLOCK_K, STAGES=stages, PLANE_K2=128,
-                     X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16), OVERLAP=overlap,
-                     num_warps=warps)
-    ptx, sass = _compile_sm90(kernel._fc1_gluon_kernel, types, constants, warps,
-                              ("N_OUT", "N1", "K", "stride_x", "stride_se", "stride_inter"),
-                              with_sass=True)
+    ptx, sass = _compile_fc1(gated, activation, block_n, stages, warps, block_t, overlap)
     # one accumulator per gate / up half and 64-row warpgroup tile: the HGMMAs' destination registers
     assert len(set(re.findall(r"HGMMA\.\S+ (R\d+),", sass))) == (2 if gated else 1) * block_n * 4 // (64 * warps)
     assert ptx.count("cp.async.bulk.tensor") >= (2 if gated else 1) * 2  # weight words by TMA: prologue + loop
@@ -207,3 +215,36 @@ def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
     assert "wgmma.wait_group.sync.aligned 2;" in ptx  # the previous block's 2 groups only
     assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x2") >= 3  # blocks 1-3 of a step retire only the block before
     _assert_barriers_fenced_after_init(ptx)
+
+
+def _k_loop_instructions(sass: str) -> int:
+    """SASS instructions in the K loop: the body of the conditional backward branch with the most HGMMAs."""
+    lines = sass.splitlines()
+    labels = {line.strip().rstrip(":"): i for i, line in enumerate(lines) if re.match(r"^\s*\.L_x_\d+:", line)}
+    best = (0, 0)
+    for i, line in enumerate(lines):
+        m = re.search(r"@!?P\d+\s+BRA\s+`\((\.L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), i) < i:
+            body = lines[labels[m.group(1)]:i + 1]
+            best = max(best, (sum("HGMMA" in b for b in body), sum(bool(re.search(r"/\*[0-9a-f]+\*/\s+\S", b))
+                                                                    for b in body)))
+    return best[1]
+
+
+# Session 28 (prepared): the E8M0 bytes as one int32 per row and K step (``SCALE_WORDS``, ``_e8m0_word_factors``):
+# the FC2 of the 16- / 32-token defaults and of the 64-token tiles, the gated FC1 without the overlap and the
+# squared-ReLU "_f1q" FC1
+@pytest.mark.parametrize("kind,case", [("fc2", (64, 32, 3, 4, 2, False)), ("fc2", (64, 16, 4, 4, 2, True)),
+                                       ("fc2", (128, 64, 3, 4, 1, True)), ("fc1", (True, 0, 64, 3, 4, 32, False)),
+                                       ("fc1", (False, 2, 128, 3, 4, 32, False))])
+def test_gluon_scale_words_compile_to_fewer_instructions(kind, case):
+    """With ``SCALE_WORDS`` the K loop loads no scale bytes, only 32-bit words, builds the factors with 16x2 min / max,
+    and issues fewer SASS instructions than the same kernel with per-element bytes; everything else the compile tests
+    check (no spills, no early register-A writes) still holds."""
+    compile_ = _compile_fc2 if kind == "fc2" else _compile_fc1
+    ptx_bytes, sass_bytes = compile_(*case)
+    ptx, sass = compile_(*case, scale_words=True)
+    assert "ld.global.b8" in ptx_bytes and "ld.global.b8" not in ptx
+    assert "min.u16x2" in ptx and "max.u16x2" in ptx
+    assert "VIMNMX.U16x2" in sass
+    assert _k_loop_instructions(sass) < _k_loop_instructions(sass_bytes)

@@ -24,7 +24,7 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     triton_moe_support,
     triton_mxfp8_moe,
 )
-from megatron_mxfp8_moe.tensor import quantize_mxfp8
+from megatron_mxfp8_moe.tensor import MXFP8Tensor, quantize_mxfp8
 from megatron_mxfp8_moe.testing import random_routing, random_weights
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -169,7 +169,6 @@ def test_sx_auto_needs_word_aligned_scales(monkeypatch):
     """sx_auto tiles read the swizzled scales as 32-bit words: a stack whose scale bytes start at an odd address
     (a view with a storage offset) is refused with a clear error; other tiles take it."""
     from megatron_mxfp8_moe.kernels import triton_moe
-    from megatron_mxfp8_moe.tensor import MXFP8Tensor
 
     chosen = []
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: chosen.append(cfg))
@@ -441,7 +440,6 @@ def test_sx4_needs_word_aligned_weight_rows(monkeypatch):
     multiple of 4 (a view with a storage offset) is refused with a clear error before any launch; the same tile
     with "sx" takes it. "sx4" is for the MMA path with K tiles of 64 or more."""
     from megatron_mxfp8_moe.kernels import triton_moe
-    from megatron_mxfp8_moe.tensor import MXFP8Tensor
 
     chosen = []
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: chosen.append(cfg))
@@ -492,6 +490,12 @@ def test_gluon_fc2_is_checked(monkeypatch):
         assert TILES[name].fc1_gluon and TILES[name].fc2_gluon
         assert TILES[name + "_nov"] == dataclasses.replace(TILES[name], fc1_overlap=False, fc2_overlap=False)
         assert triton_moe.triton_form(TILES[name + "_nov"]) == triton_moe.triton_form(TILES[name])
+    # session 28's scale words: Gluon kernels of the plane tiles only; the Triton form drops them
+    words = dataclasses.replace(tile, scale_words=True)
+    assert triton_moe.triton_form(words) == triton_moe.triton_form(tile)
+    for base, bad in ((tile, dict(fc2_gluon=False)), (TILES["m32_f8_t16_s2_gf"], {})):  # the f8x2 FC2: no such form
+        with pytest.raises(ValueError, match="scale_words=True needs a Gluon FC1 or FC2"):
+            dataclasses.replace(base, scale_words=True, **bad)
     for name in ("s16k_sx4p_f4_g_s2_n64_c2_st4", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2"):  # "_f1q": a Gluon FC1, 128 rows
         assert not TILES[name].fc1_gluon
         assert TILES[name + "_f1q"] == dataclasses.replace(TILES[name], fc1_gluon=True, fc1_block_n=128,
@@ -513,6 +517,11 @@ def test_gluon_fc2_is_checked(monkeypatch):
     fc2 = quantize_mxfp8(random_weights((4, 64, 256), scale=0.1), backend="reference")
     with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, config=tile)
+    odd_scales = MXFP8Tensor(fc2.data, _copy_at_offset(fc2.scale_bytes(), 1))  # scale words need 4-byte alignment
+    with pytest.raises(MXFP8InputError, match="scale_words: the FC2 scales must start at a 4-byte aligned address"):
+        triton_mxfp8_moe(x, probs, ids, fc1, odd_scales, activation="squared_relu", valid_tokens=valid, config=words)
+    with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):  # without scale words that stack is fine
+        triton_mxfp8_moe(x, probs, ids, fc1, odd_scales, activation="squared_relu", valid_tokens=valid, config=tile)
     # the tail tile of a pair is checked too
     with pytest.raises(MXFP8InputError, match="fc2_block_n"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid,
