@@ -139,9 +139,9 @@ class TritonMoEConfig:
     # dependent chains the tensor cores overlap (a lone warpgroup is bound by its chain's latency: bench/NOTES,
     # session 26). Another summation order than the Triton FC2: not its bits (the float64 oracle still holds).
     fc2_chains: int = 1
-    # Session 27 (prepared, no tile uses them yet): False runs the Gluon FC1 / FC2 without the step overlap, each K
-    # step's MMAs waited for before the next step's dequant (one register set of planes: fewer registers, more
-    # programs per SM; the same values and order, so the same bits). ``fc1_gluon`` / ``fc2_gluon`` only.
+    # Session 27: False runs the Gluon FC1 / FC2 without the step overlap, each K step's MMAs waited for before the
+    # next step's dequant (one register set of planes: fewer registers, more programs per SM; the same values and
+    # order, so the same bits). ``fc1_gluon`` / ``fc2_gluon`` only. Session 28: the "_nov" / "_f1q" defaults.
     fc1_overlap: bool = True
     fc2_overlap: bool = True
     # Session 28 (prepared, not run on a GPU): the Gluon FC1 / FC2 read each row's 4 E8M0 bytes of a K step as one
