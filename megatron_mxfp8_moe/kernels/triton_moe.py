@@ -145,8 +145,8 @@ class TritonMoEConfig:
     fc1_overlap: bool = True
     fc2_overlap: bool = True
     # Session 28 (prepared, not run on a GPU): the Gluon FC1 / FC2 read each row's 4 E8M0 bytes of a K step as one
-    # int32 and build the two bf16x2 factors per register pair in 5 instructions (``_e8m0_word_factors``); the same
-    # factors, so the same bits. SASS instructions in the K loop (Triton 3.6, CPU compile): FC2 64 x 32 two chains
+    # int32 (per thread 2 loads per step instead of 8 byte loads and their address arithmetic) and build the two
+    # bf16x2 factors from it (``_e8m0_word_factors``); the same factors, so the same bits. SASS instructions in the K loop (Triton 3.6, CPU compile): FC2 64 x 32 two chains
     # without overlap 812 -> 785, 64 x 16 two chains 764 -> 740, 128 x 64 1306 -> 1232; FC1 gated 64 x 32 without
     # overlap 1301 -> 1174, squared ReLU 128 x 32 ("_f1q") 1300 -> 1151. Needs a Gluon FC and 4-byte aligned scales.
     scale_words: bool = False
