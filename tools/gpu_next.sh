@@ -8,8 +8,9 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
-#   bash tools/gpu_next.sh s29a     # for session 29 (run first): the scale words (scale_words=True, same bits): GPU tests,
-#                                   # kernel probes, layer probes
+#   bash tools/gpu_next.sh s29a     # for session 29 (run first): the scale words and the FC2 ring loop (scale_words /
+#                                   # fc2_ring, same bits): GPU tests, kernel probes, layer probes
+#   bash tools/gpu_next.sh s29c     # for session 29, after s29a: layer probes of scale_words / fc2_ring on the defaults
 #   bash tools/gpu_next.sh s29b     # for session 29: what session 28 left (race probe of the squared-ReLU "_f1q" default at
 #                                   # 256 tokens), FC2 stages without the overlap, the 128-row Gluon FC1 at 16-28 pairs
 #   bash tools/gpu_next.sh s28e     # session 28, call 5: the squared-ReLU "_f1q" defaults: GPU tests, race probe, benchmark
@@ -884,14 +885,15 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
   s29a)
     # prepared in session 28 (for session 29, run first): the E8M0 bytes as one int32 per row and K step in the Gluon
     # kernels (scale_words; the same factors, so the same bits; 3-12% fewer SASS instructions in the K loops, CPU
-    # compile): the bit tests, then kernel probes (fields: FC2 6th, FC1 5th = 1), then layer probes of the defaults
-    # with +scale_words=1 (main tile; default first and last)
-    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k scale_words \
-      > $OUT/tests.log 2>&1
+    # compile) and the FC2 without the overlap with one loop iteration per ring turn (fc2_ring: constant stage
+    # indices; 5-12% fewer instructions per step): the bit tests, then kernel probes (FC2 fields 6 / 7 = scale words /
+    # ring, FC1 field 5 = scale words); the layer probes are s29c
+    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "scale_words or fc2_ring" > $OUT/tests.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests.log
     grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -8
     P="timeout 60 python3 bench/gluon_fc2_probe.py"
-    { $P --block-t 32 --pairs 16 --gluon 64:3:4:2:0,64:3:4:2:0:1,64:3:4:1:0,64:3:4:1:0:1
+    { $P --block-t 32 --pairs 16 --gluon 64:3:4:2:0,64:3:4:2:0:1,64:3:4:2:0:0:1,64:3:4:2:0:1:1,128:3:4:1:0,128:3:4:1:0:1:1
       $P --block-t 16 --pairs 8 --gluon 64:4:4:2,64:4:4:2:1:1
       $P --block-t 64 --pairs 48 --gluon 128:3:4,128:3:4:1:1:1
     } > $OUT/fc2.jsonl 2> $OUT/fc2.err
@@ -905,7 +907,10 @@ import json
 for f in ('fc1', 'fc2'):
     for d in map(json.loads, open('$OUT/' + f + '.jsonl')):
         print(f, d.get('hidden'), d.get('inter'), d.get('block_t'), d['us'])
-        print('  ', {k: v for k, v in d.items() if 'equals' in k})"
+        print('  ', {k: v for k, v in d.items() if 'equals' in k})" ;;
+  s29c)
+    # prepared in session 28 (for session 29, after s29a): layer probes of the scale words and the FC2 ring loop on the
+    # defaults (main tile; default first and last)
     L="timeout 90 python3 bench/triton_moe_probe.py"
     { for act in swiglu squared_relu; do
         for t in 64 256; do
@@ -916,7 +921,10 @@ print(next(n for n, v in TILES.items() if v is c))")
           $L --tokens $t --activation $act --configs "$D,$D+scale_words=1,$D"
         done
       done
-      $L --tokens 384 --configs "m32l4_sx4p_m_gg_s2_nov,m32l4_sx4p_m_gg_s2_nov+scale_words=1,m32l4_sx4p_m_gg_s2_nov"
+      G=m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov; N=m32l4_sx4p_m_gg_s2_nov
+      $L --tokens 256 --configs "$G,$G+fc2_ring=1,$G+fc2_ring=1+scale_words=1,$G"
+      $L --tokens 384 --configs "$N,$N+scale_words=1,$N+fc2_ring=1,$N+fc2_ring=1+scale_words=1,$N"
+      $L --shape qwen3-235b-a22b --tokens 256 --configs "$G,$G+fc2_ring=1+scale_words=1,$G"
       $L --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs \
         "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q,m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q+scale_words=1,m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q"
     } > $OUT/probe.jsonl 2>> $OUT/probe.err

@@ -189,9 +189,14 @@ def _word_selectors(cols):
 
 
 @gluon.jit
-def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
+def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr,
+           ST: gl.constexpr):
+    """The TMA copies of K step ``k`` into its stage: ``k % STAGES``, or ``ST`` where the caller knows it (>= 0)."""
     Q: gl.constexpr = BLOCK_K // 4
-    st = k % STAGES
+    if ST < 0:
+        st = k % STAGES
+    else:
+        st = ST
     mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 4 * a_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bars.index(st), w_smem.index(st))
     for p in gl.static_range(4):
@@ -201,12 +206,16 @@ def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.con
 @gluon.jit
 def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s, acc, acc2, q0, q1,
                  q2, q3, w_row, a_row, sel, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr,
-                 CHAINS: gl.constexpr, OVERLAP: gl.constexpr, SCALE_WORDS: gl.constexpr):
+                 CHAINS: gl.constexpr, OVERLAP: gl.constexpr, SCALE_WORDS: gl.constexpr, RING_ST: gl.constexpr):
     """K step ``k``: wait for its stage, dequantize its weight words into new planes, issue their 4 MMAs, retire the
     previous step's (planes ``q*``, the other register set), then refill the freed stage. Returns the accumulator,
-    this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
+    this step's planes (in flight), the retired planes and the next step's E8M0 bytes. ``RING_ST`` >= 0: the stage,
+    known at compile time (``RING``: one loop iteration per turn of the ring); -1: ``k % STAGES``."""
     Q: gl.constexpr = BLOCK_K // 4
-    st = k % STAGES
+    if RING_ST < 0:
+        st = k % STAGES
+    else:
+        st = RING_ST
     mbarrier.wait(bars.index(st), (k // STAGES) & 1)
     words = w_smem.index(st).load(a_layout)
     s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q, SCALE_WORDS)
@@ -215,7 +224,8 @@ def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, c
     # (without OVERLAP this step's too: one register set suffices, fewer registers, more programs per SM)
     acc, acc2, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4 * OVERLAP, deps=(acc, acc2, q0, q1, q2, q3))
     if k + STAGES - 1 < steps:
-        _issue(w_desc, a_desc, w_smem, x_smem, bars, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K)
+        _issue(w_desc, a_desc, w_smem, x_smem, bars, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K,
+               -1 if RING_ST < 0 else (RING_ST + STAGES - 1) % STAGES)
     return acc, acc2, p0, p1, p2, p3, q0, q1, q2, q3, s_next
 
 
@@ -223,7 +233,7 @@ def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, c
 def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                       stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, CHAINS: gl.constexpr, OVERLAP: gl.constexpr,
-                      SCALE_WORDS: gl.constexpr, num_warps: gl.constexpr):
+                      SCALE_WORDS: gl.constexpr, RING: gl.constexpr, num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -240,7 +250,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         steps = K // BLOCK_K
         for i in gl.static_range(STAGES - 1):
             if i < steps:
-                _issue(w_desc, a_desc, w_smem, x_smem, bars, i, w_row, a_row, STAGES, BLOCK_K)
+                _issue(w_desc, a_desc, w_smem, x_smem, bars, i, w_row, a_row, STAGES, BLOCK_K, -1)
         rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
         cols = gl.arange(0, Q, layout=gl.SliceLayout(0, a_layout))
         s_base = s_ptr + expert.to(gl.int64) * stride_se
@@ -252,17 +262,28 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         # Two register sets of planes, even steps in a*, odd steps in b*: an in-flight wgmma reads its A planes from
         # registers, and a set is written again only after the wait that retires its MMAs (``_planes_step``).
         a0, a1, a2, a3, b0, b1, b2, b3 = zero, zero, zero, zero, zero, zero, zero, zero
-        for k in range(0, steps - 1, 2):
-            acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
-                k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP, SCALE_WORDS)
-            acc, acc2, b0, b1, b2, b3, a0, a1, a2, a3, s_next = _planes_step(
-                k + 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                acc2, a0, a1, a2, a3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP, SCALE_WORDS)
-        if steps % 2 == 1:
-            acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
-                steps - 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
-                acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP, SCALE_WORDS)
+        if RING:  # without the overlap, K // BLOCK_K a multiple of STAGES (the launcher checks): constant stages
+            for k0 in range(0, steps, STAGES):
+                for i in gl.static_range(STAGES):
+                    acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
+                        k0 + i, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next,
+                        acc, acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
+                        SCALE_WORDS, i)
+        else:
+            for k in range(0, steps - 1, 2):
+                acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
+                    k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
+                    acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
+                    SCALE_WORDS, -1)
+                acc, acc2, b0, b1, b2, b3, a0, a1, a2, a3, s_next = _planes_step(
+                    k + 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
+                    acc2, a0, a1, a2, a3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
+                    SCALE_WORDS, -1)
+            if steps % 2 == 1:
+                acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
+                    steps - 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next,
+                    acc, acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
+                    SCALE_WORDS, -1)
         acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3 = warpgroup_mma_wait(
             num_outstanding=0, deps=(acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3))
         if CHAINS == 2:
@@ -279,7 +300,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
 def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int, slots: torch.Tensor,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor, grid_blocks: int,
                      *, block_n: int, block_t: int, stages: int, num_warps: int, chains: int = 1,
-                     overlap: bool = True, scale_words: bool = False) -> None:
+                     overlap: bool = True, scale_words: bool = False, ring: bool = False) -> None:
     """One ``_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``inter`` ``[positions, I]`` bf16 plane-major per 128-deep step (row stride a multiple of 8), ``w`` ``[E, H, I]``
     fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
@@ -287,7 +308,12 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     ``H % block_n == 0``. ``overlap=False`` waits for each step's MMAs before the next step's dequant (the same bits;
     fewer registers, so more programs per SM; session 28's 32-token gated defaults). ``scale_words=True`` reads the
     E8M0 bytes as one int32 per row and step (``_e8m0_word_factors``; the same factors, so the same bits; needs the
-    scales 4-byte aligned; session 28, not run on a GPU yet)."""
+    scales 4-byte aligned; session 28, not run on a GPU yet). ``ring=True`` (with ``overlap=False`` and I a multiple of
+    128 * ``stages``) runs one loop iteration per turn of the stage ring, so every stage index is a constant (the
+    same steps in the same order; session 28, not run on a GPU yet)."""
+    if ring and (overlap or w.shape[2] // GLUON_FC2_BLOCK_K % stages):
+        raise ValueError(f"launch_gluon_fc2: ring=True needs overlap=False and I ({w.shape[2]}) a multiple of 128 * "
+                         f"stages ({128 * stages})")
     experts, hidden, inner = w.shape
     q = GLUON_FC2_BLOCK_K // 4
     words = w.view(torch.uint8).view(experts * hidden, inner).view(torch.int32)
@@ -298,4 +324,4 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     _fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,
-        CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, num_warps=num_warps)
+        CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, RING=ring, num_warps=num_warps)

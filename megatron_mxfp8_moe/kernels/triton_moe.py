@@ -150,6 +150,11 @@ class TritonMoEConfig:
     # without overlap 812 -> 785, 64 x 16 two chains 764 -> 740, 128 x 64 1306 -> 1232; FC1 gated 64 x 32 without
     # overlap 1301 -> 1174, squared ReLU 128 x 32 ("_f1q") 1300 -> 1151. Needs a Gluon FC and 4-byte aligned scales.
     scale_words: bool = False
+    # Session 28 (prepared, not run on a GPU): the Gluon FC2 without the overlap runs one loop iteration per turn of
+    # its stage ring, so every stage index, shared-memory address and wgmma descriptor is a constant; the same steps in
+    # the same order, so the same bits. K-loop SASS per step (Triton 3.6): 64 x 32 two chains 406 -> 355, 128 x 32 654
+    # -> 619. Needs fc2_overlap=False and I a multiple of 128 * fc2_stages (checked per call).
+    fc2_ring: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -199,6 +204,10 @@ class TritonMoEConfig:
             raise ValueError("TritonMoEConfig: scale_words=True needs a Gluon FC1 or FC2 of the plane tiles (fc1_gluon / "
                              f"fc2_gluon, dequant 'sx4'); got fc1_gluon={self.fc1_gluon}, fc2_gluon={self.fc2_gluon}, "
                              f"dequant={self.dequant!r}")
+        if self.fc2_ring and not (self.fc2_gluon and not self.fc2_overlap and self.dequant == "sx4"):
+            raise ValueError("TritonMoEConfig: fc2_ring=True needs the Gluon FC2 of the plane tiles without the overlap "
+                             f"(fc2_gluon, fc2_overlap=False); got fc2_gluon={self.fc2_gluon}, "
+                             f"fc2_overlap={self.fc2_overlap}, dequant={self.dequant!r}")
         for flag, gluon, name in ((self.fc1_overlap, self.fc1_gluon, "fc1"), (self.fc2_overlap, self.fc2_gluon, "fc2")):
             if not flag and not gluon:
                 raise ValueError(f"TritonMoEConfig: {name}_overlap=False needs the Gluon {name.upper()} "
@@ -527,7 +536,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     same values in the same MMA order, hence the same bits (what the GPU tests and the race probe compare with), unless
     a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
-                                fc2_overlap=True, scale_words=False)
+                                fc2_overlap=True, scale_words=False, fc2_ring=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -1028,6 +1037,9 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         if inner % 128 or hidden % cfg.fc2_block_n:
             return MXFP8InputError(f"fc2_gluon: the FC2 stack {tuple(fc2.data.shape)} needs I % 128 == 0 and H % "
                                    f"fc2_block_n ({cfg.fc2_block_n}) == 0")
+        if cfg.fc2_ring and inner // 128 % cfg.fc2_stages:
+            return MXFP8InputError(f"fc2_ring: the FC2 stack {tuple(fc2.data.shape)} needs I a multiple of 128 * "
+                                   f"fc2_stages ({128 * cfg.fc2_stages})")
     for flag, name, weight in ((cfg.fc1_gluon, "fc1", fc1), (cfg.fc2_gluon, "fc2", fc2)):
         if flag and not (weight.data.is_contiguous() and weight.scale_bytes().is_contiguous()):
             return MXFP8InputError(f"{name}_gluon: the {name.upper()} stack and its scales must be contiguous (TMA "
@@ -1392,7 +1404,8 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
 
         launch_gluon_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                          block_t=cfg.block_t, stages=cfg.fc2_stages, num_warps=cfg.fc2_warps,
-                         chains=cfg.fc2_chains, overlap=cfg.fc2_overlap, scale_words=cfg.scale_words)
+                         chains=cfg.fc2_chains, overlap=cfg.fc2_overlap, scale_words=cfg.scale_words,
+                         ring=cfg.fc2_ring)
         return
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,

@@ -1214,3 +1214,16 @@ def test_scale_words_with_scales_above_2_pow_7_in_some_programs(activation, toke
     outs = _fp32_outputs((tile, _with_scale_words(tile)), x, probs, ids, fc1, fc2, activation, valid)
     assert torch.isfinite(outs[1]).all() and outs[1][: tokens - 1].abs().max() > 0
     assert torch.equal(outs[0], outs[1])
+
+
+# Session 28 (prepared; tools/gpu_next.sh s29a): the FC2 ring loop (``fc2_ring``: constant stage indices) runs the same
+# steps in the same order as the FC2 without the overlap, hence the same bits; with scale words too.
+@pytest.mark.parametrize("name,hidden,inter,tokens", [("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov", 2048, 768, 256),
+                                                      ("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov", 4096, 1536, 200),
+                                                      ("m32l4_sx4p_m_gg_s2_nov", 2048, 768, 384),
+                                                      ("m32l4_sx4p_m_gg_s2_nov", 4096, 1536, 300)])
+@pytest.mark.parametrize("scale_words", [False, True])
+def test_fc2_ring_keeps_the_bits(name, hidden, inter, tokens, scale_words):
+    """``fc2_ring`` (and ``scale_words``) on the main tile: bit-equal to the tile, within BOUND of float64."""
+    ring = dataclasses.replace(TILES[name], fc2_ring=True, scale_words=scale_words)
+    _assert_tiles_keep_bits(TILES[name], ring, (128, 8, hidden, inter, tokens), "swiglu")

@@ -91,7 +91,7 @@ def _words_desc(block_n: int, q: int):
                                                                                                   gl.int32))
 
 
-def _compile_fc2(block_n, block_t, stages, warps, chains, overlap, scale_words=False):
+def _compile_fc2(block_n, block_t, stages, warps, chains, overlap, scale_words=False, ring=False):
     """The Gluon FC2 compiled for sm_90: ``(ptx, sass)``."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -107,7 +107,7 @@ def _compile_fc2(block_n, block_t, stages, warps, chains, overlap, scale_words=F
                  slot_ptr="*bf16", sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N="i32",
                  K="i32", stride_se="i32", scale_tiles="i32", stride_slot="i32")
     constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=kernel.GLUON_FC2_BLOCK_K, STAGES=stages,
-                     CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, num_warps=warps)
+                     CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, RING=ring, num_warps=warps)
     return _compile_sm90(kernel._fc2_gluon_kernel, types, constants, warps, ("N", "K", "stride_se", "stride_slot"),
                          with_sass=True)
 
@@ -248,3 +248,20 @@ def test_gluon_scale_words_compile_to_fewer_instructions(kind, case):
     assert "min.u16x2" in ptx and "max.u16x2" in ptx
     assert "VIMNMX.U16x2" in sass
     assert _k_loop_instructions(sass) < _k_loop_instructions(sass_bytes)
+
+
+# Session 28 (prepared): the FC2 without the overlap, one loop iteration per turn of the stage ring (``RING``): every
+# stage index, shared-memory address and wgmma descriptor a constant
+@pytest.mark.parametrize("case", [(64, 32, 3, 4, 2, False), (128, 32, 3, 4, 1, False), (64, 16, 4, 4, 2, False)])
+@pytest.mark.parametrize("scale_words", [False, True])
+def test_gluon_fc2_ring_compiles_to_fewer_instructions(case, scale_words):
+    """With ``RING`` the K loop issues fewer SASS instructions per K step (its steps: the HGMMAs over 4 planes and
+    chains) than the loop with a stage index computed per step; no spills, no early register-A writes
+    (``_compile_sm90``), and each step's MMAs still retired before the next step's dequant."""
+    ptx, sass = _compile_fc2(*case, scale_words=scale_words, ring=True)
+    _, sass_plain = _compile_fc2(*case, scale_words=scale_words)
+    stages = case[2]
+    assert "wgmma.wait_group.sync.aligned 4;" not in ptx
+    per_step = _k_loop_instructions(sass) / stages
+    per_step_plain = _k_loop_instructions(sass_plain) / 2  # the plain loop holds two steps (the register sets)
+    assert per_step < per_step_plain, (per_step, per_step_plain)

@@ -496,6 +496,12 @@ def test_gluon_fc2_is_checked(monkeypatch):
     for base, bad in ((tile, dict(fc2_gluon=False)), (TILES["m32_f8_t16_s2_gf"], {})):  # the f8x2 FC2: no such form
         with pytest.raises(ValueError, match="scale_words=True needs a Gluon FC1 or FC2"):
             dataclasses.replace(base, scale_words=True, **bad)
+    # ... and the FC2's ring loop: the Gluon FC2 without the overlap only; I a multiple of 128 * stages per call
+    ring = dataclasses.replace(tile, fc2_overlap=False, fc2_ring=True, fc2_stages=3)
+    assert triton_moe.triton_form(ring) == triton_moe.triton_form(dataclasses.replace(tile, fc2_stages=3))
+    for bad in (dict(fc2_overlap=True), dict(fc2_gluon=False, fc2_overlap=True)):
+        with pytest.raises(ValueError, match="fc2_ring=True needs the Gluon FC2 of the plane tiles without"):
+            dataclasses.replace(ring, **bad)
     for name in ("s16k_sx4p_f4_g_s2_n64_c2_st4", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2"):  # "_f1q": a Gluon FC1, 128 rows
         assert not TILES[name].fc1_gluon
         assert TILES[name + "_f1q"] == dataclasses.replace(TILES[name], fc1_gluon=True, fc1_block_n=128,
@@ -522,6 +528,8 @@ def test_gluon_fc2_is_checked(monkeypatch):
         triton_mxfp8_moe(x, probs, ids, fc1, odd_scales, activation="squared_relu", valid_tokens=valid, config=words)
     with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):  # without scale words that stack is fine
         triton_mxfp8_moe(x, probs, ids, fc1, odd_scales, activation="squared_relu", valid_tokens=valid, config=tile)
+    with pytest.raises(MXFP8InputError, match=r"fc2_ring: .* needs I a multiple of 128 \* fc2_stages \(384\)"):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, config=ring)  # I 256: 2 steps
     # the tail tile of a pair is checked too
     with pytest.raises(MXFP8InputError, match="fc2_block_n"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid,
