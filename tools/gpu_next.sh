@@ -888,10 +888,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # compile) and the FC2 without the overlap with one loop iteration per ring turn (fc2_ring: constant stage
     # indices; 5-12% fewer instructions per step): the bit tests, then kernel probes (FC2 fields 6 / 7 = scale words /
     # ring, FC1 field 5 = scale words); the layer probes are s29c
-    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "scale_words or fc2_ring" > $OUT/tests.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests.log
-    grep -E "passed|failed|rc=|^FAILED" $OUT/tests.log | tail -8
+    moe_gpu_tests 240 "scale_words or fc2_ring"
     P="timeout 60 python3 bench/gluon_fc2_probe.py"
     { $P --block-t 32 --pairs 16 --gluon 64:3:4:2:0,64:3:4:2:0:1,64:3:4:2:0:0:1,64:3:4:2:0:1:1,128:3:4:1:0,128:3:4:1:0:1:1
       $P --block-t 16 --pairs 8 --gluon 64:4:4:2,64:4:4:2:1:1
