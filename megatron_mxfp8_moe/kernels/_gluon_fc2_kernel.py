@@ -189,14 +189,20 @@ def _word_selectors(cols):
 
 
 @gluon.jit
+def _stage(k, STAGES: gl.constexpr, ST: gl.constexpr):
+    """The ring stage of K step ``k``: ``k % STAGES``, or ``ST`` where the caller knows it at compile time (>= 0)."""
+    if ST < 0:
+        return k % STAGES
+    else:
+        return ST
+
+
+@gluon.jit
 def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr,
            ST: gl.constexpr):
-    """The TMA copies of K step ``k`` into its stage: ``k % STAGES``, or ``ST`` where the caller knows it (>= 0)."""
+    """The TMA copies of K step ``k`` into its stage (``_stage``)."""
     Q: gl.constexpr = BLOCK_K // 4
-    if ST < 0:
-        st = k % STAGES
-    else:
-        st = ST
+    st = _stage(k, STAGES, ST)
     mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 4 * a_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bars.index(st), w_smem.index(st))
     for p in gl.static_range(4):
@@ -212,10 +218,7 @@ def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, c
     this step's planes (in flight), the retired planes and the next step's E8M0 bytes. ``RING_ST`` >= 0: the stage,
     known at compile time (``RING``: one loop iteration per turn of the ring); -1: ``k % STAGES``."""
     Q: gl.constexpr = BLOCK_K // 4
-    if RING_ST < 0:
-        st = k % STAGES
-    else:
-        st = RING_ST
+    st = _stage(k, STAGES, RING_ST)
     mbarrier.wait(bars.index(st), (k // STAGES) & 1)
     words = w_smem.index(st).load(a_layout)
     s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q, SCALE_WORDS)
