@@ -45,11 +45,9 @@ def written_registers(insn: str) -> set:
     return {int(first.group(1)) + i for i in range(width)}
 
 
-def register_a_hazards(sass: str) -> list:
-    """``(hgmma, writer)`` pairs in the K loop (the shortest conditional backward branch around HGMMAs, walked as a
-    cycle so the next iteration counts): an instruction writing one of an HGMMA's 4 A registers before a
-    ``WARPGROUP.DEPBAR.LE gsb0, N`` with at least N groups committed after that HGMMA's group (PTX: reading or writing
-    a wgmma's A registers before the wait_group that retires it is undefined)."""
+def k_loop(sass: str) -> list:
+    """The instructions of the K loop in ``nvdisasm -c`` output: the shortest conditional backward branch around
+    HGMMAs, from its target label to the branch."""
     insns, labels = [], {}
     for line in sass.splitlines():
         if label := SASS_LABEL.match(line):
@@ -64,6 +62,15 @@ def register_a_hazards(sass: str) -> list:
             if any(i.startswith("HGMMA") for i in insns[start:end]) and (loop is None or end - start < len(loop)):
                 loop = insns[start:end + 1]
     assert loop is not None, "no K loop around the HGMMAs"
+    return loop
+
+
+def register_a_hazards(sass: str) -> list:
+    """``(hgmma, writer)`` pairs in the K loop (``k_loop``, walked as a cycle so the next iteration counts): an
+    instruction writing one of an HGMMA's 4 A registers before a ``WARPGROUP.DEPBAR.LE gsb0, N`` with at least N
+    groups committed after that HGMMA's group (PTX: reading or writing a wgmma's A registers before the wait_group
+    that retires it is undefined)."""
+    loop = k_loop(sass)
     found = []
     for i, hgmma in enumerate(loop):
         a_operand = re.match(r"HGMMA\.\S+\s+R\d+,\s+R(\d+),", hgmma)

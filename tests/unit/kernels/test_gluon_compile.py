@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 
-from megatron_mxfp8_moe.kernels.sass_hazards import disassemble, register_a_hazards, written_registers
+from megatron_mxfp8_moe.kernels.sass_hazards import disassemble, k_loop, register_a_hazards, written_registers
 
 gluon = pytest.importorskip("triton.experimental.gluon", reason="needs Triton's Gluon dialect")
 
@@ -217,20 +217,6 @@ def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
     _assert_barriers_fenced_after_init(ptx)
 
 
-def _k_loop_instructions(sass: str) -> int:
-    """SASS instructions in the K loop: the body of the conditional backward branch with the most HGMMAs."""
-    lines = sass.splitlines()
-    labels = {line.strip().rstrip(":"): i for i, line in enumerate(lines) if re.match(r"^\s*\.L_x_\d+:", line)}
-    best = (0, 0)
-    for i, line in enumerate(lines):
-        m = re.search(r"@!?P\d+\s+BRA\s+`\((\.L_x_\d+)\)", line)
-        if m and labels.get(m.group(1), i) < i:
-            body = lines[labels[m.group(1)]:i + 1]
-            best = max(best, (sum("HGMMA" in b for b in body), sum(bool(re.search(r"/\*[0-9a-f]+\*/\s+\S", b))
-                                                                    for b in body)))
-    return best[1]
-
-
 # Session 28 (prepared): the E8M0 bytes as one int32 per row and K step (``SCALE_WORDS``, ``_e8m0_word_factors``):
 # the FC2 of the 16- / 32-token defaults and of the 64-token tiles, the gated FC1 without the overlap and the
 # squared-ReLU "_f1q" FC1
@@ -247,7 +233,7 @@ def test_gluon_scale_words_compile_to_fewer_instructions(kind, case):
     assert "ld.global.b8" in ptx_bytes and "ld.global.b8" not in ptx
     assert "min.u16x2" in ptx and "max.u16x2" in ptx
     assert "VIMNMX.U16x2" in sass
-    assert _k_loop_instructions(sass) < _k_loop_instructions(sass_bytes)
+    assert len(k_loop(sass)) < len(k_loop(sass_bytes))
 
 
 # Session 28 (prepared): the FC2 without the overlap, one loop iteration per turn of the stage ring (``RING``): every
@@ -262,6 +248,6 @@ def test_gluon_fc2_ring_compiles_to_fewer_instructions(case, scale_words):
     _, sass_plain = _compile_fc2(*case, scale_words=scale_words)
     stages = case[2]
     assert "wgmma.wait_group.sync.aligned 4;" not in ptx
-    per_step = _k_loop_instructions(sass) / stages
-    per_step_plain = _k_loop_instructions(sass_plain) / 2  # the plain loop holds two steps (the register sets)
+    per_step = len(k_loop(sass)) / stages
+    per_step_plain = len(k_loop(sass_plain)) / 2  # the plain loop holds two steps (the register sets)
     assert per_step < per_step_plain, (per_step, per_step_plain)
