@@ -1143,14 +1143,10 @@ def test_two_chain_gluon_fc2_tiles_over_fresh_calls_and_graph_replay(base, token
     _graph_replay_of(lambda *shape: tile, tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
-# Session 27: the Gluon kernels' cross-word dequant (``_fp8x4_pair_planes``) with E8M0 bytes > 134 (the second scale
-# factor) in some programs.
-@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
-@pytest.mark.parametrize("tokens", [24, 48, 88, 200])
-def test_gluon_tiles_with_scales_above_2_pow_7_in_some_programs(activation, tokens):
-    """Some fc1 / fc2 row groups with E8M0 bytes > 134 (``_mixed_scale_layer``): the Gluon tile ``choose_config`` picks
-    (16-, 32- and 64-token blocks; Gluon FC1s gated and not) gives its Triton form's bits where that form keeps them,
-    else stays within BOUND of it; and the output is finite and nonzero."""
+def _mixed_scale_outputs(activation, tokens, configs_of):
+    """``choose_config``'s Gluon tile at ``tokens`` on a small layer with E8M0 bytes > 134 in some row groups
+    (``_mixed_scale_layer``), and the fp32 outputs (``_fp32_outputs``) of the reference and checked configurations
+    ``configs_of(tile)``; the checked output finite and nonzero on the valid rows."""
     experts, topk, hidden, inter = 8, 2, 512, 256
     gated = activation == "swiglu"
     tile = choose_config(tokens, hidden, inter, gated=gated, topk=topk, experts=experts, gluon=True)
@@ -1160,8 +1156,20 @@ def test_gluon_tiles_with_scales_above_2_pow_7_in_some_programs(activation, toke
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
     valid = torch.tensor([tokens - 1], device="cuda", dtype=torch.int32)
-    outs = _fp32_outputs((triton_form(tile), tile), x, probs, ids, fc1, fc2, activation, valid)
+    outs = _fp32_outputs(configs_of(tile), x, probs, ids, fc1, fc2, activation, valid)
     assert torch.isfinite(outs[1]).all() and outs[1][: tokens - 1].abs().max() > 0
+    return tile, outs
+
+
+# Session 27: the Gluon kernels' cross-word dequant (``_fp8x4_pair_planes``) with E8M0 bytes > 134 (the second scale
+# factor) in some programs.
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+@pytest.mark.parametrize("tokens", [24, 48, 88, 200])
+def test_gluon_tiles_with_scales_above_2_pow_7_in_some_programs(activation, tokens):
+    """Some fc1 / fc2 row groups with E8M0 bytes > 134 (``_mixed_scale_layer``): the Gluon tile ``choose_config`` picks
+    (16-, 32- and 64-token blocks; Gluon FC1s gated and not) gives its Triton form's bits where that form keeps them,
+    else stays within BOUND of it; and the output is finite and nonzero."""
+    tile, outs = _mixed_scale_outputs(activation, tokens, lambda tile: (triton_form(tile), tile))
     if same_bits_as_triton_form(tile):
         assert torch.equal(outs[0], outs[1])
     else:
@@ -1204,15 +1212,7 @@ def test_scale_words_keep_the_bits(activation, hidden, inter, tokens):
 def test_scale_words_with_scales_above_2_pow_7_in_some_programs(activation, tokens):
     """The scale-word factors with E8M0 bytes > 134 in some row groups (``_mixed_scale_layer``): bit-equal to the
     per-byte factors of the same Gluon tile (16-, 32- and 64-token blocks), finite and nonzero."""
-    experts, topk, hidden, inter = 8, 2, 512, 256
-    gated = activation == "swiglu"
-    tile = choose_config(tokens, hidden, inter, gated=gated, topk=topk, experts=experts, gluon=True)
-    fc1, fc2 = _mixed_scale_layer(experts, hidden, inter, wide=True, gated=gated)
-    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
-    probs, ids = random_routing(tokens, experts, topk, device="cuda")
-    valid = torch.tensor([tokens - 1], device="cuda", dtype=torch.int32)
-    outs = _fp32_outputs((tile, _with_scale_words(tile)), x, probs, ids, fc1, fc2, activation, valid)
-    assert torch.isfinite(outs[1]).all() and outs[1][: tokens - 1].abs().max() > 0
+    _, outs = _mixed_scale_outputs(activation, tokens, lambda tile: (tile, _with_scale_words(tile)))
     assert torch.equal(outs[0], outs[1])
 
 
