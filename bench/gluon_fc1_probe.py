@@ -43,9 +43,10 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=16, help="pairs per expert (one --block-t-token block each)")
     parser.add_argument("--block-t", type=int, default=32, choices=[16, 32, 64],
                         help="tokens per block; the Triton default tile of that width is the baseline")
-    parser.add_argument("--gluon", default="64:3:4", help="comma-separated block_n:stages:warps[:overlap[:scale_words]] "
-                        "of the Gluon runs (overlap 0: each step's MMAs waited for, session 27; scale_words 1: the "
-                        "E8M0 bytes read as one int32 per row and step, session 28)")
+    parser.add_argument("--gluon", default="64:3:4",
+                        help="comma-separated block_n:stages:warps[:overlap[:scale_words]] of the Gluon runs "
+                             "(overlap 0: each step's MMAs waited for, session 27; scale_words 1: the E8M0 bytes read "
+                             "as one int32 per row and step, session 28)")
     args = parser.parse_args()
     torch.manual_seed(0)
     e, topk, hidden, inner, bt = args.experts, args.topk, args.hidden, args.inter, args.block_t

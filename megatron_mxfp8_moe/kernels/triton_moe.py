@@ -146,9 +146,10 @@ class TritonMoEConfig:
     fc2_overlap: bool = True
     # Session 28 (prepared, not run on a GPU): the Gluon FC1 / FC2 read each row's 4 E8M0 bytes of a K step as one
     # int32 (per thread 2 loads per step instead of 8 byte loads and their address arithmetic) and build the two
-    # bf16x2 factors from it (``_e8m0_word_factors``); the same factors, so the same bits. SASS instructions in the K loop (Triton 3.6, CPU compile): FC2 64 x 32 two chains
-    # without overlap 812 -> 785, 64 x 16 two chains 764 -> 740, 128 x 64 1306 -> 1232; FC1 gated 64 x 32 without
-    # overlap 1301 -> 1174, squared ReLU 128 x 32 ("_f1q") 1300 -> 1151. Needs a Gluon FC and 4-byte aligned scales.
+    # bf16x2 factors from it (``_e8m0_word_factors``); the same factors, so the same bits. SASS instructions in the K
+    # loop (Triton 3.6, CPU compile): FC2 64 x 32 two chains without overlap 812 -> 785, 64 x 16 two chains 764 ->
+    # 740, 128 x 64 1306 -> 1232; FC1 gated 64 x 32 without overlap 1301 -> 1174, squared ReLU 128 x 32 ("_f1q") 1300
+    # -> 1151. Needs a Gluon FC and 4-byte aligned scales.
     scale_words: bool = False
     # Session 28 (prepared, not run on a GPU): the Gluon FC2 without the overlap runs one loop iteration per turn of
     # its stage ring, so every stage index, shared-memory address and wgmma descriptor is a constant; the same steps in
@@ -201,12 +202,12 @@ class TritonMoEConfig:
                              f"(fc2_gluon, dequant 'sx4'); got fc2_chains={self.fc2_chains}, "
                              f"fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
         if self.scale_words and (self.dequant == "f8x2" or not (self.fc1_gluon or self.fc2_gluon)):
-            raise ValueError("TritonMoEConfig: scale_words=True needs a Gluon FC1 or FC2 of the plane tiles (fc1_gluon / "
-                             f"fc2_gluon, dequant 'sx4'); got fc1_gluon={self.fc1_gluon}, fc2_gluon={self.fc2_gluon}, "
+            raise ValueError("TritonMoEConfig: scale_words=True needs a Gluon FC1 or FC2 of the plane tiles "
+                             f"(fc1_gluon / fc2_gluon, dequant 'sx4'); got fc1_gluon={self.fc1_gluon}, fc2_gluon={self.fc2_gluon}, "
                              f"dequant={self.dequant!r}")
         if self.fc2_ring and not (self.fc2_gluon and not self.fc2_overlap and self.dequant == "sx4"):
-            raise ValueError("TritonMoEConfig: fc2_ring=True needs the Gluon FC2 of the plane tiles without the overlap "
-                             f"(fc2_gluon, fc2_overlap=False); got fc2_gluon={self.fc2_gluon}, "
+            raise ValueError("TritonMoEConfig: fc2_ring=True needs the Gluon FC2 of the plane tiles without the "
+                             f"overlap (fc2_gluon, fc2_overlap=False); got fc2_gluon={self.fc2_gluon}, "
                              f"fc2_overlap={self.fc2_overlap}, dequant={self.dequant!r}")
         for flag, gluon, name in ((self.fc1_overlap, self.fc1_gluon, "fc1"), (self.fc2_overlap, self.fc2_gluon, "fc2")):
             if not flag and not gluon:

@@ -529,7 +529,8 @@ def test_gluon_fc2_is_checked(monkeypatch):
     with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):  # without scale words that stack is fine
         triton_mxfp8_moe(x, probs, ids, fc1, odd_scales, activation="squared_relu", valid_tokens=valid, config=tile)
     with pytest.raises(MXFP8InputError, match=r"fc2_ring: .* needs I a multiple of 128 \* fc2_stages \(384\)"):
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, config=ring)  # I 256: 2 steps
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid,
+                         config=ring)  # I 256: 2 steps
     # the tail tile of a pair is checked too
     with pytest.raises(MXFP8InputError, match="fc2_block_n"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid,
