@@ -8,7 +8,9 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
-#   bash tools/gpu_next.sh s29a     # for session 29 (run first): the scale words and the FC2 ring loop (scale_words /
+#   bash tools/gpu_next.sh s29d     # session 29, call 3: the "_sw" defaults (scale words): full benchmark, demo, bit
+#                                   # tests at 1024 tokens, race probe (squared ReLU 256, gated 384 / 1024)
+#   bash tools/gpu_next.sh s29a     # session 29, call 1 (planned as "run first"): the scale words and the FC2 ring loop (scale_words /
 #                                   # fc2_ring, same bits): GPU tests, kernel probes, layer probes
 #   bash tools/gpu_next.sh s29c     # for session 29, after s29a: layer probes of scale_words / fc2_ring on the defaults
 #   bash tools/gpu_next.sh s29b     # for session 29: what session 28 left (race probe of the squared-ReLU "_f1q" default at
@@ -882,6 +884,18 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s29d)
+    # session 29, call 3: choose_config's Gluon twins read their scales as words ("_sw", after calls 1-2 = s29a and
+    # s29c with its two cut ring tests): the full benchmark and the demo, then the scale-word bit tests at 1024 tokens
+    # (the 128-token tiles' Gluon tails; 64-640 passed in call 1) and the race probe (fresh inputs against the Triton
+    # form): squared ReLU 256 tokens (owed since session 28), SwiGLU 384 / 1024
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
+    moe_bench_and_demo 300 $OUT/log.txt
+    moe_gpu_tests 60 "scale_words_keep_the_bits and 1024"
+    { timeout 45 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 40 --cases 256:default
+      timeout 45 python3 bench/gluon_tail_race_probe.py --activation swiglu --reps 30 --cases 384:default,1024:default
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    cat $OUT/race.jsonl; tail -2 $OUT/race.err ;;
   s29a)
     # prepared in session 28 (for session 29, run first): the E8M0 bytes as one int32 per row and K step in the Gluon
     # kernels (scale_words; the same factors, so the same bits; 3-12% fewer SASS instructions in the K loops, CPU

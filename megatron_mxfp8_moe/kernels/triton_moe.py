@@ -607,6 +607,23 @@ TILES.update({f"{name}_nov": _no_overlap(TILES[name]) for name in (
 # the overlap 282.3 (30b 256).
 TILES.update({f"{name}_f1q": dataclasses.replace(TILES[name], **_GLUON_SQ_FC1_TILE, fc1_overlap=False) for name in (
     "s16k_sx4p_f4_g_s2_n64_c2_st4", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2")})
+# Session 29: "_sw", the tiles above with ``scale_words`` on every launch tile that runs a Gluon FC (main and tail):
+# a row's 4 E8M0 bytes of a 128-deep K step read as one int32, the same factors, so the same bits (GPU tests
+# ``test_scale_words_*``, run 32 call 1: choose_config's Gluon picks at 64 / 256 / 384 / 640 tokens (30b) and 200
+# (235b), both activations, and with E8M0 bytes > 134). Kernel probes (run 32 call 1, us, per-byte / words): gated FC1
+# at 32-token blocks 132.9 / 127.0 (30b), 477.4 / 457.2 (235b); squared-ReLU FC1 on 128 rows 133.0 / 125.3; FC2 (30b)
+# 64 rows two chains without the overlap 137.4 / 133.2, 128 rows at 64-token blocks 174.7 / 166.1. Layer probes (call
+# 2, 30b, us, tile / main tile with words / tile): SwiGLU 64 tokens 191.8 / 189.2 / 191.6, 256 211.7 / 208.2 / 212.2,
+# 384 230.8 / 222.1 / 233.8; squared ReLU 64 248.1 / 236.2 / 247.5, 256 279.8 / 285.7 / 283.5 (the one loss); 235b 256
+# tokens squared ReLU 1059.8 / 1039.2 / 1102.1. The FC2 ring loop (``fc2_ring``) gained nothing in the layer: SwiGLU
+# 256 tokens 211.9 (ring) and 208.4 (ring and words), 384 233.2 / 223.0; it stays opt-in.
+def _word_scaled(cfg: TritonMoEConfig) -> TritonMoEConfig:
+    """``cfg`` with ``scale_words`` on each launch tile (main, tail) that runs a Gluon FC."""
+    def words(tile: TritonMoEConfig) -> TritonMoEConfig:
+        return dataclasses.replace(tile, scale_words=True) if tile.fc1_gluon or tile.fc2_gluon else tile
+    return dataclasses.replace(words(cfg), tail=None if cfg.tail is None else words(cfg.tail))
+
+
 # Triton tile -> its Gluon twin, picked where H and I tile by 128 and GLUON_ENV allows it (``_tile``). Session 21
 # (run 24, bench/gluon_tail_race_probe.py, 150 fresh inputs per case bit-compared with the Triton form): every tile
 # with a 64-token Gluon kernel wrote one FC2 CTA's outputs (128 columns of every token of one block) as NaN in 3-5%
@@ -627,7 +644,8 @@ TILES.update({f"{name}_f1q": dataclasses.replace(TILES[name], **_GLUON_SQ_FC1_TI
 # twins gained nothing (run 25) until session 26's two-chain FC2 ("_c2", above): since then the 16- and 32-token
 # twins sum their FC2 on two chains (not the Triton forms' bits: ``same_bits_as_triton_form``), and the 32-token ones
 # are defaults too, except the gated tile without tails (16-28 pairs per expert), opt-in until session 28 took its
-# form without the step overlap ("_nov"); the gated 8-16 tile is "_nov" too since then.
+# form without the step overlap ("_nov"); the gated 8-16 tile is "_nov" too since then. Since session 29 every twin
+# reads its scales as words ("_sw", below).
 _GLUON_TWINS = {
     "s16k4_sx4p_m3_s2": "s16k4_sx4p_m3_g_s2_n64_c2_st4",
     "s16k_sx4_f4": "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q",
@@ -642,6 +660,8 @@ _GLUON_TWINS = {
     "l128m_sa_t64pu_s2": "l128m_sa_t64pu_s2_gt",
     "l128w_sa_t64p2_s2": "l128w_sa_t64p2_s2_gt",
 }
+TILES.update({f"{twin}_sw": _word_scaled(TILES[twin]) for twin in _GLUON_TWINS.values()})
+_GLUON_TWINS = {name: f"{twin}_sw" for name, twin in _GLUON_TWINS.items()}
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
 # Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
 # session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated

@@ -1188,31 +1188,33 @@ def test_tiles_without_the_overlap_keep_the_bits_of_the_tiles_with_it(name, hidd
     _assert_tiles_keep_bits(TILES[name], TILES[name + "_nov"], (128, 8, hidden, inter, tokens), "swiglu")
 
 
-def _with_scale_words(cfg):
-    """``cfg`` with ``scale_words`` on each launch tile that runs a Gluon FC (session 28)."""
-    def words(tile):
-        return dataclasses.replace(tile, scale_words=True) if tile.fc1_gluon or tile.fc2_gluon else tile
-    return dataclasses.replace(words(cfg), tail=None if cfg.tail is None else words(cfg.tail))
+def _per_byte_scales(cfg):
+    """``cfg`` (and its tail) reading the E8M0 scales byte by byte (``scale_words`` off)."""
+    return replace_launch_tiles(cfg, scale_words=False)
 
 
-# Session 28 (prepared; tools/gpu_next.sh s29a): the E8M0 bytes read as one int32 per row and K step give the same
-# factors, hence the same bits, on choose_config's Gluon picks (both shapes) and with E8M0 bytes > 134 in some programs.
+# Session 28 (run 32 call 1), choose_config's picks since session 29 (the "_sw" twins): the E8M0 bytes read as one
+# int32 per row and K step give the same factors, hence the same bits, on choose_config's Gluon picks (both shapes) and
+# with E8M0 bytes > 134 in some programs.
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
 @pytest.mark.parametrize("hidden,inter,tokens", [(2048, 768, 64), (2048, 768, 256), (2048, 768, 384),
-                                                 (2048, 768, 640), (4096, 1536, 200)])
+                                                 (2048, 768, 640), (2048, 768, 1024), (4096, 1536, 200)])
 def test_scale_words_keep_the_bits(activation, hidden, inter, tokens):
-    """``_with_scale_words(tile)`` is bit-equal to ``tile``, within BOUND of float64, every row written."""
+    """choose_config's Gluon pick (scale words on each Gluon launch tile) is bit-equal to its per-byte form, within
+    BOUND of float64, every row written."""
     tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=8, experts=128, gluon=True)
-    assert any(t.fc1_gluon or t.fc2_gluon for t in tile.launch_tiles)
-    _assert_tiles_keep_bits(tile, _with_scale_words(tile), (128, 8, hidden, inter, tokens), activation)
+    assert all(t.scale_words == (t.fc1_gluon or t.fc2_gluon) for t in tile.launch_tiles)
+    assert any(t.scale_words for t in tile.launch_tiles)
+    _assert_tiles_keep_bits(_per_byte_scales(tile), tile, (128, 8, hidden, inter, tokens), activation)
 
 
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
 @pytest.mark.parametrize("tokens", [24, 48, 88])
 def test_scale_words_with_scales_above_2_pow_7_in_some_programs(activation, tokens):
-    """The scale-word factors with E8M0 bytes > 134 in some row groups (``_mixed_scale_layer``): bit-equal to the
-    per-byte factors of the same Gluon tile (16-, 32- and 64-token blocks), finite and nonzero."""
-    _, outs = _mixed_scale_outputs(activation, tokens, lambda tile: (tile, _with_scale_words(tile)))
+    """The scale-word factors with E8M0 bytes > 134 in some row groups (``_mixed_scale_layer``): the Gluon pick
+    (16-, 32- and 64-token blocks) is bit-equal to its per-byte form, finite and nonzero."""
+    tile, outs = _mixed_scale_outputs(activation, tokens, lambda tile: (_per_byte_scales(tile), tile))
+    assert any(t.scale_words for t in tile.launch_tiles)
     assert torch.equal(outs[0], outs[1])
 
 

@@ -507,6 +507,13 @@ def test_gluon_fc2_is_checked(monkeypatch):
         assert TILES[name + "_f1q"] == dataclasses.replace(TILES[name], fc1_gluon=True, fc1_block_n=128,
                                                            fc1_block_k=128, fc1_stages=3, fc1_warps=4,
                                                            fc1_maxnreg=None, fc1_overlap=False)
+    # session 29's "_sw" twins: scale words on each Gluon launch tile, main and tail, nothing else changed
+    for name, twin in triton_moe._GLUON_TWINS.items():
+        assert twin.endswith("_sw"), name
+        assert triton_moe.triton_form(TILES[twin]) == triton_moe.triton_form(TILES[twin[:-3]]), name
+        assert triton_moe.replace_launch_tiles(TILES[twin], scale_words=False) == TILES[twin[:-3]], name
+        assert all(t.scale_words == (t.fc1_gluon or t.fc2_gluon) for t in TILES[twin].launch_tiles), name
+    assert TILES["l128m_sa_t64pu_s2_gt_sw"].tail.scale_words and not TILES["l128m_sa_t64pu_s2_gt_sw"].scale_words
     assert triton_moe.same_bits_as_triton_form(TILES["m32k_sx4p_f4_t16_g_s2_gt"])
     for name in ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", "s16k_sx4p_f4_g_s2_n64_c2_st4"):
         assert not triton_moe.same_bits_as_triton_form(TILES[name])
@@ -590,12 +597,12 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         assert triton_moe._gpu_tested_triton() is tested, version
         assert choose_config(640, 2048, 768, **shape).fc1_gluon is tested, version
         monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
-        assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2"]
+        assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2_sw"]
         monkeypatch.delenv(triton_moe.GLUON_ENV)
     triton_moe._gpu_tested_triton.cache_clear()
     monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)
-    assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov"]
-    assert choose_config(384, 2048, 768, **shape) is TILES["m32l4_sx4p_m_gg_s2_nov"]
+    assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw"]
+    assert choose_config(384, 2048, 768, **shape) is TILES["m32l4_sx4p_m_gg_s2_nov_sw"]
     for value, policy in (("1", "all"), ("on", "all"), ("TRUE", "all"), ("yes", "all"), ("all", "all"),
                           ("0", "off"), ("off", "off"), ("No", "off"), ("", "auto"), (" auto ", "auto")):
         monkeypatch.setenv(triton_moe.GLUON_ENV, value)
@@ -621,11 +628,11 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     assert not choose_config(256, 2048, 800, **shape).fc2_gluon  # I not a multiple of 128
     # 4 pairs per expert (the 16-token tiles), 40 (the 64-token tiles), 64 (the 128-token tiles' Gluon tails); from
     # 72 pairs per expert (the 128-token tiles with 32-token tails, the 256-token tiles) Triton only
-    assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4"]
-    assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q"]
-    assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2"]
-    assert choose_config(640, 2048, 768, **dict(shape, gated=False)) is TILES["l64k2_sx4p_f4_gq_s2"]
-    assert choose_config(1024, 2048, 768, **shape) is TILES["l128m_sa_t64pu_s2_gt"]
+    assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4_sw"]
+    assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw"]
+    assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2_sw"]
+    assert choose_config(640, 2048, 768, **dict(shape, gated=False)) is TILES["l64k2_sx4p_f4_gq_s2_sw"]
+    assert choose_config(1024, 2048, 768, **shape) is TILES["l128m_sa_t64pu_s2_gt_sw"]
     for rows in (1152, 2048, 4096):
         for gated in (True, False):
             tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
@@ -643,9 +650,9 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
                 assert any(t.fc1_gluon or t.fc2_gluon for t in choose_config(
                     rows, 2048, 800, **dict(shape, gated=gated)).launch_tiles) is False  # I not a multiple of 128
         assert choose_config(640, 2048, 768, **shape) is (TILES["l64_sx4p_mu_s2"] if value == "0" else
-                                                          TILES["l64_sx4p_mu_gg_s2"])
+                                                          TILES["l64_sx4p_mu_gg_s2_sw"])
         assert choose_config(640, 2048, 768, **shape, gluon=False) is TILES["l64_sx4p_mu_s2"]
-        assert choose_config(256, 2048, 768, **shape, gluon=True) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov"]
+        assert choose_config(256, 2048, 768, **shape, gluon=True) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw"]
     monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
     launched = []
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
