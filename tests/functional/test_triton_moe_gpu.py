@@ -978,7 +978,9 @@ def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, m
                                                     ("m32k_sx4p_f4_g_s2_n64_c2", 384, "squared_relu"),
                                                     ("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov", 200, "swiglu"),
                                                     ("m32l4_sx4p_m_gg_s2_nov", 384, "swiglu"),
-                                                    ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q", 256, "squared_relu")])
+                                                    ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q", 256, "squared_relu"),
+                                                    ("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw", 256, "swiglu"),
+                                                    ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw", 256, "squared_relu")])
 def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     """Gluon kernels on the main and the tail tile (the tail pair on the second stream) in one graph, replayed with
     new routing and valid-token counts: equal to eager, within BOUND of float64."""
