@@ -40,10 +40,11 @@ def main() -> None:
     parser.add_argument("--block-t", type=int, default=32, help="tokens per block (16 / 32 / 64: the tiles' widths)")
     parser.add_argument("--pairs", type=int, default=16, help="pairs per block")
     parser.add_argument("--gluon", default="64:3:4",
-                        help="comma-separated block_n:stages:warps[:chains[:overlap[:scale_words[:ring]]]] of the "
-                             "Gluon runs (chains 2: fc2_chains; overlap 0: each step's MMAs waited for, session 27; "
-                             "scale_words 1: the E8M0 bytes read as one int32 per row and step; ring 1: one loop "
-                             "iteration per turn of the stage ring, with overlap 0; session 28)")
+                        help="comma-separated block_n:stages:warps[:chains[:overlap[:scale_words[:ring[:one]]]]] of "
+                             "the Gluon runs (chains 2: fc2_chains; overlap 0: each step's MMAs waited for, session "
+                             "27; scale_words 1: the E8M0 bytes read as one int32 per row and step; ring 1: one loop "
+                             "iteration per turn of the stage ring, with overlap 0; session 28; one 1: one scale "
+                             "factor where a program's bytes are all below 128, with scale_words; session 29)")
     args = parser.parse_args()
     torch.manual_seed(0)
     e, n, k, bt = args.experts, args.hidden, args.inter, args.block_t
@@ -80,13 +81,14 @@ def main() -> None:
 
     def gluon_run(spec):
         fields = [int(v) for v in spec.split(":")]
-        block_n, stages, warps, chains, overlap, scale_words, ring = fields + [1, 1, 0, 0][len(fields) - 3:]
+        block_n, stages, warps, chains, overlap, scale_words, ring, one = fields + [1, 1, 0, 0, 0][len(fields) - 3:]
         planes = planes_of(h, 128)
         slots = torch.full((pairs, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         return (lambda: launch_gluon_fc2(planes, fc2.data, scales, scale_tiles, slots, sorted_pairs, block_expert,
                                          num_blocks, e, block_n=block_n, block_t=bt, stages=stages,
                                          num_warps=warps, chains=chains, overlap=bool(overlap),
-                                         scale_words=bool(scale_words), ring=bool(ring))), slots
+                                         scale_words=bool(scale_words), ring=bool(ring),
+                                         one_factor=bool(one))), slots
 
     runs = [("triton_k256", triton_fc2(256)), ("triton_k128", triton_fc2(128))]
     runs += [(f"gluon_k128_{spec}", gluon_run(spec)) for spec in args.gluon.split(",") if spec]

@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s30a     # for session 30 (run first): one scale factor where a program's E8M0 bytes are all
+#                                   # below 128 (the "_of" tiles; same bits): GPU tests, kernel probes, layer probes
 #   bash tools/gpu_next.sh s29d     # session 29, call 3: the "_sw" defaults (scale words): full benchmark, demo, bit
 #                                   # tests at 1024 tokens, race probe (squared ReLU 256, gated 384 / 1024)
 #   bash tools/gpu_next.sh s29a     # session 29, call 1 (planned as "run first"): the scale words and the FC2 ring loop (scale_words /
@@ -884,6 +886,45 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s30a)
+    # prepared in session 29 (for session 30, run first): fc1_one_factor / fc2_one_factor (one bf16 factor instead of
+    # two in every program whose E8M0 bytes are all below 128, decided once per program from all its scale words; the
+    # same bits; 13-19% fewer SASS instructions per K-loop iteration, CPU compile): bit tests and graph replays, then
+    # kernel probes (FC2 field 8, FC1 field 6 = one factor; each against the same kernel with scale words), then layer
+    # probes of the "_of" tiles against choose_config's picks (default first and last)
+    moe_gpu_tests 200 "one_factor or (replay_with_gluon_tails and _of)"
+    P="timeout 50 python3 bench/gluon_fc2_probe.py"
+    { $P --block-t 32 --pairs 16 --gluon 64:3:4:2:0:1,64:3:4:2:0:1:0:1,64:3:4:2:1:1,64:3:4:2:1:1:0:1,128:3:4:1:0:1,128:3:4:1:0:1:0:1
+      $P --block-t 16 --pairs 8 --gluon 64:4:4:2:1:1,64:4:4:2:1:1:0:1
+      $P --block-t 64 --pairs 48 --gluon 128:3:4:1:1:1,128:3:4:1:1:1:0:1
+    } > $OUT/fc2.jsonl 2> $OUT/fc2.err
+    F="timeout 50 python3 bench/gluon_fc1_probe.py"
+    { $F --hidden 2048 --inter 768 --activation swiglu --gluon 64:3:4:0:1,64:3:4:0:1:1
+      $F --hidden 4096 --inter 1536 --activation swiglu --gluon 64:3:4:0:1,64:3:4:0:1:1
+      $F --hidden 2048 --inter 1536 --activation squared_relu --gluon 128:3:4:0:1,128:3:4:0:1:1
+    } > $OUT/fc1.jsonl 2> $OUT/fc1.err
+    python3 -c "
+import json
+for f in ('fc1', 'fc2'):
+    for d in map(json.loads, open('$OUT/' + f + '.jsonl')):
+        print(f, d.get('hidden'), d.get('inter'), d.get('block_t'), d['us'])
+        print('  ', {k: v for k, v in d.items() if 'equals' in k})"
+    L="timeout 90 python3 bench/triton_moe_probe.py"
+    { for act in swiglu squared_relu; do
+        for t in 64 256; do
+          D=$(python3 -c "
+from megatron_mxfp8_moe.kernels.triton_moe import TILES, choose_config
+c = choose_config($t, 2048, 768, gated='$act' == 'swiglu', topk=8, experts=128, gluon=True)
+print(next(n for n, v in TILES.items() if v is c))")
+          $L --tokens $t --activation $act --configs "$D,${D}_of,$D,${D}_of"
+        done
+      done
+      N=m32l4_sx4p_m_gg_s2_nov_sw; Q=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw
+      $L --tokens 384 --configs "$N,${N}_of,$N,${N}_of"
+      $L --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs "$Q,${Q}_of,$Q,${Q}_of"
+    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    python3 -c "import json; [print(d.get('shape', '')[:10], d['activation'][:4], d['tokens'], d['config'][-50:], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
+    tail -2 $OUT/probe.err ;;
   s29d)
     # session 29, call 3: choose_config's Gluon twins read their scales as words ("_sw", after calls 1-2 = s29a and
     # s29c with its two cut ring tests): the full benchmark and the demo, then the scale-word bit tests at 1024 tokens

@@ -34,7 +34,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_fc2_kernel import _mma_step, _step_scales, _word_selectors, stage_barriers, wgmma_layout
+from ._gluon_fc2_kernel import (
+    _mma_step,
+    _scales_below_2_pow_1,
+    _step_scales,
+    _word_selectors,
+    stage_barriers,
+    wgmma_layout,
+)
 from ._triton_moe_kernel import _activate, _plane_cols
 
 GLUON_FC1_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 values per token
@@ -68,8 +75,9 @@ def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, w_row,
 def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows, cols,
               scale_tiles, sg, su, acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3, sel, GATED: gl.constexpr,
               STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr, OVERLAP: gl.constexpr,
-              SCALE_WORDS: gl.constexpr):
-    """K step ``k``: wait for its stage, dequantize its gate (and up) weight words into new planes, issue their MMAs,
+              SCALE_WORDS: gl.constexpr, ONE: gl.constexpr, one):
+    """K step ``k``: wait for its stage, dequantize its gate (and up) weight words into new planes (``ONE`` / ``one``:
+    ``_gluon_fc2_kernel._sx4_planes``), issue their MMAs,
     retire the previous step's (planes ``g*`` / ``u*``, the other register set), then refill the freed stage.
     Returns the accumulators, this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
     Q: gl.constexpr = BLOCK_K // 4
@@ -83,14 +91,17 @@ def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_ma
         su_next = _step_scales(s_base, rows + N_OUT, cols, nxt, scale_tiles, Q, SCALE_WORDS)
     r0, r1, r2, r3 = u0, u1, u2, u3
     if GATED:
-        acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g, sel, SCALE_WORDS)
-        acc_u, r0, r1, r2, r3 = _mma_step(wu_smem.index(st).load(a_layout), x_smem, st, su, acc_u, sel, SCALE_WORDS)
+        acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g, sel, SCALE_WORDS,
+                                          ONE, one)
+        acc_u, r0, r1, r2, r3 = _mma_step(wu_smem.index(st).load(a_layout), x_smem, st, su, acc_u, sel, SCALE_WORDS,
+                                          ONE, one)
         # the previous step's 8 MMAs are done past this wait (without OVERLAP this step's too): its stage and its
         # register planes are free
         acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3 = warpgroup_mma_wait(
             num_outstanding=8 * OVERLAP, deps=(acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3))
     else:
-        acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g, sel, SCALE_WORDS)
+        acc_g, p0, p1, p2, p3 = _mma_step(wg_smem.index(st).load(a_layout), x_smem, st, sg, acc_g, sel, SCALE_WORDS,
+                                          ONE, one)
         acc_g, g0, g1, g2, g3 = warpgroup_mma_wait(num_outstanding=4 * OVERLAP, deps=(acc_g, g0, g1, g2, g3))
     if k + STAGES - 1 < steps:
         _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k + STAGES - 1, w_row, N_OUT, GATED,
@@ -104,7 +115,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
                       GATED: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
                       X_LAYOUT: gl.constexpr, OVERLAP: gl.constexpr, SCALE_WORDS: gl.constexpr,
-                      num_warps: gl.constexpr):
+                      ONE_FACTOR: gl.constexpr, STEPS_P2: gl.constexpr, num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -142,6 +153,11 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
         if GATED:
             su_next = _step_scales(s_base, rows + N_OUT, cols, 0, scale_tiles, Q, SCALE_WORDS)
         sel = _word_selectors(cols)
+        one = False
+        if ONE_FACTOR:  # one factor where the program's bytes (gate and up rows) are all below 128, else two
+            one = _scales_below_2_pow_1(s_base, rows, steps, scale_tiles, STEPS_P2, num_warps)
+            if GATED:
+                one = one & _scales_below_2_pow_1(s_base, rows + N_OUT, steps, scale_tiles, STEPS_P2, num_warps)
         acc_g = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         acc_u = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         z = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
@@ -154,18 +170,18 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
              su_next) = _fc1_step(
                 k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
                 cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
-                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS)
+                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS, ONE_FACTOR, one)
             (acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, sg_next,
              su_next) = _fc1_step(
                 k + 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
                 cols, scale_tiles, sg_next, su_next, acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
-                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS)
+                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS, ONE_FACTOR, one)
         if steps % 2 == 1:
             (acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, sg_next,
              su_next) = _fc1_step(
                 steps - 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base,
                 rows, cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
-                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS)
+                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS, ONE_FACTOR, one)
         acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3 = \
             warpgroup_mma_wait(num_outstanding=0, deps=(acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
                                                         gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3))
@@ -183,14 +199,16 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                      inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                      num_blocks: torch.Tensor, grid_blocks: int, *, n_out: int, gated: bool, activation: int,
                      topk: int, block_n: int, block_t: int, stages: int, num_warps: int, plane_k2: int,
-                     overlap: bool = True, scale_words: bool = False) -> None:
+                     overlap: bool = True, scale_words: bool = False, one_factor: bool = False) -> None:
     """One ``_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``x_planes`` ``[R, Kp]`` bf16 plane-major per 128 (row stride a multiple of 8), ``w`` ``[E, N1, H]`` fp8
     contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
     ``inter`` ``[positions, >= n_out]`` bf16 written plane-major per ``plane_k2``; ``activation`` an ACT_* code.
     The caller checks ``H % 128 == 0`` and ``n_out % block_n == 0``. ``overlap=False`` waits for each step's MMAs
     before the next step's dequant, ``scale_words=True`` reads the E8M0 bytes as one int32 per row and step (both as
-    in ``launch_gluon_fc2``)."""
+    in ``launch_gluon_fc2``), and so does ``one_factor=True`` (with ``scale_words``)."""
+    if one_factor and not scale_words:
+        raise ValueError("launch_gluon_fc1: one_factor=True needs scale_words=True")
     experts, n1, hidden = w.shape
     q = GLUON_FC1_BLOCK_K // 4
     words = w.view(torch.uint8).view(experts * n1, hidden).view(torch.int32)
@@ -202,4 +220,5 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
         x_planes.stride(0), scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, GATED=gated,
         ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC1_BLOCK_K, STAGES=stages,
         PLANE_K2=plane_k2, X_LAYOUT=x_layout, OVERLAP=overlap,
-        SCALE_WORDS=scale_words, num_warps=num_warps)
+        SCALE_WORDS=scale_words, ONE_FACTOR=one_factor,
+        STEPS_P2=triton.next_power_of_2(hidden // GLUON_FC1_BLOCK_K) if one_factor else 1, num_warps=num_warps)

@@ -124,12 +124,64 @@ def _e8m0_word_factors(s, sel):
 
 
 @gluon.jit
-def _sx4_planes(words, s, sel, SCALE_WORDS: gl.constexpr):
+def _e8m0_word_factor(s, sel):
+    """``_e8m0_word_factors``' first factor alone, ``(s + 120) << 7`` (one ``prmt`` and one multiply-add per register
+    pair): the whole scale where the block's E8M0 byte is <= 134 (the second factor is then exactly 1). Session 29
+    (``ONE_FACTOR``): used where a program's bytes are all below 128 (``_scales_below_2_pow_1``)."""
+    return gl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 t;
+        prmt.b32 t, $1, 0, $3;
+        mad.lo.u32 $0, t, 128, 0x3C003C00;
+        }
+        """,
+        constraints="=r,r,r,r,r",
+        args=[s, sel],
+        dtype=gl.bfloat16,
+        is_pure=True,
+        pack=2,
+    )
+
+
+@gluon.jit
+def _scales_below_2_pow_1(s_base, rows, steps, scale_tiles, STEPS_P2: gl.constexpr, num_warps: gl.constexpr):
+    """Whether every E8M0 byte of rows ``rows`` (``[BLOCK_N]``, any layout) over the ``steps`` 128-deep K steps is
+    below 128 (scales at most 2 ** 0, as for any weights with |w| <= 448): all of them read as int32 words
+    (``_step_scales``' addresses, one word per row and step; ``STEPS_P2`` >= steps a power of two), one test of the
+    4 bytes' top bits per word, then a CTA-wide maximum (a scalar, the same in every thread). A conservative test of
+    ``_e8m0_word_factor``'s exactness (bytes <= 134)."""
+    CHUNK: gl.constexpr = 4 if STEPS_P2 > 4 else STEPS_P2  # steps per load tile (fewer live pointers)
+    layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 1], threads_per_warp=[32 // CHUNK, CHUNK],
+                                            warps_per_cta=[num_warps, 1], order=[1, 0])
+    r = gl.convert_layout(rows, gl.SliceLayout(1, layout))
+    k = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, layout))
+    base = (s_base + ((r // 128) * (scale_tiles * 512) + (r % 32) * 16 + ((r % 128) // 32) * 4)[:, None]
+            + k[None, :] * 512).to(gl.pointer_type(gl.int32), bitcast=True)
+    seen = gl.zeros([rows.shape[0], CHUNK], gl.int32, layout)
+    for c in gl.static_range(0, STEPS_P2, CHUNK):
+        seen = seen | gl.load(base + c * 128, mask=(k + c < steps)[None, :], other=0)
+    top = ((seen & -2139062144) != 0).to(gl.int32)  # -2139062144: 0x80808080, the 4 bytes' top bits
+    return gl.max(gl.max(top, axis=1), axis=0) == 0
+
+
+@gluon.jit
+def _sx4_planes(words, s, sel, SCALE_WORDS: gl.constexpr, ONE: gl.constexpr, one):
     """int32 words of 4 e4m3 bytes (A-operand layout) and their E8M0 bytes ``s`` (same shape and layout; with
     ``SCALE_WORDS`` the scale words and selectors of ``_e8m0_word_factors``) -> the 4 exact bf16 plane tiles (byte i
     in the i-th): the Triton kernel's "sx4" values (``_sx_factors``), ``(e4m3 * 2 ** -120) * lo * hi``, from
-    ``_fp8x4_pair_planes``."""
+    ``_fp8x4_pair_planes``. ``ONE`` (with ``SCALE_WORDS``, session 29): where the runtime scalar ``one`` holds (the
+    program's bytes all below 128), the first factor alone (``_e8m0_word_factor``; the second is then exactly 1, so
+    the same values), else both; a branch uniform over the program, outside the MMAs."""
     v0, v1, v2, v3 = _fp8x4_pair_planes(words)
+    if ONE:
+        if one:
+            f = _e8m0_word_factor(s, sel)
+            p0, p1, p2, p3 = v0 * f, v1 * f, v2 * f, v3 * f
+        else:
+            lo, hi = _e8m0_word_factors(s, sel)
+            p0, p1, p2, p3 = v0 * lo * hi, v1 * lo * hi, v2 * lo * hi, v3 * lo * hi
+        return p0, p1, p2, p3
     if SCALE_WORDS:
         lo, hi = _e8m0_word_factors(s, sel)
     else:
@@ -138,11 +190,11 @@ def _sx4_planes(words, s, sel, SCALE_WORDS: gl.constexpr):
 
 
 @gluon.jit
-def _mma_step(words, x_smem, st, s, acc, sel, SCALE_WORDS: gl.constexpr):
+def _mma_step(words, x_smem, st, s, acc, sel, SCALE_WORDS: gl.constexpr, ONE: gl.constexpr, one):
     """Dequantize one K step's weight words with their E8M0 bytes ``s`` and issue its 4 plane MMAs against stage
     ``st``'s token planes (asynchronous); returns the accumulator and the planes, which must stay alive until those
-    MMAs are waited for."""
-    p0, p1, p2, p3 = _sx4_planes(words, s, sel, SCALE_WORDS)
+    MMAs are waited for. ``ONE`` / ``one``: ``_sx4_planes``."""
+    p0, p1, p2, p3 = _sx4_planes(words, s, sel, SCALE_WORDS, ONE, one)
     acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc, is_async=True)
@@ -151,19 +203,20 @@ def _mma_step(words, x_smem, st, s, acc, sel, SCALE_WORDS: gl.constexpr):
 
 
 @gluon.jit
-def _mma_step_chains(words, x_smem, st, s, acc, acc2, sel, CHAINS: gl.constexpr, SCALE_WORDS: gl.constexpr):
+def _mma_step_chains(words, x_smem, st, s, acc, acc2, sel, CHAINS: gl.constexpr, SCALE_WORDS: gl.constexpr,
+                     ONE: gl.constexpr, one):
     """``_mma_step`` with ``CHAINS`` = 2 accumulators: planes 0-1 into ``acc``, 2-3 into ``acc2`` (summed after the K
     loop), so each step's MMAs form two dependent chains of half the length that the tensor cores can overlap
     (session 26: a single warpgroup's FC2 is bound by its one chain's latency). Not the Triton FC2's summation order,
     hence not its bits. ``CHAINS`` = 1: ``_mma_step`` (``acc2`` untouched)."""
     if CHAINS == 2:
-        p0, p1, p2, p3 = _sx4_planes(words, s, sel, SCALE_WORDS)
+        p0, p1, p2, p3 = _sx4_planes(words, s, sel, SCALE_WORDS, ONE, one)
         acc = warpgroup_mma(p0, x_smem.index(st * 4 + 0).permute((1, 0)), acc, is_async=True)
         acc2 = warpgroup_mma(p2, x_smem.index(st * 4 + 2).permute((1, 0)), acc2, is_async=True)
         acc = warpgroup_mma(p1, x_smem.index(st * 4 + 1).permute((1, 0)), acc, is_async=True)
         acc2 = warpgroup_mma(p3, x_smem.index(st * 4 + 3).permute((1, 0)), acc2, is_async=True)
     else:
-        acc, p0, p1, p2, p3 = _mma_step(words, x_smem, st, s, acc, sel, SCALE_WORDS)
+        acc, p0, p1, p2, p3 = _mma_step(words, x_smem, st, s, acc, sel, SCALE_WORDS, ONE, one)
     return acc, acc2, p0, p1, p2, p3
 
 
@@ -212,17 +265,20 @@ def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.con
 @gluon.jit
 def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s, acc, acc2, q0, q1,
                  q2, q3, w_row, a_row, sel, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr,
-                 CHAINS: gl.constexpr, OVERLAP: gl.constexpr, SCALE_WORDS: gl.constexpr, RING_ST: gl.constexpr):
+                 CHAINS: gl.constexpr, OVERLAP: gl.constexpr, SCALE_WORDS: gl.constexpr, RING_ST: gl.constexpr,
+                 ONE: gl.constexpr, one):
     """K step ``k``: wait for its stage, dequantize its weight words into new planes, issue their 4 MMAs, retire the
     previous step's (planes ``q*``, the other register set), then refill the freed stage. Returns the accumulator,
     this step's planes (in flight), the retired planes and the next step's E8M0 bytes. ``RING_ST`` >= 0: the stage,
-    known at compile time (``RING``: one loop iteration per turn of the ring); -1: ``k % STAGES``."""
+    known at compile time (``RING``: one loop iteration per turn of the ring); -1: ``k % STAGES``. ``ONE`` /
+    ``one``: ``_sx4_planes``."""
     Q: gl.constexpr = BLOCK_K // 4
     st = _stage(k, STAGES, RING_ST)
     mbarrier.wait(bars.index(st), (k // STAGES) & 1)
     words = w_smem.index(st).load(a_layout)
     s_next = _step_scales(s_base, rows, cols, gl.minimum(k + 1, steps - 1), scale_tiles, Q, SCALE_WORDS)
-    acc, acc2, p0, p1, p2, p3 = _mma_step_chains(words, x_smem, st, s, acc, acc2, sel, CHAINS, SCALE_WORDS)
+    acc, acc2, p0, p1, p2, p3 = _mma_step_chains(words, x_smem, st, s, acc, acc2, sel, CHAINS, SCALE_WORDS, ONE,
+                                                 one)
     # the previous step's 4 MMAs are done past this wait: its stage and its register planes are free
     # (without OVERLAP this step's too: one register set suffices, fewer registers, more programs per SM)
     acc, acc2, q0, q1, q2, q3 = warpgroup_mma_wait(num_outstanding=4 * OVERLAP, deps=(acc, acc2, q0, q1, q2, q3))
@@ -236,7 +292,8 @@ def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, c
 def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                       stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, CHAINS: gl.constexpr, OVERLAP: gl.constexpr,
-                      SCALE_WORDS: gl.constexpr, RING: gl.constexpr, num_warps: gl.constexpr):
+                      SCALE_WORDS: gl.constexpr, RING: gl.constexpr, ONE_FACTOR: gl.constexpr,
+                      STEPS_P2: gl.constexpr, num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -259,6 +316,9 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         s_base = s_ptr + expert.to(gl.int64) * stride_se
         s_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q, SCALE_WORDS)
         sel = _word_selectors(cols)
+        one = False
+        if ONE_FACTOR:  # one factor where the program's bytes are all below 128 (every step), else two
+            one = _scales_below_2_pow_1(s_base, rows, steps, scale_tiles, STEPS_P2, num_warps)
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         acc2 = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
@@ -271,22 +331,22 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
                     acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                         k0 + i, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next,
                         acc, acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
-                        SCALE_WORDS, i)
+                        SCALE_WORDS, i, ONE_FACTOR, one)
         else:
             for k in range(0, steps - 1, 2):
                 acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                     k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
                     acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
-                    SCALE_WORDS, -1)
+                    SCALE_WORDS, -1, ONE_FACTOR, one)
                 acc, acc2, b0, b1, b2, b3, a0, a1, a2, a3, s_next = _planes_step(
                     k + 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
                     acc2, a0, a1, a2, a3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
-                    SCALE_WORDS, -1)
+                    SCALE_WORDS, -1, ONE_FACTOR, one)
             if steps % 2 == 1:
                 acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                     steps - 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next,
                     acc, acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
-                    SCALE_WORDS, -1)
+                    SCALE_WORDS, -1, ONE_FACTOR, one)
         acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3 = warpgroup_mma_wait(
             num_outstanding=0, deps=(acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3))
         if CHAINS == 2:
@@ -303,7 +363,8 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
 def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int, slots: torch.Tensor,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor, grid_blocks: int,
                      *, block_n: int, block_t: int, stages: int, num_warps: int, chains: int = 1,
-                     overlap: bool = True, scale_words: bool = False, ring: bool = False) -> None:
+                     overlap: bool = True, scale_words: bool = False, ring: bool = False,
+                     one_factor: bool = False) -> None:
     """One ``_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``inter`` ``[positions, I]`` bf16 plane-major per 128-deep step (row stride a multiple of 8), ``w`` ``[E, H, I]``
     fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
@@ -313,7 +374,11 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     E8M0 bytes as one int32 per row and step (``_e8m0_word_factors``; the same factors, so the same bits; needs the
     scales 4-byte aligned; session 28, not run on a GPU yet). ``ring=True`` (with ``overlap=False`` and I a multiple of
     128 * ``stages``) runs one loop iteration per turn of the stage ring, so every stage index is a constant (the
-    same steps in the same order; session 28, not run on a GPU yet)."""
+    same steps in the same order; session 28). ``one_factor=True`` (with ``scale_words``): a program whose E8M0 bytes
+    are all below 128 (scales at most 1, as for any weights with |w| <= 448) multiplies by one factor instead of two
+    (``_sx4_planes``), the others by both; the same values, so the same bits (session 29, not run on a GPU yet)."""
+    if one_factor and not scale_words:
+        raise ValueError("launch_gluon_fc2: one_factor=True needs scale_words=True")
     if ring and (overlap or w.shape[2] // GLUON_FC2_BLOCK_K % stages):
         raise ValueError(f"launch_gluon_fc2: ring=True needs overlap=False and I ({w.shape[2]}) a multiple of 128 * "
                          f"stages ({128 * stages})")
@@ -327,4 +392,5 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     _fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,
-        CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, RING=ring, num_warps=num_warps)
+        CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, RING=ring, ONE_FACTOR=one_factor,
+        STEPS_P2=triton.next_power_of_2(inner // GLUON_FC2_BLOCK_K) if one_factor else 1, num_warps=num_warps)

@@ -45,32 +45,80 @@ def written_registers(insn: str) -> set:
     return {int(first.group(1)) + i for i in range(width)}
 
 
-def k_loop(sass: str) -> list:
-    """The instructions of the K loop in ``nvdisasm -c`` output: the shortest conditional backward branch around
-    HGMMAs, from its target label to the branch."""
+def k_loops(sass: str) -> list:
+    """The instructions of each K loop in ``nvdisasm -c`` output: every conditional backward branch around HGMMAs,
+    from its target label to the branch, that holds no shorter such loop (session 29: a kernel with one- and
+    two-factor K loops has two), in program order."""
     insns, labels = [], {}
     for line in sass.splitlines():
         if label := SASS_LABEL.match(line):
             labels[label.group(1)] = len(insns)
         elif insn := SASS_INSN.search(line):
             insns.append(insn.group(1).strip())
-    loop = None
+    spans = []
     for end, insn in enumerate(insns):
         branch = re.match(r"@!?P\d+\s+BRA\s+`\(\.(L_x_\d+)\)", insn)
         if branch and labels[branch.group(1)] < end:
             start = labels[branch.group(1)]
-            if any(i.startswith("HGMMA") for i in insns[start:end]) and (loop is None or end - start < len(loop)):
-                loop = insns[start:end + 1]
-    assert loop is not None, "no K loop around the HGMMAs"
-    return loop
+            if any(i.startswith("HGMMA") for i in insns[start:end]):
+                spans.append((start, end))
+    inner = [(a, b) for a, b in spans if not any((c, d) != (a, b) and a <= c and d <= b for c, d in spans)]
+    assert inner, "no K loop around the HGMMAs"
+    return [insns[a:b + 1] for a, b in sorted(inner)]
+
+
+def k_loop(sass: str) -> list:
+    """The shortest K loop (``k_loops``)."""
+    return min(k_loops(sass), key=len)
+
+
+def k_loop_paths(sass: str, marker: str = "HMUL2") -> tuple:
+    """``(fewest, most)``: the instructions one iteration of the shortest K loop (``k_loops``) executes along the
+    longest path with the fewest, and along the longest path with the most, ``marker`` instructions (conditional
+    forward branches taken or not, backward branches inside the loop not followed). Session 29: a loop whose dequant branches (one or two scale
+    factors) holds both branches, which its length counts; these count what one iteration runs."""
+    insns, labels = [], {}
+    for line in sass.splitlines():
+        if label := SASS_LABEL.match(line):
+            labels[label.group(1)] = len(insns)
+        elif insn := SASS_INSN.search(line):
+            insns.append(insn.group(1).strip())
+    loop = k_loop(sass)
+    start = next(i for i in range(len(insns)) if insns[i:i + len(loop)] == loop)
+    end = start + len(loop) - 1
+    best = {start: ((0, 0), (0, 0))}  # index -> ((marks, -length) fewest, (marks, length) most): the longest of each
+    for i in range(start, end + 1):
+        if i not in best:
+            continue
+        (f_marks, f_len), (m_marks, m_len) = best[i]
+        mark = int(insns[i].split()[0 if not insns[i].startswith("@") else 1].startswith(marker))
+        here = ((f_marks + mark, f_len - 1), (m_marks + mark, m_len + 1))
+        if i == end:
+            return -here[0][1], here[1][1]
+        branch = re.match(r"(@!?U?P\w+\s+)?BRA\s+`\(\.(L_x_\d+)\)", insns[i])
+        targets = [i + 1]
+        if branch:
+            target = labels[branch.group(2)]
+            targets = ([i + 1] if branch.group(1) else []) + ([target] if i < target <= end else [])
+        for j in targets:
+            old = best.get(j)
+            best[j] = here if old is None else (min(old[0], here[0]), max(old[1], here[1]))
+    raise AssertionError("the K loop's end is not reachable")
 
 
 def register_a_hazards(sass: str) -> list:
-    """``(hgmma, writer)`` pairs in the K loop (``k_loop``, walked as a cycle so the next iteration counts): an
+    """``(hgmma, writer)`` pairs in each K loop (``k_loops``, walked as a cycle so the next iteration counts): an
     instruction writing one of an HGMMA's 4 A registers before a ``WARPGROUP.DEPBAR.LE gsb0, N`` with at least N
     groups committed after that HGMMA's group (PTX: reading or writing a wgmma's A registers before the wait_group
     that retires it is undefined)."""
-    loop = k_loop(sass)
+    found = []
+    for loop in k_loops(sass):
+        found += _loop_hazards(loop)
+    return found
+
+
+def _loop_hazards(loop: list) -> list:
+    """``register_a_hazards`` in one K loop."""
     found = []
     for i, hgmma in enumerate(loop):
         a_operand = re.match(r"HGMMA\.\S+\s+R\d+,\s+R(\d+),", hgmma)

@@ -156,6 +156,16 @@ class TritonMoEConfig:
     # the same order, so the same bits. K-loop SASS per step (Triton 3.6): 64 x 32 two chains 406 -> 355, 128 x 32 654
     # -> 619. Needs fc2_overlap=False and I a multiple of 128 * fc2_stages (checked per call).
     fc2_ring: bool = False
+    # Session 29 (prepared, not run on a GPU): with ``scale_words``, a Gluon FC1 / FC2 program whose E8M0 bytes are all
+    # below 128 (scales at most 1: weights with |w| <= 448, every real weight stack) multiplies its planes by one
+    # factor instead of two (``_gluon_fc2_kernel._sx4_planes``; a branch uniform over the program, decided once from
+    # all its scale words before the K loop); the others by both. The second factor is then exactly 1: the same
+    # values, so the same bits. Instructions one K-loop iteration runs (``sass_hazards.k_loop_paths``, Triton 3.6):
+    # FC2 64 x 32 two chains 785 -> 678 (the two-factor path 788), 128 x 32 1235 -> 1015; FC1 gated 64 x 32 1174 ->
+    # 975, squared ReLU 128 x 32 1151 -> 931. Registers: FC2 unchanged or fewer; the 32-token FC1s 128 -> 141
+    # (gated) / 159 (squared ReLU), so fewer programs per SM.
+    fc1_one_factor: bool = False
+    fc2_one_factor: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -209,6 +219,11 @@ class TritonMoEConfig:
             raise ValueError("TritonMoEConfig: fc2_ring=True needs the Gluon FC2 of the plane tiles without the "
                              f"overlap (fc2_gluon, fc2_overlap=False); got fc2_gluon={self.fc2_gluon}, "
                              f"fc2_overlap={self.fc2_overlap}, dequant={self.dequant!r}")
+        for flag, gluon, name in ((self.fc1_one_factor, self.fc1_gluon, "fc1"),
+                                  (self.fc2_one_factor, self.fc2_gluon, "fc2")):
+            if flag and not (gluon and self.scale_words):
+                raise ValueError(f"TritonMoEConfig: {name}_one_factor=True needs the Gluon {name.upper()} with "
+                                 f"scale_words; got {name}_gluon={gluon}, scale_words={self.scale_words}")
         for flag, gluon, name in ((self.fc1_overlap, self.fc1_gluon, "fc1"), (self.fc2_overlap, self.fc2_gluon, "fc2")):
             if not flag and not gluon:
                 raise ValueError(f"TritonMoEConfig: {name}_overlap=False needs the Gluon {name.upper()} "
@@ -537,7 +552,8 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     same values in the same MMA order, hence the same bits (what the GPU tests and the race probe compare with), unless
     a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
-                                fc2_overlap=True, scale_words=False, fc2_ring=False)
+                                fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
+                                fc2_one_factor=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -662,6 +678,18 @@ _GLUON_TWINS = {
 }
 TILES.update({f"{twin}_sw": _word_scaled(TILES[twin]) for twin in _GLUON_TWINS.values()})
 _GLUON_TWINS = {name: f"{twin}_sw" for name, twin in _GLUON_TWINS.items()}
+
+
+def _one_factored(cfg: TritonMoEConfig) -> TritonMoEConfig:
+    """``cfg`` with ``fc1_one_factor`` / ``fc2_one_factor`` on each Gluon FC of each launch tile (scale words on)."""
+    def one(tile: TritonMoEConfig) -> TritonMoEConfig:
+        return dataclasses.replace(tile, fc1_one_factor=tile.fc1_gluon, fc2_one_factor=tile.fc2_gluon)
+    return dataclasses.replace(one(cfg), tail=None if cfg.tail is None else one(cfg.tail))
+
+
+# Session 29 (prepared, not run on a GPU; tools/gpu_next.sh s30a): "_of", the default twins with one scale factor
+# in every program whose E8M0 bytes are all below 128 (``fc1_one_factor`` / ``fc2_one_factor``; the same bits)
+TILES.update({f"{twin}_of": _one_factored(TILES[twin]) for twin in _GLUON_TWINS.values()})
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
 # Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
 # session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated
@@ -1408,7 +1436,8 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out, gated=activation.gated,
                          activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                          block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
-                         plane_k2=cfg.fc2_block_k, overlap=cfg.fc1_overlap, scale_words=cfg.scale_words)
+                         plane_k2=cfg.fc2_block_k, overlap=cfg.fc1_overlap, scale_words=cfg.scale_words,
+                         one_factor=cfg.fc1_one_factor)
     else:
         kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
             x, fc1.data, s1, inter, *route,
@@ -1426,7 +1455,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                          block_t=cfg.block_t, stages=cfg.fc2_stages, num_warps=cfg.fc2_warps,
                          chains=cfg.fc2_chains, overlap=cfg.fc2_overlap, scale_words=cfg.scale_words,
-                         ring=cfg.fc2_ring)
+                         ring=cfg.fc2_ring, one_factor=cfg.fc2_one_factor)
         return
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,

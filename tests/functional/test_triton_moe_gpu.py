@@ -980,7 +980,9 @@ def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, m
                                                     ("m32l4_sx4p_m_gg_s2_nov", 384, "swiglu"),
                                                     ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q", 256, "squared_relu"),
                                                     ("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw", 256, "swiglu"),
-                                                    ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw", 256, "squared_relu")])
+                                                    ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw", 256, "squared_relu"),
+                                                    ("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_of", 256, "swiglu"),
+                                                    ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_of", 256, "squared_relu")])
 def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     """Gluon kernels on the main and the tail tile (the tail pair on the second stream) in one graph, replayed with
     new routing and valid-token counts: equal to eager, within BOUND of float64."""
@@ -1217,6 +1219,33 @@ def test_scale_words_with_scales_above_2_pow_7_in_some_programs(activation, toke
     (16-, 32- and 64-token blocks) is bit-equal to its per-byte form, finite and nonzero."""
     tile, outs = _mixed_scale_outputs(activation, tokens, lambda tile: (_per_byte_scales(tile), tile))
     assert any(t.scale_words for t in tile.launch_tiles)
+    assert torch.equal(outs[0], outs[1])
+
+
+# Session 29 (prepared; tools/gpu_next.sh s30a): one scale factor in every program whose E8M0 bytes are all below 128
+# (the "_of" tiles: ``fc1_one_factor`` / ``fc2_one_factor`` on each Gluon FC); the second factor is then exactly 1, so
+# the same bits as choose_config's picks, on both shapes and where some programs hold bytes > 134 (those take both
+# factors).
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+@pytest.mark.parametrize("hidden,inter,tokens", [(2048, 768, 64), (2048, 768, 256), (2048, 768, 384),
+                                                 (2048, 768, 640), (2048, 768, 1024), (4096, 1536, 200)])
+def test_one_factor_keeps_the_bits(activation, hidden, inter, tokens):
+    """The "_of" form of choose_config's Gluon pick is bit-equal to the pick, within BOUND of float64, every row
+    written."""
+    tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=8, experts=128, gluon=True)
+    name = next(name for name, cfg in TILES.items() if cfg is tile)
+    assert any(t.fc1_one_factor or t.fc2_one_factor for t in TILES[name + "_of"].launch_tiles)
+    _assert_tiles_keep_bits(tile, TILES[name + "_of"], (128, 8, hidden, inter, tokens), activation)
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+@pytest.mark.parametrize("tokens", [24, 48, 88])
+def test_one_factor_with_scales_above_2_pow_7_in_some_programs(activation, tokens):
+    """E8M0 bytes > 134 in some row groups (``_mixed_scale_layer``): the one-factor form of the Gluon pick (those
+    programs on two factors, the others on one) is bit-equal to the pick, finite and nonzero."""
+    from megatron_mxfp8_moe.kernels import triton_moe as host
+
+    _, outs = _mixed_scale_outputs(activation, tokens, lambda tile: (tile, host._one_factored(tile)))
     assert torch.equal(outs[0], outs[1])
 
 

@@ -514,6 +514,19 @@ def test_gluon_fc2_is_checked(monkeypatch):
         assert triton_moe.replace_launch_tiles(TILES[twin], scale_words=False) == TILES[twin[:-3]], name
         assert all(t.scale_words == (t.fc1_gluon or t.fc2_gluon) for t in TILES[twin].launch_tiles), name
     assert TILES["l128m_sa_t64pu_s2_gt_sw"].tail.scale_words and not TILES["l128m_sa_t64pu_s2_gt_sw"].scale_words
+    # session 29's "_of" candidates: one factor on each Gluon FC of each launch tile, nothing else changed; the Triton
+    # form drops it; the flags need that FC in Gluon with scale words
+    for twin in triton_moe._GLUON_TWINS.values():
+        of = TILES[twin + "_of"]
+        assert triton_moe.replace_launch_tiles(of, fc1_one_factor=False, fc2_one_factor=False) == TILES[twin], twin
+        assert all((t.fc1_one_factor, t.fc2_one_factor) == (t.fc1_gluon, t.fc2_gluon) for t in of.launch_tiles), twin
+        assert triton_moe.triton_form(of) == triton_moe.triton_form(TILES[twin]), twin
+    sw = TILES["m32l4_sx4p_m_gg_s2_nov_sw"]
+    for bad, name in ((dict(scale_words=False), "fc2"), (dict(fc2_gluon=False, fc2_overlap=True), "fc2")):
+        with pytest.raises(ValueError, match=f"{name}_one_factor=True needs the Gluon {name.upper()} with scale_words"):
+            dataclasses.replace(sw, fc2_one_factor=True, **bad)
+    with pytest.raises(ValueError, match="fc1_one_factor=True needs the Gluon FC1 with scale_words"):
+        dataclasses.replace(TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4_sw"], fc1_one_factor=True)  # a Triton FC1
     assert triton_moe.same_bits_as_triton_form(TILES["m32k_sx4p_f4_t16_g_s2_gt"])
     for name in ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", "s16k_sx4p_f4_g_s2_n64_c2_st4"):
         assert not triton_moe.same_bits_as_triton_form(TILES[name])
