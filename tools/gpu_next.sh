@@ -208,6 +208,29 @@ tests_bench_demo() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
   moe_bench_and_demo "$bench" $OUT/log.txt
 }
+# kernel_probe_summary: the times and bit checks of $OUT/fc1.jsonl and $OUT/fc2.jsonl (bench/gluon_fc1_probe.py /
+# gluon_fc2_probe.py output)
+kernel_probe_summary() {
+  python3 -c "
+import json
+for f in ('fc1', 'fc2'):
+    for d in map(json.loads, open('$OUT/' + f + '.jsonl')):
+        print(f, d.get('hidden'), d.get('inter'), d.get('block_t'), d['us'])
+        print('  ', {k: v for k, v in d.items() if 'equals' in k})"
+}
+# layer_probe_summary WIDTH: one line per layer probe of $OUT/probe.jsonl (the config's last WIDTH characters), then
+# the end of $OUT/probe.err
+layer_probe_summary() {
+  python3 -c "import json; [print(d.get('shape', '')[:10], d['activation'][:4], d['tokens'], d['config'][-$1:], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
+  tail -2 $OUT/probe.err
+}
+# default_tile TOKENS ACTIVATION: the TILES name of choose_config's Gluon pick for qwen3-30b-a3b (top-8 of 128)
+default_tile() {
+  python3 -c "
+from megatron_mxfp8_moe.kernels.triton_moe import TILES, choose_config
+c = choose_config($1, 2048, 768, gated='$2' == 'swiglu', topk=8, experts=128, gluon=True)
+print(next(n for n, v in TILES.items() if v is c))"
+}
 case "${1:-}" in
   refit)
     timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
@@ -903,19 +926,11 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       $F --hidden 4096 --inter 1536 --activation swiglu --gluon 64:3:4:0:1,64:3:4:0:1:1
       $F --hidden 2048 --inter 1536 --activation squared_relu --gluon 128:3:4:0:1,128:3:4:0:1:1
     } > $OUT/fc1.jsonl 2> $OUT/fc1.err
-    python3 -c "
-import json
-for f in ('fc1', 'fc2'):
-    for d in map(json.loads, open('$OUT/' + f + '.jsonl')):
-        print(f, d.get('hidden'), d.get('inter'), d.get('block_t'), d['us'])
-        print('  ', {k: v for k, v in d.items() if 'equals' in k})"
+    kernel_probe_summary
     L="timeout 90 python3 bench/triton_moe_probe.py"
     { for act in swiglu squared_relu; do
         for t in 64 256; do
-          D=$(python3 -c "
-from megatron_mxfp8_moe.kernels.triton_moe import TILES, choose_config
-c = choose_config($t, 2048, 768, gated='$act' == 'swiglu', topk=8, experts=128, gluon=True)
-print(next(n for n, v in TILES.items() if v is c))")
+          D=$(default_tile $t $act)
           $L --tokens $t --activation $act --configs "$D,${D}_of,$D,${D}_of"
         done
       done
@@ -923,8 +938,7 @@ print(next(n for n, v in TILES.items() if v is c))")
       $L --tokens 384 --configs "$N,${N}_of,$N,${N}_of"
       $L --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs "$Q,${Q}_of,$Q,${Q}_of"
     } > $OUT/probe.jsonl 2>> $OUT/probe.err
-    python3 -c "import json; [print(d.get('shape', '')[:10], d['activation'][:4], d['tokens'], d['config'][-50:], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
-    tail -2 $OUT/probe.err ;;
+    layer_probe_summary 50 ;;
   s29d)
     # session 29, call 3: choose_config's Gluon twins read their scales as words ("_sw", after calls 1-2 = s29a and
     # s29c with its two cut ring tests): the full benchmark and the demo, then the scale-word bit tests at 1024 tokens
@@ -954,22 +968,14 @@ print(next(n for n, v in TILES.items() if v is c))")
       $F --hidden 4096 --inter 1536 --activation swiglu --gluon 64:3:4:0,64:3:4:0:1
       $F --hidden 2048 --inter 1536 --activation squared_relu --gluon 128:3:4:0,128:3:4:0:1
     } > $OUT/fc1.jsonl 2> $OUT/fc1.err
-    python3 -c "
-import json
-for f in ('fc1', 'fc2'):
-    for d in map(json.loads, open('$OUT/' + f + '.jsonl')):
-        print(f, d.get('hidden'), d.get('inter'), d.get('block_t'), d['us'])
-        print('  ', {k: v for k, v in d.items() if 'equals' in k})" ;;
+    kernel_probe_summary ;;
   s29c)
     # prepared in session 28 (for session 29, after s29a): layer probes of the scale words and the FC2 ring loop on the
     # defaults (main tile; default first and last)
     L="timeout 90 python3 bench/triton_moe_probe.py"
     { for act in swiglu squared_relu; do
         for t in 64 256; do
-          D=$(python3 -c "
-from megatron_mxfp8_moe.kernels.triton_moe import TILES, choose_config
-c = choose_config($t, 2048, 768, gated='$act' == 'swiglu', topk=8, experts=128, gluon=True)
-print(next(n for n, v in TILES.items() if v is c))")
+          D=$(default_tile $t $act)
           $L --tokens $t --activation $act --configs "$D,$D+scale_words=1,$D"
         done
       done

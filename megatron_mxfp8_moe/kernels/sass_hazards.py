@@ -45,16 +45,23 @@ def written_registers(insn: str) -> set:
     return {int(first.group(1)) + i for i in range(width)}
 
 
-def k_loops(sass: str) -> list:
-    """The instructions of each K loop in ``nvdisasm -c`` output: every conditional backward branch around HGMMAs,
-    from its target label to the branch, that holds no shorter such loop (session 29: a kernel with one- and
-    two-factor K loops has two), in program order."""
+def _instructions(sass: str) -> tuple:
+    """``(instructions, labels)`` of ``nvdisasm -c`` output: the instruction texts in order, and each label's index
+    into them."""
     insns, labels = [], {}
     for line in sass.splitlines():
         if label := SASS_LABEL.match(line):
             labels[label.group(1)] = len(insns)
         elif insn := SASS_INSN.search(line):
             insns.append(insn.group(1).strip())
+    return insns, labels
+
+
+def k_loops(sass: str) -> list:
+    """The instructions of each K loop in ``nvdisasm -c`` output: every conditional backward branch around HGMMAs,
+    from its target label to the branch, that holds no shorter such loop (session 29: a kernel with one- and
+    two-factor K loops has two), in program order."""
+    insns, labels = _instructions(sass)
     spans = []
     for end, insn in enumerate(insns):
         branch = re.match(r"@!?P\d+\s+BRA\s+`\(\.(L_x_\d+)\)", insn)
@@ -77,12 +84,7 @@ def k_loop_paths(sass: str, marker: str = "HMUL2") -> tuple:
     longest path with the fewest, and along the longest path with the most, ``marker`` instructions (conditional
     forward branches taken or not, backward branches inside the loop not followed). Session 29: a loop whose dequant branches (one or two scale
     factors) holds both branches, which its length counts; these count what one iteration runs."""
-    insns, labels = [], {}
-    for line in sass.splitlines():
-        if label := SASS_LABEL.match(line):
-            labels[label.group(1)] = len(insns)
-        elif insn := SASS_INSN.search(line):
-            insns.append(insn.group(1).strip())
+    insns, labels = _instructions(sass)
     loop = k_loop(sass)
     start = next(i for i in range(len(insns)) if insns[i:i + len(loop)] == loop)
     end = start + len(loop) - 1
