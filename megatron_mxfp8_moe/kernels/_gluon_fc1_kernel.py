@@ -77,9 +77,9 @@ def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_ma
               STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr, OVERLAP: gl.constexpr,
               SCALE_WORDS: gl.constexpr, ONE: gl.constexpr, one):
     """K step ``k``: wait for its stage, dequantize its gate (and up) weight words into new planes (``ONE`` / ``one``:
-    ``_gluon_fc2_kernel._sx4_planes``), issue their MMAs,
-    retire the previous step's (planes ``g*`` / ``u*``, the other register set), then refill the freed stage.
-    Returns the accumulators, this step's planes (in flight), the retired planes and the next step's E8M0 bytes."""
+    ``_gluon_fc2_kernel._sx4_planes``), issue their MMAs, retire the previous step's (planes ``g*`` / ``u*``, the
+    other register set), then refill the freed stage. Returns the accumulators, this step's planes (in flight), the
+    retired planes and the next step's E8M0 bytes."""
     Q: gl.constexpr = BLOCK_K // 4
     st = k % STAGES
     mbarrier.wait(bars.index(st), (k // STAGES) & 1)
