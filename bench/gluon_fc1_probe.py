@@ -44,10 +44,11 @@ def main() -> None:
     parser.add_argument("--block-t", type=int, default=32, choices=[16, 32, 64],
                         help="tokens per block; the Triton default tile of that width is the baseline")
     parser.add_argument("--gluon", default="64:3:4",
-                        help="comma-separated block_n:stages:warps[:overlap[:scale_words[:one]]] of the Gluon runs "
-                             "(overlap 0: each step's MMAs waited for, session 27; scale_words 1: the E8M0 bytes read "
-                             "as one int32 per row and step, session 28; one 1: one scale factor where a program's "
-                             "bytes are all below 128, with scale_words, session 29)")
+                        help="comma-separated block_n:stages:warps[:overlap[:scale_words[:one[:maxnreg]]]] of the "
+                             "Gluon runs (overlap 0: each step's MMAs waited for, session 27; scale_words 1: the E8M0 "
+                             "bytes read as one int32 per row and step, session 28; one 1: one scale factor where a "
+                             "program's bytes are all below 128, with scale_words; maxnreg: a register cap, 0 none; "
+                             "session 29)")
     args = parser.parse_args()
     torch.manual_seed(0)
     e, topk, hidden, inner, bt = args.experts, args.topk, args.hidden, args.inter, args.block_t
@@ -100,14 +101,15 @@ def main() -> None:
 
     def gluon_run(spec):
         fields = [int(v) for v in spec.split(":")]
-        block_n, stages, warps, overlap, scale_words, one = fields + [1, 0, 0][len(fields) - 3:]
+        block_n, stages, warps, overlap, scale_words, one, maxnreg = fields + [1, 0, 0, 0][len(fields) - 3:]
         planes = planes_of(x, 128)
         inter = torch.full((e * bt, inner), float("nan"), device="cuda", dtype=torch.bfloat16)
         return (lambda: launch_gluon_fc1(planes, fc1.data, scales, scale_tiles, inter, sorted_pairs, block_expert,
                                          num_blocks, e, n_out=inner, gated=gated, activation=act, topk=topk,
                                          block_n=block_n, block_t=bt, stages=stages, num_warps=warps,
                                          plane_k2=128, overlap=bool(overlap),
-                                         scale_words=bool(scale_words), one_factor=bool(one))), inter
+                                         scale_words=bool(scale_words), one_factor=bool(one),
+                                         maxnreg=maxnreg or None)), inter
 
     default = {16: "s16k4_sx4p_m3", 32: "m32l4_sx4p_m", 64: "l64_sx4p_mu"}[bt] if gated else \
         {32: "m32k_sx4p_f4", 64: "l64k2_sx4p_f4"}[bt]  # the 16-token squared-ReLU tile has no planes

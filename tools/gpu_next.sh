@@ -913,8 +913,8 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # prepared in session 29 (for session 30, run first): fc1_one_factor / fc2_one_factor (one bf16 factor instead of
     # two in every program whose E8M0 bytes are all below 128, decided once per program from all its scale words; the
     # same bits; 13-19% fewer SASS instructions per K-loop iteration, CPU compile): bit tests and graph replays, then
-    # kernel probes (FC2 field 8, FC1 field 6 = one factor; each against the same kernel with scale words), then layer
-    # probes of the "_of" tiles against choose_config's picks (default first and last)
+    # kernel probes (FC2 field 8, FC1 field 6 = one factor, FC1 field 7 a register cap; each against the same kernel
+    # with scale words), then layer probes of the "_of" tiles against choose_config's picks (alternating)
     moe_gpu_tests 200 "one_factor or (replay_with_gluon_tails and _of)"
     P="timeout 50 python3 bench/gluon_fc2_probe.py"
     { $P --block-t 32 --pairs 16 --gluon 64:3:4:2:0:1,64:3:4:2:0:1:0:1,64:3:4:2:1:1,64:3:4:2:1:1:0:1,128:3:4:1:0:1,128:3:4:1:0:1:0:1
@@ -924,7 +924,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     F="timeout 50 python3 bench/gluon_fc1_probe.py"
     { $F --hidden 2048 --inter 768 --activation swiglu --gluon 64:3:4:0:1,64:3:4:0:1:1
       $F --hidden 4096 --inter 1536 --activation swiglu --gluon 64:3:4:0:1,64:3:4:0:1:1
-      $F --hidden 2048 --inter 1536 --activation squared_relu --gluon 128:3:4:0:1,128:3:4:0:1:1
+      $F --hidden 2048 --inter 1536 --activation squared_relu --gluon 128:3:4:0:1,128:3:4:0:1:1,128:3:4:0:1:1:128
     } > $OUT/fc1.jsonl 2> $OUT/fc1.err
     kernel_probe_summary
     L="timeout 90 python3 bench/triton_moe_probe.py"

@@ -21,6 +21,8 @@ Layouts: x ``[R, Kp]`` bf16 plane-major per 128-deep K step (``planes_of``; row 
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -199,14 +201,16 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                      inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                      num_blocks: torch.Tensor, grid_blocks: int, *, n_out: int, gated: bool, activation: int,
                      topk: int, block_n: int, block_t: int, stages: int, num_warps: int, plane_k2: int,
-                     overlap: bool = True, scale_words: bool = False, one_factor: bool = False) -> None:
+                     overlap: bool = True, scale_words: bool = False, one_factor: bool = False,
+                     maxnreg: Optional[int] = None) -> None:
     """One ``_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``x_planes`` ``[R, Kp]`` bf16 plane-major per 128 (row stride a multiple of 8), ``w`` ``[E, N1, H]`` fp8
     contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
     ``inter`` ``[positions, >= n_out]`` bf16 written plane-major per ``plane_k2``; ``activation`` an ACT_* code.
     The caller checks ``H % 128 == 0`` and ``n_out % block_n == 0``. ``overlap=False`` waits for each step's MMAs
     before the next step's dequant, ``scale_words=True`` reads the E8M0 bytes as one int32 per row and step (both as
-    in ``launch_gluon_fc2``), and so does ``one_factor=True`` (with ``scale_words``)."""
+    in ``launch_gluon_fc2``), and so does ``one_factor=True`` (with ``scale_words``). ``maxnreg``: a register cap
+    (session 29: the squared-ReLU FC1 with one factor, 128)."""
     if one_factor and not scale_words:
         raise ValueError("launch_gluon_fc1: one_factor=True needs scale_words=True")
     experts, n1, hidden = w.shape
@@ -221,4 +225,5 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
         ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC1_BLOCK_K, STAGES=stages,
         PLANE_K2=plane_k2, X_LAYOUT=x_layout, OVERLAP=overlap,
         SCALE_WORDS=scale_words, ONE_FACTOR=one_factor,
-        STEPS_P2=triton.next_power_of_2(hidden // GLUON_FC1_BLOCK_K) if one_factor else 1, num_warps=num_warps)
+        STEPS_P2=triton.next_power_of_2(hidden // GLUON_FC1_BLOCK_K) if one_factor else 1, num_warps=num_warps,
+        **({} if maxnreg is None else dict(maxnreg=maxnreg)))

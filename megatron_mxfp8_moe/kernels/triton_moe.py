@@ -127,7 +127,8 @@ class TritonMoEConfig:
     # TMA, gathered token planes by cp.async; the same bits as the Triton FC1 at the same 128-deep K steps with
     # separate gate / up tiles). For the plane tiles ("sx4", ``planes``, ``fc1_block_k`` 128, ``fc1_gate_merge``
     # off); ``fc1_block_n`` (a multiple of 16 * ``fc1_warps``), ``fc1_stages`` and ``fc1_warps`` (4 or 8) are its
-    # tile. Shapes need H % 128 == 0 and n_out % fc1_block_n == 0; ``fc1_maxnreg`` is ignored.
+    # tile. Shapes need H % 128 == 0 and n_out % fc1_block_n == 0. ``fc1_maxnreg`` (session 29; no default Gluon tile
+    # sets it) caps its registers too.
     fc1_gluon: bool = False
     # Session 21: retire each ``tl.dot``'s wgmmas before the next dequant (an identity use of the accumulator after
     # the dot, MMA path only). Triton's pipelining otherwise leaves register-A wgmmas in flight while later code
@@ -690,6 +691,11 @@ def _one_factored(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # Session 29 (prepared, not run on a GPU; tools/gpu_next.sh s30a): "_of", the default twins with one scale factor
 # in every program whose E8M0 bytes are all below 128 (``fc1_one_factor`` / ``fc2_one_factor``; the same bits)
 TILES.update({f"{twin}_of": _one_factored(TILES[twin]) for twin in _GLUON_TWINS.values()})
+# ... the squared-ReLU "_f1q" FC1 (128 rows, no overlap) under a 128-register cap: 4 programs per SM as without one
+# factor (ptxas -v, Triton 3.6, 32-token blocks: 159 registers uncapped; capped 128 and no spills, one iteration 925
+# instructions against 1151 with scale words)
+for _twin in ("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw"):
+    TILES[f"{_twin}_of"] = dataclasses.replace(TILES[f"{_twin}_of"], fc1_maxnreg=128)
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
 # Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
 # session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated
@@ -1437,7 +1443,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
                          activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                          block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
                          plane_k2=cfg.fc2_block_k, overlap=cfg.fc1_overlap, scale_words=cfg.scale_words,
-                         one_factor=cfg.fc1_one_factor)
+                         one_factor=cfg.fc1_one_factor, maxnreg=cfg.fc1_maxnreg)
     else:
         kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
             x, fc1.data, s1, inter, *route,

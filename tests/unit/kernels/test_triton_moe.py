@@ -518,6 +518,9 @@ def test_gluon_fc2_is_checked(monkeypatch):
     # form drops it; the flags need that FC in Gluon with scale words
     for twin in triton_moe._GLUON_TWINS.values():
         of = TILES[twin + "_of"]
+        if "_f1q" in twin:  # the squared-ReLU Gluon FC1 with one factor under a 128-register cap
+            assert of.fc1_maxnreg == 128 and TILES[twin].fc1_maxnreg is None
+            of = dataclasses.replace(of, fc1_maxnreg=None)
         assert triton_moe.replace_launch_tiles(of, fc1_one_factor=False, fc2_one_factor=False) == TILES[twin], twin
         assert all((t.fc1_one_factor, t.fc2_one_factor) == (t.fc1_gluon, t.fc2_gluon) for t in of.launch_tiles), twin
         assert triton_moe.triton_form(of) == triton_moe.triton_form(TILES[twin]), twin
