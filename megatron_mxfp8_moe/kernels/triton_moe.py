@@ -158,9 +158,9 @@ class TritonMoEConfig:
     # -> 619. Needs fc2_overlap=False and I a multiple of 128 * fc2_stages (checked per call).
     fc2_ring: bool = False
     # Session 29 (prepared, not run on a GPU): with ``scale_words``, a Gluon FC1 / FC2 program whose E8M0 bytes are all
-    # below 128 (scales at most 1: weights with |w| <= 448, every real weight stack) multiplies its planes by one
-    # factor instead of two (``_gluon_fc2_kernel._sx4_planes``; a branch uniform over the program, decided once from
-    # all its scale words before the K loop); the others by both. The second factor is then exactly 1: the same
+    # below 128 (scales at most 1: weights with |w| <= 448; trained weights are far smaller) multiplies its planes by
+    # one factor instead of two (``_gluon_fc2_kernel._sx4_planes``; a branch uniform over the program, decided once
+    # from all its scale words before the K loop); the others by both. The second factor is then exactly 1: the same
     # values, so the same bits. Instructions one K-loop iteration runs (``sass_hazards.k_loop_paths``, Triton 3.6):
     # FC2 64 x 32 two chains 785 -> 678 (the two-factor path 788), 128 x 32 1235 -> 1015; FC1 gated 64 x 32 1174 ->
     # 975, squared ReLU 128 x 32 1151 -> 931. Registers: FC2 unchanged or fewer; the 32-token FC1s 128 -> 141
