@@ -57,11 +57,8 @@ def _instructions(sass: str) -> tuple:
     return insns, labels
 
 
-def k_loops(sass: str) -> list:
-    """The instructions of each K loop in ``nvdisasm -c`` output: every conditional backward branch around HGMMAs,
-    from its target label to the branch, that holds no shorter such loop (session 29: a kernel with one- and
-    two-factor K loops has two), in program order."""
-    insns, labels = _instructions(sass)
+def _k_loop_spans(insns: list, labels: dict) -> list:
+    """``(start, end)`` indices into ``insns`` of each K loop (``k_loops``), in program order."""
     spans = []
     for end, insn in enumerate(insns):
         branch = re.match(r"@!?P\d+\s+BRA\s+`\(\.(L_x_\d+)\)", insn)
@@ -71,7 +68,15 @@ def k_loops(sass: str) -> list:
                 spans.append((start, end))
     inner = [(a, b) for a, b in spans if not any((c, d) != (a, b) and a <= c and d <= b for c, d in spans)]
     assert inner, "no K loop around the HGMMAs"
-    return [insns[a:b + 1] for a, b in sorted(inner)]
+    return sorted(inner)
+
+
+def k_loops(sass: str) -> list:
+    """The instructions of each K loop in ``nvdisasm -c`` output: every conditional backward branch around HGMMAs,
+    from its target label to the branch, that holds no shorter such loop (session 29: a kernel with one- and
+    two-factor K loops has two), in program order."""
+    insns, labels = _instructions(sass)
+    return [insns[a:b + 1] for a, b in _k_loop_spans(insns, labels)]
 
 
 def k_loop(sass: str) -> list:
@@ -82,12 +87,11 @@ def k_loop(sass: str) -> list:
 def k_loop_paths(sass: str, marker: str = "HMUL2") -> tuple:
     """``(fewest, most)``: the instructions one iteration of the shortest K loop (``k_loops``) executes along the
     longest path with the fewest, and along the longest path with the most, ``marker`` instructions (conditional
-    forward branches taken or not, backward branches inside the loop not followed). Session 29: a loop whose dequant branches (one or two scale
-    factors) holds both branches, which its length counts; these count what one iteration runs."""
+    forward branches taken or not, backward branches inside the loop not followed). Session 29: a loop whose dequant
+    branches (one or two scale factors) holds both branches, which its length counts; these count what one
+    iteration runs."""
     insns, labels = _instructions(sass)
-    loop = k_loop(sass)
-    start = next(i for i in range(len(insns)) if insns[i:i + len(loop)] == loop)
-    end = start + len(loop) - 1
+    start, end = min(_k_loop_spans(insns, labels), key=lambda span: span[1] - span[0])
     best = {start: ((0, 0), (0, 0))}  # index -> ((marks, -length) fewest, (marks, length) most): the longest of each
     for i in range(start, end + 1):
         if i not in best:
