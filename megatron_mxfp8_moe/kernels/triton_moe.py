@@ -542,10 +542,14 @@ TILES.update({f"{name}_gf": dataclasses.replace(TILES[name], fc2_gluon=True, fc2
               for name in ("s16_f8_s2", "s16_f8q_s2", "m32_f8_t16_s2", "m32_f8q_t16_s2")})
 
 
+def map_launch_tiles(cfg: TritonMoEConfig, change) -> TritonMoEConfig:
+    """``cfg`` with ``change`` (a tile -> tile function) applied to it and to its tail tile (``launch_tiles``)."""
+    return dataclasses.replace(change(cfg), tail=None if cfg.tail is None else change(cfg.tail))
+
+
 def replace_launch_tiles(cfg: TritonMoEConfig, **changes) -> TritonMoEConfig:
     """``cfg`` with ``changes`` applied to it and to its tail tile (``launch_tiles``)."""
-    tail = None if cfg.tail is None else dataclasses.replace(cfg.tail, **changes)
-    return dataclasses.replace(cfg, tail=tail, **changes)
+    return map_launch_tiles(cfg, lambda tile: dataclasses.replace(tile, **changes))
 
 
 def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -636,9 +640,8 @@ TILES.update({f"{name}_f1q": dataclasses.replace(TILES[name], **_GLUON_SQ_FC1_TI
 # 256 tokens 211.9 (ring) and 208.4 (ring and words), 384 233.2 / 223.0; it stays opt-in.
 def _word_scaled(cfg: TritonMoEConfig) -> TritonMoEConfig:
     """``cfg`` with ``scale_words`` on each launch tile (main, tail) that runs a Gluon FC."""
-    def words(tile: TritonMoEConfig) -> TritonMoEConfig:
-        return dataclasses.replace(tile, scale_words=True) if tile.fc1_gluon or tile.fc2_gluon else tile
-    return dataclasses.replace(words(cfg), tail=None if cfg.tail is None else words(cfg.tail))
+    return map_launch_tiles(cfg, lambda tile: dataclasses.replace(tile, scale_words=True)
+                            if tile.fc1_gluon or tile.fc2_gluon else tile)
 
 
 # Triton tile -> its Gluon twin, picked where H and I tile by 128 and GLUON_ENV allows it (``_tile``). Session 21
@@ -683,9 +686,8 @@ _GLUON_TWINS = {name: f"{twin}_sw" for name, twin in _GLUON_TWINS.items()}
 
 def _one_factored(cfg: TritonMoEConfig) -> TritonMoEConfig:
     """``cfg`` with ``fc1_one_factor`` / ``fc2_one_factor`` on each Gluon FC of each launch tile (scale words on)."""
-    def one(tile: TritonMoEConfig) -> TritonMoEConfig:
-        return dataclasses.replace(tile, fc1_one_factor=tile.fc1_gluon, fc2_one_factor=tile.fc2_gluon)
-    return dataclasses.replace(one(cfg), tail=None if cfg.tail is None else one(cfg.tail))
+    return map_launch_tiles(cfg, lambda tile: dataclasses.replace(tile, fc1_one_factor=tile.fc1_gluon,
+                                                                  fc2_one_factor=tile.fc2_gluon))
 
 
 # Session 29 (prepared, not run on a GPU; tools/gpu_next.sh s30a): "_of", the default twins with one scale factor
