@@ -37,7 +37,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._triton_moe_kernel import _sx_factors
+from ._triton_moe_kernel import _scale_rows, _sx_factors
 
 GLUON_FC2_BLOCK_K = 128  # K per step: one 128-byte TMA row of weight words, 4 planes of 32 tokens' values
 
@@ -148,7 +148,7 @@ def _e8m0_word_factor(s, sel):
 def _scales_below_2_pow_1(s_base, rows, steps, scale_tiles, STEPS_P2: gl.constexpr, num_warps: gl.constexpr):
     """Whether every E8M0 byte of rows ``rows`` (``[BLOCK_N]``, any layout) over the ``steps`` 128-deep K steps is
     below 128 (scales at most 2 ** 0, as for any weights with |w| <= 448): all of them read as int32 words
-    (``_step_scales``' addresses, one word per row and step; ``STEPS_P2`` >= steps a power of two), one test of the
+    (``_scale_rows``, one word per row and step; ``STEPS_P2`` >= steps a power of two), one test of the
     4 bytes' top bits per word, then a CTA-wide maximum (a scalar, the same in every thread). A conservative test of
     ``_e8m0_word_factor``'s exactness (bytes <= 134)."""
     CHUNK: gl.constexpr = 4 if STEPS_P2 > 4 else STEPS_P2  # steps per load tile (fewer live pointers)
@@ -156,8 +156,8 @@ def _scales_below_2_pow_1(s_base, rows, steps, scale_tiles, STEPS_P2: gl.constex
                                             warps_per_cta=[num_warps, 1], order=[1, 0])
     r = gl.convert_layout(rows, gl.SliceLayout(1, layout))
     k = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, layout))
-    base = (s_base + ((r // 128) * (scale_tiles * 512) + (r % 32) * 16 + ((r % 128) // 32) * 4)[:, None]
-            + k[None, :] * 512).to(gl.pointer_type(gl.int32), bitcast=True)
+    base = (_scale_rows(s_base, r, scale_tiles)[:, None] + k[None, :] * 512).to(gl.pointer_type(gl.int32),
+                                                                               bitcast=True)
     seen = gl.zeros([rows.shape[0], CHUNK], gl.int32, layout)
     for c in gl.static_range(0, STEPS_P2, CHUNK):
         seen = seen | gl.load(base + c * 128, mask=(k + c < steps)[None, :], other=0)
