@@ -224,6 +224,20 @@ layer_probe_summary() {
   python3 -c "import json; [print(d.get('shape', '')[:10], d['activation'][:4], d['tokens'], d['config'][-$1:], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
   tail -2 $OUT/probe.err
 }
+# probe_picks SUFFIX...: layer probes (bench/triton_moe_probe.py) at 64 and 256 tokens, both activations, of
+# choose_config's pick D (default_tile) with each SUFFIX appended in turn ("" is D itself), appended to
+# $OUT/probe.jsonl
+probe_picks() {
+  local act t D s configs
+  for act in swiglu squared_relu; do
+    for t in 64 256; do
+      D=$(default_tile $t $act); configs=""
+      for s in "$@"; do configs="$configs,$D$s"; done
+      timeout 90 python3 bench/triton_moe_probe.py --tokens $t --activation $act --configs "${configs#,}" \
+        >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+  done
+}
 # default_tile TOKENS ACTIVATION: the TILES name of choose_config's Gluon pick for qwen3-30b-a3b (top-8 of 128)
 default_tile() {
   python3 -c "
@@ -927,17 +941,12 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       $F --hidden 2048 --inter 1536 --activation squared_relu --gluon 128:3:4:0:1,128:3:4:0:1:1,128:3:4:0:1:1:128
     } > $OUT/fc1.jsonl 2> $OUT/fc1.err
     kernel_probe_summary
+    probe_picks "" _of "" _of
     L="timeout 90 python3 bench/triton_moe_probe.py"
-    { for act in swiglu squared_relu; do
-        for t in 64 256; do
-          D=$(default_tile $t $act)
-          $L --tokens $t --activation $act --configs "$D,${D}_of,$D,${D}_of"
-        done
-      done
-      N=m32l4_sx4p_m_gg_s2_nov_sw; Q=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw
+    { N=m32l4_sx4p_m_gg_s2_nov_sw; Q=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw
       $L --tokens 384 --configs "$N,${N}_of,$N,${N}_of"
       $L --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs "$Q,${Q}_of,$Q,${Q}_of"
-    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    } >> $OUT/probe.jsonl 2>> $OUT/probe.err
     layer_probe_summary 50 ;;
   s29d)
     # session 29, call 3: choose_config's Gluon twins read their scales as words ("_sw", after calls 1-2 = s29a and
@@ -972,20 +981,15 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
   s29c)
     # prepared in session 28 (for session 29, after s29a): layer probes of the scale words and the FC2 ring loop on the
     # defaults (main tile; default first and last)
+    probe_picks "" +scale_words=1 ""
     L="timeout 90 python3 bench/triton_moe_probe.py"
-    { for act in swiglu squared_relu; do
-        for t in 64 256; do
-          D=$(default_tile $t $act)
-          $L --tokens $t --activation $act --configs "$D,$D+scale_words=1,$D"
-        done
-      done
-      G=m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov; N=m32l4_sx4p_m_gg_s2_nov
+    { G=m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov; N=m32l4_sx4p_m_gg_s2_nov
       $L --tokens 256 --configs "$G,$G+fc2_ring=1,$G+fc2_ring=1+scale_words=1,$G"
       $L --tokens 384 --configs "$N,$N+scale_words=1,$N+fc2_ring=1,$N+fc2_ring=1+scale_words=1,$N"
       $L --shape qwen3-235b-a22b --tokens 256 --configs "$G,$G+fc2_ring=1+scale_words=1,$G"
       $L --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs \
         "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q,m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q+scale_words=1,m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q"
-    } > $OUT/probe.jsonl 2>> $OUT/probe.err
+    } >> $OUT/probe.jsonl 2>> $OUT/probe.err
     python3 -c "import json; [print(d.get('shape', '')[:10], d['activation'][:4], d['tokens'], d['config'][-60:], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
     tail -2 $OUT/probe.err ;;
   s29b)
