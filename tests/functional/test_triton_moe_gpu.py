@@ -1192,6 +1192,12 @@ def test_tiles_without_the_overlap_keep_the_bits_of_the_tiles_with_it(name, hidd
     _assert_tiles_keep_bits(TILES[name], TILES[name + "_nov"], (128, 8, hidden, inter, tokens), "swiglu")
 
 
+# (hidden, intermediate, tokens) at which choose_config picks a Gluon tile of each kind: 16-, 32- (with and without
+# tails), 64- and 128-token tiles on qwen3-30b-a3b, the 32-token one on qwen3-235b-a22b
+_GLUON_PICK_CASES = [(2048, 768, 64), (2048, 768, 256), (2048, 768, 384), (2048, 768, 640), (2048, 768, 1024),
+                     (4096, 1536, 200)]
+
+
 def _per_byte_scales(cfg):
     """``cfg`` (and its tail) reading the E8M0 scales byte by byte (``scale_words`` off)."""
     return replace_launch_tiles(cfg, scale_words=False)
@@ -1201,8 +1207,7 @@ def _per_byte_scales(cfg):
 # int32 per row and K step give the same factors, hence the same bits, on choose_config's Gluon picks (both shapes) and
 # with E8M0 bytes > 134 in some programs.
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
-@pytest.mark.parametrize("hidden,inter,tokens", [(2048, 768, 64), (2048, 768, 256), (2048, 768, 384),
-                                                 (2048, 768, 640), (2048, 768, 1024), (4096, 1536, 200)])
+@pytest.mark.parametrize("hidden,inter,tokens", _GLUON_PICK_CASES)
 def test_scale_words_keep_the_bits(activation, hidden, inter, tokens):
     """choose_config's Gluon pick (scale words on each Gluon launch tile) is bit-equal to its per-byte form, within
     BOUND of float64, every row written."""
@@ -1227,8 +1232,7 @@ def test_scale_words_with_scales_above_2_pow_7_in_some_programs(activation, toke
 # the same bits as choose_config's picks, on both shapes and where some programs hold bytes > 134 (those take both
 # factors).
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
-@pytest.mark.parametrize("hidden,inter,tokens", [(2048, 768, 64), (2048, 768, 256), (2048, 768, 384),
-                                                 (2048, 768, 640), (2048, 768, 1024), (4096, 1536, 200)])
+@pytest.mark.parametrize("hidden,inter,tokens", _GLUON_PICK_CASES)
 def test_one_factor_keeps_the_bits(activation, hidden, inter, tokens):
     """The "_of" form of choose_config's Gluon pick is bit-equal to the pick, within BOUND of float64, every row
     written."""
