@@ -8,6 +8,9 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s30b     # session 30, call 2: where the defaults' time goes now (per-kernel profile at 64 /
+#                                   # 256 tokens, ncu of the squared-ReLU kernels at 64 / 256), race probe at 64 tokens,
+#                                   # graph replays of the defaults at 384-640 tokens
 #   bash tools/gpu_next.sh s30a     # for session 30 (run first): one scale factor where a program's E8M0 bytes are all
 #                                   # below 128 (the "_of" tiles; same bits): GPU tests, kernel probes, layer probes
 #   bash tools/gpu_next.sh s29d     # session 29, call 3: the "_sw" defaults (scale words): full benchmark, demo, bit
@@ -923,6 +926,31 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s30b)
+    # session 30, call 2 (after s30a: the one-factor tiles gave no layer gain): per-kernel CUDA times of choose_config's
+    # picks (torch profiler, eager), ncu (full set) of the squared-ReLU FC1 / FC2 launches at 64 and 256 tokens (30b),
+    # the race probe at 64 tokens (owed since session 29), graph replays of the defaults at 384 / 512 / 640 tokens
+    P="timeout 60 python3 bench/triton_moe_probe.py --profile"
+    { for act in squared_relu swiglu; do
+        for t in 64 256; do $P --tokens $t --activation $act --configs $(default_tile $t $act); done
+      done
+      $P --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs $(default_tile 256 squared_relu)
+    } > $OUT/profile.jsonl 2> $OUT/profile.err
+    python3 -c "import json; [print(d['shape'][:10], d['activation'][:4], d['tokens'], d['kernels_us']) for d in map(json.loads, open('$OUT/profile.jsonl'))]"
+    for t in 64 256; do
+      timeout ${NCU_TIMEOUT:-110} ncu --clock-control none --kernel-name regex:"_fc[12]_" \
+        --launch-skip $((t == 64 ? 2 : 4)) --launch-count $((t == 64 ? 2 : 4)) --set full --print-details all python3 \
+        bench/triton_moe_probe.py --tokens $t --activation squared_relu --configs $(default_tile $t squared_relu) \
+        --once > $OUT/ncu_sq$t.txt 2>&1
+      echo "ncu rc=$?" >> $OUT/ncu_sq$t.txt
+      grep -n "_kernel\|Duration\|DRAM Throughput\|Warp Cycles Per Issued\|Achieved Occupancy\|Registers Per\|Theoretical Occ\|Block Limit" \
+        $OUT/ncu_sq$t.txt | head -60
+    done
+    moe_gpu_tests 130 "default_gluon_tiles and (384 or 512 or 640)"
+    { timeout 45 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 40 --cases 64:default
+      timeout 45 python3 bench/gluon_tail_race_probe.py --activation swiglu --reps 40 --cases 64:default
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    cat $OUT/race.jsonl; tail -2 $OUT/race.err ;;
   s30a)
     # prepared in session 29 (for session 30, run first): fc1_one_factor / fc2_one_factor (one bf16 factor instead of
     # two in every program whose E8M0 bytes are all below 128, decided once per program from all its scale words; the

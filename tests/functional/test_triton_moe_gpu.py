@@ -989,7 +989,7 @@ def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
-@pytest.mark.parametrize("activation,tokens", [(a, t) for t in (64, 512, 640, 1024)
+@pytest.mark.parametrize("activation,tokens", [(a, t) for t in (64, 384, 512, 640, 1024)
                                                for a in ("swiglu", "squared_relu")])
 def test_cuda_graph_replay_with_the_default_gluon_tiles(activation, tokens, monkeypatch):
     """Session 23: the Gluon twins that ``choose_config`` picks by default (GLUON_ENV unset; 1.5-8 and 28-72 pairs
