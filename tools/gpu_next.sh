@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s30c     # session 30, call 3: each Gluon FC2 a programmatic dependent launch of its FC1 (the
+#                                   # "_pdl" tiles, same bits): layer probes, race probe, GPU tests
 #   bash tools/gpu_next.sh s30b     # session 30, call 2: where the defaults' time goes now (per-kernel profile at 64 /
 #                                   # 256 tokens, ncu of the squared-ReLU kernels at 64 / 256), race probe at 64 tokens,
 #                                   # graph replays of the defaults at 384-640 tokens
@@ -926,6 +928,20 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s30c)
+    # session 30, call 3: the "_pdl" tiles (fc2_pdl: the Gluon FC2 launched as a programmatic dependent of its FC1,
+    # weight copies and scales before griddepcontrol.wait, token planes after): layer probes of choose_config's picks
+    # against their "_pdl" form (alternating), the race probe (fresh inputs per call against the Triton form), then
+    # the bit tests and graph replays
+    probe_picks "" _pdl "" _pdl
+    layer_probe_summary 50
+    { for act in squared_relu swiglu; do
+        timeout 50 python3 bench/gluon_tail_race_probe.py --activation $act --reps 25 \
+          --cases 64:$(default_tile 64 $act)_pdl,256:$(default_tile 256 $act)_pdl
+      done
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    cat $OUT/race.jsonl; tail -2 $OUT/race.err
+    moe_gpu_tests 200 "dependent_launch or (replay_with_gluon_tails and _pdl)" ;;
   s30b)
     # session 30, call 2 (after s30a: the one-factor tiles gave no layer gain): per-kernel CUDA times of choose_config's
     # picks (torch profiler, eager), ncu (full set) of the squared-ReLU FC1 / FC2 launches at 64 and 256 tokens (30b),

@@ -41,6 +41,7 @@ from ._gluon_fc2_kernel import (
     _scales_below_2_pow_1,
     _step_scales,
     _word_selectors,
+    let_dependents_launch,
     stage_barriers,
     wgmma_layout,
 )
@@ -117,8 +118,11 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
                       GATED: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
                       X_LAYOUT: gl.constexpr, OVERLAP: gl.constexpr, SCALE_WORDS: gl.constexpr,
-                      ONE_FACTOR: gl.constexpr, STEPS_P2: gl.constexpr, num_warps: gl.constexpr):
+                      ONE_FACTOR: gl.constexpr, STEPS_P2: gl.constexpr, LAUNCH_DEPENDENTS: gl.constexpr,
+                      num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
+    if LAUNCH_DEPENDENTS:  # the FC2 behind it (a programmatic dependent launch) may start its programs now
+        let_dependents_launch()
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
@@ -202,7 +206,7 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                      num_blocks: torch.Tensor, grid_blocks: int, *, n_out: int, gated: bool, activation: int,
                      topk: int, block_n: int, block_t: int, stages: int, num_warps: int, plane_k2: int,
                      overlap: bool = True, scale_words: bool = False, one_factor: bool = False,
-                     maxnreg: Optional[int] = None) -> None:
+                     maxnreg: Optional[int] = None, launch_dependents: bool = False) -> None:
     """One ``_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``x_planes`` ``[R, Kp]`` bf16 plane-major per 128 (row stride a multiple of 8), ``w`` ``[E, N1, H]`` fp8
     contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
@@ -210,7 +214,8 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     The caller checks ``H % 128 == 0`` and ``n_out % block_n == 0``. ``overlap=False`` waits for each step's MMAs
     before the next step's dequant, ``scale_words=True`` reads the E8M0 bytes as one int32 per row and step (both as
     in ``launch_gluon_fc2``), and so does ``one_factor=True`` (with ``scale_words``). ``maxnreg``: a register cap
-    (session 29: the squared-ReLU FC1 with one factor, 128)."""
+    (session 29: the squared-ReLU FC1 with one factor, 128). ``launch_dependents=True``: each program lets the next
+    kernel of the stream start first (``let_dependents_launch``; the FC2 launched with ``pdl=True``)."""
     if one_factor and not scale_words:
         raise ValueError("launch_gluon_fc1: one_factor=True needs scale_words=True")
     experts, n1, hidden = w.shape
@@ -225,5 +230,6 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
         ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC1_BLOCK_K, STAGES=stages,
         PLANE_K2=plane_k2, X_LAYOUT=x_layout, OVERLAP=overlap,
         SCALE_WORDS=scale_words, ONE_FACTOR=one_factor,
-        STEPS_P2=triton.next_power_of_2(hidden // GLUON_FC1_BLOCK_K) if one_factor else 1, num_warps=num_warps,
+        STEPS_P2=triton.next_power_of_2(hidden // GLUON_FC1_BLOCK_K) if one_factor else 1,
+        LAUNCH_DEPENDENTS=launch_dependents, num_warps=num_warps,
         **({} if maxnreg is None else dict(maxnreg=maxnreg)))

@@ -263,6 +263,38 @@ def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.con
 
 
 @gluon.jit
+def _issue_weights(w_desc, a_desc, w_smem, bars, k, w_row, BLOCK_K: gl.constexpr):
+    """K step ``k``'s weight copy (a prologue step: stage ``k``), its stage expecting the token planes' bytes too
+    (``_issue_planes``)."""
+    Q: gl.constexpr = BLOCK_K // 4
+    mbarrier.expect(bars.index(k), w_desc.block_type.nbytes + 4 * a_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bars.index(k), w_smem.index(k))
+
+
+@gluon.jit
+def _issue_planes(a_desc, x_smem, bars, k, a_row, BLOCK_K: gl.constexpr):
+    """K step ``k``'s 4 token-plane copies (a prologue step: stage ``k``)."""
+    Q: gl.constexpr = BLOCK_K // 4
+    for p in gl.static_range(4):
+        tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K + p * Q], bars.index(k), x_smem.index(k * 4 + p))
+
+
+@gluon.jit
+def wait_for_prior_grid():
+    """``griddepcontrol.wait``: under a programmatic dependent launch, block until the previous kernel of the stream
+    has finished and its writes are visible (at once without one)."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def let_dependents_launch():
+    """``griddepcontrol.launch_dependents``: the next kernel of the stream, launched as a programmatic dependent, may
+    start its programs once every program of this one has passed here (they wait for this one's end themselves)."""
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
 def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s, acc, acc2, q0, q1,
                  q2, q3, w_row, a_row, sel, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr,
                  CHAINS: gl.constexpr, OVERLAP: gl.constexpr, SCALE_WORDS: gl.constexpr, RING_ST: gl.constexpr,
@@ -293,7 +325,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
                       stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, CHAINS: gl.constexpr, OVERLAP: gl.constexpr,
                       SCALE_WORDS: gl.constexpr, RING: gl.constexpr, ONE_FACTOR: gl.constexpr,
-                      STEPS_P2: gl.constexpr, num_warps: gl.constexpr):
+                      STEPS_P2: gl.constexpr, PDL: gl.constexpr, num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -310,7 +342,10 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         steps = K // BLOCK_K
         for i in gl.static_range(STAGES - 1):
             if i < steps:
-                _issue(w_desc, a_desc, w_smem, x_smem, bars, i, w_row, a_row, STAGES, BLOCK_K, -1)
+                if PDL:  # the weights now; the token planes (the FC1's output) once the FC1 is done
+                    _issue_weights(w_desc, a_desc, w_smem, bars, i, w_row, BLOCK_K)
+                else:
+                    _issue(w_desc, a_desc, w_smem, x_smem, bars, i, w_row, a_row, STAGES, BLOCK_K, -1)
         rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
         cols = gl.arange(0, Q, layout=gl.SliceLayout(0, a_layout))
         s_base = s_ptr + expert.to(gl.int64) * stride_se
@@ -319,6 +354,11 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         one = False
         if ONE_FACTOR:  # one factor where the program's bytes are all below 128 (every step), else two
             one = _scales_below_2_pow_1(s_base, rows, steps, scale_tiles, STEPS_P2, num_warps)
+        if PDL:
+            wait_for_prior_grid()
+            for i in gl.static_range(STAGES - 1):
+                if i < steps:
+                    _issue_planes(a_desc, x_smem, bars, i, a_row, BLOCK_K)
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         acc2 = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)
@@ -364,7 +404,7 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor, grid_blocks: int,
                      *, block_n: int, block_t: int, stages: int, num_warps: int, chains: int = 1,
                      overlap: bool = True, scale_words: bool = False, ring: bool = False,
-                     one_factor: bool = False) -> None:
+                     one_factor: bool = False, pdl: bool = False) -> None:
     """One ``_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``inter`` ``[positions, I]`` bf16 plane-major per 128-deep step (row stride a multiple of 8), ``w`` ``[E, H, I]``
     fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
@@ -376,7 +416,10 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     128 * ``stages``) runs one loop iteration per turn of the stage ring, so every stage index is a constant (the
     same steps in the same order; session 28). ``one_factor=True`` (with ``scale_words``): a program whose E8M0 bytes
     are all below 128 (scales at most 1, as for any weights with |w| <= 448) multiplies by one factor instead of two
-    (``_sx4_planes``), the others by both; the same values, so the same bits (session 29, not run on a GPU yet)."""
+    (``_sx4_planes``), the others by both; the same values, so the same bits (session 29). ``pdl=True`` launches it
+    as a programmatic dependent of the stream's previous kernel (the FC1, which lets it start early:
+    ``let_dependents_launch``): each program issues its prologue's weight copies and loads its scales, then waits for
+    the FC1 to finish (``wait_for_prior_grid``) before the token planes' copies; the same bits (session 30)."""
     if one_factor and not scale_words:
         raise ValueError("launch_gluon_fc2: one_factor=True needs scale_words=True")
     if ring and (overlap or w.shape[2] // GLUON_FC2_BLOCK_K % stages):
@@ -393,4 +436,5 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,
         CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, RING=ring, ONE_FACTOR=one_factor,
-        STEPS_P2=triton.next_power_of_2(inner // GLUON_FC2_BLOCK_K) if one_factor else 1, num_warps=num_warps)
+        STEPS_P2=triton.next_power_of_2(inner // GLUON_FC2_BLOCK_K) if one_factor else 1, PDL=pdl,
+        num_warps=num_warps, launch_pdl=pdl)

@@ -17,6 +17,7 @@ without ``direct``): route (block_t 1) + ``_fc1_routed_gemv_kernel`` + ``_fc2_ro
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
 # Activation codes (keep in sync with ``_ACTIVATION_CODE`` in triton_moe.py).
 ACT_SWIGLU = tl.constexpr(0)
@@ -823,8 +824,11 @@ def _fc1_kernel(
     GATE_MERGE: tl.constexpr = False,  # gated: gate and up rows in one MMA tile (``_fc1_tile``)
     X_PLANES: tl.constexpr = False,  # x rows plane-major per BLOCK_K step (``_load_planes``; "sx4" tiles)
     PLANE_K2: tl.constexpr = 0,  # > 0: inter rows written plane-major per PLANE_K2-deep step of FC2 (``_plane_cols``)
+    LAUNCH_DEPENDENTS: tl.constexpr = False,  # let the next kernel (a programmatic dependent launch) start now
 ):
     """FC1 + activation for one ``[BLOCK_N, BLOCK_T]`` tile of ``inter^T``; tokens gathered by pair index."""
+    if LAUNCH_DEPENDENTS:
+        gdc_launch_dependents()
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
     if pid_b < tl.load(num_blocks_ptr):

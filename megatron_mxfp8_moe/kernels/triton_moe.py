@@ -167,6 +167,11 @@ class TritonMoEConfig:
     # (gated) / 159 (squared ReLU), so fewer programs per SM.
     fc1_one_factor: bool = False
     fc2_one_factor: bool = False
+    # Session 30 (run 33): the Gluon FC2 as a programmatic dependent launch (PDL) of the FC1 before it. The FC1's
+    # programs let it start at once (``griddepcontrol.launch_dependents``), so FC2 programs take the SMs that the
+    # FC1's last wave frees, issue their first stages' weight copies and load their scales, and wait for the FC1's end
+    # (``griddepcontrol.wait``: its writes visible) before copying its output. The same arithmetic, so the same bits.
+    fc2_pdl: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -225,6 +230,9 @@ class TritonMoEConfig:
             if flag and not (gluon and self.scale_words):
                 raise ValueError(f"TritonMoEConfig: {name}_one_factor=True needs the Gluon {name.upper()} with "
                                  f"scale_words; got {name}_gluon={gluon}, scale_words={self.scale_words}")
+        if self.fc2_pdl and not (self.fc2_gluon and self.dequant == "sx4"):
+            raise ValueError("TritonMoEConfig: fc2_pdl=True needs the Gluon FC2 of the plane tiles (fc2_gluon, "
+                             f"dequant 'sx4'); got fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
         for flag, gluon, name in ((self.fc1_overlap, self.fc1_gluon, "fc1"), (self.fc2_overlap, self.fc2_gluon, "fc2")):
             if not flag and not gluon:
                 raise ValueError(f"TritonMoEConfig: {name}_overlap=False needs the Gluon {name.upper()} "
@@ -558,7 +566,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
-                                fc2_one_factor=False)
+                                fc2_one_factor=False, fc2_pdl=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -698,6 +706,16 @@ TILES.update({f"{twin}_of": _one_factored(TILES[twin]) for twin in _GLUON_TWINS.
 # instructions against 1151 with scale words)
 for _twin in ("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw"):
     TILES[f"{_twin}_of"] = dataclasses.replace(TILES[f"{_twin}_of"], fc1_maxnreg=128)
+
+
+def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
+    """``cfg`` with ``fc2_pdl`` on each launch tile whose FC2 is Gluon."""
+    return map_launch_tiles(cfg, lambda tile: dataclasses.replace(tile, fc2_pdl=tile.fc2_gluon))
+
+
+# Session 30 (tools/gpu_next.sh s30c): "_pdl", the default twins with each Gluon FC2 a programmatic dependent launch of
+# its FC1 (``fc2_pdl``; the same bits)
+TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON_TWINS.values()})
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
 # Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
 # session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated
@@ -1445,7 +1463,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
                          activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                          block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
                          plane_k2=cfg.fc2_block_k, overlap=cfg.fc1_overlap, scale_words=cfg.scale_words,
-                         one_factor=cfg.fc1_one_factor, maxnreg=cfg.fc1_maxnreg)
+                         one_factor=cfg.fc1_one_factor, maxnreg=cfg.fc1_maxnreg, launch_dependents=cfg.fc2_pdl)
     else:
         kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
             x, fc1.data, s1, inter, *route,
@@ -1455,7 +1473,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
             BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
             EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.dot_mode,
             GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
-            **cfg.launch_options(1),
+            **(dict(LAUNCH_DEPENDENTS=True) if cfg.fc2_pdl else {}), **cfg.launch_options(1),
         )
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
         from ._gluon_fc2_kernel import launch_gluon_fc2
@@ -1463,7 +1481,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                          block_t=cfg.block_t, stages=cfg.fc2_stages, num_warps=cfg.fc2_warps,
                          chains=cfg.fc2_chains, overlap=cfg.fc2_overlap, scale_words=cfg.scale_words,
-                         ring=cfg.fc2_ring, one_factor=cfg.fc2_one_factor)
+                         ring=cfg.fc2_ring, one_factor=cfg.fc2_one_factor, pdl=cfg.fc2_pdl)
         return
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,

@@ -982,7 +982,11 @@ def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, m
                                                     ("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw", 256, "swiglu"),
                                                     ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw", 256, "squared_relu"),
                                                     ("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_of", 256, "swiglu"),
-                                                    ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_of", 256, "squared_relu")])
+                                                    ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_of", 256, "squared_relu"),
+                                                    ("s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_pdl", 64, "swiglu"),
+                                                    ("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_pdl", 64, "squared_relu"),
+                                                    ("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_pdl", 256, "swiglu"),
+                                                    ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_pdl", 256, "squared_relu")])
 def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     """Gluon kernels on the main and the tail tile (the tail pair on the second stream) in one graph, replayed with
     new routing and valid-token counts: equal to eager, within BOUND of float64."""
@@ -1251,6 +1255,20 @@ def test_one_factor_with_scales_above_2_pow_7_in_some_programs(activation, token
 
     _, outs = _mixed_scale_outputs(activation, tokens, lambda tile: (tile, host._one_factored(tile)))
     assert torch.equal(outs[0], outs[1])
+
+
+# Session 30 (tools/gpu_next.sh s30c): each Gluon FC2 a programmatic dependent launch of its FC1 (the "_pdl" tiles:
+# ``fc2_pdl``): its weight copies start before the FC1 ends, its token-plane copies after; the same arithmetic, so
+# the same bits as choose_config's picks, on both shapes.
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+@pytest.mark.parametrize("hidden,inter,tokens", _GLUON_PICK_CASES)
+def test_dependent_launch_keeps_the_bits(activation, hidden, inter, tokens):
+    """The "_pdl" form of choose_config's Gluon pick is bit-equal to the pick, within BOUND of float64, every row
+    written."""
+    tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=8, experts=128, gluon=True)
+    name = next(name for name, cfg in TILES.items() if cfg is tile)
+    assert any(t.fc2_pdl for t in TILES[name + "_pdl"].launch_tiles)
+    _assert_tiles_keep_bits(tile, TILES[name + "_pdl"], (128, 8, hidden, inter, tokens), activation)
 
 
 # Session 28 (prepared; tools/gpu_next.sh s29a): the FC2 ring loop (``fc2_ring``: constant stage indices) runs the same

@@ -120,7 +120,8 @@ def _words_desc(block_n: int, q: int):
                                                                                                   gl.int32))
 
 
-def _compile_fc2(block_n, block_t, stages, warps, chains, overlap, scale_words=False, ring=False, one_factor=False):
+def _compile_fc2(block_n, block_t, stages, warps, chains, overlap, scale_words=False, ring=False, one_factor=False,
+                 pdl=False):
     """The Gluon FC2 compiled for sm_90: ``(ptx, sass)``."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -137,7 +138,7 @@ def _compile_fc2(block_n, block_t, stages, warps, chains, overlap, scale_words=F
                  K="i32", stride_se="i32", scale_tiles="i32", stride_slot="i32")
     constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=kernel.GLUON_FC2_BLOCK_K, STAGES=stages,
                      CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, RING=ring, ONE_FACTOR=one_factor,
-                     STEPS_P2=16 if one_factor else 1, num_warps=warps)
+                     STEPS_P2=16 if one_factor else 1, PDL=pdl, num_warps=warps)
     return _compile_sm90(kernel._fc2_gluon_kernel, types, constants, warps, ("N", "K", "stride_se", "stride_slot"),
                          with_sass=True)
 
@@ -166,7 +167,7 @@ def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, 
 
 
 def _compile_fc1(gated, activation, block_n, stages, warps, block_t, overlap, scale_words=False, one_factor=False,
-                 maxnreg=None, spills=False):
+                 maxnreg=None, spills=False, launch_dependents=False):
     """The Gluon FC1 compiled for sm_90: ``(ptx, sass)``."""
     from triton.experimental.gluon import language as gl
     from triton.runtime.jit import mangle_type
@@ -181,7 +182,7 @@ def _compile_fc1(gated, activation, block_n, stages, warps, block_t, overlap, sc
                      BLOCK_K=kernel.GLUON_FC1_BLOCK_K, STAGES=stages, PLANE_K2=128,
                      X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16), OVERLAP=overlap,
                      SCALE_WORDS=scale_words, ONE_FACTOR=one_factor, STEPS_P2=16 if one_factor else 1,
-                     num_warps=warps)
+                     LAUNCH_DEPENDENTS=launch_dependents, num_warps=warps)
     return _compile_sm90(kernel._fc1_gluon_kernel, types, constants, warps,
                          ("N_OUT", "N1", "K", "stride_x", "stride_se", "stride_inter"), with_sass=True,
                          maxnreg=maxnreg, spills=spills)
@@ -307,6 +308,33 @@ def test_gluon_one_factor_runs_fewer_instructions(kind, case):
     assert "min.u16x2" in ptx and "mad.lo.u32" in ptx  # the two-factor path is still there
     loop = k_loop(sass)
     assert 2 * sum(i.startswith("HMUL2") for i in loop) == 3 * sum(i.startswith("HMUL2") for i in k_loop(sass_words))
+
+
+# Session 30: the Gluon FC2 as a programmatic dependent launch of its FC1 (``PDL`` / ``LAUNCH_DEPENDENTS``)
+@pytest.mark.parametrize("case", [(64, 16, 4, 4, 2, True), (64, 32, 3, 4, 2, False), (128, 32, 3, 4, 1, False)])
+def test_gluon_fc2_waits_for_its_fc1_before_the_token_planes(case):
+    """With ``PDL`` the FC2's prologue issues its STAGES - 1 weight copies before ``griddepcontrol.wait`` (SASS
+    ``ACQBULK``) and every token-plane copy after it (4 per step), with the K loop and the registers of the kernel
+    without it; the FC1 with ``LAUNCH_DEPENDENTS`` lets it start first thing (``PREEXIT``); neither without them."""
+    import re
+
+    block_n, block_t, stages, warps, chains, overlap = case
+    ptx, sass = _compile_fc2(*case, scale_words=True, pdl=True)
+    ptx_plain, sass_plain = _compile_fc2(*case, scale_words=True)
+    copies = [i for i, line in enumerate(sass.splitlines()) if "UTMALDG" in line]
+    wait = next(i for i, line in enumerate(sass.splitlines()) if "ACQBULK" in line)
+    assert sum(i < wait for i in copies) == stages - 1
+    assert sum(i > wait for i in copies) == 4 * (stages - 1) + 5 * 2  # the prologue's planes, the loop's refills
+    assert len(k_loop(sass)) == len(k_loop(sass_plain))
+    assert "ACQBULK" not in sass_plain and "griddepcontrol" not in ptx_plain
+
+    def registers(text):
+        return int(re.search(r"Used (\d+) registers", _ptxas_report(text)).group(1))
+    assert registers(ptx) == registers(ptx_plain)
+    _, sass = _compile_fc1(False, 2, 128, 3, 4, 16, False, scale_words=True, launch_dependents=True)
+    assert sass.split("PREEXIT")[0].count(";") <= 4  # among the first instructions
+    _, sass = _compile_fc1(False, 2, 128, 3, 4, 16, False, scale_words=True)
+    assert "PREEXIT" not in sass
 
 
 def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():

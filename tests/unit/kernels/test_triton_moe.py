@@ -530,6 +530,15 @@ def test_gluon_fc2_is_checked(monkeypatch):
             dataclasses.replace(sw, fc2_one_factor=True, **bad)
     with pytest.raises(ValueError, match="fc1_one_factor=True needs the Gluon FC1 with scale_words"):
         dataclasses.replace(TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4_sw"], fc1_one_factor=True)  # a Triton FC1
+    # session 30's "_pdl" candidates: each Gluon FC2 a programmatic dependent launch of its FC1, nothing else changed;
+    # the Triton form drops it; the flag needs the Gluon FC2 of the plane tiles
+    for twin in triton_moe._GLUON_TWINS.values():
+        pdl = TILES[twin + "_pdl"]
+        assert triton_moe.replace_launch_tiles(pdl, fc2_pdl=False) == TILES[twin], twin
+        assert all(t.fc2_pdl == t.fc2_gluon for t in pdl.launch_tiles) and any(t.fc2_pdl for t in pdl.launch_tiles)
+        assert triton_moe.triton_form(pdl) == triton_moe.triton_form(TILES[twin]), twin
+    with pytest.raises(ValueError, match="fc2_pdl=True needs the Gluon FC2 of the plane tiles"):
+        dataclasses.replace(TILES["m32k_sx4p_f4_t16_s2"], fc2_pdl=True)  # a Triton FC2
     assert triton_moe.same_bits_as_triton_form(TILES["m32k_sx4p_f4_t16_g_s2_gt"])
     for name in ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", "s16k_sx4p_f4_g_s2_n64_c2_st4"):
         assert not triton_moe.same_bits_as_triton_form(TILES[name])
