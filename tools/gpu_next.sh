@@ -8,6 +8,9 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s31a     # for session 31 (run first): the one-program route with its tables in registers
+#                                   # (route_in_registers, same tables): route tests, graph replays, layer probes at
+#                                   # 16-128 tokens, the route kernel's time
 #   bash tools/gpu_next.sh s30c     # session 30, call 3: each Gluon FC2 a programmatic dependent launch of its FC1 (the
 #                                   # "_pdl" tiles, same bits): layer probes, race probe, GPU tests
 #   bash tools/gpu_next.sh s30b     # session 30, call 2: where the defaults' time goes now (per-kernel profile at 64 /
@@ -928,6 +931,24 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s31a)
+    # prepared in session 30 (for session 31, run first): route_in_registers (the one-program route, up to 1024 pairs,
+    # with its counts and position tables in registers: no scratch stores and loads behind barriers; the same
+    # tables): its GPU tests, then layer probes of choose_config's picks with and without it (alternating, both
+    # activations, 16-128 tokens; 1-4 tokens take the direct GEMV, no route), then the per-kernel profile at 64 tokens (run 33: the scratch route 8.4 us)
+    moe_gpu_tests 150 "one_program_route or route_in_registers"
+    for act in swiglu squared_relu; do
+      for t in 16 32 64 128; do
+        D=$(default_tile $t $act)
+        timeout 60 python3 bench/triton_moe_probe.py --tokens $t --activation $act \
+          --configs "$D,$D+route_in_registers=1,$D,$D+route_in_registers=1" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      done
+    done
+    layer_probe_summary 60
+    D=$(default_tile 64 squared_relu)
+    timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
+      --configs "$D,$D+route_in_registers=1" > $OUT/profile.jsonl 2> $OUT/profile.err
+    python3 -c "import json; [print(d['config'][-30:], d['kernels_us']) for d in map(json.loads, open('$OUT/profile.jsonl'))]" ;;
   s30c)
     # session 30, call 3: the "_pdl" tiles (fc2_pdl: the Gluon FC2 launched as a programmatic dependent of its FC1,
     # weight copies and scales before griddepcontrol.wait, token planes after): layer probes of choose_config's picks

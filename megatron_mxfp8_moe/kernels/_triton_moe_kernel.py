@@ -62,6 +62,42 @@ def _route_count(routing_map_ptr, valid_pairs, sorted_pairs_ptr, counts_ptr, chu
 
 
 @triton.jit
+def _expert_blocks(totals, BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr, E_POW2: tl.constexpr):
+    """From each expert's pair count ``totals`` [E_POW2]: its BLOCK_T blocks, whether it takes a tail block (0 / 1),
+    the first block after it (blocks of experts in order), the blocks in all, and its index among the tail blocks."""
+    full = totals // BLOCK_T
+    rest = totals - full * BLOCK_T
+    if TAIL_T > 0:
+        has_tail = ((rest > 0) & (rest <= TAIL_T)).to(tl.int32)
+        blocks = full + (rest > TAIL_T).to(tl.int32)
+    else:
+        has_tail = tl.zeros([E_POW2], dtype=tl.int32)
+        blocks = full + (rest > 0).to(tl.int32)
+    block_end = tl.cumsum(blocks, axis=0)
+    return blocks, has_tail, block_end, tl.sum(blocks, axis=0), tl.cumsum(has_tail, axis=0) - has_tail
+
+
+@triton.jit
+def _store_block_tables(block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr, max_blocks,
+                        tail_block_offset, part, parts, E_POW2: tl.constexpr, TAIL_T: tl.constexpr,
+                        CHUNK_B: tl.constexpr):
+    """By program ``part`` of ``parts``: every ``parts``-th CHUNK_B slice of ``block_expert`` from slice ``part``
+    (block -> expert: the number of experts whose blocks end at or before block b), and (part 0) ``num_blocks`` and
+    the tail block table."""
+    block_lanes = tl.arange(0, CHUNK_B)
+    for start in range(part * CHUNK_B, max_blocks, parts * CHUNK_B):
+        b = start + block_lanes
+        owner = tl.sum((block_end[None, :] <= b[:, None]).to(tl.int32), axis=1)
+        owner = tl.where(b < total_blocks, owner, 0)
+        tl.store(block_expert_ptr + b, owner, mask=b < max_blocks)
+    if part == 0:
+        tl.store(num_blocks_ptr, total_blocks)
+        if TAIL_T > 0:
+            tl.store(block_expert_ptr + tail_block_offset + tail_index, tl.arange(0, E_POW2), mask=has_tail > 0)
+            tl.store(num_blocks_ptr + 4, tl.sum(has_tail, axis=0))
+
+
+@triton.jit
 def _route_plan(counts_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks_ptr, n_chunks, max_sorted,
                 max_blocks, tail_block_offset, part, parts, E: tl.constexpr, E_POW2: tl.constexpr,
                 BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK_B: tl.constexpr):
@@ -73,34 +109,14 @@ def _route_plan(counts_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks
     experts = tl.arange(0, E_POW2)
     at = chunks[:, None] * E_POW2 + experts[None, :]
     counts = tl.load(counts_ptr + at, mask=(chunks[:, None] < n_chunks) & (experts[None, :] < E), other=0)
-    totals = tl.sum(counts, axis=0)  # [E_POW2]
-    full = totals // BLOCK_T
-    rest = totals - full * BLOCK_T
-    if TAIL_T > 0:
-        has_tail = ((rest > 0) & (rest <= TAIL_T)).to(tl.int32)
-        blocks = full + (rest > TAIL_T).to(tl.int32)
-    else:
-        has_tail = tl.zeros([E_POW2], dtype=tl.int32)
-        blocks = full + (rest > 0).to(tl.int32)
-    block_end = tl.cumsum(blocks, axis=0)  # [E_POW2]: first block after expert e
-    total_blocks = tl.sum(blocks, axis=0)
-    tail_index = tl.cumsum(has_tail, axis=0) - has_tail
+    blocks, has_tail, block_end, total_blocks, tail_index = _expert_blocks(tl.sum(counts, axis=0), BLOCK_T, TAIL_T,
+                                                                           E_POW2)
     tl.store(tables_ptr + experts, (block_end - blocks) * BLOCK_T)
     tl.store(tables_ptr + E_POW2 + experts, blocks * BLOCK_T)
     tl.store(tables_ptr + 2 * E_POW2 + experts, max_sorted + tail_index * TAIL_T)
     tl.store(cursor_ptr + at, tl.cumsum(counts, axis=0) - counts, mask=chunks[:, None] == part)
-    # block -> expert: the number of experts whose blocks end at or before block b.
-    block_lanes = tl.arange(0, CHUNK_B)
-    for start in range(part * CHUNK_B, max_blocks, parts * CHUNK_B):
-        b = start + block_lanes
-        owner = tl.sum((block_end[None, :] <= b[:, None]).to(tl.int32), axis=1)
-        owner = tl.where(b < total_blocks, owner, 0)
-        tl.store(block_expert_ptr + b, owner, mask=b < max_blocks)
-    if part == 0:
-        tl.store(num_blocks_ptr, total_blocks)
-        if TAIL_T > 0:
-            tl.store(block_expert_ptr + tail_block_offset + tail_index, experts, mask=has_tail > 0)
-            tl.store(num_blocks_ptr + 4, tl.sum(has_tail, axis=0))
+    _store_block_tables(block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr, max_blocks,
+                        tail_block_offset, part, parts, E_POW2, TAIL_T, CHUNK_B)
 
 
 @triton.jit
@@ -171,6 +187,40 @@ def _route_kernel(
     tl.debug_barrier()  # the -1 fill, the cursors and the tables are visible to every thread before the scatter
     _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, scratch_ptr, cursor_ptr, tables_ptr, 0,
                    local_expert_offset, E, E_POW2, CHUNK)
+
+
+@triton.jit
+def _route_in_registers_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
+                               rows, fill_end, max_sorted, max_blocks, tail_block_offset, local_expert_offset,
+                               TOPK: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
+                               TAIL_T: tl.constexpr, CHUNK: tl.constexpr, CHUNK_B: tl.constexpr):
+    """``_route_kernel``'s tables (the same arguments, no scratch) with its per-expert counts and position tables
+    kept in registers: the histogram feeds the plan directly, and each sorted pair takes its expert's entries by
+    ``tl.gather`` instead of storing the tables and loading them back behind a barrier (session 30, prepared)."""
+    valid_pairs = tl.minimum(tl.load(valid_tokens_ptr), rows) * TOPK
+    lanes = tl.arange(0, CHUNK)
+    for start in range(0, fill_end, CHUNK):
+        tl.store(sorted_pairs_ptr + start + lanes, tl.full([CHUNK], -1, tl.int32), mask=start + lanes < fill_end)
+    in_range = lanes < valid_pairs
+    local = tl.load(routing_map_ptr + lanes, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
+    is_local = in_range & (local >= 0) & (local < E)
+    counts = tl.histogram(tl.where(is_local, local, 0), E_POW2, mask=is_local)  # [E_POW2]
+    blocks, has_tail, block_end, total_blocks, tail_index = _expert_blocks(counts, BLOCK_T, TAIL_T, E_POW2)
+    _store_block_tables(block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr, max_blocks,
+                        tail_block_offset, 0, 1, E_POW2, TAIL_T, CHUNK_B)
+    # the pairs in expert order (pair order within an expert, non-local last); sorted index i of expert e has rank
+    # i - (pairs of experts < e) among e's pairs
+    keys = tl.sort(tl.where(is_local, local, E_POW2) * CHUNK + lanes)
+    expert = keys // CHUNK
+    lane = keys - expert * CHUNK
+    is_local = expert < E_POW2
+    expert = tl.where(is_local, expert, 0)
+    rank = lanes - tl.gather(tl.cumsum(counts, axis=0) - counts, expert, 0)
+    cap = tl.gather(blocks * BLOCK_T, expert, 0)
+    position = tl.where(rank < cap, tl.gather((block_end - blocks) * BLOCK_T, expert, 0) + rank,
+                        tl.gather(max_sorted + tail_index * TAIL_T, expert, 0) + rank - cap)
+    tl.debug_barrier()  # the -1 fill (other threads' stores) lands before the scatter overwrites it
+    tl.store(sorted_pairs_ptr + position, lane, mask=is_local)
 
 
 @triton.jit

@@ -108,6 +108,12 @@ class TritonMoEConfig:
     # route took 9.4 us of a 232 us layer at 64 tokens (30b), serial work in one CTA. Run 16 profile at 512 pairs
     # (30b, 64 tokens): 14.5 / 9.3 / 8.4 / 8.7 us on 2 / 4 / 8 / 16 warps.
     route_warps: Optional[int] = None
+    # Session 30 (prepared, not run on a GPU; a probe knob): the one-program route with its counts and position
+    # tables in registers (``_route_in_registers_kernel``: the histogram feeds the plan, sorted pairs take their
+    # expert's entries by ``tl.gather``), without the stores and loads through scratch behind barriers between its
+    # steps; the same tables. Run 33's profile: the scratch form takes 8.4 us of the 236-us squared-ReLU layer at 64
+    # tokens (30b), before FC1 can start.
+    route_in_registers: bool = False
     # "sx4" tiles (session 14): the MMA's token operands arrive plane-major (``planes_of``): the host copies x
     # that way once per call and FC1 writes its output rows that way for FC2, so each K step loads the 4 plane
     # tiles straight into the MMA's shared layout. Without it every K step reloads the K-ordered tile from shared
@@ -1163,11 +1169,13 @@ def route_layout(rows: int, topk: int, experts: int, block_t: int, tail_t: int =
     return max_sorted, max_blocks, max_sorted + tail_blocks * tail_t, -(-max_blocks // 4) * 4
 
 
-def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, block_t, tail_t=0, warps=None):
+def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, block_t, tail_t=0, warps=None,
+           in_registers=False):
     """``(sorted_pairs [sorted_len], block_expert, num_blocks [8])`` int32 on the map's device (``route_layout``):
     pairs grouped by local expert, each expert padded to ``block_t`` positions, or with ``tail_t`` its last
     1..tail_t pairs in a tail block; ``num_blocks[0]`` / ``[4]`` count the blocks / tail blocks in use.
-    ``route_reference`` is the torch twin."""
+    ``route_reference`` is the torch twin. ``in_registers``: the one-program form without scratch
+    (``TritonMoEConfig.route_in_registers``)."""
     import triton
 
     from . import _triton_moe_kernel as kernels
@@ -1187,11 +1195,14 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
     tables = dict(E=experts, E_POW2=e_pow2, BLOCK_T=block_t, TAIL_T=tail_t,
                   CHUNK_B=min(128, _pow2_at_least(max_blocks)))
     if one_program:
-        kernels._route_kernel[(1,)](
-            routing_map, valid_tokens, sorted_pairs, block_expert, num_blocks, scratch,
-            rows, sorted_len, max_sorted, max_blocks, tail_block_offset, local_expert_offset,
-            TOPK=topk, CHUNK=chunk, **tables, num_warps=warps or (8 if chunk >= 512 else 4),
-        )
+        layout = (rows, sorted_len, max_sorted, max_blocks, tail_block_offset, local_expert_offset)
+        options = dict(TOPK=topk, CHUNK=chunk, **tables, num_warps=warps or (8 if chunk >= 512 else 4))
+        if in_registers:
+            kernels._route_in_registers_kernel[(1,)](routing_map, valid_tokens, sorted_pairs, block_expert,
+                                                     num_blocks, *layout, **options)
+        else:
+            kernels._route_kernel[(1,)](routing_map, valid_tokens, sorted_pairs, block_expert, num_blocks, scratch,
+                                        *layout, **options)
         return sorted_pairs, block_expert, num_blocks
     kernels._route_count_kernel[(n_chunks,)](
         routing_map, valid_tokens, sorted_pairs, scratch, rows, sorted_len, triton.cdiv(sorted_len, n_chunks),
@@ -1289,7 +1300,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=device)
     if path == "routed_gemv":
         route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, 0,
-                       cfg.route_warps)
+                       cfg.route_warps, cfg.route_in_registers)
         _launch_routed_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, route,
                             max_blocks, out, routing_map, probs, valid_tokens, rows, topk, experts, activation,
                             local_expert_offset)
@@ -1317,7 +1328,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         if x_split is not None:
             _split_into(x[:rows], *x_split)
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
-                   cfg.route_warps)
+                   cfg.route_warps, cfg.route_in_registers)
     sorted_pairs, block_expert, num_blocks = route
     if side is not None:
         if tails_beside:

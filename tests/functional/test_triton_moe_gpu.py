@@ -335,19 +335,24 @@ def test_route_tables_match_the_torch_twin(rows, topk, experts, block_t, tail_t,
     assert torch.equal(again, sorted_pairs)
 
 
-@pytest.mark.parametrize("warps", [1, 2, 8, 16])
+@pytest.mark.parametrize("warps,in_registers", [(1, False), (2, False), (8, False), (16, False), (None, True),
+                                                (4, True), (16, True)])
 @pytest.mark.parametrize("rows,topk,experts,block_t,tail_t,valid_rows", [
     (64, 8, 128, 16, 0, 61),  # 512 pairs (64 decode tokens at top-8): one program
     (100, 8, 16, 64, 32, 97),  # one program with tails
+    (2, 8, 128, 16, 0, 1),  # decode at 1-2 tokens
 ])
-def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, tail_t, valid_rows, warps):
+def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, tail_t, valid_rows, warps,
+                                                in_registers):
     """``TritonMoEConfig.route_warps`` (a probe knob, session 12): the one-program route on 1-16 warps gives the
-    tables of ``route_reference``."""
+    tables of ``route_reference``; so does its form with the tables in registers (``route_in_registers``, session
+    30)."""
     from megatron_mxfp8_moe.kernels.triton_moe import _route, route_layout, route_reference
 
     ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
-    sorted_pairs, block_expert, blocks = _route(ids, valid, rows, topk, experts, 0, block_t, tail_t, warps)
+    sorted_pairs, block_expert, blocks = _route(ids, valid, rows, topk, experts, 0, block_t, tail_t, warps,
+                                                in_registers)
     ref_pairs, ref_blocks, ref_count = route_reference(ids.cpu(), valid_rows, experts=experts, local_expert_offset=0,
                                                        block_t=block_t, tail_t=tail_t)
     count, tails = ref_count if tail_t else (ref_count, 0)
@@ -991,6 +996,18 @@ def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     """Gluon kernels on the main and the tail tile (the tail pair on the second stream) in one graph, replayed with
     new routing and valid-token counts: equal to eager, within BOUND of float64."""
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), activation)
+
+
+@pytest.mark.parametrize("tokens,activation", [(16, "swiglu"), (32, "squared_relu"), (64, "swiglu"),
+                                               (128, "squared_relu")])
+def test_cuda_graph_replay_with_the_route_in_registers(tokens, activation):
+    """Session 30: choose_config's pick (the routed GEMV at 16 tokens, MMA tiles above) with the one-program route's
+    tables in registers (``route_in_registers``) in one graph, replayed with new routing and valid-token counts: equal
+    to eager, within BOUND of float64."""
+    def config_for(tokens, hidden, inter, topk, experts):
+        cfg = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
+        return dataclasses.replace(cfg, route_in_registers=True)
+    _graph_replay_of(config_for, tokens, (tokens, max(1, tokens * 2 // 3), 1), activation)
 
 
 @pytest.mark.parametrize("activation,tokens", [(a, t) for t in (64, 384, 512, 640, 1024)

@@ -302,7 +302,8 @@ def test_second_stream_orders_the_launches(monkeypatch):
 
 
 def test_route_warps_reach_the_route_launch(monkeypatch):
-    """``route_warps`` (a probe knob) is checked and handed to ``_route``; None keeps the default rule."""
+    """``route_warps`` and ``route_in_registers`` (probe knobs) are checked and handed to ``_route``; None keeps the
+    default rule."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
     seen = []
@@ -311,7 +312,7 @@ def test_route_warps_reach_the_route_launch(monkeypatch):
         pass
 
     def fake_route(*args, **kwargs):
-        seen.append(args[-1])
+        seen.append(args[-2:])
         raise Stop
 
     monkeypatch.setattr(triton_moe, "_route", fake_route)
@@ -319,11 +320,12 @@ def test_route_warps_reach_the_route_launch(monkeypatch):
     fc2 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
     x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
     probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
-    for warps in (None, 16):
+    for warps, in_registers in ((None, False), (16, False), (None, True)):
         with pytest.raises(Stop):
             triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid,
-                             config=dataclasses.replace(TILES["s16k4_sx_m3"], route_warps=warps))
-    assert seen == [None, 16]
+                             config=dataclasses.replace(TILES["s16k4_sx_m3"], route_warps=warps,
+                                                        route_in_registers=in_registers))
+    assert seen == [(None, False), (16, False), (None, True)]
     with pytest.raises(ValueError, match="route_warps"):
         dataclasses.replace(TILES["s16k4_sx_m3"], route_warps=3)
 
@@ -917,8 +919,12 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     from megatron_mxfp8_moe.kernels import triton_moe as host
     small = torch.randint(-1, 7, (9, 3), dtype=torch.int32)
     large = torch.randint(-1, 10, (300, 4), dtype=torch.int32, generator=torch.Generator().manual_seed(7))
+    # (the "_reg" cases: the one-program form with its tables in registers, ``_route_in_registers_kernel``)
     for name, ids, valid, experts, block_t, tail_t, split_chunk in [
             ("route4", small, 8, 5, 4, 0, None), ("route1", small, 8, 5, 1, 0, None),
+            ("route4_reg", small, 8, 5, 4, 0, None), ("route1_reg", small, 8, 5, 1, 0, None),
+            ("route16_reg", large, 251, 8, 16, 0, None), ("route4_tail2_reg", small, 8, 5, 4, 2, None),
+            ("route64_tail32_reg", large, 251, 8, 64, 32, None),
             ("route4_split", small, 8, 5, 4, 0, 8), ("route1_split", small, 8, 5, 1, 0, 8),
             ("route16_split", large, 251, 8, 16, 0, 32), ("route16", large, 251, 8, 16, 0, None),
             ("route4_tail2", small, 8, 5, 4, 2, None), ("route4_tail2_split", small, 8, 5, 4, 2, 8),
@@ -928,7 +934,8 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (4096, 256)
         rows = ids.shape[0]
         sorted_pairs, block_expert, blocks = host._route(ids, torch.tensor([valid], dtype=torch.int32), rows,
-                                                         ids.shape[1], experts, 1, block_t, tail_t)
+                                                         ids.shape[1], experts, 1, block_t, tail_t,
+                                                         in_registers=name.endswith("_reg"))
         ref_pairs, ref_blocks, ref_count = route_reference(ids, valid, experts=experts, local_expert_offset=1,
                                                            block_t=block_t, tail_t=tail_t)
         max_sorted, _, _, tail_offset = host.route_layout(rows, ids.shape[1], experts, block_t, tail_t)
@@ -1142,8 +1149,9 @@ def _interpreter_json(args: list, timeout: int):
 def test_kernels_under_triton_interpreter():
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _INTERPRETER_SCRIPT], timeout=900)
-    for name in ("route4", "route1", "route4_split", "route1_split", "route16_split", "route16", "route4_tail2",
-                 "route4_tail2_split", "route64_tail32", "route64_tail32_split", "route1_many_split"):
+    routes = sorted(name for name in result if name.startswith("route"))
+    assert len(routes) == 16 and sum(name.endswith("_reg") for name in routes) == 5, routes
+    for name in routes:
         route = result[name]
         assert route["split"] == name.endswith("_split"), (name, route)
         assert route["tail_used"] == ("tail" in name), (name, route)
