@@ -412,7 +412,7 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     ``H % block_n == 0``. ``overlap=False`` waits for each step's MMAs before the next step's dequant (the same bits;
     fewer registers, so more programs per SM; session 28's 32-token gated defaults). ``scale_words=True`` reads the
     E8M0 bytes as one int32 per row and step (``_e8m0_word_factors``; the same factors, so the same bits; needs the
-    scales 4-byte aligned; session 28, not run on a GPU yet). ``ring=True`` (with ``overlap=False`` and I a multiple of
+    scales 4-byte aligned; session 28). ``ring=True`` (with ``overlap=False`` and I a multiple of
     128 * ``stages``) runs one loop iteration per turn of the stage ring, so every stage index is a constant (the
     same steps in the same order; session 28). ``one_factor=True`` (with ``scale_words``): a program whose E8M0 bytes
     are all below 128 (scales at most 1, as for any weights with |w| <= 448) multiplies by one factor instead of two

@@ -151,32 +151,33 @@ class TritonMoEConfig:
     # order, so the same bits). ``fc1_gluon`` / ``fc2_gluon`` only. Session 28: the "_nov" / "_f1q" defaults.
     fc1_overlap: bool = True
     fc2_overlap: bool = True
-    # Session 28 (prepared, not run on a GPU): the Gluon FC1 / FC2 read each row's 4 E8M0 bytes of a K step as one
-    # int32 (per thread 2 loads per step instead of 8 byte loads and their address arithmetic) and build the two
-    # bf16x2 factors from it (``_e8m0_word_factors``); the same factors, so the same bits. SASS instructions in the K
-    # loop (Triton 3.6, CPU compile): FC2 64 x 32 two chains without overlap 812 -> 785, 64 x 16 two chains 764 ->
-    # 740, 128 x 64 1306 -> 1232; FC1 gated 64 x 32 without overlap 1301 -> 1174, squared ReLU 128 x 32 ("_f1q") 1300
-    # -> 1151. Needs a Gluon FC and 4-byte aligned scales.
+    # Session 28 (on the defaults since session 29, run 32): the Gluon FC1 / FC2 read each row's 4 E8M0 bytes of a K
+    # step as one int32 (per thread 2 loads per step instead of 8 byte loads and their address arithmetic) and build the
+    # two bf16x2 factors from it (``_e8m0_word_factors``); the same factors, so the same bits. SASS instructions in the
+    # K loop (Triton 3.6, CPU compile): FC2 64 x 32 two chains without overlap 812 -> 785, 64 x 16 two chains 764 ->
+    # 740, 128 x 64 1306 -> 1232; FC1 gated 64 x 32 without overlap 1301 -> 1174, squared ReLU 128 x 32 ("_f1q") 1300 ->
+    # 1151. Needs a Gluon FC and 4-byte aligned scales.
     scale_words: bool = False
-    # Session 28 (prepared, not run on a GPU): the Gluon FC2 without the overlap runs one loop iteration per turn of
-    # its stage ring, so every stage index, shared-memory address and wgmma descriptor is a constant; the same steps in
-    # the same order, so the same bits. K-loop SASS per step (Triton 3.6): 64 x 32 two chains 406 -> 355, 128 x 32 654
-    # -> 619. Needs fc2_overlap=False and I a multiple of 128 * fc2_stages (checked per call).
+    # Session 28 (no layer gain in run 32: opt-in): the Gluon FC2 without the overlap runs one loop iteration per turn
+    # of its stage ring, so every stage index, shared-memory address and wgmma descriptor is a constant; the same steps
+    # in the same order, so the same bits. K-loop SASS per step (Triton 3.6): 64 x 32 two chains 406 -> 355, 128 x 32
+    # 654 -> 619. Needs fc2_overlap=False and I a multiple of 128 * fc2_stages (checked per call).
     fc2_ring: bool = False
-    # Session 29 (prepared, not run on a GPU): with ``scale_words``, a Gluon FC1 / FC2 program whose E8M0 bytes are all
-    # below 128 (scales at most 1: weights with |w| <= 448; trained weights are far smaller) multiplies its planes by
-    # one factor instead of two (``_gluon_fc2_kernel._sx4_planes``; a branch uniform over the program, decided once
+    # Session 29 (no layer gain in run 33: opt-in): with ``scale_words``, a Gluon FC1 / FC2 program whose E8M0 bytes are
+    # all below 128 (scales at most 1: weights with |w| <= 448; trained weights are far smaller) multiplies its planes
+    # by one factor instead of two (``_gluon_fc2_kernel._sx4_planes``; a branch uniform over the program, decided once
     # from all its scale words before the K loop); the others by both. The second factor is then exactly 1: the same
-    # values, so the same bits. Instructions one K-loop iteration runs (``sass_hazards.k_loop_paths``, Triton 3.6):
-    # FC2 64 x 32 two chains 785 -> 678 (the two-factor path 788), 128 x 32 1235 -> 1015; FC1 gated 64 x 32 1174 ->
-    # 975, squared ReLU 128 x 32 1151 -> 931. Registers: FC2 unchanged or fewer; the 32-token FC1s 128 -> 141
-    # (gated) / 159 (squared ReLU), so fewer programs per SM.
+    # values, so the same bits. Instructions one K-loop iteration runs (``sass_hazards.k_loop_paths``, Triton 3.6): FC2
+    # 64 x 32 two chains 785 -> 678 (the two-factor path 788), 128 x 32 1235 -> 1015; FC1 gated 64 x 32 1174 -> 975,
+    # squared ReLU 128 x 32 1151 -> 931. Registers: FC2 unchanged or fewer; the 32-token FC1s 128 -> 141 (gated) / 159
+    # (squared ReLU), so fewer programs per SM.
     fc1_one_factor: bool = False
     fc2_one_factor: bool = False
-    # Session 30 (run 33): the Gluon FC2 as a programmatic dependent launch (PDL) of the FC1 before it. The FC1's
-    # programs let it start at once (``griddepcontrol.launch_dependents``), so FC2 programs take the SMs that the
-    # FC1's last wave frees, issue their first stages' weight copies and load their scales, and wait for the FC1's end
-    # (``griddepcontrol.wait``: its writes visible) before copying its output. The same arithmetic, so the same bits.
+    # Session 30 (run 33: the same bits, no layer gain; opt-in): the Gluon FC2 as a programmatic dependent launch (PDL)
+    # of the FC1 before it. The FC1's programs let it start at once (``griddepcontrol.launch_dependents``), so FC2
+    # programs take the SMs that the FC1's last wave frees, issue their first stages' weight copies and load their
+    # scales, and wait for the FC1's end (``griddepcontrol.wait``: its writes visible) before copying its output. The
+    # same arithmetic, so the same bits.
     fc2_pdl: bool = False
 
     def __post_init__(self):
@@ -704,7 +705,7 @@ def _one_factored(cfg: TritonMoEConfig) -> TritonMoEConfig:
                                                                   fc2_one_factor=tile.fc2_gluon))
 
 
-# Session 29 (prepared, not run on a GPU; tools/gpu_next.sh s30a): "_of", the default twins with one scale factor
+# Session 29 (run 33: bit-equal, no layer gain; tools/gpu_next.sh s30a): "_of", the default twins with one scale factor
 # in every program whose E8M0 bytes are all below 128 (``fc1_one_factor`` / ``fc2_one_factor``; the same bits)
 TILES.update({f"{twin}_of": _one_factored(TILES[twin]) for twin in _GLUON_TWINS.values()})
 # ... the squared-ReLU "_f1q" FC1 (128 rows, no overlap) under a 128-register cap: 4 programs per SM as without one
@@ -719,8 +720,8 @@ def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
     return map_launch_tiles(cfg, lambda tile: dataclasses.replace(tile, fc2_pdl=tile.fc2_gluon))
 
 
-# Session 30 (tools/gpu_next.sh s30c): "_pdl", the default twins with each Gluon FC2 a programmatic dependent launch of
-# its FC1 (``fc2_pdl``; the same bits)
+# Session 30 (run 33: bit-equal, no layer gain; tools/gpu_next.sh s30c): "_pdl", the default twins with each Gluon FC2 a
+# programmatic dependent launch of its FC1 (``fc2_pdl``; the same bits)
 TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON_TWINS.values()})
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
 # Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
