@@ -254,29 +254,26 @@ def _stage(k, STAGES: gl.constexpr, ST: gl.constexpr):
 def _issue(w_desc, a_desc, w_smem, x_smem, bars, k, w_row, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr,
            ST: gl.constexpr):
     """The TMA copies of K step ``k`` into its stage (``_stage``)."""
-    Q: gl.constexpr = BLOCK_K // 4
     st = _stage(k, STAGES, ST)
-    mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 4 * a_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bars.index(st), w_smem.index(st))
-    for p in gl.static_range(4):
-        tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K + p * Q], bars.index(st), x_smem.index(st * 4 + p))
+    _issue_weights(w_desc, a_desc, w_smem, bars, st, k, w_row, BLOCK_K)
+    _issue_planes(a_desc, x_smem, bars, st, k, a_row, BLOCK_K)
 
 
 @gluon.jit
-def _issue_weights(w_desc, a_desc, w_smem, bars, k, w_row, BLOCK_K: gl.constexpr):
-    """K step ``k``'s weight copy (a prologue step: stage ``k``), its stage expecting the token planes' bytes too
+def _issue_weights(w_desc, a_desc, w_smem, bars, st, k, w_row, BLOCK_K: gl.constexpr):
+    """K step ``k``'s weight copy into stage ``st``, the stage expecting the token planes' bytes too
     (``_issue_planes``)."""
     Q: gl.constexpr = BLOCK_K // 4
-    mbarrier.expect(bars.index(k), w_desc.block_type.nbytes + 4 * a_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bars.index(k), w_smem.index(k))
+    mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 4 * a_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(w_desc, [w_row, k * Q], bars.index(st), w_smem.index(st))
 
 
 @gluon.jit
-def _issue_planes(a_desc, x_smem, bars, k, a_row, BLOCK_K: gl.constexpr):
-    """K step ``k``'s 4 token-plane copies (a prologue step: stage ``k``)."""
+def _issue_planes(a_desc, x_smem, bars, st, k, a_row, BLOCK_K: gl.constexpr):
+    """K step ``k``'s 4 token-plane copies into stage ``st``."""
     Q: gl.constexpr = BLOCK_K // 4
     for p in gl.static_range(4):
-        tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K + p * Q], bars.index(k), x_smem.index(k * 4 + p))
+        tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K + p * Q], bars.index(st), x_smem.index(st * 4 + p))
 
 
 @gluon.jit
@@ -343,7 +340,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         for i in gl.static_range(STAGES - 1):
             if i < steps:
                 if PDL:  # the weights now; the token planes (the FC1's output) once the FC1 is done
-                    _issue_weights(w_desc, a_desc, w_smem, bars, i, w_row, BLOCK_K)
+                    _issue_weights(w_desc, a_desc, w_smem, bars, i, i, w_row, BLOCK_K)
                 else:
                     _issue(w_desc, a_desc, w_smem, x_smem, bars, i, w_row, a_row, STAGES, BLOCK_K, -1)
         rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
@@ -358,7 +355,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
             wait_for_prior_grid()
             for i in gl.static_range(STAGES - 1):
                 if i < steps:
-                    _issue_planes(a_desc, x_smem, bars, i, a_row, BLOCK_K)
+                    _issue_planes(a_desc, x_smem, bars, i, i, a_row, BLOCK_K)
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         acc2 = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, Q], gl.bfloat16, a_layout)

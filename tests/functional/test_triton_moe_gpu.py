@@ -1248,21 +1248,29 @@ def test_scale_words_with_scales_above_2_pow_7_in_some_programs(activation, toke
     assert torch.equal(outs[0], outs[1])
 
 
-# Session 29 (prepared; tools/gpu_next.sh s30a): one scale factor in every program whose E8M0 bytes are all below 128
-# (the "_of" tiles: ``fc1_one_factor`` / ``fc2_one_factor`` on each Gluon FC); the second factor is then exactly 1, so
-# the same bits as choose_config's picks, on both shapes and where some programs hold bytes > 134 (those take both
-# factors).
+# Forms of choose_config's Gluon picks with the same arithmetic, so the same bits as the picks, on both shapes: one
+# scale factor in every program whose E8M0 bytes are all below 128 (session 29, the "_of" tiles: ``fc1_one_factor`` /
+# ``fc2_one_factor`` on each Gluon FC; the second factor is then exactly 1); each Gluon FC2 a programmatic dependent
+# launch of its FC1 (session 30, the "_pdl" tiles: ``fc2_pdl``; its weight copies start before the FC1 ends, its
+# token-plane copies after). Name: (TILES suffix, whether a launch tile runs the form).
+_SAME_BITS_FORMS = {"one_factor": ("_of", lambda t: t.fc1_one_factor or t.fc2_one_factor),
+                    "dependent_launch": ("_pdl", lambda t: t.fc2_pdl)}
+
+
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
 @pytest.mark.parametrize("hidden,inter,tokens", _GLUON_PICK_CASES)
-def test_one_factor_keeps_the_bits(activation, hidden, inter, tokens):
-    """The "_of" form of choose_config's Gluon pick is bit-equal to the pick, within BOUND of float64, every row
+@pytest.mark.parametrize("form", sorted(_SAME_BITS_FORMS))
+def test_forms_of_the_picks_keep_the_bits(form, activation, hidden, inter, tokens):
+    """The ``form`` of choose_config's Gluon pick is bit-equal to the pick, within BOUND of float64, every row
     written."""
+    suffix, runs_it = _SAME_BITS_FORMS[form]
     tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=8, experts=128, gluon=True)
     name = next(name for name, cfg in TILES.items() if cfg is tile)
-    assert any(t.fc1_one_factor or t.fc2_one_factor for t in TILES[name + "_of"].launch_tiles)
-    _assert_tiles_keep_bits(tile, TILES[name + "_of"], (128, 8, hidden, inter, tokens), activation)
+    assert any(runs_it(t) for t in TILES[name + suffix].launch_tiles)
+    _assert_tiles_keep_bits(tile, TILES[name + suffix], (128, 8, hidden, inter, tokens), activation)
 
 
+# the "_of" form where some programs hold E8M0 bytes > 134 (those take both factors)
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
 @pytest.mark.parametrize("tokens", [24, 48, 88])
 def test_one_factor_with_scales_above_2_pow_7_in_some_programs(activation, tokens):
@@ -1272,20 +1280,6 @@ def test_one_factor_with_scales_above_2_pow_7_in_some_programs(activation, token
 
     _, outs = _mixed_scale_outputs(activation, tokens, lambda tile: (tile, host._one_factored(tile)))
     assert torch.equal(outs[0], outs[1])
-
-
-# Session 30 (tools/gpu_next.sh s30c): each Gluon FC2 a programmatic dependent launch of its FC1 (the "_pdl" tiles:
-# ``fc2_pdl``): its weight copies start before the FC1 ends, its token-plane copies after; the same arithmetic, so
-# the same bits as choose_config's picks, on both shapes.
-@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
-@pytest.mark.parametrize("hidden,inter,tokens", _GLUON_PICK_CASES)
-def test_dependent_launch_keeps_the_bits(activation, hidden, inter, tokens):
-    """The "_pdl" form of choose_config's Gluon pick is bit-equal to the pick, within BOUND of float64, every row
-    written."""
-    tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=8, experts=128, gluon=True)
-    name = next(name for name, cfg in TILES.items() if cfg is tile)
-    assert any(t.fc2_pdl for t in TILES[name + "_pdl"].launch_tiles)
-    _assert_tiles_keep_bits(tile, TILES[name + "_pdl"], (128, 8, hidden, inter, tokens), activation)
 
 
 # Session 28 (prepared; tools/gpu_next.sh s29a): the FC2 ring loop (``fc2_ring``: constant stage indices) runs the same
