@@ -232,13 +232,19 @@ layer_probe_summary() {
   python3 -c "import json; [print(d.get('shape', '')[:10], d['activation'][:4], d['tokens'], d['config'][-$1:], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
   tail -2 $OUT/probe.err
 }
-# probe_picks SUFFIX...: layer probes (bench/triton_moe_probe.py) at 64 and 256 tokens, both activations, of
-# choose_config's pick D (default_tile) with each SUFFIX appended in turn ("" is D itself), appended to
-# $OUT/probe.jsonl
+# profile_summary: one line per per-kernel profile of $OUT/profile.jsonl (triton_moe_probe.py --profile): shape,
+# activation, tokens, the config's last 30 characters, the kernels' CUDA times
+profile_summary() {
+  python3 -c "import json; [print(d['shape'][:10], d['activation'][:4], d['tokens'], d['config'][-30:], d['kernels_us'])
+                           for d in map(json.loads, open('$OUT/profile.jsonl'))]"
+}
+# probe_picks SUFFIX...: layer probes (bench/triton_moe_probe.py) at $PICK_TOKENS (default "64 256") tokens, both
+# activations, of choose_config's pick D (default_tile) with each SUFFIX appended in turn ("" is D itself), appended
+# to $OUT/probe.jsonl
 probe_picks() {
   local act t D s configs
   for act in swiglu squared_relu; do
-    for t in 64 256; do
+    for t in ${PICK_TOKENS:-64 256}; do
       D=$(default_tile $t $act); configs=""
       for s in "$@"; do configs="$configs,$D$s"; done
       timeout 90 python3 bench/triton_moe_probe.py --tokens $t --activation $act --configs "${configs#,}" \
@@ -935,20 +941,15 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # prepared in session 30 (for session 31, run first): route_in_registers (the one-program route, up to 1024 pairs,
     # with its counts and position tables in registers: no scratch stores and loads behind barriers; the same
     # tables): its GPU tests, then layer probes of choose_config's picks with and without it (alternating, both
-    # activations, 16-128 tokens; 1-4 tokens take the direct GEMV, no route), then the per-kernel profile at 64 tokens (run 33: the scratch route 8.4 us)
+    # activations, 16-128 tokens; 1-4 tokens take the direct GEMV, no route), then the per-kernel profile at 64 tokens
+    # (run 33: the scratch route 8.4 us)
     moe_gpu_tests 150 "one_program_route or route_in_registers"
-    for act in swiglu squared_relu; do
-      for t in 16 32 64 128; do
-        D=$(default_tile $t $act)
-        timeout 60 python3 bench/triton_moe_probe.py --tokens $t --activation $act \
-          --configs "$D,$D+route_in_registers=1,$D,$D+route_in_registers=1" >> $OUT/probe.jsonl 2>> $OUT/probe.err
-      done
-    done
+    PICK_TOKENS="16 32 64 128" probe_picks "" +route_in_registers=1 "" +route_in_registers=1
     layer_probe_summary 60
     D=$(default_tile 64 squared_relu)
     timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
       --configs "$D,$D+route_in_registers=1" > $OUT/profile.jsonl 2> $OUT/profile.err
-    python3 -c "import json; [print(d['config'][-30:], d['kernels_us']) for d in map(json.loads, open('$OUT/profile.jsonl'))]" ;;
+    profile_summary ;;
   s30c)
     # session 30, call 3: the "_pdl" tiles (fc2_pdl: the Gluon FC2 launched as a programmatic dependent of its FC1,
     # weight copies and scales before griddepcontrol.wait, token planes after): layer probes of choose_config's picks
@@ -973,7 +974,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       done
       $P --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs $(default_tile 256 squared_relu)
     } > $OUT/profile.jsonl 2> $OUT/profile.err
-    python3 -c "import json; [print(d['shape'][:10], d['activation'][:4], d['tokens'], d['kernels_us']) for d in map(json.loads, open('$OUT/profile.jsonl'))]"
+    profile_summary
     for t in 64 256; do
       timeout ${NCU_TIMEOUT:-110} ncu --clock-control none --kernel-name regex:"_fc[12]_" \
         --launch-skip $((t == 64 ? 2 : 4)) --launch-count $((t == 64 ? 2 : 4)) --set full --print-details all python3 \

@@ -35,13 +35,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from ._gluon_fc2_kernel import (
     _mma_step,
     _scales_below_2_pow_1,
     _step_scales,
     _word_selectors,
-    let_dependents_launch,
     stage_barriers,
     wgmma_layout,
 )
@@ -122,7 +122,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
                       num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     if LAUNCH_DEPENDENTS:  # the FC2 behind it (a programmatic dependent launch) may start its programs now
-        let_dependents_launch()
+        gdc_launch_dependents()
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
@@ -215,7 +215,7 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     before the next step's dequant, ``scale_words=True`` reads the E8M0 bytes as one int32 per row and step (both as
     in ``launch_gluon_fc2``), and so does ``one_factor=True`` (with ``scale_words``). ``maxnreg``: a register cap
     (session 29: the squared-ReLU FC1 with one factor, 128). ``launch_dependents=True``: each program lets the next
-    kernel of the stream start first (``let_dependents_launch``; the FC2 launched with ``pdl=True``)."""
+    kernel of the stream start first (``gdc_launch_dependents``; the FC2 launched with ``pdl=True``)."""
     if one_factor and not scale_words:
         raise ValueError("launch_gluon_fc1: one_factor=True needs scale_words=True")
     experts, n1, hidden = w.shape

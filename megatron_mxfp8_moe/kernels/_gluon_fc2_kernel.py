@@ -36,6 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.language.extra.cuda import gdc_wait
 
 from ._triton_moe_kernel import _scale_rows, _sx_factors
 
@@ -277,21 +278,6 @@ def _issue_planes(a_desc, x_smem, bars, st, k, a_row, BLOCK_K: gl.constexpr):
 
 
 @gluon.jit
-def wait_for_prior_grid():
-    """``griddepcontrol.wait``: under a programmatic dependent launch, block until the previous kernel of the stream
-    has finished and its writes are visible (at once without one)."""
-    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
-def let_dependents_launch():
-    """``griddepcontrol.launch_dependents``: the next kernel of the stream, launched as a programmatic dependent, may
-    start its programs once every program of this one has passed here (they wait for this one's end themselves)."""
-    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
-                              pack=1)
-
-
-@gluon.jit
 def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s, acc, acc2, q0, q1,
                  q2, q3, w_row, a_row, sel, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr,
                  CHAINS: gl.constexpr, OVERLAP: gl.constexpr, SCALE_WORDS: gl.constexpr, RING_ST: gl.constexpr,
@@ -352,7 +338,7 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         if ONE_FACTOR:  # one factor where the program's bytes are all below 128 (every step), else two
             one = _scales_below_2_pow_1(s_base, rows, steps, scale_tiles, STEPS_P2, num_warps)
         if PDL:
-            wait_for_prior_grid()
+            gdc_wait()  # the FC1 (a programmatic dependent launch: the stream's previous kernel) is done
             for i in gl.static_range(STAGES - 1):
                 if i < steps:
                     _issue_planes(a_desc, x_smem, bars, i, i, a_row, BLOCK_K)
@@ -415,8 +401,9 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     are all below 128 (scales at most 1, as for any weights with |w| <= 448) multiplies by one factor instead of two
     (``_sx4_planes``), the others by both; the same values, so the same bits (session 29). ``pdl=True`` launches it
     as a programmatic dependent of the stream's previous kernel (the FC1, which lets it start early:
-    ``let_dependents_launch``): each program issues its prologue's weight copies and loads its scales, then waits for
-    the FC1 to finish (``wait_for_prior_grid``) before the token planes' copies; the same bits (session 30)."""
+    ``gdc_launch_dependents``): each program issues its prologue's weight copies and loads its scales, then waits for
+    the FC1 to finish (``gdc_wait``, ``griddepcontrol.wait``) before the token planes' copies; the same bits (session
+    30)."""
     if one_factor and not scale_words:
         raise ValueError("launch_gluon_fc2: one_factor=True needs scale_words=True")
     if ring and (overlap or w.shape[2] // GLUON_FC2_BLOCK_K % stages):

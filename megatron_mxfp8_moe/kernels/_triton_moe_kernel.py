@@ -46,17 +46,41 @@ ACT_SILU = tl.constexpr(4)
 
 
 @triton.jit
-def _route_count(routing_map_ptr, valid_pairs, sorted_pairs_ptr, counts_ptr, chunk, fill_first, fill_end,
-                 local_expert_offset, E: tl.constexpr, E_POW2: tl.constexpr, CHUNK: tl.constexpr):
-    """Padding marker -1 on ``sorted_pairs[fill_first:fill_end]``; histogram of chunk ``chunk``'s local experts."""
+def _fill_padding(sorted_pairs_ptr, fill_first, fill_end, CHUNK: tl.constexpr):
+    """Padding marker -1 on ``sorted_pairs[fill_first:fill_end]``, CHUNK positions at a time."""
     lanes = tl.arange(0, CHUNK)
     for start in range(fill_first, fill_end, CHUNK):
         offs = start + lanes
         tl.store(sorted_pairs_ptr + offs, tl.full([CHUNK], -1, tl.int32), mask=offs < fill_end)
-    offs = chunk * CHUNK + lanes
+
+
+@triton.jit
+def _chunk_experts(routing_map_ptr, valid_pairs, chunk, local_expert_offset, E: tl.constexpr, CHUNK: tl.constexpr):
+    """``(local, is_local)`` ``[CHUNK]`` of chunk ``chunk``'s pairs: the local expert id, and whether the pair is
+    valid and its expert local."""
+    offs = chunk * CHUNK + tl.arange(0, CHUNK)
     in_range = offs < valid_pairs
     local = tl.load(routing_map_ptr + offs, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
-    is_local = in_range & (local >= 0) & (local < E)
+    return local, in_range & (local >= 0) & (local < E)
+
+
+@triton.jit
+def _expert_order(local, is_local, E_POW2: tl.constexpr, CHUNK: tl.constexpr):
+    """A chunk's pairs in expert order (pair order within an expert, non-local pairs last), by one sort of the keys
+    ``expert * CHUNK + lane``: per sorted index ``(expert, lane, is_local)``, the expert 0 where not local."""
+    keys = tl.sort(tl.where(is_local, local, E_POW2) * CHUNK + tl.arange(0, CHUNK))
+    expert = keys // CHUNK
+    lane = keys - expert * CHUNK
+    is_local = expert < E_POW2
+    return tl.where(is_local, expert, 0), lane, is_local
+
+
+@triton.jit
+def _route_count(routing_map_ptr, valid_pairs, sorted_pairs_ptr, counts_ptr, chunk, fill_first, fill_end,
+                 local_expert_offset, E: tl.constexpr, E_POW2: tl.constexpr, CHUNK: tl.constexpr):
+    """Padding marker -1 on ``sorted_pairs[fill_first:fill_end]``; histogram of chunk ``chunk``'s local experts."""
+    _fill_padding(sorted_pairs_ptr, fill_first, fill_end, CHUNK)
+    local, is_local = _chunk_experts(routing_map_ptr, valid_pairs, chunk, local_expert_offset, E, CHUNK)
     counts = tl.histogram(tl.where(is_local, local, 0), E_POW2, mask=is_local)
     tl.store(counts_ptr + chunk * E_POW2 + tl.arange(0, E_POW2), counts)
 
@@ -127,15 +151,8 @@ def _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, counts_ptr, c
     rank`` inside the expert's BLOCK_T blocks, past them its tail block. The in-chunk rank comes from one sort of
     the keys ``expert * CHUNK + lane``: a pair's sorted index minus the chunk's pairs of smaller experts."""
     lanes = tl.arange(0, CHUNK)
-    offs = chunk * CHUNK + lanes
-    in_range = offs < valid_pairs
-    local = tl.load(routing_map_ptr + offs, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
-    is_local = in_range & (local >= 0) & (local < E)
-    keys = tl.sort(tl.where(is_local, local, E_POW2) * CHUNK + lanes)  # non-local pairs sort last
-    expert = keys // CHUNK
-    lane = keys - expert * CHUNK
-    is_local = expert < E_POW2
-    expert = tl.where(is_local, expert, 0)
+    local, is_local = _chunk_experts(routing_map_ptr, valid_pairs, chunk, local_expert_offset, E, CHUNK)
+    expert, lane, is_local = _expert_order(local, is_local, E_POW2, CHUNK)
     # rank of sorted index i = i + cursor[chunk, e] - (chunk pairs of experts < e); kept in the cursor row, which
     # only this program reads after the plan step
     experts = tl.arange(0, E_POW2)
@@ -198,24 +215,15 @@ def _route_in_registers_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_p
     kept in registers: the histogram feeds the plan directly, and each sorted pair takes its expert's entries by
     ``tl.gather`` instead of storing the tables and loading them back behind a barrier (session 30, prepared)."""
     valid_pairs = tl.minimum(tl.load(valid_tokens_ptr), rows) * TOPK
-    lanes = tl.arange(0, CHUNK)
-    for start in range(0, fill_end, CHUNK):
-        tl.store(sorted_pairs_ptr + start + lanes, tl.full([CHUNK], -1, tl.int32), mask=start + lanes < fill_end)
-    in_range = lanes < valid_pairs
-    local = tl.load(routing_map_ptr + lanes, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
-    is_local = in_range & (local >= 0) & (local < E)
+    _fill_padding(sorted_pairs_ptr, 0, fill_end, CHUNK)
+    local, is_local = _chunk_experts(routing_map_ptr, valid_pairs, 0, local_expert_offset, E, CHUNK)
     counts = tl.histogram(tl.where(is_local, local, 0), E_POW2, mask=is_local)  # [E_POW2]
     blocks, has_tail, block_end, total_blocks, tail_index = _expert_blocks(counts, BLOCK_T, TAIL_T, E_POW2)
     _store_block_tables(block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr, max_blocks,
                         tail_block_offset, 0, 1, E_POW2, TAIL_T, CHUNK_B)
-    # the pairs in expert order (pair order within an expert, non-local last); sorted index i of expert e has rank
-    # i - (pairs of experts < e) among e's pairs
-    keys = tl.sort(tl.where(is_local, local, E_POW2) * CHUNK + lanes)
-    expert = keys // CHUNK
-    lane = keys - expert * CHUNK
-    is_local = expert < E_POW2
-    expert = tl.where(is_local, expert, 0)
-    rank = lanes - tl.gather(tl.cumsum(counts, axis=0) - counts, expert, 0)
+    # sorted index i of expert e has rank i - (pairs of experts < e) among e's pairs
+    expert, lane, is_local = _expert_order(local, is_local, E_POW2, CHUNK)
+    rank = tl.arange(0, CHUNK) - tl.gather(tl.cumsum(counts, axis=0) - counts, expert, 0)
     cap = tl.gather(blocks * BLOCK_T, expert, 0)
     position = tl.where(rank < cap, tl.gather((block_end - blocks) * BLOCK_T, expert, 0) + rank,
                         tl.gather(max_sorted + tail_index * TAIL_T, expert, 0) + rank - cap)

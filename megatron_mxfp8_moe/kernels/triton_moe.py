@@ -1485,7 +1485,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
             BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
             EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.dot_mode,
             GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
-            **(dict(LAUNCH_DEPENDENTS=True) if cfg.fc2_pdl else {}), **cfg.launch_options(1),
+            LAUNCH_DEPENDENTS=cfg.fc2_pdl, **cfg.launch_options(1),
         )
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
         from ._gluon_fc2_kernel import launch_gluon_fc2

@@ -111,6 +111,11 @@ def _ptxas_report(ptx: str) -> str:
     return run.stderr + run.stdout
 
 
+def _registers(ptx: str) -> int:
+    """The registers per thread ``ptxas -v`` reports for ``ptx``."""
+    return int(re.search(r"Used (\d+) registers", _ptxas_report(ptx)).group(1))
+
+
 def _words_desc(block_n: int, q: int):
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -316,9 +321,7 @@ def test_gluon_fc2_waits_for_its_fc1_before_the_token_planes(case):
     """With ``PDL`` the FC2's prologue issues its STAGES - 1 weight copies before ``griddepcontrol.wait`` (SASS
     ``ACQBULK``) and every token-plane copy after it (4 per step), with the K loop and the registers of the kernel
     without it; the FC1 with ``LAUNCH_DEPENDENTS`` lets it start first thing (``PREEXIT``); neither without them."""
-    import re
-
-    block_n, block_t, stages, warps, chains, overlap = case
+    stages = case[2]
     ptx, sass = _compile_fc2(*case, scale_words=True, pdl=True)
     ptx_plain, sass_plain = _compile_fc2(*case, scale_words=True)
     copies = [i for i, line in enumerate(sass.splitlines()) if "UTMALDG" in line]
@@ -327,10 +330,7 @@ def test_gluon_fc2_waits_for_its_fc1_before_the_token_planes(case):
     assert sum(i > wait for i in copies) == 4 * (stages - 1) + 5 * 2  # the prologue's planes, the loop's refills
     assert len(k_loop(sass)) == len(k_loop(sass_plain))
     assert "ACQBULK" not in sass_plain and "griddepcontrol" not in ptx_plain
-
-    def registers(text):
-        return int(re.search(r"Used (\d+) registers", _ptxas_report(text)).group(1))
-    assert registers(ptx) == registers(ptx_plain)
+    assert _registers(ptx) == _registers(ptx_plain)
     _, sass = _compile_fc1(False, 2, 128, 3, 4, 16, False, scale_words=True, launch_dependents=True)
     assert sass.split("PREEXIT")[0].count(";") <= 4  # among the first instructions
     _, sass = _compile_fc1(False, 2, 128, 3, 4, 16, False, scale_words=True)
@@ -342,15 +342,13 @@ def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():
     registers uncapped (fewer programs per SM than without it); under the "_of" tiles' cap of 128 it has no spills
     with Triton 3.6, the version the Gluon tiles run with (3.8 spills 8 bytes), and one iteration on the one-factor
     path still runs at least 10% fewer instructions."""
-    import re
-
     import triton
 
     case = (False, 2, 128, 3, 4, 32, False)
     ptx, _ = _compile_fc1(*case, scale_words=True, one_factor=True)
-    assert int(re.search(r"Used (\d+) registers", _ptxas_report(ptx)).group(1)) > 128
+    assert _registers(ptx) > 128
     tested = triton.__version__.startswith("3.6.")
     ptx, sass = _compile_fc1(*case, scale_words=True, one_factor=True, maxnreg=128, spills=False if tested else None)
-    assert int(re.search(r"Used (\d+) registers", _ptxas_report(ptx)).group(1)) <= 128
+    assert _registers(ptx) <= 128
     _, sass_words = _compile_fc1(*case, scale_words=True)
     assert k_loop_paths(sass)[0] < 0.9 * len(k_loop(sass_words))
