@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s31b     # session 31, call 2: L2 prefetch past the ring (the "_l2a2" / "_l2a4" tiles, same bits):
+#                                   # layer probes (30b and 235b), per-kernel profile, bit tests
 #   bash tools/gpu_next.sh s31a     # for session 31 (run first): the one-program route with its tables in registers
 #                                   # (route_in_registers, same tables): route tests, graph replays, layer probes at
 #                                   # 16-128 tokens, the route kernel's time
@@ -937,6 +939,23 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s31b)
+    # prepared in session 31 after s31a: the "_l2a2" / "_l2a4" tiles (each Gluon FC asks L2 for the weight rows and
+    # scale words 2 / 4 steps past its shared-memory ring: more bytes in flight without more shared memory; the same
+    # bits): layer probes of choose_config's picks against both (alternating, 64 / 256 tokens, both activations, then
+    # 235b squared ReLU), the per-kernel profile at 64 tokens (squared ReLU), then the bit tests
+    PICK_TOKENS="64 256" probe_picks "" _l2a2 _l2a4 "" _l2a2 _l2a4
+    for t in 64 256; do
+      D=$(default_tile $t squared_relu)
+      timeout 90 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens $t --activation squared_relu \
+        --configs "$D,${D}_l2a2,${D}_l2a4,$D,${D}_l2a2,${D}_l2a4" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    layer_probe_summary 60
+    D=$(default_tile 64 squared_relu)
+    timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
+      --configs "$D,${D}_l2a2,${D}_l2a4" > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary
+    moe_gpu_tests 120 "forms_of_the_picks and l2_ahead" ;;
   s31a)
     # prepared in session 30 (for session 31, run first): route_in_registers (the one-program route, up to 1024 pairs,
     # with its counts and position tables in registers: no scratch stores and loads behind barriers; the same
