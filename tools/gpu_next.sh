@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s31c     # session 31, call 3: HBM streaming of the kernels' weight order against contiguous tiles
 #   bash tools/gpu_next.sh s31b     # session 31, call 2: L2 prefetch past the ring (the "_l2a2" / "_l2a4" tiles, same bits):
 #                                   # layer probes (30b and 235b), per-kernel profile, bit tests
 #   bash tools/gpu_next.sh s31a     # for session 31 (run first): the one-program route with its tables in registers
@@ -939,6 +940,12 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s31c)
+    # session 31, call 3: does HBM stream the kernels' weight access order (each 128-byte step of a slab's BLOCK_N rows,
+    # rows K bytes apart) slower than contiguous step tiles? (bench/weight_stream_probe.py, read-only Triton kernel)
+    timeout 240 python3 bench/weight_stream_probe.py > $OUT/stream.jsonl 2> $OUT/stream.err
+    echo "stream rc=$?" >> $OUT/stream.err
+    cat $OUT/stream.jsonl; tail -3 $OUT/stream.err ;;
   s31b)
     # prepared in session 31 after s31a: the "_l2a2" / "_l2a4" tiles (each Gluon FC asks L2 for the weight rows and
     # scale words 2 / 4 steps past its shared-memory ring: more bytes in flight without more shared memory; the same
