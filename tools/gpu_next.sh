@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s31d     # session 31, call 4: the squared-ReLU Gluon FC1 on 8 warps (two warpgroups, one ring)
 #   bash tools/gpu_next.sh s31c     # session 31, call 3: HBM streaming of the kernels' weight order against contiguous tiles
 #   bash tools/gpu_next.sh s31b     # session 31, call 2: L2 prefetch past the ring (the "_l2a2" / "_l2a4" tiles, same bits):
 #                                   # layer probes (30b and 235b), per-kernel profile, bit tests
@@ -940,6 +941,35 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s31d)
+    # session 31, call 4: the squared-ReLU Gluon FC1 ("_f1q", 128 rows) on 8 warps: two warpgroups of 64 rows share
+    # one ring and one copy of the token planes (75 registers, so 3 programs of 8 warps per SM where 4 warps gave 3 of
+    # 4), 3 or 4 stages: layer probes (alternating; main tile only, 30b and 235b, 64 / 256 tokens), then the bits
+    # against the default (one-off check: 30b, 64 / 256 tokens)
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      for t in 64 256; do
+        D=$(default_tile $t squared_relu); W="$D+fc1_warps=8"
+        timeout 90 python3 bench/triton_moe_probe.py --shape $shape --tokens $t --activation squared_relu \
+          --configs "$D,$W,$W+fc1_stages=4,$D,$W,$W+fc1_stages=4" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      done
+    done
+    layer_probe_summary 40
+    timeout 90 python3 -c "
+import dataclasses, sys, torch
+sys.path.insert(0, '.')
+from bench.moe_layer import rotated_inputs
+from megatron_mxfp8_moe.kernels.triton_moe import choose_config, triton_mxfp8_moe
+from megatron_mxfp8_moe.tensor import quantize_mxfp8
+g = torch.Generator().manual_seed(1)
+fc1 = quantize_mxfp8((torch.randn(128, 1536, 2048, generator=g) * 0.02).cuda().bfloat16())
+fc2 = quantize_mxfp8((torch.randn(128, 2048, 1536, generator=g) * 0.02).cuda().bfloat16())
+for t in (64, 256):
+    xs, probs, maps, valid = rotated_inputs(t, 2048, 128, 8, torch.device('cuda'))
+    d = choose_config(t, 2048, 768, gated=False, topk=8, experts=128, gluon=True)
+    outs = [triton_mxfp8_moe(xs[0], probs[0], maps[0], fc1, fc2, activation='squared_relu', valid_tokens=valid,
+                             config=c) for c in (d, dataclasses.replace(d, fc1_warps=8))]
+    print('bits', t, torch.equal(*outs), bool(outs[0].isfinite().all()), float(outs[0].float().norm()))
+" > $OUT/bits.txt 2>&1; tail -3 $OUT/bits.txt ;;
   s31c)
     # session 31, call 3: does HBM stream the kernels' weight access order (each 128-byte step of a slab's BLOCK_N rows,
     # rows K bytes apart) slower than contiguous step tiles? (bench/weight_stream_probe.py, read-only Triton kernel)
