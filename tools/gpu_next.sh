@@ -977,7 +977,8 @@ for t in (64, 256):
     echo "stream rc=$?" >> $OUT/stream.err
     cat $OUT/stream.jsonl; tail -3 $OUT/stream.err ;;
   s31b)
-    # prepared in session 31 after s31a: the "_l2a2" / "_l2a4" tiles (each Gluon FC asks L2 for the weight rows and
+    # ran in session 31 (run 34 call 2; every form slower: the code was then removed, bench/results/run34/l2_ahead.patch
+    # restores it): after s31a: the "_l2a2" / "_l2a4" tiles (each Gluon FC asks L2 for the weight rows and
     # scale words 2 / 4 steps past its shared-memory ring: more bytes in flight without more shared memory; the same
     # bits): layer probes of choose_config's picks against both (alternating, 64 / 256 tokens, both activations, then
     # 235b squared ReLU), the per-kernel profile at 64 tokens (squared ReLU), then the bit tests

@@ -38,8 +38,6 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from ._gluon_fc2_kernel import (
-    _l2_prefetch_rows,
-    _l2_rows,
     _mma_step,
     _scales_below_2_pow_1,
     _step_scales,
@@ -80,13 +78,11 @@ def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, w_row,
 def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows, cols,
               scale_tiles, sg, su, acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3, sel, GATED: gl.constexpr,
               STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr, OVERLAP: gl.constexpr,
-              SCALE_WORDS: gl.constexpr, ONE: gl.constexpr, one, pw, ps, pwu, psu, L2_AHEAD: gl.constexpr):
+              SCALE_WORDS: gl.constexpr, ONE: gl.constexpr, one):
     """K step ``k``: wait for its stage, dequantize its gate (and up) weight words into new planes (``ONE`` / ``one``:
     ``_gluon_fc2_kernel._sx4_planes``), issue their MMAs, retire the previous step's (planes ``g*`` / ``u*``, the
     other register set), then refill the freed stage. Returns the accumulators, this step's planes (in flight), the
-    retired planes and the next step's E8M0 bytes. ``L2_AHEAD`` > 0: also the L2 prefetch of the step that many past
-    the one just issued (``_gluon_fc2_kernel._l2_prefetch_rows``; gate rows ``pw`` / ``ps``, up rows ``pwu`` /
-    ``psu``)."""
+    retired planes and the next step's E8M0 bytes."""
     Q: gl.constexpr = BLOCK_K // 4
     st = k % STAGES
     mbarrier.wait(bars.index(st), (k // STAGES) & 1)
@@ -113,22 +109,17 @@ def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_ma
     if k + STAGES - 1 < steps:
         _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k + STAGES - 1, w_row, N_OUT, GATED,
                STAGES, BLOCK_K)
-    if L2_AHEAD > 0:
-        if k + STAGES - 1 + L2_AHEAD < steps:
-            _l2_prefetch_rows(pw, ps, k + STAGES - 1 + L2_AHEAD, Q)
-            if GATED:
-                _l2_prefetch_rows(pwu, psu, k + STAGES - 1 + L2_AHEAD, Q)
     return acc_g, acc_u, p0, p1, p2, p3, r0, r1, r2, r3, g0, g1, g2, g3, u0, u1, u2, u3, sg_next, su_next
 
 
 @gluon.jit
 def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N_OUT,
-                      N1, K, stride_x, stride_se, scale_tiles, stride_inter, w_ptr, TOPK: gl.constexpr,
+                      N1, K, stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr,
                       GATED: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
                       X_LAYOUT: gl.constexpr, OVERLAP: gl.constexpr, SCALE_WORDS: gl.constexpr,
                       ONE_FACTOR: gl.constexpr, STEPS_P2: gl.constexpr, LAUNCH_DEPENDENTS: gl.constexpr,
-                      L2_AHEAD: gl.constexpr, num_warps: gl.constexpr):
+                      num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     if LAUNCH_DEPENDENTS:  # the FC2 behind it (a programmatic dependent launch) may start its programs now
         gdc_launch_dependents()
@@ -163,17 +154,6 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
         rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
         cols = gl.arange(0, Q, layout=gl.SliceLayout(0, a_layout))
         s_base = s_ptr + expert.to(gl.int64) * stride_se
-        pw, ps, pwu, psu = w_row, w_row, w_row, w_row  # unused without L2_AHEAD
-        if L2_AHEAD > 0:  # the L2 prefetch runs L2_AHEAD steps past the ring's copies
-            pw, ps = _l2_rows(w_ptr, s_base, w_row, n_first, K // 4, scale_tiles, BLOCK_N, num_warps)
-            if GATED:
-                pwu, psu = _l2_rows(w_ptr, s_base, w_row + N_OUT, n_first + N_OUT, K // 4, scale_tiles, BLOCK_N,
-                                    num_warps)
-            for i in gl.static_range(L2_AHEAD):
-                if STAGES - 1 + i < steps:
-                    _l2_prefetch_rows(pw, ps, STAGES - 1 + i, Q)
-                    if GATED:
-                        _l2_prefetch_rows(pwu, psu, STAGES - 1 + i, Q)
         sg_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q, SCALE_WORDS)
         su_next = sg_next
         if GATED:
@@ -196,18 +176,18 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
              su_next) = _fc1_step(
                 k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
                 cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
-                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS, ONE_FACTOR, one, pw, ps, pwu, psu, L2_AHEAD)
+                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS, ONE_FACTOR, one)
             (acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, sg_next,
              su_next) = _fc1_step(
                 k + 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows,
                 cols, scale_tiles, sg_next, su_next, acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
-                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS, ONE_FACTOR, one, pw, ps, pwu, psu, L2_AHEAD)
+                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS, ONE_FACTOR, one)
         if steps % 2 == 1:
             (acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3, sg_next,
              su_next) = _fc1_step(
                 steps - 1, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base,
                 rows, cols, scale_tiles, sg_next, su_next, acc_g, acc_u, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3,
-                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS, ONE_FACTOR, one, pw, ps, pwu, psu, L2_AHEAD)
+                sel, GATED, STAGES, BLOCK_K, a_layout, OVERLAP, SCALE_WORDS, ONE_FACTOR, one)
         acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3, gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3 = \
             warpgroup_mma_wait(num_outstanding=0, deps=(acc_g, acc_u, ga0, ga1, ga2, ga3, ua0, ua1, ua2, ua3,
                                                         gb0, gb1, gb2, gb3, ub0, ub1, ub2, ub3))
@@ -226,7 +206,7 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                      num_blocks: torch.Tensor, grid_blocks: int, *, n_out: int, gated: bool, activation: int,
                      topk: int, block_n: int, block_t: int, stages: int, num_warps: int, plane_k2: int,
                      overlap: bool = True, scale_words: bool = False, one_factor: bool = False,
-                     maxnreg: Optional[int] = None, launch_dependents: bool = False, l2_ahead: int = 0) -> None:
+                     maxnreg: Optional[int] = None, launch_dependents: bool = False) -> None:
     """One ``_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``x_planes`` ``[R, Kp]`` bf16 plane-major per 128 (row stride a multiple of 8), ``w`` ``[E, N1, H]`` fp8
     contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
@@ -235,8 +215,7 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     before the next step's dequant, ``scale_words=True`` reads the E8M0 bytes as one int32 per row and step (both as
     in ``launch_gluon_fc2``), and so does ``one_factor=True`` (with ``scale_words``). ``maxnreg``: a register cap
     (session 29: the squared-ReLU FC1 with one factor, 128). ``launch_dependents=True``: each program lets the next
-    kernel of the stream start first (``gdc_launch_dependents``; the FC2 launched with ``pdl=True``). ``l2_ahead``: as
-    in ``launch_gluon_fc2`` (session 31)."""
+    kernel of the stream start first (``gdc_launch_dependents``; the FC2 launched with ``pdl=True``)."""
     if one_factor and not scale_words:
         raise ValueError("launch_gluon_fc1: one_factor=True needs scale_words=True")
     experts, n1, hidden = w.shape
@@ -247,10 +226,10 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     x_layout = gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16)
     _fc1_gluon_kernel[(triton.cdiv(n_out, block_n), grid_blocks)](
         w_desc, x_planes, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden,
-        x_planes.stride(0), scales.stride(0), scale_tiles, inter.stride(0), words, TOPK=topk, GATED=gated,
+        x_planes.stride(0), scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, GATED=gated,
         ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC1_BLOCK_K, STAGES=stages,
         PLANE_K2=plane_k2, X_LAYOUT=x_layout, OVERLAP=overlap,
         SCALE_WORDS=scale_words, ONE_FACTOR=one_factor,
         STEPS_P2=triton.next_power_of_2(hidden // GLUON_FC1_BLOCK_K) if one_factor else 1,
-        LAUNCH_DEPENDENTS=launch_dependents, L2_AHEAD=l2_ahead, num_warps=num_warps,
+        LAUNCH_DEPENDENTS=launch_dependents, num_warps=num_warps,
         **({} if maxnreg is None else dict(maxnreg=maxnreg)))

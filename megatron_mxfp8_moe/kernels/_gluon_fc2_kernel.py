@@ -236,32 +236,6 @@ def _step_scales(s_base, rows, cols, k, scale_tiles, Q: gl.constexpr, SCALE_WORD
 
 
 @gluon.jit
-def _l2_prefetch_rows(w_rows, s_rows, k, Q: gl.constexpr):
-    """``prefetch.global.L2`` of K step ``k``'s lines: each weight row's 128 bytes (``w_rows``: ``[rows]`` int32
-    pointers at step 0, ``Q`` words a step) and the rows' E8M0 words (``s_rows``: int32 pointers at step 0, 128 words a
-    step in the 128x4 layout). Session 31 (``L2_AHEAD``): steps past the shared-memory ring are requested early, so
-    more bytes are in flight per SM without more shared memory; the TMA copy and the scale load of that step then hit
-    L2. A hint: no result, no wait."""
-    gl.inline_asm_elementwise(
-        asm="prefetch.global.L2 [$2]; prefetch.global.L2 [$3]; mov.b32 $0, 0; mov.b32 $1, 0;",
-        constraints="=r,=r,l,l", args=[w_rows + k * Q, s_rows + k * 128], dtype=(gl.int32, gl.int32),
-        is_pure=False, pack=1)
-
-
-@gluon.jit
-def _l2_rows(w_ptr, s_base, w_row, n_first, row_words, scale_tiles, BLOCK_N: gl.constexpr, num_warps: gl.constexpr):
-    """Step-0 pointers of ``_l2_prefetch_rows`` for weight rows ``w_row + [0, BLOCK_N)`` (``row_words`` int32 words a
-    row) and their scale words (rows ``n_first + [0, BLOCK_N)`` of the expert's 128x4 scales), one row per thread."""
-    layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1], threads_per_warp=[32], warps_per_cta=[num_warps],
-                                            order=[0])
-    r = gl.arange(0, BLOCK_N, layout=layout)
-    w_rows = w_ptr + (w_row + r).to(gl.int64) * row_words
-    rows = n_first + r
-    s_rows = s_base + (rows // 128) * (scale_tiles * 512) + (rows % 32) * 16 + ((rows % 128) // 32) * 4
-    return w_rows, s_rows.to(gl.pointer_type(gl.int32), bitcast=True)
-
-
-@gluon.jit
 def _word_selectors(cols):
     """The ``prmt`` selectors of ``_e8m0_word_factors`` for plane-tile columns ``cols``: byte ``cols // 8`` into both
     16-bit halves, ``[1, Q]``."""
@@ -307,13 +281,12 @@ def _issue_planes(a_desc, x_smem, bars, st, k, a_row, BLOCK_K: gl.constexpr):
 def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s, acc, acc2, q0, q1,
                  q2, q3, w_row, a_row, sel, STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr,
                  CHAINS: gl.constexpr, OVERLAP: gl.constexpr, SCALE_WORDS: gl.constexpr, RING_ST: gl.constexpr,
-                 ONE: gl.constexpr, one, pw, ps, L2_AHEAD: gl.constexpr):
+                 ONE: gl.constexpr, one):
     """K step ``k``: wait for its stage, dequantize its weight words into new planes, issue their 4 MMAs, retire the
     previous step's (planes ``q*``, the other register set), then refill the freed stage. Returns the accumulator,
     this step's planes (in flight), the retired planes and the next step's E8M0 bytes. ``RING_ST`` >= 0: the stage,
     known at compile time (``RING``: one loop iteration per turn of the ring); -1: ``k % STAGES``. ``ONE`` /
-    ``one``: ``_sx4_planes``. ``L2_AHEAD`` > 0: also the L2 prefetch of the step that many past the one just issued
-    (``_l2_prefetch_rows`` with ``pw`` / ``ps``)."""
+    ``one``: ``_sx4_planes``."""
     Q: gl.constexpr = BLOCK_K // 4
     st = _stage(k, STAGES, RING_ST)
     mbarrier.wait(bars.index(st), (k // STAGES) & 1)
@@ -327,18 +300,15 @@ def _planes_step(k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, c
     if k + STAGES - 1 < steps:
         _issue(w_desc, a_desc, w_smem, x_smem, bars, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K,
                -1 if RING_ST < 0 else (RING_ST + STAGES - 1) % STAGES)
-    if L2_AHEAD > 0:
-        if k + STAGES - 1 + L2_AHEAD < steps:
-            _l2_prefetch_rows(pw, ps, k + STAGES - 1 + L2_AHEAD, Q)
     return acc, acc2, p0, p1, p2, p3, q0, q1, q2, q3, s_next
 
 
 @gluon.jit
 def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
-                      stride_se, scale_tiles, stride_slot, w_ptr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
+                      stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                       BLOCK_K: gl.constexpr, STAGES: gl.constexpr, CHAINS: gl.constexpr, OVERLAP: gl.constexpr,
                       SCALE_WORDS: gl.constexpr, RING: gl.constexpr, ONE_FACTOR: gl.constexpr,
-                      STEPS_P2: gl.constexpr, PDL: gl.constexpr, L2_AHEAD: gl.constexpr, num_warps: gl.constexpr):
+                      STEPS_P2: gl.constexpr, PDL: gl.constexpr, num_warps: gl.constexpr):
     Q: gl.constexpr = BLOCK_K // 4
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
@@ -362,12 +332,6 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
         rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_layout))
         cols = gl.arange(0, Q, layout=gl.SliceLayout(0, a_layout))
         s_base = s_ptr + expert.to(gl.int64) * stride_se
-        pw, ps = w_row, w_row  # unused without L2_AHEAD
-        if L2_AHEAD > 0:  # the L2 prefetch runs L2_AHEAD steps past the ring's copies
-            pw, ps = _l2_rows(w_ptr, s_base, w_row, n_first, K // 4, scale_tiles, BLOCK_N, num_warps)
-            for i in gl.static_range(L2_AHEAD):
-                if STAGES - 1 + i < steps:
-                    _l2_prefetch_rows(pw, ps, STAGES - 1 + i, Q)
         s_next = _step_scales(s_base, rows, cols, 0, scale_tiles, Q, SCALE_WORDS)
         sel = _word_selectors(cols)
         one = False
@@ -390,22 +354,22 @@ def _fc2_gluon_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_e
                     acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                         k0 + i, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next,
                         acc, acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
-                        SCALE_WORDS, i, ONE_FACTOR, one, pw, ps, L2_AHEAD)
+                        SCALE_WORDS, i, ONE_FACTOR, one)
         else:
             for k in range(0, steps - 1, 2):
                 acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                     k, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
                     acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
-                    SCALE_WORDS, -1, ONE_FACTOR, one, pw, ps, L2_AHEAD)
+                    SCALE_WORDS, -1, ONE_FACTOR, one)
                 acc, acc2, b0, b1, b2, b3, a0, a1, a2, a3, s_next = _planes_step(
                     k + 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next, acc,
                     acc2, a0, a1, a2, a3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
-                    SCALE_WORDS, -1, ONE_FACTOR, one, pw, ps, L2_AHEAD)
+                    SCALE_WORDS, -1, ONE_FACTOR, one)
             if steps % 2 == 1:
                 acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3, s_next = _planes_step(
                     steps - 1, steps, w_desc, a_desc, w_smem, x_smem, bars, s_base, rows, cols, scale_tiles, s_next,
                     acc, acc2, b0, b1, b2, b3, w_row, a_row, sel, STAGES, BLOCK_K, a_layout, CHAINS, OVERLAP,
-                    SCALE_WORDS, -1, ONE_FACTOR, one, pw, ps, L2_AHEAD)
+                    SCALE_WORDS, -1, ONE_FACTOR, one)
         acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3 = warpgroup_mma_wait(
             num_outstanding=0, deps=(acc, acc2, a0, a1, a2, a3, b0, b1, b2, b3))
         if CHAINS == 2:
@@ -423,7 +387,7 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor, grid_blocks: int,
                      *, block_n: int, block_t: int, stages: int, num_warps: int, chains: int = 1,
                      overlap: bool = True, scale_words: bool = False, ring: bool = False,
-                     one_factor: bool = False, pdl: bool = False, l2_ahead: int = 0) -> None:
+                     one_factor: bool = False, pdl: bool = False) -> None:
     """One ``_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``inter`` ``[positions, I]`` bf16 plane-major per 128-deep step (row stride a multiple of 8), ``w`` ``[E, H, I]``
     fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
@@ -439,8 +403,7 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     as a programmatic dependent of the stream's previous kernel (the FC1, which lets it start early:
     ``gdc_launch_dependents``): each program issues its prologue's weight copies and loads its scales, then waits for
     the FC1 to finish (``gdc_wait``, ``griddepcontrol.wait``) before the token planes' copies; the same bits (session
-    30). ``l2_ahead`` > 0: each program also asks L2 for the weight rows and scale words of the step ``l2_ahead`` past
-    each one its ring copies (``_l2_prefetch_rows``); the same bits (session 31)."""
+    30)."""
     if one_factor and not scale_words:
         raise ValueError("launch_gluon_fc2: one_factor=True needs scale_words=True")
     if ring and (overlap or w.shape[2] // GLUON_FC2_BLOCK_K % stages):
@@ -455,7 +418,7 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
                                           gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16))
     _fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
-        scale_tiles, slots.stride(0), words, BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,
+        scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,
         CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, RING=ring, ONE_FACTOR=one_factor,
         STEPS_P2=triton.next_power_of_2(inner // GLUON_FC2_BLOCK_K) if one_factor else 1, PDL=pdl,
-        L2_AHEAD=l2_ahead, num_warps=num_warps, launch_pdl=pdl)
+        num_warps=num_warps, launch_pdl=pdl)

@@ -179,12 +179,6 @@ class TritonMoEConfig:
     # scales, and wait for the FC1's end (``griddepcontrol.wait``: its writes visible) before copying its output. The
     # same arithmetic, so the same bits.
     fc2_pdl: bool = False
-    # Session 31 (a probe knob): > 0, each Gluon FC1 / FC2 program asks L2 (``prefetch.global.L2``) for the weight rows
-    # and E8M0 words of the K step this many past each one its shared-memory ring copies (and of the first ones in its
-    # prologue): more bytes in flight per SM without more shared memory (ncu, run 33: the Gluon kernels at 71-75% of
-    # DRAM peak with 3-4 CTAs per SM, long scoreboard their largest stall). A hint only, so the same bits.
-    fc1_l2_ahead: int = 0
-    fc2_l2_ahead: int = 0
 
     def __post_init__(self):
         if self.tail is not None:
@@ -243,10 +237,6 @@ class TritonMoEConfig:
             if flag and not (gluon and self.scale_words):
                 raise ValueError(f"TritonMoEConfig: {name}_one_factor=True needs the Gluon {name.upper()} with "
                                  f"scale_words; got {name}_gluon={gluon}, scale_words={self.scale_words}")
-        for ahead, gluon, name in ((self.fc1_l2_ahead, self.fc1_gluon, "fc1"), (self.fc2_l2_ahead, self.fc2_gluon, "fc2")):
-            if not 0 <= ahead <= 8 or (ahead and not gluon):
-                raise ValueError(f"TritonMoEConfig: {name}_l2_ahead must be in [0, 8] and > 0 only with the Gluon "
-                                 f"{name.upper()}; got {name}_l2_ahead={ahead}, {name}_gluon={gluon}")
         if self.fc2_pdl and not (self.fc2_gluon and self.dequant == "sx4"):
             raise ValueError("TritonMoEConfig: fc2_pdl=True needs the Gluon FC2 of the plane tiles (fc2_gluon, "
                              f"dequant 'sx4'); got fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
@@ -583,7 +573,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
-                                fc2_one_factor=False, fc2_pdl=False, fc1_l2_ahead=0, fc2_l2_ahead=0)
+                                fc2_one_factor=False, fc2_pdl=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -733,18 +723,6 @@ def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # Session 30 (run 33: bit-equal, no layer gain; tools/gpu_next.sh s30c): "_pdl", the default twins with each Gluon FC2 a
 # programmatic dependent launch of its FC1 (``fc2_pdl``; the same bits)
 TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON_TWINS.values()})
-
-
-def _l2_ahead(cfg: TritonMoEConfig, steps: int) -> TritonMoEConfig:
-    """``cfg`` with ``fc1_l2_ahead`` / ``fc2_l2_ahead`` = ``steps`` on each Gluon FC of each launch tile."""
-    return map_launch_tiles(cfg, lambda tile: dataclasses.replace(tile, fc1_l2_ahead=steps * tile.fc1_gluon,
-                                                                  fc2_l2_ahead=steps * tile.fc2_gluon))
-
-
-# Session 31 (tools/gpu_next.sh s31b): "_l2a2" / "_l2a4", the default twins with each Gluon FC asking L2 for the weight
-# rows and scale words 2 / 4 steps past its ring (``fc1_l2_ahead`` / ``fc2_l2_ahead``; the same bits)
-TILES.update({f"{twin}_l2a{steps}": _l2_ahead(TILES[twin], steps) for twin in _GLUON_TWINS.values()
-              for steps in (2, 4)})
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
 # Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
 # session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated
@@ -1497,8 +1475,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
                          activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                          block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
                          plane_k2=cfg.fc2_block_k, overlap=cfg.fc1_overlap, scale_words=cfg.scale_words,
-                         one_factor=cfg.fc1_one_factor, maxnreg=cfg.fc1_maxnreg, launch_dependents=cfg.fc2_pdl,
-                         l2_ahead=cfg.fc1_l2_ahead)
+                         one_factor=cfg.fc1_one_factor, maxnreg=cfg.fc1_maxnreg, launch_dependents=cfg.fc2_pdl)
     else:
         kernels._fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
             x, fc1.data, s1, inter, *route,
@@ -1516,7 +1493,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                          block_t=cfg.block_t, stages=cfg.fc2_stages, num_warps=cfg.fc2_warps,
                          chains=cfg.fc2_chains, overlap=cfg.fc2_overlap, scale_words=cfg.scale_words,
-                         ring=cfg.fc2_ring, one_factor=cfg.fc2_one_factor, pdl=cfg.fc2_pdl, l2_ahead=cfg.fc2_l2_ahead)
+                         ring=cfg.fc2_ring, one_factor=cfg.fc2_one_factor, pdl=cfg.fc2_pdl)
         return
     kernels._fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks, split_k)](
         inter, fc2.data, s2, slots, *route,

@@ -1252,11 +1252,9 @@ def test_scale_words_with_scales_above_2_pow_7_in_some_programs(activation, toke
 # scale factor in every program whose E8M0 bytes are all below 128 (session 29, the "_of" tiles: ``fc1_one_factor`` /
 # ``fc2_one_factor`` on each Gluon FC; the second factor is then exactly 1); each Gluon FC2 a programmatic dependent
 # launch of its FC1 (session 30, the "_pdl" tiles: ``fc2_pdl``; its weight copies start before the FC1 ends, its
-# token-plane copies after); each Gluon FC asking L2 for the weights and scales 4 steps past its ring (session 31, the
-# "_l2a4" tiles: ``fc1_l2_ahead`` / ``fc2_l2_ahead``, a hint). Name: (TILES suffix, whether a launch tile runs the form).
+# token-plane copies after). Name: (TILES suffix, whether a launch tile runs the form).
 _SAME_BITS_FORMS = {"one_factor": ("_of", lambda t: t.fc1_one_factor or t.fc2_one_factor),
-                    "dependent_launch": ("_pdl", lambda t: t.fc2_pdl),
-                    "l2_ahead": ("_l2a4", lambda t: t.fc1_l2_ahead or t.fc2_l2_ahead)}
+                    "dependent_launch": ("_pdl", lambda t: t.fc2_pdl)}
 
 
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])

@@ -126,7 +126,7 @@ def _words_desc(block_n: int, q: int):
 
 
 def _compile_fc2(block_n, block_t, stages, warps, chains, overlap, scale_words=False, ring=False, one_factor=False,
-                 pdl=False, l2_ahead=0):
+                 pdl=False):
     """The Gluon FC2 compiled for sm_90: ``(ptx, sass)``."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -140,10 +140,10 @@ def _compile_fc2(block_n, block_t, stages, warps, chains, overlap, scale_words=F
                                                                                                     gl.bfloat16))
     types = dict(w_desc=mangle_type(_words_desc(block_n, q)), a_desc=mangle_type(a_desc), s_ptr="*u8",
                  slot_ptr="*bf16", sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N="i32",
-                 K="i32", stride_se="i32", scale_tiles="i32", stride_slot="i32", w_ptr="*i32")
+                 K="i32", stride_se="i32", scale_tiles="i32", stride_slot="i32")
     constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=kernel.GLUON_FC2_BLOCK_K, STAGES=stages,
                      CHAINS=chains, OVERLAP=overlap, SCALE_WORDS=scale_words, RING=ring, ONE_FACTOR=one_factor,
-                     STEPS_P2=16 if one_factor else 1, PDL=pdl, L2_AHEAD=l2_ahead, num_warps=warps)
+                     STEPS_P2=16 if one_factor else 1, PDL=pdl, num_warps=warps)
     return _compile_sm90(kernel._fc2_gluon_kernel, types, constants, warps, ("N", "K", "stride_se", "stride_slot"),
                          with_sass=True)
 
@@ -172,7 +172,7 @@ def test_gluon_fc2_compiles_for_sm90_with_async_wgmma(block_n, block_t, stages, 
 
 
 def _compile_fc1(gated, activation, block_n, stages, warps, block_t, overlap, scale_words=False, one_factor=False,
-                 maxnreg=None, spills=False, launch_dependents=False, l2_ahead=0):
+                 maxnreg=None, spills=False, launch_dependents=False):
     """The Gluon FC1 compiled for sm_90: ``(ptx, sass)``."""
     from triton.experimental.gluon import language as gl
     from triton.runtime.jit import mangle_type
@@ -182,12 +182,12 @@ def _compile_fc1(gated, activation, block_n, stages, warps, block_t, overlap, sc
     q = kernel.GLUON_FC1_BLOCK_K // 4
     types = dict(w_desc=mangle_type(_words_desc(block_n, q)), x_ptr="*bf16", s_ptr="*u8", inter_ptr="*bf16",
                  sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N_OUT="i32", N1="i32",
-                 K="i32", stride_x="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32", w_ptr="*i32")
+                 K="i32", stride_x="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
     constants = dict(TOPK=8, GATED=gated, ACTIVATION=activation, BLOCK_N=block_n, BLOCK_T=block_t,
                      BLOCK_K=kernel.GLUON_FC1_BLOCK_K, STAGES=stages, PLANE_K2=128,
                      X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16), OVERLAP=overlap,
                      SCALE_WORDS=scale_words, ONE_FACTOR=one_factor, STEPS_P2=16 if one_factor else 1,
-                     LAUNCH_DEPENDENTS=launch_dependents, L2_AHEAD=l2_ahead, num_warps=warps)
+                     LAUNCH_DEPENDENTS=launch_dependents, num_warps=warps)
     return _compile_sm90(kernel._fc1_gluon_kernel, types, constants, warps,
                          ("N_OUT", "N1", "K", "stride_x", "stride_se", "stride_inter"), with_sass=True,
                          maxnreg=maxnreg, spills=spills)
@@ -352,28 +352,3 @@ def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():
     assert _registers(ptx) <= 128
     _, sass_words = _compile_fc1(*case, scale_words=True)
     assert k_loop_paths(sass)[0] < 0.9 * len(k_loop(sass_words))
-
-
-# Session 31: L2 prefetch of the steps past the shared-memory ring (``L2_AHEAD``), on the FC2 of the 16- / 32-token
-# defaults and the squared-ReLU "_f1q" / gated "_nov" FC1s
-@pytest.mark.parametrize("kind,case", [("fc2", (64, 16, 4, 4, 2, True)), ("fc2", (64, 32, 3, 4, 2, False)),
-                                       ("fc1", (False, 2, 128, 3, 4, 16, False)),
-                                       ("fc1", (True, 0, 64, 3, 4, 32, False))])
-def test_gluon_l2_ahead_prefetches_each_step_once_more(kind, case):
-    """With ``L2_AHEAD`` each K step issues one ``prefetch.global.L2`` per weight half for its rows' 128 weight bytes
-    and one for their scale words (SASS ``CCTL.E.PF2``) besides the ring's copies, with the same MMAs, the same number
-    of programs per SM (at most 128 registers where the kernel without it had 128 or fewer: FC2, the 16-token FC1; the
-    32-token FC1s rise to 162-168, still 3 programs, which shared memory sets) and the register-A check of
-    ``_compile_sm90``; without it none."""
-    compile_ = _compile_fc2 if kind == "fc2" else _compile_fc1
-    ptx_plain, sass_plain = compile_(*case, scale_words=True)
-    ptx, sass = compile_(*case, scale_words=True, l2_ahead=2)
-    halves = 2 if kind == "fc1" and case[0] else 1
-    assert "prefetch.global.L2" not in ptx_plain and "CCTL.E.PF2" not in sass_plain
-    loop, loop_plain = k_loop(sass), k_loop(sass_plain)
-    steps = 2  # one loop iteration runs two K steps (the two register sets)
-    assert sum("CCTL.E.PF2" in i for i in loop) == 2 * halves * steps  # under the "steps left" predicate
-    assert sum(i.startswith("HGMMA") for i in loop) == sum(i.startswith("HGMMA") for i in loop_plain)
-    assert len(loop) <= 1.05 * len(loop_plain), (len(loop), len(loop_plain))
-    limit = 128 if _registers(ptx_plain) <= 128 and case[-2 if kind == "fc1" else 1] == 16 else 168
-    assert _registers(ptx) <= limit

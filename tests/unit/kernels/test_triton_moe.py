@@ -541,18 +541,6 @@ def test_gluon_fc2_is_checked(monkeypatch):
         assert triton_moe.triton_form(pdl) == triton_moe.triton_form(TILES[twin]), twin
     with pytest.raises(ValueError, match="fc2_pdl=True needs the Gluon FC2 of the plane tiles"):
         dataclasses.replace(TILES["m32k_sx4p_f4_t16_s2"], fc2_pdl=True)  # a Triton FC2
-    # session 31's "_l2a2" / "_l2a4" candidates: each Gluon FC prefetches 2 / 4 steps past its ring into L2, nothing
-    # else changed; the Triton form drops it; the knob needs a Gluon FC and at most 8 steps
-    for twin in triton_moe._GLUON_TWINS.values():
-        for steps in (2, 4):
-            ahead = TILES[f"{twin}_l2a{steps}"]
-            assert triton_moe.replace_launch_tiles(ahead, fc1_l2_ahead=0, fc2_l2_ahead=0) == TILES[twin], twin
-            assert all((t.fc1_l2_ahead, t.fc2_l2_ahead) == (steps * t.fc1_gluon, steps * t.fc2_gluon)
-                       for t in ahead.launch_tiles), twin
-            assert triton_moe.triton_form(ahead) == triton_moe.triton_form(TILES[twin]), twin
-    for bad in (dict(fc1_l2_ahead=2), dict(fc2_l2_ahead=9)):  # a Triton FC1; too far
-        with pytest.raises(ValueError, match="_l2_ahead must be in \\[0, 8\\] and > 0 only with the Gluon"):
-            dataclasses.replace(TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4_sw"], **bad)
     assert triton_moe.same_bits_as_triton_form(TILES["m32k_sx4p_f4_t16_g_s2_gt"])
     for name in ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2", "s16k_sx4p_f4_g_s2_n64_c2_st4"):
         assert not triton_moe.same_bits_as_triton_form(TILES[name])
