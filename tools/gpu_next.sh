@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s31e     # session 31, call 5: the kernels' TMA rings alone (no dequant, no MMA), GB/s
 #   bash tools/gpu_next.sh s31d     # session 31, call 4: the squared-ReLU Gluon FC1 on 8 warps (two warpgroups, one ring)
 #   bash tools/gpu_next.sh s31c     # session 31, call 3: HBM streaming of the kernels' weight order against contiguous tiles
 #   bash tools/gpu_next.sh s31b     # session 31, call 2: L2 prefetch past the ring (the "_l2a2" / "_l2a4" tiles, same bits):
@@ -941,6 +942,12 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s31e)
+    # session 31, call 5: the kernels' copy structure without their dequant and MMAs (bench/weight_stream_probe.py
+    # --ring: TMA rings of 3-8 stages at the FC1's / FC2's programs per SM), against the HBM read of the same run
+    timeout 150 python3 bench/weight_stream_probe.py --ring > $OUT/ring.jsonl 2> $OUT/ring.err
+    echo "ring rc=$?" >> $OUT/ring.err
+    cat $OUT/ring.jsonl; tail -3 $OUT/ring.err ;;
   s31d)
     # session 31, call 4: the squared-ReLU Gluon FC1 ("_f1q", 128 rows) on 8 warps: two warpgroups of 64 rows share
     # one ring and one copy of the token planes (75 registers, so 3 programs of 8 warps per SM where 4 warps gave 3 of
