@@ -2,7 +2,7 @@
 
 The Gluon FC1 / FC2 read each program's ``[BLOCK_N, K]`` weight slab of the ``[E * N, K]`` fp8 stack one 128-byte
 column step at a time: every step touches ``BLOCK_N`` rows ``K`` bytes apart. This probe streams the same bytes with a
-read-only Triton kernel (one program per slab, an XOR of every int32 word so nothing is dropped) in three orders:
+read-only Triton kernel (one program per slab, an XOR of every int32 word so nothing is dropped) in two orders:
 - ``rows``: the kernels' order, ``STEP`` bytes of each of the slab's rows per step (``STEP`` 128 or 256);
 - ``slab``: the slab's bytes contiguous (a layout with each ``[BLOCK_N, STEP]`` step tile contiguous, in step order);
 and reports GB/s for each, with the HBM read bandwidth (``common.read_bandwidth_gbps``) of the same run, all CUDA-graph
@@ -17,6 +17,7 @@ kernels' copy structure at their programs per SM.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -130,9 +131,12 @@ RING_CASES = [(128, 3, 16), (128, 4, 0), (128, 6, 0), (64, 4, 16), (64, 6, 0), (
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ring", action="store_true", help="the Gluon kernels' TMA rings alone (RING_CASES)")
+    args = parser.parse_args()
     read = read_bandwidth_gbps()
     print(json.dumps(dict(case="hbm_read", gbps=round(read, 1))), flush=True)
-    if "--ring" in sys.argv:
+    if args.ring:
         experts, n, k_bytes = 128, 1536, 2048
         words = torch.randint(-2**31, 2**31 - 1, (experts * n, k_bytes // 4), dtype=torch.int32, device="cuda")
         for block_n, stages, pad_kb in RING_CASES:
