@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s32a     # for session 32 (run first): the squared-ReLU f8x2 tiles with a Gluon FC1 ("_g1" /
+#                                   # "_g1n64", no dequant): GPU tests, layer probes, per-kernel profile
 #   bash tools/gpu_next.sh s31e     # session 31, call 5: the kernels' TMA rings alone (no dequant, no MMA), GB/s
 #   bash tools/gpu_next.sh s31d     # session 31, call 4: the squared-ReLU Gluon FC1 on 8 warps (two warpgroups, one ring)
 #   bash tools/gpu_next.sh s31c     # session 31, call 3: HBM streaming of the kernels' weight order against contiguous tiles
@@ -942,6 +944,26 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s32a)
+    # prepared in session 31 (for session 32, run first): the squared-ReLU f8x2 tiles with FC1 in Gluon too ("_g1":
+    # 128 rows, 3 stages; "_g1n64": 64 rows, 4 stages; no dequant on the consumer's chain): their GPU tests (float64
+    # oracle, graph replays, the gated refusal), then layer probes against the default and the "_gf" tiles
+    # (alternating, 30b and 235b), then the per-kernel profile (does an FC without dequant stream closer to the
+    # rings' 95-98% of HBM read?)
+    moe_gpu_tests 200 "f8x2_gluon_fc1"
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      D=$(default_tile 64 squared_relu); F=s16_f8q_s2_gf
+      timeout 90 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --activation squared_relu \
+        --configs "$D,$F,${F}_g1,${F}_g1n64,$D,$F,${F}_g1,${F}_g1n64" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      D=$(default_tile 256 squared_relu); F=m32_f8q_t16_s2_gf
+      timeout 90 python3 bench/triton_moe_probe.py --shape $shape --tokens 256 --activation squared_relu \
+        --configs "$D,$F,${F}_g1,${F}_g1n64,$D,$F,${F}_g1,${F}_g1n64" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    layer_probe_summary 30
+    D=$(default_tile 64 squared_relu); F=s16_f8q_s2_gf
+    timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
+      --configs "$D,$F,${F}_g1,${F}_g1n64" > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary ;;
   s31e)
     # session 31, call 5: the kernels' copy structure without their dequant and MMAs (bench/weight_stream_probe.py
     # --ring: TMA rings of 3-8 stages at the FC1's / FC2's programs per SM), against the HBM read of the same run

@@ -210,9 +210,10 @@ class TritonMoEConfig:
                              f"planes={self.planes}, dequant={self.dequant!r}, fc2_block_k={self.fc2_block_k}, "
                              f"fc2_split_k={self.fc2_split_k}, fc2_block_n={self.fc2_block_n}, "
                              f"fc2_warps={self.fc2_warps}, fc2_stages={self.fc2_stages}")
-        if self.fc1_gluon and not (self.planes and self.dequant == "sx4" and self.fc1_block_k == 128
-                                   and not self.fc1_gate_merge and self.fc1_warps in (4, 8)
-                                   and self.fc1_block_n % (16 * self.fc1_warps) == 0 and self.fc1_stages >= 3):
+        if self.fc1_gluon and self.dequant != "f8x2" and not (
+                self.planes and self.dequant == "sx4" and self.fc1_block_k == 128 and not self.fc1_gate_merge
+                and self.fc1_warps in (4, 8) and self.fc1_block_n % (16 * self.fc1_warps) == 0
+                and self.fc1_stages >= 3):
             raise ValueError("TritonMoEConfig: fc1_gluon needs planes=True, dequant='sx4', fc1_block_k=128, "
                              "fc1_gate_merge=False, fc1_warps 4 or 8, fc1_block_n a multiple of 16 * fc1_warps and "
                              "fc1_stages >= 3 (at 2 stages Triton 3.6 fails to compile it: an LLVM assertion in "
@@ -253,11 +254,13 @@ class TritonMoEConfig:
                              f"program and needs block_t=1, got block_t={self.block_t}")
 
     def _check_f8x2(self) -> None:
-        """``dequant="f8x2"`` is an MMA-path tile of its own (``_triton_f8x2_kernel.py``, FC2 optionally in Gluon)."""
+        """``dequant="f8x2"`` is an MMA-path tile of its own (``_triton_f8x2_kernel.py``; FC2 optionally in Gluon, and
+        FC1 too for ungated activations, ``_gluon_problem``)."""
         problems = [what for what, bad in (
             ("direct / gemv", self.direct or self.gemv),
             ("planes", self.planes),
-            ("fc1_gluon", self.fc1_gluon),
+            ("fc1_gluon without fc1_block_k 128, 4 warps and 2 or more stages",
+             self.fc1_gluon and not (self.fc1_block_k == 128 and self.fc1_warps == 4 and self.fc1_stages >= 2)),
             ("fc1_gate_merge", self.fc1_gate_merge),
             ("fc2_split_k > 1", self.fc2_split_k != 1),
             ("sync_dots", self.sync_dots),
@@ -555,6 +558,13 @@ TILES.update({f"{name}_s2": dataclasses.replace(TILES[name], side_stream=2)
 # rows, 4 stages). Compile-only so far (Triton 3.6: 78 registers and 49 KB of shared memory at 16-token blocks).
 TILES.update({f"{name}_gf": dataclasses.replace(TILES[name], fc2_gluon=True, fc2_block_n=64, fc2_stages=4)
               for name in ("s16_f8_s2", "s16_f8q_s2", "m32_f8_t16_s2", "m32_f8q_t16_s2")})
+# ... and, for squared ReLU, with FC1 in Gluon too ("_g1": ``_gluon_f8x2_fc1_kernel.py``, session 31: no dequant on
+# the consumer's chain, which run 34 found to be what holds the dequantizing kernels at 81-85% of HBM read; 128 rows
+# in 3 stages, or "_g1n64" 64 rows in 4; the main tile only). Compile-only so far (tools/gpu_next.sh s32a).
+TILES.update({f"{name}_gf_g1": dataclasses.replace(TILES[f"{name}_gf"], fc1_gluon=True, fc1_stages=3)
+              for name in ("s16_f8q_s2", "m32_f8q_t16_s2")})
+TILES.update({f"{name}_gf_g1n64": dataclasses.replace(TILES[f"{name}_gf"], fc1_gluon=True, fc1_block_n=64,
+                                                      fc1_stages=4) for name in ("s16_f8q_s2", "m32_f8q_t16_s2")})
 
 
 def map_launch_tiles(cfg: TritonMoEConfig, change) -> TritonMoEConfig:
@@ -1114,6 +1124,9 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         if hidden % 128 or n_out % cfg.fc1_block_n:
             return MXFP8InputError(f"fc1_gluon: the FC1 stack {tuple(fc1.data.shape)} needs H % 128 == 0 and its "
                                    f"output width ({n_out}) a multiple of fc1_block_n ({cfg.fc1_block_n})")
+        if cfg.dequant == "f8x2" and fc1.data.shape[1] != n_out:
+            return MXFP8InputError(f"fc1_gluon: the Gluon f8x2 FC1 takes ungated activations only (FC1 rows "
+                                   f"{fc1.data.shape[1]} = FC2's input width {n_out}); this layer is gated")
     if cfg.fc2_gluon:
         _, hidden, inner = fc2.data.shape
         if inner % 128 or hidden % cfg.fc2_block_n:
@@ -1133,7 +1146,7 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         return BackendUnavailableError("the Gluon kernels (fc1_gluon / fc2_gluon) run on a Hopper GPU only (Gluon "
                                        "has no CPU interpreter)")
     try:
-        from . import _gluon_f8x2_fc2_kernel, _gluon_fc1_kernel, _gluon_fc2_kernel  # noqa: F401
+        from . import _gluon_f8x2_fc1_kernel, _gluon_f8x2_fc2_kernel, _gluon_fc1_kernel, _gluon_fc2_kernel  # noqa: F401
     except ImportError as error:
         return BackendUnavailableError("fc1_gluon / fc2_gluon need Triton's Gluon dialect with its Hopper API "
                                        f"(triton.experimental.gluon; Triton 3.6 was tested): {error}")
@@ -1429,14 +1442,23 @@ def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_bl
     fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
     hidden, n_out, inner = dims
     (q1, qs1), (q2, qs2) = x_split, inter_split
-    kernels._f8x2_fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
-        q1, qs1, fc1.data, s1, q2, qs2, *route,
-        n_out, hidden, q1.stride(0), qs1.stride(0),
-        fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, q2.stride(0), qs2.stride(0),
-        TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
-        BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
-        EVEN_K=hidden % cfg.fc1_block_k == 0, **cfg.launch_options(1),
-    )
+    if cfg.fc1_gluon:  # ungated (checked by _gluon_problem before any launch): bf16 rows, then split for FC2
+        from ._gluon_f8x2_fc1_kernel import launch_gluon_f8x2_fc1
+
+        inter = torch.empty(q2.shape[0], n_out, dtype=torch.bfloat16, device=q2.device)
+        launch_gluon_f8x2_fc1(q1, qs1, fc1.data, s1, s1_tiles, inter, *route, grid_blocks,
+                              activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
+                              block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps)
+        _split_into(inter, q2, qs2)
+    else:
+        kernels._f8x2_fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
+            q1, qs1, fc1.data, s1, q2, qs2, *route,
+            n_out, hidden, q1.stride(0), qs1.stride(0),
+            fc1.data.stride(0), fc1.data.stride(1), s1_stride, s1_tiles, q2.stride(0), qs2.stride(0),
+            TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
+            BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
+            EVEN_K=hidden % cfg.fc1_block_k == 0, **cfg.launch_options(1),
+        )
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch
         from ._gluon_f8x2_fc2_kernel import launch_gluon_f8x2_fc2
 

@@ -256,6 +256,43 @@ def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
     _assert_barriers_fenced_after_init(ptx)
 
 
+# Session 31 (prepared): the f8x2 FC1 in Gluon for ungated activations ("_g1" / "_g1n64" tiles): 128 rows in 3 stages,
+# 64 rows in 4, at 16- and 32-token blocks
+@pytest.mark.parametrize("block_n,block_t,stages", [(128, 16, 3), (64, 16, 4), (128, 32, 3), (64, 32, 4)])
+def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages):
+    """The ungated f8x2 FC1 in Gluon (not yet run on a GPU): the weights by TMA and the gathered split rows by
+    cp.async into the same stage, tied to its mbarrier (one arrival per thread); fp8 wgmmas of depth 32 with the token
+    count as N, retired down to one block's pair of groups (``WARPGROUP.DEPBAR.LE gsb0, 0x2`` kept by ptxas), no dequant
+    (no bf16 wgmma), the barriers fenced after init, no spills; at 16-token blocks at most 128 registers (Triton 3.6: 127 /
+    72 at 128 / 64 rows; 235 / 144 at 32-token blocks)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc1_kernel as kernel
+
+    weights = torch.zeros(4 * 256, 2048, dtype=torch.float8_e4m3fn)  # descriptors carry dtypes, blocks and layouts
+    w_desc = TensorDescriptor.from_tensor(weights, [block_n, 128], gl.NVMMASharedLayout.get_default_for(
+        [block_n, 128], gl.float8e4nv))
+    types = dict(w_desc=mangle_type(w_desc), q_ptr="*fp8e4nv", qs_ptr="*fp32", s_ptr="*u8", inter_ptr="*bf16",
+                 sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N1="i32", K="i32",
+                 stride_q="i32", stride_qs="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
+    constants = dict(TOPK=8, ACTIVATION=2, BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages,
+                     X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv), num_warps=4)
+    ptx, sass = _compile_sm90(kernel._f8x2_fc1_gluon_kernel, types, constants, 4,
+                              ("N1", "K", "stride_q", "stride_qs", "stride_se", "stride_inter"), mma="QGMMA",
+                              with_sass=True)
+    assert ptx.count("cp.async.bulk.tensor") >= 2  # the weights of the prologue's stages and of the refill, by TMA
+    assert "cp.async.cg.shared.global" in ptx or "cp.async.ca.shared.global" in ptx  # the gathered split rows
+    assert "cp.async.mbarrier.arrive.noinc" in ptx  # each thread's copies counted by the stage's mbarrier
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk32\.f32\.e4m3\.e4m3" % block_t, ptx)
+    assert "wgmma.wait_group.sync.aligned 2;" in ptx
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x2") >= 3
+    assert "HGMMA" not in sass and "0xC480" not in ptx  # fp8 MMAs only: no bf16 planes, no dequant
+    assert block_t > 16 or _registers(ptx) <= 128
+    _assert_barriers_fenced_after_init(ptx)
+
+
 # Session 28 (prepared): the E8M0 bytes as one int32 per row and K step (``SCALE_WORDS``, ``_e8m0_word_factors``):
 # the FC2 of the 16- / 32-token defaults and of the 64-token tiles, the gated FC1 without the overlap and the
 # squared-ReLU "_f1q" FC1

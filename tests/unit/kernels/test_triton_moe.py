@@ -599,6 +599,19 @@ def test_f8x2_config_is_checked(monkeypatch):
     fc2 = quantize_mxfp8(random_weights((4, 128, 128), scale=0.1), backend="reference")
     with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, config=tile)
+    # session 31's Gluon f8x2 FC1 ("_g1" / "_g1n64"): ungated only, 128-deep steps on 4 warps; a gated layer is
+    # refused before any launch, an ungated one reaches the device check
+    for name in ("s16_f8q_s2_gf_g1", "m32_f8q_t16_s2_gf_g1n64"):
+        g1 = TILES[name]
+        assert g1.dequant == "f8x2" and g1.fc1_gluon and g1.fc2_gluon and g1.fc1_stages >= 3
+        for bad in (dict(fc1_warps=8), dict(fc1_block_k=64)):
+            with pytest.raises(ValueError, match="dequant='f8x2' does not take.*fc1_gluon without"):
+                dataclasses.replace(g1, **bad)
+        with pytest.raises(MXFP8InputError, match="ungated activations only"):
+            triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, config=g1)
+        square = quantize_mxfp8(random_weights((4, 128, 128), scale=0.1), backend="reference")
+        with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
+            triton_mxfp8_moe(x, probs, ids, square, fc2, activation="squared_relu", valid_tokens=valid, config=g1)
     assert launched == []
 
 

@@ -1,0 +1,138 @@
+"""FC1 (+ activation) of the "f8x2" tiles in Gluon, ungated activations (session 31; compiled on the CPU only so
+far, not yet run on a GPU).
+
+Session 31 found the dequantizing Gluon kernels bound by their consumer (each warpgroup's dequant and wgmma chain),
+not by their copies: their TMA rings alone stream at 95-98% of HBM read, the kernels at 81-85%. The "f8x2" tiles
+have no dequant: the fp8 weights go from shared memory straight into fp8 wgmmas against the activations split in two
+e4m3 terms (``hi + lo``, ``split_rows_reference``), and each 32-deep block's sum is scaled by its E8M0 weight scale
+and the token's block scale. Until now only their FC2 ran in Gluon (``_gluon_f8x2_fc2_kernel``); the Triton f8x2 FC1
+took 270.9 us against the dequantizing FC1's 140.1 (run 28, 256 tokens). This is that FC1 in Gluon, for the squared-ReLU
+target (ungated): the block MMAs pipelined against the scale FMAs as in the Gluon f8x2 FC2 (``_issue_block``,
+``_block_factor``: even and odd blocks in two accumulator tiles), the weights by TMA and the token rows gathered by
+cp.async into the same stage (Hopper's TMA cannot gather; every thread's copies counted by the stage's mbarrier, as
+in ``_gluon_fc1_kernel``). The activated rows are stored in bf16 by sorted position and the caller splits them for FC2
+(``triton_moe._split_into``); the Triton f8x2 FC1 splits the fp32 activations instead, so the two are held to the
+float64 oracle, not to each other's bits.
+Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (compiled with Triton 3.6 and 3.8).
+
+Layouts: split x rows ``[T, 2 * KP]`` e4m3 (``_split_cols``: block ``b``'s hi values in columns ``[64 b, 64 b + 32)``,
+its lo values in the next 32) and their fp32 scales ``[T, KP // 32]``; weights ``[E, N1, H]`` fp8 seen as
+``[E * N1, H]``; scales ``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; output ``inter`` ``[positions, >= N1]`` bf16.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ._gluon_f8x2_fc2_kernel import _block_factor, _issue_block, f8x2_mma_layout
+from ._gluon_fc2_kernel import stage_barriers
+from ._triton_moe_kernel import _activate, _scale_rows
+
+
+@gluon.jit
+def _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k, w_row, STAGES: gl.constexpr):
+    """Start step ``k``'s copies into stage ``k % STAGES``: the weights ``[BLOCK_N, 128]`` by TMA, the gathered split
+    rows of its 4 blocks (two ``[BLOCK_T, 128]`` halves) by cp.async, all counted by the stage's mbarrier (one
+    arrival per thread once its copies have landed, besides the TMA's expect)."""
+    st = k % STAGES
+    bar = bars.index(st)
+    mbarrier.expect(bar, w_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(w_desc, [w_row, k * 128], bar, w_smem.index(st))
+    async_copy.async_copy_global_to_shared(x_smem.index(2 * st), q_rows + k * 256, mask=token_mask)
+    async_copy.async_copy_global_to_shared(x_smem.index(2 * st + 1), q_rows + (k * 256 + 128), mask=token_mask)
+    async_copy.mbarrier_arrive(bar, increment_count=False)
+
+
+@gluon.jit
+def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr,
+                           num_blocks_ptr, N1, K, stride_q, stride_qs, stride_se, scale_tiles, stride_inter,
+                           TOPK: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr,
+                           BLOCK_T: gl.constexpr, STAGES: gl.constexpr, X_LAYOUT: gl.constexpr,
+                           num_warps: gl.constexpr):
+    pid_n = gl.program_id(0)
+    pid_b = gl.program_id(1)
+    if pid_b < gl.load(num_blocks_ptr):
+        expert = gl.load(block_expert_ptr + pid_b)
+        mma: gl.constexpr = f8x2_mma_layout(BLOCK_T, num_warps)
+        # cp.async pieces: 16 bytes (16 e4m3 values) per thread, 8 threads per 128-byte half row
+        copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 16], threads_per_warp=[4, 8],
+                                                     warps_per_cta=[num_warps, 1], order=[1, 0])
+        w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], w_desc.layout)
+        x_smem = gl.allocate_shared_memory(gl.float8e4nv, [2 * STAGES, BLOCK_T, 128], X_LAYOUT)
+        bars = stage_barriers(STAGES, 1 + 32 * num_warps)  # arrivals: the expect, every thread's cp.async copies
+        n_first = pid_n * BLOCK_N
+        w_row = expert * N1 + n_first
+        copy_pos = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, copy_layout))
+        copy_pairs = gl.load(sorted_pairs_ptr + copy_pos)
+        copy_tokens = gl.where(copy_pairs >= 0, copy_pairs // TOPK, 0).to(gl.int64)
+        q_rows = (q_ptr + copy_tokens[:, None] * stride_q
+                  + gl.arange(0, 128, layout=gl.SliceLayout(0, copy_layout))[None, :])
+        token_mask = copy_pairs[:, None] >= 0
+        steps = K // 128
+        for i in gl.static_range(STAGES - 1):
+            if i < steps:
+                _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, i, w_row, STAGES)
+        rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+        s_rows = _scale_rows(s_ptr + expert.to(gl.int64) * stride_se, rows, scale_tiles)
+        positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
+        pairs = gl.load(sorted_pairs_ptr + positions)
+        tokens = gl.where(pairs >= 0, pairs // TOPK, 0).to(gl.int64)
+        qs_rows = qs_ptr + tokens * stride_qs
+        acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+        zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+        for k in range(0, steps):
+            st = k % STAGES
+            mbarrier.wait(bars.index(st), (k // STAGES) & 1)
+            fence_async_shared()  # the cp.async (generic proxy) token rows, read by wgmma (async proxy)
+            # blocks 0-3 of the step, even ones in d0, odd ones in d1 (``_gluon_f8x2_fc2_kernel``): each wait retires
+            # the block before the one just issued, whose sum is then scaled and added while the newer block runs
+            d0 = _issue_block(w_smem, x_smem, st, 0, zero)
+            f0 = _block_factor(s_rows, qs_rows, 4 * k)
+            d1 = _issue_block(w_smem, x_smem, st, 1, zero)
+            d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
+            acc = acc + d0 * f0
+            f1 = _block_factor(s_rows, qs_rows, 4 * k + 1)
+            d0 = _issue_block(w_smem, x_smem, st, 2, d0)
+            d1 = warpgroup_mma_wait(num_outstanding=2, deps=(d1,))
+            acc = acc + d1 * f1
+            f2 = _block_factor(s_rows, qs_rows, 4 * k + 2)
+            d1 = _issue_block(w_smem, x_smem, st, 3, d1)
+            d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
+            acc = acc + d0 * f2
+            f3 = _block_factor(s_rows, qs_rows, 4 * k + 3)
+            d1 = warpgroup_mma_wait(num_outstanding=0, deps=(d1,))
+            acc = acc + d1 * f3
+            # every wgmma of the warpgroup up to this step is retired: the previous step's stage is free
+            if k + STAGES - 1 < steps:
+                _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k + STAGES - 1, w_row, STAGES)
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
+        h = _activate(acc, acc, ACTIVATION)  # the Triton kernels' own (a @triton.jit function)
+        ptrs = inter_ptr + positions.to(gl.int64)[None, :] * stride_inter + rows[:, None]
+        gl.store(ptrs, h.to(gl.bfloat16), mask=(pairs >= 0)[None, :] & (rows < N1)[:, None])
+
+
+def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
+                          inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
+                          num_blocks: torch.Tensor, grid_blocks: int, *, activation: int, topk: int, block_n: int,
+                          block_t: int, stages: int, num_warps: int) -> None:
+    """One ``_f8x2_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
+    ``q`` / ``qs`` the split rows of x by token (``split_rows_buffers``; ``q``'s row stride a multiple of 16), ``w``
+    ``[E, N1, H]`` fp8 contiguous (an ungated activation: N1 output columns), ``scales`` ``[E, Mp * Cp]`` uint8 with
+    ``scale_tiles`` = Cp // 4, ``inter`` ``[positions, >= N1]`` bf16 (written at the routed positions, columns
+    ``< N1``); ``activation`` an ACT_* code. The caller checks ``H % 128 == 0`` and ``N1 % block_n == 0``."""
+    experts, n1, hidden = w.shape
+    flat = w.view(experts * n1, hidden)
+    w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
+                                          gl.NVMMASharedLayout.get_default_for([block_n, 128], gl.float8e4nv))
+    x_layout = gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv)
+    _f8x2_fc1_gluon_kernel[(triton.cdiv(n1, block_n), grid_blocks)](
+        w_desc, q, qs, scales, inter, sorted_pairs, block_expert, num_blocks, n1, hidden, q.stride(0), qs.stride(0),
+        scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
+        BLOCK_T=block_t, STAGES=stages, X_LAYOUT=x_layout, num_warps=num_warps)
