@@ -7,8 +7,8 @@ have no dequant: the fp8 weights go from shared memory straight into fp8 wgmmas 
 e4m3 terms (``hi + lo``, ``split_rows_reference``), and each 32-deep block's sum is scaled by its E8M0 weight scale
 and the token's block scale. Until now only their FC2 ran in Gluon (``_gluon_f8x2_fc2_kernel``); the Triton f8x2 FC1
 took 270.9 us against the dequantizing FC1's 140.1 (run 28, 256 tokens). This is that FC1 in Gluon, for the squared-ReLU
-target (ungated): the block MMAs pipelined against the scale FMAs as in the Gluon f8x2 FC2 (``_issue_block``,
-``_block_factor``: even and odd blocks in two accumulator tiles), the weights by TMA and the token rows gathered by
+target (ungated): the block MMAs pipelined against the scale FMAs as in the Gluon f8x2 FC2 (``_step_blocks``: even
+and odd blocks in two accumulator tiles), the weights by TMA and the token rows gathered by
 cp.async into the same stage (Hopper's TMA cannot gather; every thread's copies counted by the stage's mbarrier, as
 in ``_gluon_fc1_kernel``). The activated rows are stored in bf16 by sorted position and the caller splits them for FC2
 (``triton_moe._split_into``); the Triton f8x2 FC1 splits the fp32 activations instead, so the two are held to the
@@ -27,10 +27,11 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_f8x2_fc2_kernel import _block_factor, _issue_block, f8x2_mma_layout
+from ._gluon_f8x2_fc2_kernel import _step_blocks, f8x2_mma_layout
+from ._gluon_fc1_kernel import _gathered_rows
 from ._gluon_fc2_kernel import stage_barriers
 from ._triton_moe_kernel import _activate, _scale_rows
 
@@ -68,12 +69,7 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
         bars = stage_barriers(STAGES, 1 + 32 * num_warps)  # arrivals: the expect, every thread's cp.async copies
         n_first = pid_n * BLOCK_N
         w_row = expert * N1 + n_first
-        copy_pos = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, copy_layout))
-        copy_pairs = gl.load(sorted_pairs_ptr + copy_pos)
-        copy_tokens = gl.where(copy_pairs >= 0, copy_pairs // TOPK, 0).to(gl.int64)
-        q_rows = (q_ptr + copy_tokens[:, None] * stride_q
-                  + gl.arange(0, 128, layout=gl.SliceLayout(0, copy_layout))[None, :])
-        token_mask = copy_pairs[:, None] >= 0
+        q_rows, token_mask = _gathered_rows(q_ptr, stride_q, sorted_pairs_ptr, pid_b, TOPK, BLOCK_T, 128, copy_layout)
         steps = K // 128
         for i in gl.static_range(STAGES - 1):
             if i < steps:
@@ -90,24 +86,7 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
             st = k % STAGES
             mbarrier.wait(bars.index(st), (k // STAGES) & 1)
             fence_async_shared()  # the cp.async (generic proxy) token rows, read by wgmma (async proxy)
-            # blocks 0-3 of the step, even ones in d0, odd ones in d1 (``_gluon_f8x2_fc2_kernel``): each wait retires
-            # the block before the one just issued, whose sum is then scaled and added while the newer block runs
-            d0 = _issue_block(w_smem, x_smem, st, 0, zero)
-            f0 = _block_factor(s_rows, qs_rows, 4 * k)
-            d1 = _issue_block(w_smem, x_smem, st, 1, zero)
-            d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
-            acc = acc + d0 * f0
-            f1 = _block_factor(s_rows, qs_rows, 4 * k + 1)
-            d0 = _issue_block(w_smem, x_smem, st, 2, d0)
-            d1 = warpgroup_mma_wait(num_outstanding=2, deps=(d1,))
-            acc = acc + d1 * f1
-            f2 = _block_factor(s_rows, qs_rows, 4 * k + 2)
-            d1 = _issue_block(w_smem, x_smem, st, 3, d1)
-            d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
-            acc = acc + d0 * f2
-            f3 = _block_factor(s_rows, qs_rows, 4 * k + 3)
-            d1 = warpgroup_mma_wait(num_outstanding=0, deps=(d1,))
-            acc = acc + d1 * f3
+            acc = _step_blocks(w_smem, x_smem, st, k, s_rows, qs_rows, acc, zero)
             # every wgmma of the warpgroup up to this step is retired: the previous step's stage is free
             if k + STAGES - 1 < steps:
                 _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k + STAGES - 1, w_row, STAGES)

@@ -77,6 +77,30 @@ def _issue_block(w_smem, x_smem, st, b: gl.constexpr, d):
 
 
 @gluon.jit
+def _step_blocks(w_smem, x_smem, st, k, s_rows, qs_rows, acc, zero):
+    """The 4 blocks of K step ``k`` (stage ``st``) added into ``acc``: even ones in ``d0``, odd ones in ``d1``; each
+    wait retires the block before the one just issued, whose sum is then scaled and added while the newer block's
+    wgmmas run. The last block is waited for down to 0: with a wgmma in flight across the loop's back edge ptxas
+    serializes every wgmma of the kernel (session 24), and past this wait the stage is free."""
+    d0 = _issue_block(w_smem, x_smem, st, 0, zero)
+    f0 = _block_factor(s_rows, qs_rows, 4 * k)
+    d1 = _issue_block(w_smem, x_smem, st, 1, zero)
+    d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
+    acc = acc + d0 * f0
+    f1 = _block_factor(s_rows, qs_rows, 4 * k + 1)
+    d0 = _issue_block(w_smem, x_smem, st, 2, d0)
+    d1 = warpgroup_mma_wait(num_outstanding=2, deps=(d1,))
+    acc = acc + d1 * f1
+    f2 = _block_factor(s_rows, qs_rows, 4 * k + 2)
+    d1 = _issue_block(w_smem, x_smem, st, 3, d1)
+    d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
+    acc = acc + d0 * f2
+    f3 = _block_factor(s_rows, qs_rows, 4 * k + 3)
+    d1 = warpgroup_mma_wait(num_outstanding=0, deps=(d1,))
+    return acc + d1 * f3
+
+
+@gluon.jit
 def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
                            N, K, stride_qs, stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr,
                            BLOCK_T: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
@@ -106,26 +130,7 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
         for k in range(0, steps):
             st = k % STAGES
             mbarrier.wait(bars.index(st), (k // STAGES) & 1)
-            # blocks 0-3 of the step, even ones in d0, odd ones in d1: each wait retires the block before the one
-            # just issued, whose sum is then scaled and added while the newer block's wgmmas run
-            d0 = _issue_block(w_smem, x_smem, st, 0, zero)
-            f0 = _block_factor(s_rows, qs_rows, 4 * k)
-            d1 = _issue_block(w_smem, x_smem, st, 1, zero)
-            d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
-            acc = acc + d0 * f0
-            f1 = _block_factor(s_rows, qs_rows, 4 * k + 1)
-            d0 = _issue_block(w_smem, x_smem, st, 2, d0)
-            d1 = warpgroup_mma_wait(num_outstanding=2, deps=(d1,))
-            acc = acc + d1 * f1
-            f2 = _block_factor(s_rows, qs_rows, 4 * k + 2)
-            d1 = _issue_block(w_smem, x_smem, st, 3, d1)
-            d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
-            acc = acc + d0 * f2
-            f3 = _block_factor(s_rows, qs_rows, 4 * k + 3)
-            # no wgmma stays in flight across the loop's back edge (ptxas serializes every wgmma of a loop that reads a
-            # retired accumulator while one does, session 24): the stage is free after this wait
-            d1 = warpgroup_mma_wait(num_outstanding=0, deps=(d1,))
-            acc = acc + d1 * f3
+            acc = _step_blocks(w_smem, x_smem, st, k, s_rows, qs_rows, acc, zero)  # the stage is free after it
             if k + STAGES < steps:
                 _issue(w_desc, x_desc, w_smem, x_smem, bars, k + STAGES, w_row, x_row, STAGES)
         for i in gl.static_range(STAGES):

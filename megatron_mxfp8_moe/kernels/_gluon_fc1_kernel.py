@@ -75,6 +75,18 @@ def _issue(w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, k, w_row,
 
 
 @gluon.jit
+def _gathered_rows(x_ptr, stride_x, sorted_pairs_ptr, pid_b, TOPK: gl.constexpr, BLOCK_T: gl.constexpr,
+                   COLS: gl.constexpr, copy_layout: gl.constexpr):
+    """The cp.async sources of block ``pid_b``'s token rows: ``[BLOCK_T, COLS]`` pointers into x by token (sorted
+    position -> pair -> token; padding positions read token 0) and the ``[BLOCK_T, 1]`` mask of real pairs."""
+    positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, copy_layout))
+    pairs = gl.load(sorted_pairs_ptr + positions)
+    tokens = gl.where(pairs >= 0, pairs // TOPK, 0).to(gl.int64)
+    x_rows = x_ptr + tokens[:, None] * stride_x + gl.arange(0, COLS, layout=gl.SliceLayout(0, copy_layout))[None, :]
+    return x_rows, pairs[:, None] >= 0
+
+
+@gluon.jit
 def _fc1_step(k, steps, w_desc, wg_smem, wu_smem, x_smem, bars, x_rows, token_mask, w_row, N_OUT, s_base, rows, cols,
               scale_tiles, sg, su, acc_g, acc_u, g0, g1, g2, g3, u0, u1, u2, u3, sel, GATED: gl.constexpr,
               STAGES: gl.constexpr, BLOCK_K: gl.constexpr, a_layout: gl.constexpr, OVERLAP: gl.constexpr,
@@ -141,11 +153,7 @@ def _fc1_gluon_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_e
         bars = stage_barriers(STAGES, 1 + 32 * num_warps)  # arrivals: the expect, every thread's cp.async copies
         n_first = pid_n * BLOCK_N
         w_row = expert * N1 + n_first
-        positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, copy_layout))
-        pairs = gl.load(sorted_pairs_ptr + positions)
-        tokens = gl.where(pairs >= 0, pairs // TOPK, 0).to(gl.int64)
-        x_rows = x_ptr + tokens[:, None] * stride_x + gl.arange(0, Q, layout=gl.SliceLayout(0, copy_layout))[None, :]
-        token_mask = pairs[:, None] >= 0
+        x_rows, token_mask = _gathered_rows(x_ptr, stride_x, sorted_pairs_ptr, pid_b, TOPK, BLOCK_T, Q, copy_layout)
         steps = K // BLOCK_K
         for i in gl.static_range(STAGES - 1):
             if i < steps:
