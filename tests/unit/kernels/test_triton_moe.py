@@ -1378,3 +1378,72 @@ def test_sync_dots_tiles_differ_only_in_the_dot_mode():
             base, sync_dots=True, tail=None if base.tail is None else dataclasses.replace(base.tail, sync_dots=True))
     assert dataclasses.replace(TILES["x256m_sa_t32_sd"], fp32_dot=True).dot_mode == 1
     assert not any(t.sync_dots for name, tile in TILES.items() if not name.endswith("_sd") for t in tile.launch_tiles)
+
+
+_F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
+    """
+    import dataclasses, json, os
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc1_kernel as gluon_fc1, triton_moe as host
+    from megatron_mxfp8_moe.kernels.reference import moe_reference
+    from megatron_mxfp8_moe.kernels.triton_moe import TILES, triton_mxfp8_moe
+    from megatron_mxfp8_moe.tensor import quantize_mxfp8
+    from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
+
+    torch.manual_seed(11)
+    experts, topk, hidden, inner, tokens = 4, 2, 256, 128, 12
+    fc1 = quantize_mxfp8(random_weights((experts, inner, hidden), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((experts, hidden, inner), scale=0.1), backend="reference")
+    x = torch.randn(tokens, hidden).to(torch.bfloat16)
+    probs, ids = random_routing(tokens, experts + 1, topk)  # expert 4 is another rank's: skipped
+    valid = torch.tensor([tokens - 2], dtype=torch.int32)
+    w1 = fc1.dequantize().double()
+    calls = []
+
+    def stand_in(q, qs, w, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
+                 activation, topk, block_n, block_t, stages, num_warps):
+        # the kernel's contract in torch: each routed position's squared-ReLU FC1 row, from the split x rows
+        calls.append(dict(rows=inter.shape[0], cols=inter.shape[1], blocks=int(num_blocks[0]), block_t=block_t))
+        kp = q.shape[1] // 2
+        split = q.view(q.shape[0], kp // 32, 64).double()
+        xs = (split[:, :, :32] + split[:, :, 32:]) * qs.double()[:, :, None]
+        for b in range(int(num_blocks[0])):
+            for p in range(b * block_t, (b + 1) * block_t):
+                pair = int(sorted_pairs[p])
+                if pair >= 0:
+                    h = w1[int(block_expert[b])] @ xs[pair // topk].reshape(-1)[:w.shape[2]]
+                    inter[p, :w.shape[1]] = (torch.relu(h) ** 2).to(inter.dtype)
+
+    gluon_fc1.launch_gluon_f8x2_fc1 = stand_in
+    host._gluon_problem = lambda *args: None  # the stand-in runs here; the real kernel needs a Hopper GPU
+    g1 = dataclasses.replace(TILES["s16_f8q_s2_gf_g1"], fc2_gluon=False, fc2_block_n=64, fc2_stages=2)
+    triton_fc1 = dataclasses.replace(g1, fc1_gluon=False)
+    outs = {}
+    for name, tile in (("g1", g1), ("triton", triton_fc1)):
+        out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, out=out,
+                         config=tile)
+        outs[name] = out
+    ref = moe_reference(x, fc1, fc2, probs, ids, "squared_relu", valid_tokens=valid)
+    print(json.dumps(dict(calls=calls, err=relative_error(outs["g1"], ref), err_triton=relative_error(outs["triton"], ref),
+                          between=relative_error(outs["g1"], outs["triton"]),
+                          tail_zero=bool((outs["g1"][int(valid):] == 0).all()),
+                          written=bool(outs["g1"].isfinite().all()))))
+    """
+)
+
+
+def test_gluon_f8x2_fc1_wiring_under_the_interpreter():
+    """The host side of the "_g1" tiles (session 31; the Gluon kernel itself needs a Hopper GPU): with a torch stand-in
+    for ``launch_gluon_f8x2_fc1`` (its contract: each routed position's activated FC1 row in bf16), the layer under the
+    Triton interpreter gives the float64 oracle within 1e-2 and matches the Triton f8x2 FC1 tile within 1e-2; the
+    stand-in ran once, over the main tile's positions (bf16 rows of FC1's output width), every row written, rows past
+    ``valid_tokens`` zero."""
+    pytest.importorskip("triton")
+    result = _interpreter_json(["-c", _F8X2_GLUON_FC1_WIRING_SCRIPT], timeout=600)
+    assert len(result["calls"]) == 1, result
+    call = result["calls"][0]
+    assert call["cols"] == 128 and call["block_t"] == 16 and call["blocks"] > 0 and call["rows"] >= 16 * call["blocks"]
+    assert result["err"] <= 1e-2 and result["err_triton"] <= 1e-2 and result["between"] <= 1e-2, result
+    assert result["written"] and result["tail_zero"], result
