@@ -11,7 +11,8 @@ the wait that retires its MMAs and written only by the MMAs issued after that. T
 waited for down to 0: with a wgmma in flight across the loop's back edge, ptxas serialized every wgmma of the kernel
 (its C7514 note; compile-only, Triton 3.6), and without it the SASS keeps ``WARPGROUP.DEPBAR.LE gsb0, 0x2`` for 3 of
 the 4 blocks. Weights and split rows come by TMA into a ring of stages (one mbarrier each), refilled once a step's
-blocks are retired. The scale bytes and token scales are plain loads straight into the accumulator's slice layouts.
+blocks are retired. The scale bytes (one int32 word per row and step) and token scales are plain loads straight into
+the accumulator's slice layouts, a step ahead of their use (session 31).
 Same block sums added in the same order as the Triton f8x2 FC2.
 Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (compiled with Triton 3.6).
 
@@ -57,11 +58,21 @@ def _issue(w_desc, x_desc, w_smem, x_smem, bars, k, w_row, x_row, STAGES: gl.con
 
 
 @gluon.jit
-def _block_factor(s_rows, qs_rows, col):
-    """``2 ** (e_w - 127) * s_x`` of E8M0 block column ``col`` for the tile: ``[BLOCK_N, BLOCK_T]`` fp32."""
-    sw = gl.load(s_rows + ((col // 4) * 512 + col % 4))
-    sx = gl.load(qs_rows + col)
-    return _e8m0_f32(sw)[:, None] * sx[None, :]
+def _step_scales(s_rows, qs_rows, k):
+    """The scale operands of K step ``k``, loaded a step before their use (session 31; until then each block loaded its
+    bytes after issuing its wgmmas, so every block waited for a global load): each row's 4 E8M0 bytes as one int32
+    (``[BLOCK_N]``; the 128x4 layout keeps a 128-deep step's 4 blocks adjacent, the scales 4-byte aligned) and each
+    token column's 4 block scales (4 x ``[BLOCK_T]`` fp32)."""
+    sw = gl.load((s_rows + k * 512).to(gl.pointer_type(gl.int32), bitcast=True))
+    return (sw, gl.load(qs_rows + 4 * k), gl.load(qs_rows + 4 * k + 1), gl.load(qs_rows + 4 * k + 2),
+            gl.load(qs_rows + 4 * k + 3))
+
+
+@gluon.jit
+def _block_factor(sw, sx, b: gl.constexpr):
+    """``2 ** (e_w - 127) * s_x`` of block ``b`` of a step for the tile, from the rows' scale words ``sw`` and the
+    block's token scales ``sx``: ``[BLOCK_N, BLOCK_T]`` fp32."""
+    return _e8m0_f32((sw >> (8 * b)) & 0xFF)[:, None] * sx[None, :]
 
 
 @gluon.jit
@@ -77,25 +88,26 @@ def _issue_block(w_smem, x_smem, st, b: gl.constexpr, d):
 
 
 @gluon.jit
-def _step_blocks(w_smem, x_smem, st, k, s_rows, qs_rows, acc, zero):
-    """The 4 blocks of K step ``k`` (stage ``st``) added into ``acc``: even ones in ``d0``, odd ones in ``d1``; each
-    wait retires the block before the one just issued, whose sum is then scaled and added while the newer block's
-    wgmmas run. The last block is waited for down to 0: with a wgmma in flight across the loop's back edge ptxas
-    serializes every wgmma of the kernel (session 24), and past this wait the stage is free."""
+def _step_blocks(w_smem, x_smem, st, sw, sx0, sx1, sx2, sx3, acc, zero):
+    """The 4 blocks of a K step (stage ``st``; its scale operands ``_step_scales``) added into ``acc``: even ones in
+    ``d0``, odd ones in ``d1``; each wait retires the block before the one just issued, whose sum is then scaled and
+    added while the newer block's wgmmas run. The last block is waited for down to 0: with a wgmma in flight across
+    the loop's back edge ptxas serializes every wgmma of the kernel (session 24), and past this wait the stage is
+    free."""
     d0 = _issue_block(w_smem, x_smem, st, 0, zero)
-    f0 = _block_factor(s_rows, qs_rows, 4 * k)
+    f0 = _block_factor(sw, sx0, 0)
     d1 = _issue_block(w_smem, x_smem, st, 1, zero)
     d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
     acc = acc + d0 * f0
-    f1 = _block_factor(s_rows, qs_rows, 4 * k + 1)
+    f1 = _block_factor(sw, sx1, 1)
     d0 = _issue_block(w_smem, x_smem, st, 2, d0)
     d1 = warpgroup_mma_wait(num_outstanding=2, deps=(d1,))
     acc = acc + d1 * f1
-    f2 = _block_factor(s_rows, qs_rows, 4 * k + 2)
+    f2 = _block_factor(sw, sx2, 2)
     d1 = _issue_block(w_smem, x_smem, st, 3, d1)
     d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
     acc = acc + d0 * f2
-    f3 = _block_factor(s_rows, qs_rows, 4 * k + 3)
+    f3 = _block_factor(sw, sx3, 3)
     d1 = warpgroup_mma_wait(num_outstanding=0, deps=(d1,))
     return acc + d1 * f3
 
@@ -127,10 +139,13 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
         qs_rows = qs_ptr + positions.to(gl.int64) * stride_qs
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+        sw, sx0, sx1, sx2, sx3 = _step_scales(s_rows, qs_rows, 0)
         for k in range(0, steps):
             st = k % STAGES
             mbarrier.wait(bars.index(st), (k // STAGES) & 1)
-            acc = _step_blocks(w_smem, x_smem, st, k, s_rows, qs_rows, acc, zero)  # the stage is free after it
+            nw, nx0, nx1, nx2, nx3 = _step_scales(s_rows, qs_rows, gl.minimum(k + 1, steps - 1))  # the next step's
+            acc = _step_blocks(w_smem, x_smem, st, sw, sx0, sx1, sx2, sx3, acc, zero)  # the stage is free after it
+            sw, sx0, sx1, sx2, sx3 = nw, nx0, nx1, nx2, nx3
             if k + STAGES < steps:
                 _issue(w_desc, x_desc, w_smem, x_smem, bars, k + STAGES, w_row, x_row, STAGES)
         for i in gl.static_range(STAGES):

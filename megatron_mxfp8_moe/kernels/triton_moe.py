@@ -1139,9 +1139,10 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         if flag and not (weight.data.is_contiguous() and weight.scale_bytes().is_contiguous()):
             return MXFP8InputError(f"{name}_gluon: the {name.upper()} stack and its scales must be contiguous (TMA "
                                    "descriptors)")
-        if flag and cfg.scale_words and weight.scale_bytes().data_ptr() % 4:
-            return MXFP8InputError(f"scale_words: the {name.upper()} scales must start at a 4-byte aligned address "
-                                   "(read as int32 words); got a storage offset that is not (copy the stack)")
+        if flag and (cfg.scale_words or cfg.dequant == "f8x2") and weight.scale_bytes().data_ptr() % 4:
+            return MXFP8InputError(f"{'scale_words' if cfg.scale_words else 'f8x2'}: the {name.upper()} scales must "
+                                   "start at a 4-byte aligned address (read as int32 words); got a storage offset "
+                                   "that is not (copy the stack)")
     if device.type != "cuda":
         return BackendUnavailableError("the Gluon kernels (fc1_gluon / fc2_gluon) run on a Hopper GPU only (Gluon "
                                        "has no CPU interpreter)")

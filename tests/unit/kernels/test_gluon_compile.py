@@ -263,8 +263,8 @@ def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages):
     """The ungated f8x2 FC1 in Gluon (not yet run on a GPU): the weights by TMA and the gathered split rows by
     cp.async into the same stage, tied to its mbarrier (one arrival per thread); fp8 wgmmas of depth 32 with the token
     count as N, retired down to one block's pair of groups (``WARPGROUP.DEPBAR.LE gsb0, 0x2`` kept by ptxas), no dequant
-    (no bf16 wgmma), the barriers fenced after init, no spills; at 16-token blocks at most 128 registers (Triton 3.6: 127 /
-    72 at 128 / 64 rows; 235 / 144 at 32-token blocks)."""
+    (no bf16 wgmma), the scales as words (no byte loads), the barriers fenced after init, no spills; at 16-token blocks
+    at most 128 registers (Triton 3.6: 128 / 80 at 128 / 64 rows; 249 / 180 at 32-token blocks)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -289,6 +289,7 @@ def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages):
     assert "wgmma.wait_group.sync.aligned 2;" in ptx
     assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x2") >= 3
     assert "HGMMA" not in sass and "0xC480" not in ptx  # fp8 MMAs only: no bf16 planes, no dequant
+    assert "ld.global.b8" not in ptx and "ld.global.u8" not in ptx  # a step's 4 E8M0 bytes per row as one word
     assert block_t > 16 or _registers(ptx) <= 128
     _assert_barriers_fenced_after_init(ptx)
 

@@ -612,6 +612,10 @@ def test_f8x2_config_is_checked(monkeypatch):
         square = quantize_mxfp8(random_weights((4, 128, 128), scale=0.1), backend="reference")
         with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
             triton_mxfp8_moe(x, probs, ids, square, fc2, activation="squared_relu", valid_tokens=valid, config=g1)
+        # the Gluon f8x2 kernels read a step's 4 E8M0 bytes of a row as one int32: the scales 4-byte aligned
+        odd_scales = MXFP8Tensor(square.data, _copy_at_offset(square.scale_bytes(), 1))
+        with pytest.raises(MXFP8InputError, match="f8x2: the FC1 scales must start at a 4-byte aligned address"):
+            triton_mxfp8_moe(x, probs, ids, odd_scales, fc2, activation="squared_relu", valid_tokens=valid, config=g1)
     assert launched == []
 
 
