@@ -87,9 +87,8 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
             st = k % STAGES
             mbarrier.wait(bars.index(st), (k // STAGES) & 1)
             fence_async_shared()  # the cp.async (generic proxy) token rows, read by wgmma (async proxy)
-            nw, nx0, nx1, nx2, nx3 = _step_scales(s_rows, qs_rows, gl.minimum(k + 1, steps - 1))  # the next step's
-            acc = _step_blocks(w_smem, x_smem, st, sw, sx0, sx1, sx2, sx3, acc, zero)
-            sw, sx0, sx1, sx2, sx3 = nw, nx0, nx1, nx2, nx3
+            acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1,
+                                                       sx2, sx3, acc, zero)
             # every wgmma of the warpgroup up to this step is retired: the previous step's stage is free
             if k + STAGES - 1 < steps:
                 _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k + STAGES - 1, w_row, STAGES)

@@ -88,12 +88,14 @@ def _issue_block(w_smem, x_smem, st, b: gl.constexpr, d):
 
 
 @gluon.jit
-def _step_blocks(w_smem, x_smem, st, sw, sx0, sx1, sx2, sx3, acc, zero):
-    """The 4 blocks of a K step (stage ``st``; its scale operands ``_step_scales``) added into ``acc``: even ones in
-    ``d0``, odd ones in ``d1``; each wait retires the block before the one just issued, whose sum is then scaled and
-    added while the newer block's wgmmas run. The last block is waited for down to 0: with a wgmma in flight across
-    the loop's back edge ptxas serializes every wgmma of the kernel (session 24), and past this wait the stage is
-    free."""
+def _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1, sx2, sx3, acc, zero):
+    """The 4 blocks of K step ``k`` (stage ``st``; its scale operands ``sw`` / ``sx*``, ``_step_scales``) added into
+    ``acc``, after starting the loads of step ``k + 1``'s scale operands, which it returns with ``acc``. Even blocks
+    in ``d0``, odd ones in ``d1``; each wait retires the block before the one just issued, whose sum is then scaled
+    and added while the newer block's wgmmas run. The last block is waited for down to 0: with a wgmma in flight
+    across the loop's back edge ptxas serializes every wgmma of the kernel (session 24), and past this wait the stage
+    is free."""
+    nw, nx0, nx1, nx2, nx3 = _step_scales(s_rows, qs_rows, gl.minimum(k + 1, steps - 1))
     d0 = _issue_block(w_smem, x_smem, st, 0, zero)
     f0 = _block_factor(sw, sx0, 0)
     d1 = _issue_block(w_smem, x_smem, st, 1, zero)
@@ -109,7 +111,7 @@ def _step_blocks(w_smem, x_smem, st, sw, sx0, sx1, sx2, sx3, acc, zero):
     acc = acc + d0 * f2
     f3 = _block_factor(sw, sx3, 3)
     d1 = warpgroup_mma_wait(num_outstanding=0, deps=(d1,))
-    return acc + d1 * f3
+    return acc + d1 * f3, nw, nx0, nx1, nx2, nx3
 
 
 @gluon.jit
@@ -143,9 +145,8 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
         for k in range(0, steps):
             st = k % STAGES
             mbarrier.wait(bars.index(st), (k // STAGES) & 1)
-            nw, nx0, nx1, nx2, nx3 = _step_scales(s_rows, qs_rows, gl.minimum(k + 1, steps - 1))  # the next step's
-            acc = _step_blocks(w_smem, x_smem, st, sw, sx0, sx1, sx2, sx3, acc, zero)  # the stage is free after it
-            sw, sx0, sx1, sx2, sx3 = nw, nx0, nx1, nx2, nx3
+            acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1,
+                                                       sx2, sx3, acc, zero)  # the stage is free after it
             if k + STAGES < steps:
                 _issue(w_desc, x_desc, w_smem, x_smem, bars, k + STAGES, w_row, x_row, STAGES)
         for i in gl.static_range(STAGES):
