@@ -948,17 +948,17 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # prepared in session 31 (for session 32, run first): the squared-ReLU f8x2 tiles with FC1 in Gluon too ("_g1":
     # 128 rows, 3 stages; "_g1n64": 64 rows, 4 stages; no dequant on the consumer's chain): their GPU tests (float64
     # oracle, graph replays, the gated refusal) and the "_gf" FC2's again (its scales now loaded a step ahead, as one
-    # word per row), then layer probes against the default and the "_gf" tiles
-    # (alternating, 30b and 235b), then the per-kernel profile (does an FC without dequant stream closer to the
-    # rings' 95-98% of HBM read?)
-    moe_gpu_tests 300 "f8x2_gluon"
+    # word per row; 240 s, which may not reach them all), then layer probes against the default (alternating, 30b and
+    # 235b, 64 / 256 tokens), then the per-kernel profile with the "_gf" tile (Triton f8x2 FC1) too: does an FC without
+    # dequant stream closer to the rings' 95-98% of HBM read?
+    moe_gpu_tests 240 "f8x2_gluon"
     for shape in qwen3-30b-a3b qwen3-235b-a22b; do
       D=$(default_tile 64 squared_relu); F=s16_f8q_s2_gf
       timeout 90 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --activation squared_relu \
-        --configs "$D,$F,${F}_g1,${F}_g1n64,$D,$F,${F}_g1,${F}_g1n64" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+        --configs "$D,${F}_g1,${F}_g1n64,$D,${F}_g1,${F}_g1n64" >> $OUT/probe.jsonl 2>> $OUT/probe.err
       D=$(default_tile 256 squared_relu); F=m32_f8q_t16_s2_gf
       timeout 90 python3 bench/triton_moe_probe.py --shape $shape --tokens 256 --activation squared_relu \
-        --configs "$D,$F,${F}_g1,${F}_g1n64,$D,$F,${F}_g1,${F}_g1n64" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+        --configs "$D,${F}_g1,${F}_g1n64,$D,${F}_g1,${F}_g1n64" >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done
     layer_probe_summary 30
     D=$(default_tile 64 squared_relu); F=s16_f8q_s2_gf
