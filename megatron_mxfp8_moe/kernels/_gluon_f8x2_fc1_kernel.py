@@ -8,8 +8,8 @@ e4m3 terms (``hi + lo``, ``split_rows_reference``), and each 32-deep block's sum
 and the token's block scale. Until now only their FC2 ran in Gluon (``_gluon_f8x2_fc2_kernel``); the Triton f8x2 FC1
 took 270.9 us against the dequantizing FC1's 140.1 (run 28, 256 tokens). This is that FC1 in Gluon, for the squared-ReLU
 target (ungated): the block MMAs pipelined against the scale FMAs as in the Gluon f8x2 FC2 (``_step_blocks``: even
-and odd blocks in two accumulator tiles; the scales a step ahead, ``_step_scales``), the weights by TMA and the token rows gathered by
-cp.async into the same stage (Hopper's TMA cannot gather; every thread's copies counted by the stage's mbarrier, as
+and odd blocks in two accumulator tiles; the scales a step ahead, ``_f8x2_step_scales``), the weights by TMA and the
+token rows gathered by cp.async into the same stage (Hopper's TMA cannot gather; every thread's copies counted by the stage's mbarrier, as
 in ``_gluon_fc1_kernel``). The activated rows are stored in bf16 by sorted position and the caller splits them for FC2
 (``triton_moe._split_into``); the Triton f8x2 FC1 splits the fp32 activations instead, so the two are held to the
 float64 oracle, not to each other's bits.
@@ -30,7 +30,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_f8x2_fc2_kernel import _step_blocks, _step_scales, f8x2_mma_layout
+from ._gluon_f8x2_fc2_kernel import _f8x2_step_scales, _step_blocks, f8x2_mma_layout
 from ._gluon_fc1_kernel import _gathered_rows
 from ._gluon_fc2_kernel import stage_barriers
 from ._triton_moe_kernel import _activate, _scale_rows
@@ -82,7 +82,7 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
         qs_rows = qs_ptr + tokens * stride_qs
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-        sw, sx0, sx1, sx2, sx3 = _step_scales(s_rows, qs_rows, 0)
+        sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0)
         for k in range(0, steps):
             st = k % STAGES
             mbarrier.wait(bars.index(st), (k // STAGES) & 1)

@@ -58,7 +58,7 @@ def _issue(w_desc, x_desc, w_smem, x_smem, bars, k, w_row, x_row, STAGES: gl.con
 
 
 @gluon.jit
-def _step_scales(s_rows, qs_rows, k):
+def _f8x2_step_scales(s_rows, qs_rows, k):
     """The scale operands of K step ``k``, loaded a step before their use (session 31; until then each block loaded its
     bytes after issuing its wgmmas, so every block waited for a global load): each row's 4 E8M0 bytes as one int32
     (``[BLOCK_N]``; the 128x4 layout keeps a 128-deep step's 4 blocks adjacent, the scales 4-byte aligned) and each
@@ -89,13 +89,13 @@ def _issue_block(w_smem, x_smem, st, b: gl.constexpr, d):
 
 @gluon.jit
 def _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1, sx2, sx3, acc, zero):
-    """The 4 blocks of K step ``k`` (stage ``st``; its scale operands ``sw`` / ``sx*``, ``_step_scales``) added into
-    ``acc``, after starting the loads of step ``k + 1``'s scale operands, which it returns with ``acc``. Even blocks
-    in ``d0``, odd ones in ``d1``; each wait retires the block before the one just issued, whose sum is then scaled
-    and added while the newer block's wgmmas run. The last block is waited for down to 0: with a wgmma in flight
-    across the loop's back edge ptxas serializes every wgmma of the kernel (session 24), and past this wait the stage
-    is free."""
-    nw, nx0, nx1, nx2, nx3 = _step_scales(s_rows, qs_rows, gl.minimum(k + 1, steps - 1))
+    """The 4 blocks of K step ``k`` (stage ``st``; its scale operands ``sw`` / ``sx*``, ``_f8x2_step_scales``) added
+    into ``acc``, after starting the loads of step ``k + 1``'s scale operands, which it returns with ``acc``. Even
+    blocks in ``d0``, odd ones in ``d1``; each wait retires the block before the one just issued, whose sum is then
+    scaled and added while the newer block's wgmmas run. The last block is waited for down to 0: with a wgmma in
+    flight across the loop's back edge ptxas serializes every wgmma of the kernel (session 24), and past this wait
+    the stage is free."""
+    nw, nx0, nx1, nx2, nx3 = _f8x2_step_scales(s_rows, qs_rows, gl.minimum(k + 1, steps - 1))
     d0 = _issue_block(w_smem, x_smem, st, 0, zero)
     f0 = _block_factor(sw, sx0, 0)
     d1 = _issue_block(w_smem, x_smem, st, 1, zero)
@@ -141,7 +141,7 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
         qs_rows = qs_ptr + positions.to(gl.int64) * stride_qs
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-        sw, sx0, sx1, sx2, sx3 = _step_scales(s_rows, qs_rows, 0)
+        sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0)
         for k in range(0, steps):
             st = k % STAGES
             mbarrier.wait(bars.index(st), (k // STAGES) & 1)

@@ -108,11 +108,11 @@ class TritonMoEConfig:
     # route took 9.4 us of a 232 us layer at 64 tokens (30b), serial work in one CTA. Run 16 profile at 512 pairs
     # (30b, 64 tokens): 14.5 / 9.3 / 8.4 / 8.7 us on 2 / 4 / 8 / 16 warps.
     route_warps: Optional[int] = None
-    # Session 30 (prepared, not run on a GPU; a probe knob): the one-program route with its counts and position
-    # tables in registers (``_route_in_registers_kernel``: the histogram feeds the plan, sorted pairs take their
-    # expert's entries by ``tl.gather``), without the stores and loads through scratch behind barriers between its
-    # steps; the same tables. Run 33's profile: the scratch form takes 8.4 us of the 236-us squared-ReLU layer at 64
-    # tokens (30b), before FC1 can start.
+    # Session 30 (run 34: the same tables, no layer gain; a probe knob): the one-program route with its counts and
+    # position tables in registers (``_route_in_registers_kernel``: the histogram feeds the plan, sorted pairs take
+    # their expert's entries by ``tl.gather``), without the stores and loads through scratch behind barriers between
+    # its steps. Run 34: the route 8.4 -> 8.1 us at 64 tokens (30b squared ReLU), the layer -1.0% to +0.5% at 16-128
+    # tokens (inside the spread).
     route_in_registers: bool = False
     # "sx4" tiles (session 14): the MMA's token operands arrive plane-major (``planes_of``): the host copies x
     # that way once per call and FC1 writes its output rows that way for FC2, so each K step loads the 4 plane
@@ -1310,8 +1310,8 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     inter_cols = max(triton.cdiv(n_out, t.fc2_block_k) * t.fc2_block_k if t.planes else n_out
                      for t in cfg.launch_tiles)
     split_tiles = any(t.dequant == "f8x2" for t in cfg.launch_tiles)
-    if all(t.dequant == "f8x2" for t in cfg.launch_tiles):
-        inter_cols = 0  # no bf16 rows: FC1 writes FC2's split rows
+    if all(t.dequant == "f8x2" and not t.fc1_gluon for t in cfg.launch_tiles):
+        inter_cols = 0  # no bf16 rows: FC1 writes FC2's split rows (a Gluon f8x2 FC1 writes bf16 rows, then splits)
     inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=device)
     if path == "routed_gemv":
         route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, 0,
@@ -1351,7 +1351,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         main.wait_stream(side)  # the main pair needs the planes
     def operands(tile, first, last):  # a tile's FC1 input and its inter rows [first, last)
         if tile.dequant == "f8x2":
-            return x_split, tuple(buffer[first:last] for buffer in inter_split)
+            return x_split, tuple(buffer[first:last] for buffer in (*inter_split, inter))
         return x_planes[tile.fc1_block_k] if tile.planes else x, inter[first:last]
 
     _launch_mma(cfg, *operands(cfg, 0, max_sorted), dims, weights, slots, route, max_blocks, activation, topk,
@@ -1434,23 +1434,22 @@ def _split_into(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:
 
 
 def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_blocks, activation, topk) -> None:
-    """``_launch_mma`` for an "f8x2" tile: ``x_split`` / ``inter_split`` = (e4m3 rows, fp32 scales) of x and of
-    FC1's output rows (``split_rows_buffers``)."""
+    """``_launch_mma`` for an "f8x2" tile: ``x_split`` = (e4m3 rows, fp32 scales) of x (``split_rows_buffers``),
+    ``inter_split`` = the same of FC1's output rows and its bf16 rows (which only a Gluon FC1 writes, then splits)."""
     import triton
 
     from . import _triton_f8x2_kernel as kernels
 
     fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
     hidden, n_out, inner = dims
-    (q1, qs1), (q2, qs2) = x_split, inter_split
+    (q1, qs1), (q2, qs2, inter) = x_split, inter_split
     if cfg.fc1_gluon:  # ungated (checked by _gluon_problem before any launch): bf16 rows, then split for FC2
         from ._gluon_f8x2_fc1_kernel import launch_gluon_f8x2_fc1
 
-        inter = torch.empty(q2.shape[0], n_out, dtype=torch.bfloat16, device=q2.device)
         launch_gluon_f8x2_fc1(q1, qs1, fc1.data, s1, s1_tiles, inter, *route, grid_blocks,
                               activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                               block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps)
-        _split_into(inter, q2, qs2)
+        _split_into(inter[:, :n_out], q2, qs2)
     else:
         kernels._f8x2_fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
             q1, qs1, fc1.data, s1, q2, qs2, *route,
