@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s32b     # session 32, call 2: the squared-ReLU defaults with the Gluon f8x2 FC1 ("_f1x*",
+#                                   # plane-major rows for their FC2): layer probes, per-kernel profile, GPU tests
 #   bash tools/gpu_next.sh s32a     # for session 32 (run first): the squared-ReLU f8x2 tiles with a Gluon FC1 ("_g1" /
 #                                   # "_g1n64", no dequant): GPU tests, layer probes, per-kernel profile
 #   bash tools/gpu_next.sh s31e     # session 31, call 5: the kernels' TMA rings alone (no dequant, no MMA), GB/s
@@ -944,6 +946,30 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s32b)
+    # session 32, call 2: run 35 call 1 (s32a) found the Gluon f8x2 FC1 faster than the dequantizing "_f1q" FC1 (104.8
+    # against 111.3 us, 30b, 64 tokens) and its f8x2 FC2 slower (136.6 against 118.1): the defaults' FC2 fed by that FC1
+    # ("_f1x": main tile, 128 rows; "_f1x64": 64 rows; "_f1xt": the 16-token tail; "_f1xa": both). Layer probes
+    # alternating with the default (30b / 235b, 64 / 256 tokens; 30b 128), the per-kernel profile, then the GPU tests.
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      D=$(default_tile 64 squared_relu)
+      timeout 80 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --activation squared_relu \
+        --configs "$D,${D}_f1x,${D}_f1x64,$D,${D}_f1x,${D}_f1x64" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      D=$(default_tile 256 squared_relu)
+      timeout 90 python3 bench/triton_moe_probe.py --shape $shape --tokens 256 --activation squared_relu \
+        --configs "$D,${D}_f1x,${D}_f1xt,${D}_f1xa,$D,${D}_f1x,${D}_f1xt,${D}_f1xa" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    D=$(default_tile 128 squared_relu)
+    timeout 60 python3 bench/triton_moe_probe.py --tokens 128 --activation squared_relu \
+      --configs "$D,${D}_f1x,$D,${D}_f1x" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    layer_probe_summary 30
+    D=$(default_tile 64 squared_relu); E=$(default_tile 256 squared_relu)
+    { timeout 50 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
+        --configs "$D,${D}_f1x"
+      timeout 50 python3 bench/triton_moe_probe.py --profile --tokens 256 --activation squared_relu \
+        --configs "$E,${E}_f1x,${E}_f1xa"; } > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary
+    moe_gpu_tests 200 "f8x2_fc1_twin" ;;
   s32a)
     # prepared in session 31 (for session 32, run first): the squared-ReLU f8x2 tiles with FC1 in Gluon too ("_g1":
     # 128 rows, 3 stages; "_g1n64": 64 rows, 4 stages; no dequant on the consumer's chain): their GPU tests (float64

@@ -15,9 +15,13 @@ in ``_gluon_fc1_kernel``). The activated rows are stored in bf16 by sorted posit
 float64 oracle, not to each other's bits.
 Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (compiled with Triton 3.6 and 3.8).
 
+Since session 32 it also serves the plane tiles (``TritonMoEConfig.fc1_f8x2``): there it writes its rows plane-major
+(``_plane_cols``) for their dequantizing FC2, with no split of its output.
+
 Layouts: split x rows ``[T, 2 * KP]`` e4m3 (``_split_cols``: block ``b``'s hi values in columns ``[64 b, 64 b + 32)``,
 its lo values in the next 32) and their fp32 scales ``[T, KP // 32]``; weights ``[E, N1, H]`` fp8 seen as
-``[E * N1, H]``; scales ``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; output ``inter`` ``[positions, >= N1]`` bf16.
+``[E * N1, H]``; scales ``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; output ``inter`` ``[positions, >= N1]`` bf16
+(K order, or plane-major per ``PLANE_K2``-deep step).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ._gluon_f8x2_fc2_kernel import _f8x2_step_scales, _step_blocks, f8x2_mma_layout
 from ._gluon_fc1_kernel import _gathered_rows
 from ._gluon_fc2_kernel import stage_barriers
-from ._triton_moe_kernel import _activate, _scale_rows
+from ._triton_moe_kernel import _activate, _plane_cols, _scale_rows
 
 
 @gluon.jit
@@ -54,8 +58,8 @@ def _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k, w_row, STAGES: g
 def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr,
                            num_blocks_ptr, N1, K, stride_q, stride_qs, stride_se, scale_tiles, stride_inter,
                            TOPK: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr,
-                           BLOCK_T: gl.constexpr, STAGES: gl.constexpr, X_LAYOUT: gl.constexpr,
-                           num_warps: gl.constexpr):
+                           BLOCK_T: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
+                           X_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
@@ -95,19 +99,20 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
         h = _activate(acc, acc, ACTIVATION)  # the Triton kernels' own (a @triton.jit function)
-        ptrs = inter_ptr + positions.to(gl.int64)[None, :] * stride_inter + rows[:, None]
+        ptrs = inter_ptr + positions.to(gl.int64)[None, :] * stride_inter + _plane_cols(rows, PLANE_K2)[:, None]
         gl.store(ptrs, h.to(gl.bfloat16), mask=(pairs >= 0)[None, :] & (rows < N1)[:, None])
 
 
 def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
                           inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                           num_blocks: torch.Tensor, grid_blocks: int, *, activation: int, topk: int, block_n: int,
-                          block_t: int, stages: int, num_warps: int) -> None:
+                          block_t: int, stages: int, num_warps: int, plane_k2: int = 0) -> None:
     """One ``_f8x2_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``q`` / ``qs`` the split rows of x by token (``split_rows_buffers``; ``q``'s row stride a multiple of 16), ``w``
     ``[E, N1, H]`` fp8 contiguous (an ungated activation: N1 output columns), ``scales`` ``[E, Mp * Cp]`` uint8 with
     ``scale_tiles`` = Cp // 4, ``inter`` ``[positions, >= N1]`` bf16 (written at the routed positions, columns
-    ``< N1``); ``activation`` an ACT_* code. The caller checks ``H % 128 == 0`` and ``N1 % block_n == 0``."""
+    ``< N1``; plane-major per ``plane_k2``-deep FC2 step where ``plane_k2`` > 0, ``_plane_cols``, for a plane tile's
+    FC2); ``activation`` an ACT_* code. The caller checks ``H % 128 == 0`` and ``N1 % block_n == 0``."""
     experts, n1, hidden = w.shape
     flat = w.view(experts * n1, hidden)
     w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
@@ -116,4 +121,4 @@ def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
     _f8x2_fc1_gluon_kernel[(triton.cdiv(n1, block_n), grid_blocks)](
         w_desc, q, qs, scales, inter, sorted_pairs, block_expert, num_blocks, n1, hidden, q.stride(0), qs.stride(0),
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
-        BLOCK_T=block_t, STAGES=stages, X_LAYOUT=x_layout, num_warps=num_warps)
+        BLOCK_T=block_t, STAGES=stages, PLANE_K2=plane_k2, X_LAYOUT=x_layout, num_warps=num_warps)

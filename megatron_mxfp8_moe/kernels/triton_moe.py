@@ -179,6 +179,12 @@ class TritonMoEConfig:
     # scales, and wait for the FC1's end (``griddepcontrol.wait``: its writes visible) before copying its output. The
     # same arithmetic, so the same bits.
     fc2_pdl: bool = False
+    # Session 32: FC1 as the Gluon f8x2 FC1 (``_gluon_f8x2_fc1_kernel``: fp8 wgmmas on the TMA-copied weights against x
+    # split in two e4m3 terms, each 32-deep block's sum scaled, so no dequant on the consumer's chain) on a plane tile,
+    # writing its bf16 rows plane-major for the tile's own FC2. Ungated activations only (``_gluon_problem``); needs
+    # ``fc1_gluon`` (its ``fc1_block_n`` / ``fc1_stages`` are the tile) on 4 warps. Other arithmetic than the
+    # dequantizing FC1 (x in two e4m3 terms per 32-block scale), so not its bits: held to the float64 oracle.
+    fc1_f8x2: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -210,8 +216,9 @@ class TritonMoEConfig:
                              f"planes={self.planes}, dequant={self.dequant!r}, fc2_block_k={self.fc2_block_k}, "
                              f"fc2_split_k={self.fc2_split_k}, fc2_block_n={self.fc2_block_n}, "
                              f"fc2_warps={self.fc2_warps}, fc2_stages={self.fc2_stages}")
+        fc1_dequant = self.dequant == "sx4" or (self.fc1_f8x2 and self.dequant in _WORD_MODES)  # f8x2: FC2's only
         if self.fc1_gluon and self.dequant != "f8x2" and not (
-                self.planes and self.dequant == "sx4" and self.fc1_block_k == 128 and not self.fc1_gate_merge
+                self.planes and fc1_dequant and self.fc1_block_k == 128 and not self.fc1_gate_merge
                 and self.fc1_warps in (4, 8) and self.fc1_block_n % (16 * self.fc1_warps) == 0
                 and self.fc1_stages >= 3):
             raise ValueError("TritonMoEConfig: fc1_gluon needs planes=True, dequant='sx4', fc1_block_k=128, "
@@ -238,6 +245,12 @@ class TritonMoEConfig:
             if flag and not (gluon and self.scale_words):
                 raise ValueError(f"TritonMoEConfig: {name}_one_factor=True needs the Gluon {name.upper()} with "
                                  f"scale_words; got {name}_gluon={gluon}, scale_words={self.scale_words}")
+        if self.fc1_f8x2 and not (self.fc1_gluon and self.dequant in _WORD_MODES and self.fc1_warps == 4
+                                  and self.fc1_block_n % 64 == 0 and not self.fc1_one_factor):
+            raise ValueError("TritonMoEConfig: fc1_f8x2=True needs the Gluon FC1 of the plane tiles (fc1_gluon, "
+                             f"dequant in {_WORD_MODES}: their FC2's) on 4 warps, fc1_block_n a multiple of 64, without fc1_one_factor; got "
+                             f"fc1_gluon={self.fc1_gluon}, dequant={self.dequant!r}, fc1_warps={self.fc1_warps}, "
+                             f"fc1_block_n={self.fc1_block_n}, fc1_one_factor={self.fc1_one_factor}")
         if self.fc2_pdl and not (self.fc2_gluon and self.dequant == "sx4"):
             raise ValueError("TritonMoEConfig: fc2_pdl=True needs the Gluon FC2 of the plane tiles (fc2_gluon, "
                              f"dequant 'sx4'); got fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
@@ -583,12 +596,13 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
-                                fc2_one_factor=False, fc2_pdl=False)
+                                fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
-    """Whether ``cfg`` gives the bits of ``triton_form(cfg)``: no launch tile sums its FC2 on two chains."""
-    return all(t.fc2_chains == 1 for t in cfg.launch_tiles)
+    """Whether ``cfg`` gives the bits of ``triton_form(cfg)``: no launch tile sums its FC2 on two chains or runs the
+    f8x2 FC1 (``fc1_f8x2``)."""
+    return all(t.fc2_chains == 1 and not t.fc1_f8x2 for t in cfg.launch_tiles)
 
 
 def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -733,6 +747,25 @@ def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # Session 30 (run 33: bit-equal, no layer gain; tools/gpu_next.sh s30c): "_pdl", the default twins with each Gluon FC2 a
 # programmatic dependent launch of its FC1 (``fc2_pdl``; the same bits)
 TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON_TWINS.values()})
+def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
+    """``tile`` (a squared-ReLU plane tile) with the Gluon f8x2 FC1 (``fc1_f8x2``; 128 rows, 3 stages unless
+    ``changes`` say otherwise)."""
+    return dataclasses.replace(tile, **{**_GLUON_SQ_FC1_TILE, **changes}, fc1_f8x2=True)
+
+
+# Session 32: the squared-ReLU default twins with the Gluon f8x2 FC1 (``fc1_f8x2``) in place of the dequantizing Gluon
+# FC1, their FC2 unchanged. Run 35 call 1 (the "_g1" f8x2 tiles, 30b, 64 tokens, per-kernel profile): the f8x2 FC1
+# took 104.8 us against the dequantizing "_f1q" FC1's 111.3, but the f8x2 FC2 136.6 against 118.1. "_f1x": on the main
+# tile; "_f1x64": 64 rows in 4 stages; "_f1xt": on the 16-token tail only; "_f1xa": on both.
+_SQ_TWIN16, _SQ_TWIN32 = "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw"
+TILES.update({
+    f"{_SQ_TWIN16}_f1x": _f8x2_fc1(TILES[_SQ_TWIN16]),
+    f"{_SQ_TWIN16}_f1x64": _f8x2_fc1(TILES[_SQ_TWIN16], fc1_block_n=64, fc1_stages=4),
+    f"{_SQ_TWIN32}_f1x": _f8x2_fc1(TILES[_SQ_TWIN32]),
+    f"{_SQ_TWIN32}_f1x64": _f8x2_fc1(TILES[_SQ_TWIN32], fc1_block_n=64, fc1_stages=4),
+    f"{_SQ_TWIN32}_f1xt": dataclasses.replace(TILES[_SQ_TWIN32], tail=_f8x2_fc1(TILES[_SQ_TWIN32].tail)),
+    f"{_SQ_TWIN32}_f1xa": map_launch_tiles(TILES[_SQ_TWIN32], _f8x2_fc1),
+})
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
 # Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
 # session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated
@@ -1124,7 +1157,7 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         if hidden % 128 or n_out % cfg.fc1_block_n:
             return MXFP8InputError(f"fc1_gluon: the FC1 stack {tuple(fc1.data.shape)} needs H % 128 == 0 and its "
                                    f"output width ({n_out}) a multiple of fc1_block_n ({cfg.fc1_block_n})")
-        if cfg.dequant == "f8x2" and fc1.data.shape[1] != n_out:
+        if (cfg.dequant == "f8x2" or cfg.fc1_f8x2) and fc1.data.shape[1] != n_out:
             return MXFP8InputError(f"fc1_gluon: the Gluon f8x2 FC1 takes ungated activations only (FC1 rows "
                                    f"{fc1.data.shape[1]} = FC2's input width {n_out}); this layer is gated")
     if cfg.fc2_gluon:
@@ -1139,7 +1172,7 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         if flag and not (weight.data.is_contiguous() and weight.scale_bytes().is_contiguous()):
             return MXFP8InputError(f"{name}_gluon: the {name.upper()} stack and its scales must be contiguous (TMA "
                                    "descriptors)")
-        if flag and (cfg.scale_words or cfg.dequant == "f8x2") and weight.scale_bytes().data_ptr() % 4:
+        if flag and (cfg.scale_words or cfg.dequant == "f8x2" or cfg.fc1_f8x2) and weight.scale_bytes().data_ptr() % 4:
             return MXFP8InputError(f"{'scale_words' if cfg.scale_words else 'f8x2'}: the {name.upper()} scales must "
                                    "start at a 4-byte aligned address (read as int32 words); got a storage offset "
                                    "that is not (copy the stack)")
@@ -1310,6 +1343,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     inter_cols = max(triton.cdiv(n_out, t.fc2_block_k) * t.fc2_block_k if t.planes else n_out
                      for t in cfg.launch_tiles)
     split_tiles = any(t.dequant == "f8x2" for t in cfg.launch_tiles)
+    split_x = split_tiles or any(t.fc1_f8x2 for t in cfg.launch_tiles)
     if all(t.dequant == "f8x2" and not t.fc1_gluon for t in cfg.launch_tiles):
         inter_cols = 0  # no bf16 rows: FC1 writes FC2's split rows (a Gluon f8x2 FC1 writes bf16 rows, then splits)
     inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=device)
@@ -1329,8 +1363,9 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     dims = (hidden, n_out, inner)
     # one plane-major copy of x per FC1 depth that a launch pair reads (all buffers come from this stream)
     x_planes = {t.fc1_block_k: torch.empty(rows, triton.cdiv(hidden, t.fc1_block_k) * t.fc1_block_k,
-                                           dtype=x.dtype, device=device) for t in cfg.launch_tiles if t.planes}
-    x_split = split_rows_buffers(rows, hidden, device) if split_tiles else None
+                                           dtype=x.dtype, device=device)
+                for t in cfg.launch_tiles if t.planes and not t.fc1_f8x2}
+    x_split = split_rows_buffers(rows, hidden, device) if split_x else None
     inter_split = split_rows_buffers(sorted_len, n_out, device) if split_tiles else None
     side = _side_stream(device) if cfg.side_stream and (x_planes or x_split or tail_t) else None
     tails_beside = side is not None and cfg.side_stream == 2 and bool(tail_t)
@@ -1352,6 +1387,8 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     def operands(tile, first, last):  # a tile's FC1 input and its inter rows [first, last)
         if tile.dequant == "f8x2":
             return x_split, tuple(buffer[first:last] for buffer in (*inter_split, inter))
+        if tile.fc1_f8x2:
+            return x_split, inter[first:last]
         return x_planes[tile.fc1_block_k] if tile.planes else x, inter[first:last]
 
     _launch_mma(cfg, *operands(cfg, 0, max_sorted), dims, weights, slots, route, max_blocks, activation, topk,
@@ -1444,11 +1481,7 @@ def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_bl
     hidden, n_out, inner = dims
     (q1, qs1), (q2, qs2, inter) = x_split, inter_split
     if cfg.fc1_gluon:  # ungated (checked by _gluon_problem before any launch): bf16 rows, then split for FC2
-        from ._gluon_f8x2_fc1_kernel import launch_gluon_f8x2_fc1
-
-        launch_gluon_f8x2_fc1(q1, qs1, fc1.data, s1, s1_tiles, inter, *route, grid_blocks,
-                              activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
-                              block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps)
+        _launch_gluon_f8x2_fc1(cfg, x_split, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
         _split_into(inter[:, :n_out], q2, qs2)
     else:
         kernels._f8x2_fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
@@ -1475,6 +1508,17 @@ def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_bl
     )
 
 
+def _launch_gluon_f8x2_fc1(cfg, x_split, w, s1, s1_tiles, inter, route, grid_blocks, activation, topk) -> None:
+    """The Gluon f8x2 FC1 of ``cfg`` (an "f8x2" tile with ``fc1_gluon``, or a plane tile with ``fc1_f8x2``: then its
+    bf16 rows are written plane-major per ``cfg.fc2_block_k`` for the tile's FC2) on ``x_split`` into ``inter``."""
+    from ._gluon_f8x2_fc1_kernel import launch_gluon_f8x2_fc1
+
+    launch_gluon_f8x2_fc1(*x_split, w, s1, s1_tiles, inter, *route, grid_blocks,
+                          activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
+                          block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
+                          plane_k2=cfg.fc2_block_k if cfg.fc1_f8x2 else 0)
+
+
 def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activation, topk, split_k) -> None:
     """FC1 (+ activation) into ``inter`` rows by sorted position and FC2 into the pairs' ``slots`` rows, MMA tiles
     of ``cfg`` over the blocks of ``route`` = (sorted_pairs, block_expert, num_blocks) (``grid_blocks`` programs
@@ -1490,7 +1534,9 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         return
     fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
     hidden, n_out, inner = dims
-    if cfg.fc1_gluon:  # checked by _gluon_problem before any launch
+    if cfg.fc1_f8x2:  # ungated, checked by _gluon_problem before any launch; x is the split (e4m3, scales) of x
+        _launch_gluon_f8x2_fc1(cfg, x, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
+    elif cfg.fc1_gluon:  # checked by _gluon_problem before any launch
         from ._gluon_fc1_kernel import launch_gluon_fc1
 
         launch_gluon_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out, gated=activation.gated,

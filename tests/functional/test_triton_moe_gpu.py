@@ -1168,6 +1168,38 @@ def test_f8x2_gluon_fc1_rejects_a_gated_layer():
     assert torch.isnan(out).all()
 
 
+# Session 32: the squared-ReLU default twins with the Gluon f8x2 FC1 writing plane-major rows for their dequantizing
+# FC2 ("_f1x": main tile, "_f1x64": 64 rows, "_f1xt": the 16-token tail, "_f1xa": both). Other arithmetic than the
+# dequantizing FC1, so held to the oracle and 1.5x the default tile's error.
+F8X2_FC1_TWINS = ("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x", "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x64",
+                  "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1x", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt",
+                  "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xa")
+
+
+@pytest.mark.parametrize("tile", F8X2_FC1_TWINS)
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 64), (128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 64)],
+                         ids=["30b-T64", "30b-T256", "235b-T64"])
+def test_f8x2_fc1_twins_match_float64(tile, case):
+    _check_f8x2_tile(tile, "squared_relu", case)
+
+
+@pytest.mark.parametrize("tile,tokens", [("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x", 64),
+                                         ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xa", 256)])
+def test_cuda_graph_replay_of_the_f8x2_fc1_twins(tile, tokens):
+    _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), "squared_relu")
+
+
+def test_f8x2_fc1_twin_rejects_a_gated_layer():
+    """SwiGLU on an "_f1x" tile: a clear error before any launch, the output untouched."""
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(128, 8, 2048, 768, 64, "swiglu")
+    out = torch.full((x.shape[0], x.shape[1]), float("nan"), device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(MXFP8InputError, match="ungated activations only"):
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu",
+                         valid_tokens=torch.tensor([valid_rows], device="cuda", dtype=torch.int32), out=out,
+                         config=TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"])
+    assert torch.isnan(out).all()
+
+
 # Session 26: the Gluon FC2 on two accumulator chains ("_c2" tiles, ``fc2_chains=2``; opt-in, not defaults). Another
 # summation order than the Triton FC2, so held to the float64 oracle and to their one-chain form within BOUND.
 TWO_CHAINS = [("s16k4_sx4p_m3_g_s2_n64", 64, "swiglu"), ("s16k_sx4p_f4_g_s2_n64", 64, "squared_relu"),

@@ -1406,9 +1406,11 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
     calls = []
 
     def stand_in(q, qs, w, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
-                 activation, topk, block_n, block_t, stages, num_warps):
-        # the kernel's contract in torch: each routed position's squared-ReLU FC1 row, from the split x rows
-        calls.append(dict(rows=inter.shape[0], cols=inter.shape[1], blocks=int(num_blocks[0]), block_t=block_t))
+                 activation, topk, block_n, block_t, stages, num_warps, plane_k2=0):
+        # the kernel's contract in torch: each routed position's squared-ReLU FC1 row, from the split x rows, in K
+        # order or plane-major per plane_k2
+        calls.append(dict(rows=inter.shape[0], cols=inter.shape[1], blocks=int(num_blocks[0]), block_t=block_t,
+                          plane_k2=plane_k2))
         kp = q.shape[1] // 2
         split = q.view(q.shape[0], kp // 32, 64).double()
         xs = (split[:, :, :32] + split[:, :, 32:]) * qs.double()[:, :, None]
@@ -1417,14 +1419,19 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
                 pair = int(sorted_pairs[p])
                 if pair >= 0:
                     h = w1[int(block_expert[b])] @ xs[pair // topk].reshape(-1)[:w.shape[2]]
-                    inter[p, :w.shape[1]] = (torch.relu(h) ** 2).to(inter.dtype)
+                    row = (torch.relu(h) ** 2).to(inter.dtype)[None]
+                    inter[p, :w.shape[1]] = (host.planes_of(row, plane_k2) if plane_k2 else row)[0]
 
     gluon_fc1.launch_gluon_f8x2_fc1 = stand_in
     host._gluon_problem = lambda *args: None  # the stand-in runs here; the real kernel needs a Hopper GPU
     g1 = dataclasses.replace(TILES["s16_f8q_s2_gf_g1"], fc2_gluon=False, fc2_block_n=64, fc2_stages=2)
     triton_fc1 = dataclasses.replace(g1, fc1_gluon=False)
+    # a plane tile with the f8x2 FC1 ("_f1x"), its FC2 the Triton plane FC2 in "sx4_int" with fp32 operands (the Gluon
+    # one needs a GPU, "sx4" inline assembly)
+    f1x = dataclasses.replace(TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"], fc2_gluon=False, fc2_chains=1,
+                              dequant="sx4_int", fp32_dot=True)
     outs = {}
-    for name, tile in (("g1", g1), ("triton", triton_fc1)):
+    for name, tile in (("g1", g1), ("triton", triton_fc1), ("f1x", f1x)):
         out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, out=out,
                          config=tile)
@@ -1432,6 +1439,8 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
     ref = moe_reference(x, fc1, fc2, probs, ids, "squared_relu", valid_tokens=valid)
     print(json.dumps(dict(calls=calls, err=relative_error(outs["g1"], ref), err_triton=relative_error(outs["triton"], ref),
                           between=relative_error(outs["g1"], outs["triton"]),
+                          err_f1x=relative_error(outs["f1x"], ref), f1x_between=relative_error(outs["f1x"], outs["g1"]),
+                          f1x_written=bool(outs["f1x"].isfinite().all()),
                           tail_zero=bool((outs["g1"][int(valid):] == 0).all()),
                           written=bool(outs["g1"].isfinite().all()))))
     """
@@ -1443,11 +1452,14 @@ def test_gluon_f8x2_fc1_wiring_under_the_interpreter():
     for ``launch_gluon_f8x2_fc1`` (its contract: each routed position's activated FC1 row in bf16), the layer under the
     Triton interpreter gives the float64 oracle within 1e-2 and matches the Triton f8x2 FC1 tile within 1e-2; the
     stand-in ran once, over the main tile's positions (bf16 rows of FC1's output width), every row written, rows past
-    ``valid_tokens`` zero."""
+    ``valid_tokens`` zero. Session 32: the same stand-in on a plane tile ("_f1x", ``fc1_f8x2``) writes plane-major rows
+    per FC2 step (128) for the plane FC2, and that layer gives the oracle within 1e-2 too, every row written."""
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _F8X2_GLUON_FC1_WIRING_SCRIPT], timeout=600)
-    assert len(result["calls"]) == 1, result
-    call = result["calls"][0]
-    assert call["cols"] == 128 and call["block_t"] == 16 and call["blocks"] > 0 and call["rows"] >= 16 * call["blocks"]
+    assert len(result["calls"]) == 2, result
+    for call, plane_k2 in zip(result["calls"], (0, 128)):
+        assert call["cols"] == 128 and call["block_t"] == 16 and call["plane_k2"] == plane_k2, result
+        assert call["blocks"] > 0 and call["rows"] >= 16 * call["blocks"], result
     assert result["err"] <= 1e-2 and result["err_triton"] <= 1e-2 and result["between"] <= 1e-2, result
     assert result["written"] and result["tail_zero"], result
+    assert result["err_f1x"] <= 1e-2 and result["f1x_between"] <= 1e-2 and result["f1x_written"], result
