@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s32c     # session 32, call 3: the new squared-ReLU defaults ("_f1x" at 1.5-8 pairs per expert,
+#                                   # "_f1xt" at 8-16): the full benchmark, the demo, the default-tile GPU tests
 #   bash tools/gpu_next.sh s32b     # session 32, call 2: the squared-ReLU defaults with the Gluon f8x2 FC1 ("_f1x*",
 #                                   # plane-major rows for their FC2): layer probes, per-kernel profile, GPU tests
 #   bash tools/gpu_next.sh s32a     # for session 32 (run first): the squared-ReLU f8x2 tiles with a Gluon FC1 ("_g1" /
@@ -946,6 +948,13 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s32c)
+    # session 32, call 3: the squared-ReLU twins at 1.5-16 pairs per expert with the Gluon f8x2 FC1 (after s32b's
+    # probes): the full benchmark and the demo, then the GPU tests of choose_config's squared-ReLU picks at 64 / 256
+    # tokens (float64 oracle, 40 fresh calls, graph replay, the env switch)
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
+    moe_bench_and_demo 300 $OUT/log.txt
+    moe_gpu_tests 90 "squared_relu and (gluon_defaults or opt_in_gluon_tiles or default_gluon_tiles) and (64 or 256) and not 640" ;;
   s32b)
     # session 32, call 2: run 35 call 1 (s32a) found the Gluon f8x2 FC1 faster than the dequantizing "_f1q" FC1 (104.8
     # against 111.3 us, 30b, 64 tokens) and its f8x2 FC2 slower (136.6 against 118.1): the defaults' FC2 fed by that FC1

@@ -766,6 +766,15 @@ TILES.update({
     f"{_SQ_TWIN32}_f1xt": dataclasses.replace(TILES[_SQ_TWIN32], tail=_f8x2_fc1(TILES[_SQ_TWIN32].tail)),
     f"{_SQ_TWIN32}_f1xa": map_launch_tiles(TILES[_SQ_TWIN32], _f8x2_fc1),
 })
+# Run 35 call 2 (layer probes alternating with the "_sw" twin, us, twin / f8x2 FC1 per pair of runs; the GPU tests of
+# all 5 passed: float64 oracle at 64 / 256 tokens (30b) and 64 (235b), graph replays, the gated refusal): "_f1x" at 64
+# tokens 30b 238.9 / 233.2 and 240.2 / 235.7, 235b 908.8 / 884.3 and 925.3 / 953.8, at 128 tokens (30b) 249.3 / 248.1
+# and 250.2 / 249.0 ("_f1x64" slower: 242.6 / 245.2, 944.6 / 948.8); "_f1xt" at 256 tokens 30b 271.1 / 266.8 and
+# 276.1 / 267.6, 235b 1043.0 / 1015.2 and 1080.0 / 1053.3 ("_f1x" on the 32-token main tile slower: 277.5 / 282.6,
+# 1084.5 / 1111.0; "_f1xa" 272.5 / 270.6, 1060.0 / 1075.0). Per-kernel profile (30b): at 64 tokens FC1 111.3 -> 105.4
+# us (FC2 117.8 / 119.1); at 256 tokens the f8x2 FC1 at 32-token blocks took 76.1 us against the dequantizing 63.4.
+# Since session 32 the squared-ReLU twins of 1.5-8 and 8-16 pairs per expert (``_GLUON_TWINS``).
+_GLUON_TWINS.update({"s16k_sx4_f4": f"{_SQ_TWIN16}_f1x", "m32k_sx4p_f4_t16_s2": f"{_SQ_TWIN32}_f1xt"})
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
 # Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
 # session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated

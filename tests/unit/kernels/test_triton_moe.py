@@ -462,6 +462,36 @@ def test_sx4_needs_word_aligned_weight_rows(monkeypatch):
             dataclasses.replace(words, **bad)
 
 
+def _sw_twins() -> dict:
+    """``_GLUON_TWINS`` with session 29's "_sw" tiles where session 32 put the f8x2 FC1 twins ("_f1x" / "_f1xt")."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    return {name: twin.rsplit("_f1x", 1)[0] for name, twin in triton_moe._GLUON_TWINS.items()}
+
+
+def test_f8x2_fc1_twins_are_the_sw_twins_with_that_fc1():
+    """Session 32's squared-ReLU defaults at 1.5-8 / 8-16 pairs per expert: the "_sw" twins with the Gluon f8x2 FC1
+    (128 rows, 3 stages) on the 16-token tile (main / tail), nothing else changed; not the Triton form's bits; the flag
+    needs the Gluon FC1 of the plane tiles on 4 warps."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    sixteen, thirty_two = "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw"
+    assert triton_moe._GLUON_TWINS["s16k_sx4_f4"] == sixteen + "_f1x"
+    assert triton_moe._GLUON_TWINS["m32k_sx4p_f4_t16_s2"] == thirty_two + "_f1xt"
+    assert sum("_f1x" in twin for twin in triton_moe._GLUON_TWINS.values()) == 2
+    f1x, f1xt = TILES[sixteen + "_f1x"], TILES[thirty_two + "_f1xt"]
+    assert f1x == dataclasses.replace(TILES[sixteen], fc1_f8x2=True)
+    assert f1xt.tail == dataclasses.replace(TILES[thirty_two].tail, fc1_f8x2=True, fc1_gluon=True, fc1_block_n=128,
+                                            fc1_block_k=128, fc1_stages=3, fc1_warps=4, fc1_gate_merge=False)
+    assert dataclasses.replace(f1xt, tail=TILES[thirty_two].tail) == TILES[thirty_two]
+    for tile in (f1x, f1xt):
+        assert not triton_moe.same_bits_as_triton_form(tile)
+        assert not any(t.fc1_f8x2 or t.fc1_gluon or t.fc2_gluon for t in triton_moe.triton_form(tile).launch_tiles)
+    for bad in (dict(fc1_gluon=False, fc1_overlap=True), dict(fc1_warps=8), dict(fc1_one_factor=True)):
+        with pytest.raises(ValueError, match="fc1_f8x2=True needs the Gluon FC1 of the plane tiles"):
+            dataclasses.replace(f1x, **bad)
+
+
 def test_gluon_fc2_is_checked(monkeypatch):
     """The Gluon FC2 (``fc2_gluon``) takes only the plane tiles at 128-deep FC2 steps, and a call refuses shapes it
     cannot tile, and a CPU device, with a clear error before any launch."""
@@ -509,8 +539,9 @@ def test_gluon_fc2_is_checked(monkeypatch):
         assert TILES[name + "_f1q"] == dataclasses.replace(TILES[name], fc1_gluon=True, fc1_block_n=128,
                                                            fc1_block_k=128, fc1_stages=3, fc1_warps=4,
                                                            fc1_maxnreg=None, fc1_overlap=False)
-    # session 29's "_sw" twins: scale words on each Gluon launch tile, main and tail, nothing else changed
-    for name, twin in triton_moe._GLUON_TWINS.items():
+    # session 29's "_sw" twins: scale words on each Gluon launch tile, main and tail, nothing else changed (since
+    # session 32 the squared-ReLU ones at 1.5-16 pairs per expert with the f8x2 FC1 on one launch tile: below)
+    for name, twin in _sw_twins().items():
         assert twin.endswith("_sw"), name
         assert triton_moe.triton_form(TILES[twin]) == triton_moe.triton_form(TILES[twin[:-3]]), name
         assert triton_moe.replace_launch_tiles(TILES[twin], scale_words=False) == TILES[twin[:-3]], name
@@ -518,7 +549,7 @@ def test_gluon_fc2_is_checked(monkeypatch):
     assert TILES["l128m_sa_t64pu_s2_gt_sw"].tail.scale_words and not TILES["l128m_sa_t64pu_s2_gt_sw"].scale_words
     # session 29's "_of" candidates: one factor on each Gluon FC of each launch tile, nothing else changed; the Triton
     # form drops it; the flags need that FC in Gluon with scale words
-    for twin in triton_moe._GLUON_TWINS.values():
+    for twin in _sw_twins().values():
         of = TILES[twin + "_of"]
         if "_f1q" in twin:  # the squared-ReLU Gluon FC1 with one factor under a 128-register cap
             assert of.fc1_maxnreg == 128 and TILES[twin].fc1_maxnreg is None
@@ -534,7 +565,7 @@ def test_gluon_fc2_is_checked(monkeypatch):
         dataclasses.replace(TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4_sw"], fc1_one_factor=True)  # a Triton FC1
     # session 30's "_pdl" candidates: each Gluon FC2 a programmatic dependent launch of its FC1, nothing else changed;
     # the Triton form drops it; the flag needs the Gluon FC2 of the plane tiles
-    for twin in triton_moe._GLUON_TWINS.values():
+    for twin in _sw_twins().values():
         pdl = TILES[twin + "_pdl"]
         assert triton_moe.replace_launch_tiles(pdl, fc2_pdl=False) == TILES[twin], twin
         assert all(t.fc2_pdl == t.fc2_gluon for t in pdl.launch_tiles) and any(t.fc2_pdl for t in pdl.launch_tiles)
