@@ -248,9 +248,10 @@ class TritonMoEConfig:
         if self.fc1_f8x2 and not (self.fc1_gluon and self.dequant in _WORD_MODES and self.fc1_warps == 4
                                   and self.fc1_block_n % 64 == 0 and not self.fc1_one_factor):
             raise ValueError("TritonMoEConfig: fc1_f8x2=True needs the Gluon FC1 of the plane tiles (fc1_gluon, "
-                             f"dequant in {_WORD_MODES}: their FC2's) on 4 warps, fc1_block_n a multiple of 64, without fc1_one_factor; got "
-                             f"fc1_gluon={self.fc1_gluon}, dequant={self.dequant!r}, fc1_warps={self.fc1_warps}, "
-                             f"fc1_block_n={self.fc1_block_n}, fc1_one_factor={self.fc1_one_factor}")
+                             f"dequant in {_WORD_MODES}: their FC2's) on 4 warps, fc1_block_n a multiple of 64, "
+                             f"without fc1_one_factor; got fc1_gluon={self.fc1_gluon}, dequant={self.dequant!r}, "
+                             f"fc1_warps={self.fc1_warps}, fc1_block_n={self.fc1_block_n}, "
+                             f"fc1_one_factor={self.fc1_one_factor}")
         if self.fc2_pdl and not (self.fc2_gluon and self.dequant == "sx4"):
             raise ValueError("TritonMoEConfig: fc2_pdl=True needs the Gluon FC2 of the plane tiles (fc2_gluon, "
                              f"dequant 'sx4'); got fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
@@ -747,6 +748,8 @@ def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # Session 30 (run 33: bit-equal, no layer gain; tools/gpu_next.sh s30c): "_pdl", the default twins with each Gluon FC2 a
 # programmatic dependent launch of its FC1 (``fc2_pdl``; the same bits)
 TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON_TWINS.values()})
+
+
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
     """``tile`` (a squared-ReLU plane tile) with the Gluon f8x2 FC1 (``fc1_f8x2``; 128 rows, 3 stages unless
     ``changes`` say otherwise)."""
@@ -1181,7 +1184,8 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         if flag and not (weight.data.is_contiguous() and weight.scale_bytes().is_contiguous()):
             return MXFP8InputError(f"{name}_gluon: the {name.upper()} stack and its scales must be contiguous (TMA "
                                    "descriptors)")
-        if flag and (cfg.scale_words or cfg.dequant == "f8x2" or cfg.fc1_f8x2) and weight.scale_bytes().data_ptr() % 4:
+        words = cfg.scale_words or cfg.dequant == "f8x2" or cfg.fc1_f8x2
+        if flag and words and weight.scale_bytes().data_ptr() % 4:
             return MXFP8InputError(f"{'scale_words' if cfg.scale_words else 'f8x2'}: the {name.upper()} scales must "
                                    "start at a 4-byte aligned address (read as int32 words); got a storage offset "
                                    "that is not (copy the stack)")
@@ -1532,8 +1536,9 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
     """FC1 (+ activation) into ``inter`` rows by sorted position and FC2 into the pairs' ``slots`` rows, MMA tiles
     of ``cfg`` over the blocks of ``route`` = (sorted_pairs, block_expert, num_blocks) (``grid_blocks`` programs
     per n tile: the table's capacity; blocks past ``num_blocks[0]`` exit at once). ``dims`` = (hidden, n_out,
-    inner); with ``cfg.planes`` ``x`` is ``planes_of(x, cfg.fc1_block_k)`` and FC1 writes ``inter``'s rows
-    plane-major for FC2 (``inter`` then has ``n_out`` rounded up to ``cfg.fc2_block_k`` columns)."""
+    inner); with ``cfg.planes`` ``x`` is ``planes_of(x, cfg.fc1_block_k)`` (with ``cfg.fc1_f8x2`` the split of x,
+    ``split_rows_buffers``) and FC1 writes ``inter``'s rows plane-major for FC2 (``inter`` then has ``n_out`` rounded
+    up to ``cfg.fc2_block_k`` columns)."""
     import triton
 
     from . import _triton_moe_kernel as kernels

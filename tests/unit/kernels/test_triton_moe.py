@@ -704,7 +704,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     # 4 pairs per expert (the 16-token tiles), 40 (the 64-token tiles), 64 (the 128-token tiles' Gluon tails); from
     # 72 pairs per expert (the 128-token tiles with 32-token tails, the 256-token tiles) Triton only
     assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4_sw"]
-    assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw"]
+    assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"]
     assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2_sw"]
     assert choose_config(640, 2048, 768, **dict(shape, gated=False)) is TILES["l64k2_sx4p_f4_gq_s2_sw"]
     assert choose_config(1024, 2048, 768, **shape) is TILES["l128m_sa_t64pu_s2_gt_sw"]
