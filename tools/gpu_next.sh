@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s33a     # for session 33 (run first): the all-f8x2 16-token tile with its FC2 on 128 rows
+#                                   # ("_g1_f128" / "_f128s4") and the 32-token f8x2 FC1 on 64 rows: probes, profile, tests
 #   bash tools/gpu_next.sh s32c     # session 32, call 3: the new squared-ReLU defaults ("_f1x" at 1.5-8 pairs per expert,
 #                                   # "_f1xt" at 8-16): the full benchmark, the demo, the default-tile GPU tests
 #   bash tools/gpu_next.sh s32b     # session 32, call 2: the squared-ReLU defaults with the Gluon f8x2 FC1 ("_f1x*",
@@ -948,6 +950,24 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s33a)
+    # prepared in session 32 (for session 33, run first): run 35 found the Gluon f8x2 FC1 (128 rows) faster than the
+    # dequantizing FC1 and the Gluon f8x2 FC2 (64 rows) slower than the dequantizing FC2 (30b, 64 tokens: 104.8 / 111.3
+    # and 136.6 / 118.1 us). Does the f8x2 FC2 on 128 rows (the FC1's shape; 124 registers, Triton 3.6) catch up?
+    # Layer probes at 64 tokens against the default ("_f1x"), alternating (30b, 235b); the per-kernel profile; at 256
+    # tokens the 32-token tile's f8x2 FC1 on 64 rows (180 registers) against the default ("_f1xt"); then GPU tests.
+    S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw; M=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw; G=s16_f8q_s2_gf_g1
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 90 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --activation squared_relu \
+        --configs "${S}_f1x,$G,${G}_f128,${G}_f128s4,${S}_f1x,$G,${G}_f128,${G}_f128s4" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      timeout 60 python3 bench/triton_moe_probe.py --shape $shape --tokens 256 --activation squared_relu \
+        --configs "${M}_f1xt,${M}_f1x64,${M}_f1xt,${M}_f1x64" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    layer_probe_summary 30
+    timeout 50 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
+      --configs "${S}_f1x,$G,${G}_f128,${G}_f128s4" > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary
+    moe_gpu_tests 200 "f128 or (f8x2_gluon_fc1 and not m32)" ;;
   s32c)
     # session 32, call 3: the squared-ReLU twins at 1.5-16 pairs per expert with the Gluon f8x2 FC1 (after s32b's
     # probes): the full benchmark and the demo, then the GPU tests of choose_config's squared-ReLU picks at 64 / 256

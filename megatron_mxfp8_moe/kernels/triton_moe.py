@@ -579,6 +579,14 @@ TILES.update({f"{name}_gf_g1": dataclasses.replace(TILES[f"{name}_gf"], fc1_gluo
               for name in ("s16_f8q_s2", "m32_f8q_t16_s2")})
 TILES.update({f"{name}_gf_g1n64": dataclasses.replace(TILES[f"{name}_gf"], fc1_gluon=True, fc1_block_n=64,
                                                       fc1_stages=4) for name in ("s16_f8q_s2", "m32_f8q_t16_s2")})
+# Session 32 (run 35 call 1, 30b, 64 tokens): the "_g1" tile's f8x2 FC1 took 104.8 us against the dequantizing FC1's
+# 111.3, its Gluon f8x2 FC2 on 64 rows 136.6 against the dequantizing two-chain FC2's 118.1. That FC1 runs 128 rows
+# (two m64 wgmma chains per block); "_f128": the FC2 on 128 rows too, in 3 or 4 stages. Compile-only so far
+# (tools/gpu_next.sh s33a).
+TILES.update({
+    "s16_f8q_s2_gf_g1_f128": dataclasses.replace(TILES["s16_f8q_s2_gf_g1"], fc2_block_n=128, fc2_stages=3),
+    "s16_f8q_s2_gf_g1_f128s4": dataclasses.replace(TILES["s16_f8q_s2_gf_g1"], fc2_block_n=128, fc2_stages=4),
+})
 
 
 def map_launch_tiles(cfg: TritonMoEConfig, change) -> TritonMoEConfig:

@@ -1142,7 +1142,8 @@ def test_cuda_graph_replay_of_the_f8x2_gluon_fc2_tiles():
 # Session 31: the squared-ReLU f8x2 tiles with FC1 in Gluon too ("_g1": 128 rows, 3 stages; "_g1n64": 64 rows, 4;
 # compiled on the CPU only in session 31). Their FC1 rounds the activated rows to bf16 before the split, so they are
 # held to the oracle (and to 1.5x the default tile's error), not to the Triton f8x2 FC1's bits.
-F8X2_GLUON_FC1 = ("s16_f8q_s2_gf_g1", "s16_f8q_s2_gf_g1n64", "m32_f8q_t16_s2_gf_g1", "m32_f8q_t16_s2_gf_g1n64")
+F8X2_GLUON_FC1 = ("s16_f8q_s2_gf_g1", "s16_f8q_s2_gf_g1n64", "m32_f8q_t16_s2_gf_g1", "m32_f8q_t16_s2_gf_g1n64",
+                  "s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128s4")  # session 32: the FC2 on 128 rows too
 
 
 @pytest.mark.parametrize("tile", F8X2_GLUON_FC1)

@@ -225,7 +225,8 @@ def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n
     _assert_barriers_fenced_after_init(ptx)
 
 
-@pytest.mark.parametrize("block_n,block_t,stages", [(64, 16, 4), (64, 32, 4), (128, 32, 3)])
+@pytest.mark.parametrize("block_n,block_t,stages", [(64, 16, 4), (64, 32, 4), (128, 32, 3), (128, 16, 3),
+                                                    (128, 16, 4)])
 def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
     """The f8x2 FC2 in Gluon (session 24, not yet run on a GPU): weights and split rows by TMA (3 copies per stage),
     fp8 wgmmas of depth 32 with the token count as N, retired down to one block's pair of groups in the PTX, the
