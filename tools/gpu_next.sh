@@ -10,6 +10,8 @@
 #                                   # Triton f8x2 tests s25a did not reach
 #   bash tools/gpu_next.sh s33a     # for session 33 (run first): the all-f8x2 16-token tile with its FC2 on 128 rows
 #                                   # ("_g1_f128" / "_f128s4") and the 32-token f8x2 FC1 on 64 rows: probes, profile, tests
+#   bash tools/gpu_next.sh s33b     # for session 33, after s33a: the gated f8x2 FC1 twins ("_f1x" / "_f1xt" / "_f1xa" of
+#                                   # the SwiGLU 16- / 32-token defaults): GPU tests first, then layer probes, profile
 #   bash tools/gpu_next.sh s32c     # session 32, call 3: the new squared-ReLU defaults ("_f1x" at 1.5-8 pairs per expert,
 #                                   # "_f1xt" at 8-16): the full benchmark, the demo, the default-tile GPU tests
 #   bash tools/gpu_next.sh s32b     # session 32, call 2: the squared-ReLU defaults with the Gluon f8x2 FC1 ("_f1x*",
@@ -967,7 +969,24 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     timeout 50 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
       --configs "${S}_f1x,$G,${G}_f128,${G}_f128s4" > $OUT/profile.jsonl 2> $OUT/profile.err
     profile_summary
-    moe_gpu_tests 200 "f128 or (f8x2_gluon_fc1 and not m32)" ;;
+    moe_gpu_tests 200 "f128 or (f8x2_gluon_fc1 and not m32 and not rejects)" ;;
+  s33b)
+    # prepared in session 32 (for session 33, after s33a): the gated Gluon f8x2 FC1 (64 gate rows and their up rows per
+    # program, two TMA boxes per stage; compile-only so far) on the SwiGLU defaults' 16-token tile ("_f1x"), the
+    # 32-token tile's tail ("_f1xt") and both ("_f1xa"). Their GPU tests first (float64 oracle, graph replays), then
+    # layer probes against the default, alternating (30b / 235b, 64 / 256 tokens), then the per-kernel profile.
+    moe_gpu_tests 200 "f1x and (s16k4 or m32l4) or rejects_a_gated"
+    S=s16k4_sx4p_m3_g_s2_n64_c2_st4_sw; M=m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 60 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --activation swiglu \
+        --configs "$S,${S}_f1x,$S,${S}_f1x" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      timeout 75 python3 bench/triton_moe_probe.py --shape $shape --tokens 256 --activation swiglu \
+        --configs "$M,${M}_f1xt,${M}_f1xa,$M,${M}_f1xt,${M}_f1xa" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    layer_probe_summary 30
+    timeout 50 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation swiglu \
+      --configs "$S,${S}_f1x" > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary ;;
   s32c)
     # session 32, call 3: the squared-ReLU twins at 1.5-16 pairs per expert with the Gluon f8x2 FC1 (after s32b's
     # probes): the full benchmark and the demo, then the GPU tests of choose_config's squared-ReLU picks at 64 / 256

@@ -41,14 +41,21 @@ from ._triton_moe_kernel import _activate, _plane_cols, _scale_rows
 
 
 @gluon.jit
-def _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k, w_row, STAGES: gl.constexpr):
-    """Start step ``k``'s copies into stage ``k % STAGES``: the weights ``[BLOCK_N, 128]`` by TMA, the gathered split
-    rows of its 4 blocks (two ``[BLOCK_T, 128]`` halves) by cp.async, all counted by the stage's mbarrier (one
+def _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k, w_row, up_row, STAGES: gl.constexpr,
+           GATED: gl.constexpr, HALF: gl.constexpr):
+    """Start step ``k``'s copies into stage ``k % STAGES``: the weights ``[BLOCK_N, 128]`` by TMA (gated: the gate
+    rows from ``w_row`` into the stage's first ``HALF`` rows, the up rows from ``up_row`` into the rest), the gathered
+    split rows of its 4 blocks (two ``[BLOCK_T, 128]`` halves) by cp.async, all counted by the stage's mbarrier (one
     arrival per thread once its copies have landed, besides the TMA's expect)."""
     st = k % STAGES
     bar = bars.index(st)
-    mbarrier.expect(bar, w_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(w_desc, [w_row, k * 128], bar, w_smem.index(st))
+    if GATED:
+        mbarrier.expect(bar, 2 * w_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(w_desc, [w_row, k * 128], bar, w_smem.index(st).slice(0, HALF, dim=0))
+        tma.async_copy_global_to_shared(w_desc, [up_row, k * 128], bar, w_smem.index(st).slice(HALF, HALF, dim=0))
+    else:
+        mbarrier.expect(bar, w_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(w_desc, [w_row, k * 128], bar, w_smem.index(st))
     async_copy.async_copy_global_to_shared(x_smem.index(2 * st), q_rows + k * 256, mask=token_mask)
     async_copy.async_copy_global_to_shared(x_smem.index(2 * st + 1), q_rows + (k * 256 + 128), mask=token_mask)
     async_copy.mbarrier_arrive(bar, increment_count=False)
@@ -59,11 +66,12 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
                            num_blocks_ptr, N1, K, stride_q, stride_qs, stride_se, scale_tiles, stride_inter,
                            TOPK: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr,
                            BLOCK_T: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
-                           X_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
+                           X_LAYOUT: gl.constexpr, GATED: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
         expert = gl.load(block_expert_ptr + pid_b)
+        HALF: gl.constexpr = BLOCK_N // 2  # gated: gate rows, then as many up rows
         mma: gl.constexpr = f8x2_mma_layout(BLOCK_T, num_warps)
         # cp.async pieces: 16 bytes (16 e4m3 values) per thread, 8 threads per 128-byte half row
         copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 16], threads_per_warp=[4, 8],
@@ -71,14 +79,24 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
         w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], w_desc.layout)
         x_smem = gl.allocate_shared_memory(gl.float8e4nv, [2 * STAGES, BLOCK_T, 128], X_LAYOUT)
         bars = stage_barriers(STAGES, 1 + 32 * num_warps)  # arrivals: the expect, every thread's cp.async copies
-        n_first = pid_n * BLOCK_N
+        if GATED:  # FC1 rows [gate; up], N1 = 2 I; this program's I-columns [n_first, n_first + HALF)
+            n_out = N1 // 2
+            n_first = pid_n * HALF
+        else:
+            n_out = N1
+            n_first = pid_n * BLOCK_N
         w_row = expert * N1 + n_first
+        up_row = w_row + n_out
         q_rows, token_mask = _gathered_rows(q_ptr, stride_q, sorted_pairs_ptr, pid_b, TOPK, BLOCK_T, 128, copy_layout)
         steps = K // 128
         for i in gl.static_range(STAGES - 1):
             if i < steps:
-                _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, i, w_row, STAGES)
-        rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+                _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, i, w_row, up_row, STAGES, GATED, HALF)
+        r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+        if GATED:  # accumulator rows: HALF gate rows, then their up rows (the scales' rows too)
+            rows = gl.where(r < HALF, n_first + r, n_out + n_first + r - HALF)
+        else:
+            rows = n_first + r
         s_rows = _scale_rows(s_ptr + expert.to(gl.int64) * stride_se, rows, scale_tiles)
         positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
         pairs = gl.load(sorted_pairs_ptr + positions)
@@ -95,30 +113,43 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
                                                        sx2, sx3, acc, zero)
             # every wgmma of the warpgroup up to this step is retired: the previous step's stage is free
             if k + STAGES - 1 < steps:
-                _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k + STAGES - 1, w_row, STAGES)
+                _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k + STAGES - 1, w_row, up_row, STAGES,
+                       GATED, HALF)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
-        h = _activate(acc, acc, ACTIVATION)  # the Triton kernels' own (a @triton.jit function)
+        if GATED:  # rows r and HALF + r sit in the same thread (m64 repeats): through shared memory, no barrier
+            pair_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_N, BLOCK_T],
+                                                  gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+            pair_smem.store(acc)
+            gate = pair_smem.slice(0, HALF, dim=0).load(mma)
+            up = pair_smem.slice(HALF, HALF, dim=0).load(mma)
+            h = _activate(gate, up, ACTIVATION)  # the Triton kernels' own (a @triton.jit function)
+            rows = n_first + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma))
+        else:
+            h = _activate(acc, acc, ACTIVATION)
         ptrs = inter_ptr + positions.to(gl.int64)[None, :] * stride_inter + _plane_cols(rows, PLANE_K2)[:, None]
-        gl.store(ptrs, h.to(gl.bfloat16), mask=(pairs >= 0)[None, :] & (rows < N1)[:, None])
+        gl.store(ptrs, h.to(gl.bfloat16), mask=(pairs >= 0)[None, :] & (rows < n_out)[:, None])
 
 
 def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
                           inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                           num_blocks: torch.Tensor, grid_blocks: int, *, activation: int, topk: int, block_n: int,
-                          block_t: int, stages: int, num_warps: int, plane_k2: int = 0) -> None:
+                          block_t: int, stages: int, num_warps: int, plane_k2: int = 0, gated: bool = False) -> None:
     """One ``_f8x2_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``q`` / ``qs`` the split rows of x by token (``split_rows_buffers``; ``q``'s row stride a multiple of 16), ``w``
-    ``[E, N1, H]`` fp8 contiguous (an ungated activation: N1 output columns), ``scales`` ``[E, Mp * Cp]`` uint8 with
-    ``scale_tiles`` = Cp // 4, ``inter`` ``[positions, >= N1]`` bf16 (written at the routed positions, columns
-    ``< N1``; plane-major per ``plane_k2``-deep FC2 step where ``plane_k2`` > 0, ``_plane_cols``, for a plane tile's
-    FC2); ``activation`` an ACT_* code. The caller checks ``H % 128 == 0`` and ``N1 % block_n == 0``."""
+    ``[E, N1, H]`` fp8 contiguous (ungated: N1 output columns; ``gated``: ``[gate; up]`` rows, N1 / 2 output
+    columns, each program ``block_n`` gate rows and their up rows), ``scales`` ``[E, Mp * Cp]`` uint8 with
+    ``scale_tiles`` = Cp // 4, ``inter`` ``[positions, >= n_out]`` bf16 (written at the routed positions, columns
+    ``< n_out``; plane-major per ``plane_k2``-deep FC2 step where ``plane_k2`` > 0, ``_plane_cols``, for a plane tile's
+    FC2); ``activation`` an ACT_* code. The caller checks ``H % 128 == 0`` and ``n_out % block_n == 0``."""
     experts, n1, hidden = w.shape
     flat = w.view(experts * n1, hidden)
     w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
                                           gl.NVMMASharedLayout.get_default_for([block_n, 128], gl.float8e4nv))
     x_layout = gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv)
-    _f8x2_fc1_gluon_kernel[(triton.cdiv(n1, block_n), grid_blocks)](
+    n_out = n1 // 2 if gated else n1
+    _f8x2_fc1_gluon_kernel[(triton.cdiv(n_out, block_n), grid_blocks)](
         w_desc, q, qs, scales, inter, sorted_pairs, block_expert, num_blocks, n1, hidden, q.stride(0), qs.stride(0),
-        scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
-        BLOCK_T=block_t, STAGES=stages, PLANE_K2=plane_k2, X_LAYOUT=x_layout, num_warps=num_warps)
+        scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation,
+        BLOCK_N=2 * block_n if gated else block_n, BLOCK_T=block_t, STAGES=stages, PLANE_K2=plane_k2,
+        X_LAYOUT=x_layout, GATED=gated, num_warps=num_warps)

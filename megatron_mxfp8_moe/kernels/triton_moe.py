@@ -181,9 +181,9 @@ class TritonMoEConfig:
     fc2_pdl: bool = False
     # Session 32: FC1 as the Gluon f8x2 FC1 (``_gluon_f8x2_fc1_kernel``: fp8 wgmmas on the TMA-copied weights against x
     # split in two e4m3 terms, each 32-deep block's sum scaled, so no dequant on the consumer's chain) on a plane tile,
-    # writing its bf16 rows plane-major for the tile's own FC2. Ungated activations only (``_gluon_problem``); needs
-    # ``fc1_gluon`` (its ``fc1_block_n`` / ``fc1_stages`` are the tile) on 4 warps. Other arithmetic than the
-    # dequantizing FC1 (x in two e4m3 terms per 32-block scale), so not its bits: held to the float64 oracle.
+    # writing its bf16 rows plane-major for the tile's own FC2. Needs ``fc1_gluon`` (its ``fc1_block_n`` / ``fc1_stages``
+    # are the tile: gated, ``fc1_block_n`` gate rows and their up rows per program) on 4 warps. Other arithmetic than
+    # the dequantizing FC1 (x in two e4m3 terms per 32-block scale), so not its bits: held to the float64 oracle.
     fc1_f8x2: bool = False
 
     def __post_init__(self):
@@ -759,8 +759,8 @@ TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
-    """``tile`` (a squared-ReLU plane tile) with the Gluon f8x2 FC1 (``fc1_f8x2``; 128 rows, 3 stages unless
-    ``changes`` say otherwise)."""
+    """``tile`` (a plane tile) with the Gluon f8x2 FC1 (``fc1_f8x2``; 128 rows, 3 stages unless ``changes`` say
+    otherwise: gated tiles take ``fc1_block_n=64``, 64 gate rows and their 64 up rows)."""
     return dataclasses.replace(tile, **{**_GLUON_SQ_FC1_TILE, **changes}, fc1_f8x2=True)
 
 
@@ -786,6 +786,16 @@ TILES.update({
 # us (FC2 117.8 / 119.1); at 256 tokens the f8x2 FC1 at 32-token blocks took 76.1 us against the dequantizing 63.4.
 # Since session 32 the squared-ReLU twins of 1.5-8 and 8-16 pairs per expert (``_GLUON_TWINS``).
 _GLUON_TWINS.update({"s16k_sx4_f4": f"{_SQ_TWIN16}_f1x", "m32k_sx4p_f4_t16_s2": f"{_SQ_TWIN32}_f1xt"})
+# ... and the gated twins with the gated Gluon f8x2 FC1 (session 32, compile-only so far: 64 gate rows and their up
+# rows per program, two TMA boxes per stage, 126 registers at 16-token blocks with Triton 3.6; tools/gpu_next.sh s33a):
+# "_f1x" on the 16-token tile, "_f1xt" on the 32-token tile's 16-token tail, "_f1xa" on both (252 registers at
+# 32-token blocks)
+_GW16, _GW32 = "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw", "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw"
+TILES.update({
+    f"{_GW16}_f1x": _f8x2_fc1(TILES[_GW16], fc1_block_n=64),
+    f"{_GW32}_f1xt": dataclasses.replace(TILES[_GW32], tail=_f8x2_fc1(TILES[_GW32].tail, fc1_block_n=64)),
+    f"{_GW32}_f1xa": map_launch_tiles(TILES[_GW32], lambda tile: _f8x2_fc1(tile, fc1_block_n=64)),
+})
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
 # Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
 # session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated
@@ -1177,9 +1187,10 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         if hidden % 128 or n_out % cfg.fc1_block_n:
             return MXFP8InputError(f"fc1_gluon: the FC1 stack {tuple(fc1.data.shape)} needs H % 128 == 0 and its "
                                    f"output width ({n_out}) a multiple of fc1_block_n ({cfg.fc1_block_n})")
-        if (cfg.dequant == "f8x2" or cfg.fc1_f8x2) and fc1.data.shape[1] != n_out:
-            return MXFP8InputError(f"fc1_gluon: the Gluon f8x2 FC1 takes ungated activations only (FC1 rows "
-                                   f"{fc1.data.shape[1]} = FC2's input width {n_out}); this layer is gated")
+        gated = fc1.data.shape[1] != n_out
+        if gated and (cfg.dequant == "f8x2" or cfg.fc1_f8x2) and cfg.fc1_block_n != 64:
+            return MXFP8InputError(f"fc1_gluon: the gated Gluon f8x2 FC1 takes fc1_block_n 64 (64 gate rows and their "
+                                   f"64 up rows per program), got {cfg.fc1_block_n}")
     if cfg.fc2_gluon:
         _, hidden, inner = fc2.data.shape
         if inner % 128 or hidden % cfg.fc2_block_n:
@@ -1501,7 +1512,7 @@ def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_bl
     fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
     hidden, n_out, inner = dims
     (q1, qs1), (q2, qs2, inter) = x_split, inter_split
-    if cfg.fc1_gluon:  # ungated (checked by _gluon_problem before any launch): bf16 rows, then split for FC2
+    if cfg.fc1_gluon:  # bf16 rows, then split for FC2
         _launch_gluon_f8x2_fc1(cfg, x_split, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
         _split_into(inter[:, :n_out], q2, qs2)
     else:
@@ -1537,7 +1548,7 @@ def _launch_gluon_f8x2_fc1(cfg, x_split, w, s1, s1_tiles, inter, route, grid_blo
     launch_gluon_f8x2_fc1(*x_split, w, s1, s1_tiles, inter, *route, grid_blocks,
                           activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                           block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
-                          plane_k2=cfg.fc2_block_k if cfg.fc1_f8x2 else 0)
+                          plane_k2=cfg.fc2_block_k if cfg.fc1_f8x2 else 0, gated=activation.gated)
 
 
 def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activation, topk, split_k) -> None:
@@ -1556,7 +1567,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         return
     fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
     hidden, n_out, inner = dims
-    if cfg.fc1_f8x2:  # ungated, checked by _gluon_problem before any launch; x is the split (e4m3, scales) of x
+    if cfg.fc1_f8x2:  # checked by _gluon_problem before any launch; x is the split (e4m3, scales) of x
         _launch_gluon_f8x2_fc1(cfg, x, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
     elif cfg.fc1_gluon:  # checked by _gluon_problem before any launch
         from ._gluon_fc1_kernel import launch_gluon_fc1

@@ -1159,12 +1159,12 @@ def test_cuda_graph_replay_of_the_f8x2_gluon_fc1_tiles(tile, tokens):
 
 
 @pytest.mark.parametrize("tile", ["s16_f8q_s2_gf_g1", "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"])
-def test_f8x2_gluon_fc1_rejects_a_gated_layer(tile):
-    """SwiGLU on a tile with the Gluon f8x2 FC1 (the all-f8x2 "_g1", and since session 32 the "_f1x" plane tile): a
+def test_f8x2_gluon_fc1_rejects_a_gated_layer_on_128_rows(tile):
+    """SwiGLU on a tile whose Gluon f8x2 FC1 has 128 rows (the gated form takes 64 gate rows and their up rows): a
     clear error before any launch, the output untouched."""
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(128, 8, 2048, 768, 64, "swiglu")
     out = torch.full((x.shape[0], x.shape[1]), float("nan"), device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(MXFP8InputError, match="ungated activations only"):
+    with pytest.raises(MXFP8InputError, match="the gated Gluon f8x2 FC1 takes fc1_block_n 64"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu",
                          valid_tokens=torch.tensor([valid_rows], device="cuda", dtype=torch.int32), out=out,
                          config=TILES[tile])
@@ -1175,22 +1175,29 @@ def test_f8x2_gluon_fc1_rejects_a_gated_layer(tile):
 # FC2 ("_f1x": main tile, "_f1x64": 64 rows, "_f1xt": the 16-token tail, "_f1xa": both). Other arithmetic than the
 # dequantizing FC1, so held to the oracle and 1.5x the default tile's error (gated layers: refused, above). Run 35
 # call 2: all passed; "_f1x" / "_f1xt" are the squared-ReLU defaults at 1.5-16 pairs per expert since.
-F8X2_FC1_TWINS = ("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x", "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x64",
-                  "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1x", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt",
-                  "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xa")
+F8X2_FC1_TWINS = {name: "squared_relu" for name in (
+    "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x", "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x64",
+    "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1x", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt",
+    "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xa")}
+# ... and the gated ones (session 32, compile-only so far: 64 gate rows and their up rows per program)
+F8X2_FC1_TWINS.update({name: "swiglu" for name in (
+    "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x", "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt",
+    "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xa")})
 
 
-@pytest.mark.parametrize("tile", F8X2_FC1_TWINS)
+@pytest.mark.parametrize("tile", sorted(F8X2_FC1_TWINS))
 @pytest.mark.parametrize("case", [(128, 8, 2048, 768, 64), (128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 64)],
                          ids=["30b-T64", "30b-T256", "235b-T64"])
 def test_f8x2_fc1_twins_match_float64(tile, case):
-    _check_f8x2_tile(tile, "squared_relu", case)
+    _check_f8x2_tile(tile, F8X2_FC1_TWINS[tile], case)
 
 
 @pytest.mark.parametrize("tile,tokens", [("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x", 64),
-                                         ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xa", 256)])
+                                         ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xa", 256),
+                                         ("s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x", 64),
+                                         ("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xa", 256)])
 def test_cuda_graph_replay_of_the_f8x2_fc1_twins(tile, tokens):
-    _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), "squared_relu")
+    _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), F8X2_FC1_TWINS[tile])
 
 
 # Session 26: the Gluon FC2 on two accumulator chains ("_c2" tiles, ``fc2_chains=2``; opt-in, not defaults). Another

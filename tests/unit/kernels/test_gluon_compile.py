@@ -259,15 +259,17 @@ def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
 
 # Session 31 (prepared): the f8x2 FC1 in Gluon for ungated activations ("_g1" / "_g1n64" tiles): 128 rows in 3 stages,
 # 64 rows in 4, at 16- and 32-token blocks; session 32: writing plane-major rows for a plane tile's FC2 ("_f1x" tiles,
-# ``plane_k2`` 128)
-@pytest.mark.parametrize("block_n,block_t,stages,plane_k2", [(128, 16, 3, 0), (64, 16, 4, 0), (128, 32, 3, 0),
-                                                             (64, 32, 4, 0), (128, 16, 3, 128), (128, 32, 3, 128)])
-def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages, plane_k2):
+# ``plane_k2`` 128), and gated (64 gate rows and their 64 up rows, two TMA boxes per stage)
+@pytest.mark.parametrize("block_n,block_t,stages,plane_k2,gated", [
+    (128, 16, 3, 0, False), (64, 16, 4, 0, False), (128, 32, 3, 0, False), (64, 32, 4, 0, False),
+    (128, 16, 3, 128, False), (128, 32, 3, 128, False), (128, 16, 3, 128, True), (128, 32, 3, 128, True)])
+def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages, plane_k2, gated):
     """The ungated f8x2 FC1 in Gluon (not yet run on a GPU): the weights by TMA and the gathered split rows by
     cp.async into the same stage, tied to its mbarrier (one arrival per thread); fp8 wgmmas of depth 32 with the token
     count as N, retired down to one block's pair of groups (``WARPGROUP.DEPBAR.LE gsb0, 0x2`` kept by ptxas), no dequant
     (no bf16 wgmma), the scales as words (no byte loads), the barriers fenced after init, no spills; at 16-token blocks
-    at most 128 registers (Triton 3.6: 128 / 80 at 128 / 64 rows; 249 / 180 at 32-token blocks)."""
+    at most 128 registers (Triton 3.6: 128 / 80 at 128 / 64 rows; 249 / 180 at 32-token blocks). Gated: two TMA boxes
+    of ``block_n / 2`` rows per stage (gate, up) into one ``[block_n, 128]`` stage, the pairs through shared memory."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -275,13 +277,15 @@ def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages, plane_k2):
     from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc1_kernel as kernel
 
     weights = torch.zeros(4 * 256, 2048, dtype=torch.float8_e4m3fn)  # descriptors carry dtypes, blocks and layouts
-    w_desc = TensorDescriptor.from_tensor(weights, [block_n, 128], gl.NVMMASharedLayout.get_default_for(
-        [block_n, 128], gl.float8e4nv))
+    box = block_n // 2 if gated else block_n
+    w_desc = TensorDescriptor.from_tensor(weights, [box, 128], gl.NVMMASharedLayout.get_default_for(
+        [box, 128], gl.float8e4nv))
     types = dict(w_desc=mangle_type(w_desc), q_ptr="*fp8e4nv", qs_ptr="*fp32", s_ptr="*u8", inter_ptr="*bf16",
                  sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N1="i32", K="i32",
                  stride_q="i32", stride_qs="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
-    constants = dict(TOPK=8, ACTIVATION=2, BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages, PLANE_K2=plane_k2,
-                     X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv), num_warps=4)
+    constants = dict(TOPK=8, ACTIVATION=0 if gated else 2, BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages,
+                     PLANE_K2=plane_k2, X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv),
+                     GATED=gated, num_warps=4)
     ptx, sass = _compile_sm90(kernel._f8x2_fc1_gluon_kernel, types, constants, 4,
                               ("N1", "K", "stride_q", "stride_qs", "stride_se", "stride_inter"), mma="QGMMA",
                               with_sass=True)

@@ -490,6 +490,14 @@ def test_f8x2_fc1_twins_are_the_sw_twins_with_that_fc1():
     for bad in (dict(fc1_gluon=False, fc1_overlap=True), dict(fc1_warps=8), dict(fc1_one_factor=True)):
         with pytest.raises(ValueError, match="fc1_f8x2=True needs the Gluon FC1 of the plane tiles"):
             dataclasses.replace(f1x, **bad)
+    # the gated candidates (not defaults): 64 gate rows and their up rows per program, on the 16-token tile / tail
+    gated_fc1 = dict(fc1_gluon=True, fc1_block_n=64, fc1_block_k=128, fc1_stages=3, fc1_warps=4, fc1_gate_merge=False,
+                     fc1_maxnreg=None, fc1_f8x2=True)
+    sixteen, thirty_two = "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw", "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw"
+    assert TILES[sixteen + "_f1x"] == dataclasses.replace(TILES[sixteen], **gated_fc1)
+    assert TILES[thirty_two + "_f1xt"].tail == dataclasses.replace(TILES[thirty_two].tail, **gated_fc1)
+    assert TILES[thirty_two + "_f1xa"] == dataclasses.replace(TILES[thirty_two + "_f1xt"], fc1_f8x2=True)
+    assert not any(t.fc1_f8x2 for name in (sixteen, thirty_two) for t in TILES[name].launch_tiles)
 
 
 def test_gluon_fc2_is_checked(monkeypatch):
@@ -630,16 +638,20 @@ def test_f8x2_config_is_checked(monkeypatch):
     fc2 = quantize_mxfp8(random_weights((4, 128, 128), scale=0.1), backend="reference")
     with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, config=tile)
-    # session 31's Gluon f8x2 FC1 ("_g1" / "_g1n64"): ungated only, 128-deep steps on 4 warps; a gated layer is
-    # refused before any launch, an ungated one reaches the device check
+    # session 31's Gluon f8x2 FC1 ("_g1" / "_g1n64"): 128-deep steps on 4 warps; since session 32 gated too, on 64
+    # gate rows and their up rows (otherwise refused before any launch); the rest reach the device check
     for name in ("s16_f8q_s2_gf_g1", "m32_f8q_t16_s2_gf_g1n64"):
         g1 = TILES[name]
         assert g1.dequant == "f8x2" and g1.fc1_gluon and g1.fc2_gluon and g1.fc1_stages >= 3
         for bad in (dict(fc1_warps=8), dict(fc1_block_k=64)):
             with pytest.raises(ValueError, match="dequant='f8x2' does not take.*fc1_gluon without"):
                 dataclasses.replace(g1, **bad)
-        with pytest.raises(MXFP8InputError, match="ungated activations only"):
-            triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, config=g1)
+        if g1.fc1_block_n == 64:
+            with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
+                triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, config=g1)
+        else:
+            with pytest.raises(MXFP8InputError, match="the gated Gluon f8x2 FC1 takes fc1_block_n 64"):
+                triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, config=g1)
         square = quantize_mxfp8(random_weights((4, 128, 128), scale=0.1), backend="reference")
         with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
             triton_mxfp8_moe(x, probs, ids, square, fc2, activation="squared_relu", valid_tokens=valid, config=g1)
@@ -1433,25 +1445,32 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
     x = torch.randn(tokens, hidden).to(torch.bfloat16)
     probs, ids = random_routing(tokens, experts + 1, topk)  # expert 4 is another rank's: skipped
     valid = torch.tensor([tokens - 2], dtype=torch.int32)
-    w1 = fc1.dequantize().double()
+    fc1_gated = quantize_mxfp8(random_weights((experts, 2 * inner, hidden), scale=0.1), backend="reference")
+    dequantized = {t.data.data_ptr(): t.dequantize().double() for t in (fc1, fc1_gated)}
     calls = []
 
     def stand_in(q, qs, w, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
-                 activation, topk, block_n, block_t, stages, num_warps, plane_k2=0):
-        # the kernel's contract in torch: each routed position's squared-ReLU FC1 row, from the split x rows, in K
-        # order or plane-major per plane_k2
+                 activation, topk, block_n, block_t, stages, num_warps, plane_k2=0, gated=False):
+        # the kernel's contract in torch: each routed position's activated FC1 row (squared ReLU, or gated SwiGLU on
+        # [gate; up] rows), from the split x rows, in K order or plane-major per plane_k2
         calls.append(dict(rows=inter.shape[0], cols=inter.shape[1], blocks=int(num_blocks[0]), block_t=block_t,
-                          plane_k2=plane_k2))
+                          plane_k2=plane_k2, gated=gated))
         kp = q.shape[1] // 2
         split = q.view(q.shape[0], kp // 32, 64).double()
         xs = (split[:, :, :32] + split[:, :, 32:]) * qs.double()[:, :, None]
+        w1 = dequantized[w.data_ptr()]
         for b in range(int(num_blocks[0])):
             for p in range(b * block_t, (b + 1) * block_t):
                 pair = int(sorted_pairs[p])
                 if pair >= 0:
                     h = w1[int(block_expert[b])] @ xs[pair // topk].reshape(-1)[:w.shape[2]]
-                    row = (torch.relu(h) ** 2).to(inter.dtype)[None]
-                    inter[p, :w.shape[1]] = (host.planes_of(row, plane_k2) if plane_k2 else row)[0]
+                    if gated:
+                        g, u = h.chunk(2)
+                        h = torch.nn.functional.silu(g) * u
+                    else:
+                        h = torch.relu(h) ** 2
+                    row = h.to(inter.dtype)[None]
+                    inter[p, :h.shape[0]] = (host.planes_of(row, plane_k2) if plane_k2 else row)[0]
 
     gluon_fc1.launch_gluon_f8x2_fc1 = stand_in
     host._gluon_problem = lambda *args: None  # the stand-in runs here; the real kernel needs a Hopper GPU
@@ -1459,19 +1478,24 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
     triton_fc1 = dataclasses.replace(g1, fc1_gluon=False)
     # a plane tile with the f8x2 FC1 ("_f1x"), its FC2 the Triton plane FC2 in "sx4_int" with fp32 operands (the Gluon
     # one needs a GPU, "sx4" inline assembly)
-    f1x = dataclasses.replace(TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"], fc2_gluon=False, fc2_chains=1,
-                              dequant="sx4_int", fp32_dot=True)
+    def plane_twin(name):
+        return dataclasses.replace(TILES[name], fc2_gluon=False, fc2_chains=1, dequant="sx4_int", fp32_dot=True)
+
+    f1x, f1x_gated = plane_twin("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"), plane_twin("s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x")
     outs = {}
-    for name, tile in (("g1", g1), ("triton", triton_fc1), ("f1x", f1x)):
+    for name, tile, first, activation in (("g1", g1, fc1, "squared_relu"), ("triton", triton_fc1, fc1, "squared_relu"),
+                                          ("f1x", f1x, fc1, "squared_relu"), ("gated", f1x_gated, fc1_gated, "swiglu")):
         out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, out=out,
-                         config=tile)
+        triton_mxfp8_moe(x, probs, ids, first, fc2, activation=activation, valid_tokens=valid, out=out, config=tile)
         outs[name] = out
     ref = moe_reference(x, fc1, fc2, probs, ids, "squared_relu", valid_tokens=valid)
+    ref_gated = moe_reference(x, fc1_gated, fc2, probs, ids, "swiglu", valid_tokens=valid)
     print(json.dumps(dict(calls=calls, err=relative_error(outs["g1"], ref), err_triton=relative_error(outs["triton"], ref),
                           between=relative_error(outs["g1"], outs["triton"]),
                           err_f1x=relative_error(outs["f1x"], ref), f1x_between=relative_error(outs["f1x"], outs["g1"]),
                           f1x_written=bool(outs["f1x"].isfinite().all()),
+                          err_gated=relative_error(outs["gated"], ref_gated),
+                          gated_written=bool(outs["gated"][:int(valid)].isfinite().all()),
                           tail_zero=bool((outs["g1"][int(valid):] == 0).all()),
                           written=bool(outs["g1"].isfinite().all()))))
     """
@@ -1484,13 +1508,15 @@ def test_gluon_f8x2_fc1_wiring_under_the_interpreter():
     Triton interpreter gives the float64 oracle within 1e-2 and matches the Triton f8x2 FC1 tile within 1e-2; the
     stand-in ran once, over the main tile's positions (bf16 rows of FC1's output width), every row written, rows past
     ``valid_tokens`` zero. Session 32: the same stand-in on a plane tile ("_f1x", ``fc1_f8x2``) writes plane-major rows
-    per FC2 step (128) for the plane FC2, and that layer gives the oracle within 1e-2 too, every row written."""
+    per FC2 step (128) for the plane FC2, and that layer gives the oracle within 1e-2 too, every row written; so does
+    the gated plane tile (SwiGLU, the stand-in told ``gated``)."""
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _F8X2_GLUON_FC1_WIRING_SCRIPT], timeout=600)
-    assert len(result["calls"]) == 2, result
-    for call, plane_k2 in zip(result["calls"], (0, 128)):
+    assert len(result["calls"]) == 3, result
+    for call, plane_k2, gated in zip(result["calls"], (0, 128, 128), (False, False, True)):
         assert call["cols"] == 128 and call["block_t"] == 16 and call["plane_k2"] == plane_k2, result
-        assert call["blocks"] > 0 and call["rows"] >= 16 * call["blocks"], result
+        assert call["gated"] == gated and call["blocks"] > 0 and call["rows"] >= 16 * call["blocks"], result
+    assert result["err_gated"] <= 1e-2 and result["gated_written"], result
     assert result["err"] <= 1e-2 and result["err_triton"] <= 1e-2 and result["between"] <= 1e-2, result
     assert result["written"] and result["tail_zero"], result
     assert result["err_f1x"] <= 1e-2 and result["f1x_between"] <= 1e-2 and result["f1x_written"], result
