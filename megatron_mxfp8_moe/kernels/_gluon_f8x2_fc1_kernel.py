@@ -1,5 +1,5 @@
-"""FC1 (+ activation) of the "f8x2" tiles in Gluon, ungated activations (session 31; compiled on the CPU only so
-far, not yet run on a GPU).
+"""FC1 (+ activation) of the "f8x2" tiles in Gluon (session 31; ungated run on the H200 in session 32, where it became
+the squared-ReLU decode tiles' FC1; gated since session 32, compiled on the CPU only so far).
 
 Session 31 found the dequantizing Gluon kernels bound by their consumer (each warpgroup's dequant and wgmma chain),
 not by their copies: their TMA rings alone stream at 95-98% of HBM read, the kernels at 81-85%. The "f8x2" tiles
@@ -16,7 +16,9 @@ float64 oracle, not to each other's bits.
 Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (compiled with Triton 3.6 and 3.8).
 
 Since session 32 it also serves the plane tiles (``TritonMoEConfig.fc1_f8x2``): there it writes its rows plane-major
-(``_plane_cols``) for their dequantizing FC2, with no split of its output.
+(``_plane_cols``) for their dequantizing FC2, with no split of its output. Gated (``GATED``): a program's ``BLOCK_N``
+MMA rows are ``BLOCK_N / 2`` gate rows and their up rows (two TMA boxes per stage, one accumulator, the scales of both
+row sets), paired through shared memory after the K loop.
 
 Layouts: split x rows ``[T, 2 * KP]`` e4m3 (``_split_cols``: block ``b``'s hi values in columns ``[64 b, 64 b + 32)``,
 its lo values in the next 32) and their fp32 scales ``[T, KP // 32]``; weights ``[E, N1, H]`` fp8 seen as
@@ -117,7 +119,7 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
                        GATED, HALF)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
-        if GATED:  # rows r and HALF + r sit in the same thread (m64 repeats): through shared memory, no barrier
+        if GATED:  # gate rows [0, HALF) and up rows [HALF, BLOCK_N) apart, through shared memory (once a program)
             pair_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_N, BLOCK_T],
                                                   gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
             pair_smem.store(acc)
