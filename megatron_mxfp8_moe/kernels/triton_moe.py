@@ -787,7 +787,7 @@ TILES.update({
 # Since session 32 the squared-ReLU twins of 1.5-8 and 8-16 pairs per expert (``_GLUON_TWINS``).
 _GLUON_TWINS.update({"s16k_sx4_f4": f"{_SQ_TWIN16}_f1x", "m32k_sx4p_f4_t16_s2": f"{_SQ_TWIN32}_f1xt"})
 # ... and the gated twins with the gated Gluon f8x2 FC1 (session 32, compile-only so far: 64 gate rows and their up
-# rows per program, two TMA boxes per stage, 126 registers at 16-token blocks with Triton 3.6; tools/gpu_next.sh s33a):
+# rows per program, two TMA boxes per stage, 126 registers at 16-token blocks with Triton 3.6; tools/gpu_next.sh s33b):
 # "_f1x" on the 16-token tile, "_f1xt" on the 32-token tile's 16-token tail, "_f1xa" on both (252 registers at
 # 32-token blocks)
 _GW16, _GW32 = "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw", "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw"
