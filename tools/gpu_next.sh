@@ -9,7 +9,8 @@
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
 #   bash tools/gpu_next.sh s33a     # for session 33 (run first): the all-f8x2 16-token tile with its FC2 on 128 rows
-#                                   # ("_g1_f128" / "_f128s4") and the 32-token f8x2 FC1 on 64 rows: probes, profile, tests
+#                                   # ("_g1_f128" / "_f128s4"), its FC1 writing the split rows ("_fs"), the 32-token f8x2
+#                                   # FC1 on 64 rows: probes, profile, tests
 #   bash tools/gpu_next.sh s33b     # for session 33, after s33a: the gated f8x2 FC1 twins ("_f1x" / "_f1xt" / "_f1xa" of
 #                                   # the SwiGLU 16- / 32-token defaults): GPU tests first, then layer probes, profile
 #   bash tools/gpu_next.sh s32c     # session 32, call 3: the new squared-ReLU defaults ("_f1x" at 1.5-8 pairs per expert,
@@ -955,21 +956,24 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
   s33a)
     # prepared in session 32 (for session 33, run first): run 35 found the Gluon f8x2 FC1 (128 rows) faster than the
     # dequantizing FC1 and the Gluon f8x2 FC2 (64 rows) slower than the dequantizing FC2 (30b, 64 tokens: 104.8 / 111.3
-    # and 136.6 / 118.1 us). Does the f8x2 FC2 on 128 rows (the FC1's shape; 124 registers, Triton 3.6) catch up?
-    # Layer probes at 64 tokens against the default ("_f1x"), alternating (30b, 235b); the per-kernel profile; at 256
-    # tokens the 32-token tile's f8x2 FC1 on 64 rows (180 registers) against the default ("_f1xt"); then GPU tests.
+    # and 136.6 / 118.1 us), with a 6.8-us split launch between them. Does the f8x2 FC2 on 128 rows ("_f128"; 124
+    # registers, Triton 3.6) catch up, and what does FC1 writing FC2's split rows itself ("_fs") save? Layer probes at
+    # 64 tokens against the default ("_f1x"), alternating (30b, 235b); the per-kernel profile; at 256 tokens the 32-token
+    # tile's f8x2 FC1 on 64 rows (180 registers) against the default ("_f1xt"); then the GPU tests (float64 oracle, the
+    # "_fs" bits against the split launch, graph replays).
     S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw; M=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw; G=s16_f8q_s2_gf_g1
     for shape in qwen3-30b-a3b qwen3-235b-a22b; do
-      timeout 90 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --activation squared_relu \
-        --configs "${S}_f1x,$G,${G}_f128,${G}_f128s4,${S}_f1x,$G,${G}_f128,${G}_f128s4" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --activation squared_relu \
+        --configs "${S}_f1x,$G,${G}_f128,${G}_f128_fs,${S}_f1x,$G,${G}_f128,${G}_f128_fs" >> $OUT/probe.jsonl \
+        2>> $OUT/probe.err
       timeout 60 python3 bench/triton_moe_probe.py --shape $shape --tokens 256 --activation squared_relu \
         --configs "${M}_f1xt,${M}_f1x64,${M}_f1xt,${M}_f1x64" >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done
     layer_probe_summary 30
-    timeout 50 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
-      --configs "${S}_f1x,$G,${G}_f128,${G}_f128s4" > $OUT/profile.jsonl 2> $OUT/profile.err
+    timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
+      --configs "${S}_f1x,$G,${G}_f128,${G}_f128s4,${G}_fs,${G}_f128_fs" > $OUT/profile.jsonl 2> $OUT/profile.err
     profile_summary
-    moe_gpu_tests 200 "f128 or (f8x2_gluon_fc1 and not m32 and not rejects)" ;;
+    moe_gpu_tests 170 "f128 or _fs" ;;
   s33b)
     # prepared in session 32 (for session 33, after s33a): the gated Gluon f8x2 FC1 (64 gate rows and their up rows per
     # program, two TMA boxes per stage; compile-only so far) on the SwiGLU defaults' 16-token tile ("_f1x"), the

@@ -39,6 +39,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ._gluon_f8x2_fc2_kernel import _f8x2_step_scales, _step_blocks, f8x2_mma_layout
 from ._gluon_fc1_kernel import _gathered_rows
 from ._gluon_fc2_kernel import stage_barriers
+from ._triton_f8x2_kernel import _split_cols, _split_scale, _split_terms
 from ._triton_moe_kernel import _activate, _plane_cols, _scale_rows
 
 
@@ -64,6 +65,74 @@ def _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k, w_row, up_row, S
 
 
 @gluon.jit
+def _activated_tile(w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
+                    stride_qs, stride_se, scale_tiles, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
+                    BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, STAGES: gl.constexpr, X_LAYOUT: gl.constexpr,
+                    GATED: gl.constexpr, num_warps: gl.constexpr):
+    """Token block ``pid_b``'s activated FC1 rows of this program (``pid_n``): ``(h, rows, n_out, positions, pairs)``
+    with ``h`` ``[rows, BLOCK_T]`` fp32 in the MMA layout (``BLOCK_N`` rows, gated ``BLOCK_N / 2``), ``rows`` their
+    output columns, ``positions`` / ``pairs`` the block's sorted positions and their pairs (-1: padding)."""
+    expert = gl.load(block_expert_ptr + pid_b)
+    HALF: gl.constexpr = BLOCK_N // 2  # gated: gate rows, then as many up rows
+    mma: gl.constexpr = f8x2_mma_layout(BLOCK_T, num_warps)
+    # cp.async pieces: 16 bytes (16 e4m3 values) per thread, 8 threads per 128-byte half row
+    copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 16], threads_per_warp=[4, 8],
+                                                 warps_per_cta=[num_warps, 1], order=[1, 0])
+    w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], w_desc.layout)
+    x_smem = gl.allocate_shared_memory(gl.float8e4nv, [2 * STAGES, BLOCK_T, 128], X_LAYOUT)
+    bars = stage_barriers(STAGES, 1 + 32 * num_warps)  # arrivals: the expect, every thread's cp.async copies
+    if GATED:  # FC1 rows [gate; up], N1 = 2 I; this program's I-columns [n_first, n_first + HALF)
+        n_out = N1 // 2
+        n_first = pid_n * HALF
+    else:
+        n_out = N1
+        n_first = pid_n * BLOCK_N
+    w_row = expert * N1 + n_first
+    up_row = w_row + n_out
+    q_rows, token_mask = _gathered_rows(q_ptr, stride_q, sorted_pairs_ptr, pid_b, TOPK, BLOCK_T, 128, copy_layout)
+    steps = K // 128
+    for i in gl.static_range(STAGES - 1):
+        if i < steps:
+            _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, i, w_row, up_row, STAGES, GATED, HALF)
+    r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+    if GATED:  # accumulator rows: HALF gate rows, then their up rows (the scales' rows too)
+        rows = gl.where(r < HALF, n_first + r, n_out + n_first + r - HALF)
+    else:
+        rows = n_first + r
+    s_rows = _scale_rows(s_ptr + expert.to(gl.int64) * stride_se, rows, scale_tiles)
+    positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
+    pairs = gl.load(sorted_pairs_ptr + positions)
+    tokens = gl.where(pairs >= 0, pairs // TOPK, 0).to(gl.int64)
+    qs_rows = qs_ptr + tokens * stride_qs
+    acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+    zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+    sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0)
+    for k in range(0, steps):
+        st = k % STAGES
+        mbarrier.wait(bars.index(st), (k // STAGES) & 1)
+        fence_async_shared()  # the cp.async (generic proxy) token rows, read by wgmma (async proxy)
+        acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1,
+                                                   sx2, sx3, acc, zero)
+        # every wgmma of the warpgroup up to this step is retired: the previous step's stage is free
+        if k + STAGES - 1 < steps:
+            _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k + STAGES - 1, w_row, up_row, STAGES,
+                   GATED, HALF)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(i))
+    if GATED:  # gate rows [0, HALF) and up rows [HALF, BLOCK_N) apart, through shared memory (once a program)
+        pair_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_N, BLOCK_T],
+                                              gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        pair_smem.store(acc)
+        gate = pair_smem.slice(0, HALF, dim=0).load(mma)
+        up = pair_smem.slice(HALF, HALF, dim=0).load(mma)
+        h = _activate(gate, up, ACTIVATION)  # the Triton kernels' own (a @triton.jit function)
+        rows = n_first + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma))
+    else:
+        h = _activate(acc, acc, ACTIVATION)
+    return h, rows, n_out, positions, pairs
+
+
+@gluon.jit
 def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr,
                            num_blocks_ptr, N1, K, stride_q, stride_qs, stride_se, scale_tiles, stride_inter,
                            TOPK: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -72,86 +141,86 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
-        expert = gl.load(block_expert_ptr + pid_b)
-        HALF: gl.constexpr = BLOCK_N // 2  # gated: gate rows, then as many up rows
-        mma: gl.constexpr = f8x2_mma_layout(BLOCK_T, num_warps)
-        # cp.async pieces: 16 bytes (16 e4m3 values) per thread, 8 threads per 128-byte half row
-        copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 16], threads_per_warp=[4, 8],
-                                                     warps_per_cta=[num_warps, 1], order=[1, 0])
-        w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], w_desc.layout)
-        x_smem = gl.allocate_shared_memory(gl.float8e4nv, [2 * STAGES, BLOCK_T, 128], X_LAYOUT)
-        bars = stage_barriers(STAGES, 1 + 32 * num_warps)  # arrivals: the expect, every thread's cp.async copies
-        if GATED:  # FC1 rows [gate; up], N1 = 2 I; this program's I-columns [n_first, n_first + HALF)
-            n_out = N1 // 2
-            n_first = pid_n * HALF
-        else:
-            n_out = N1
-            n_first = pid_n * BLOCK_N
-        w_row = expert * N1 + n_first
-        up_row = w_row + n_out
-        q_rows, token_mask = _gathered_rows(q_ptr, stride_q, sorted_pairs_ptr, pid_b, TOPK, BLOCK_T, 128, copy_layout)
-        steps = K // 128
-        for i in gl.static_range(STAGES - 1):
-            if i < steps:
-                _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, i, w_row, up_row, STAGES, GATED, HALF)
-        r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
-        if GATED:  # accumulator rows: HALF gate rows, then their up rows (the scales' rows too)
-            rows = gl.where(r < HALF, n_first + r, n_out + n_first + r - HALF)
-        else:
-            rows = n_first + r
-        s_rows = _scale_rows(s_ptr + expert.to(gl.int64) * stride_se, rows, scale_tiles)
-        positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
-        pairs = gl.load(sorted_pairs_ptr + positions)
-        tokens = gl.where(pairs >= 0, pairs // TOPK, 0).to(gl.int64)
-        qs_rows = qs_ptr + tokens * stride_qs
-        acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-        zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-        sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0)
-        for k in range(0, steps):
-            st = k % STAGES
-            mbarrier.wait(bars.index(st), (k // STAGES) & 1)
-            fence_async_shared()  # the cp.async (generic proxy) token rows, read by wgmma (async proxy)
-            acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1,
-                                                       sx2, sx3, acc, zero)
-            # every wgmma of the warpgroup up to this step is retired: the previous step's stage is free
-            if k + STAGES - 1 < steps:
-                _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k + STAGES - 1, w_row, up_row, STAGES,
-                       GATED, HALF)
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(bars.index(i))
-        if GATED:  # gate rows [0, HALF) and up rows [HALF, BLOCK_N) apart, through shared memory (once a program)
-            pair_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_N, BLOCK_T],
-                                                  gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-            pair_smem.store(acc)
-            gate = pair_smem.slice(0, HALF, dim=0).load(mma)
-            up = pair_smem.slice(HALF, HALF, dim=0).load(mma)
-            h = _activate(gate, up, ACTIVATION)  # the Triton kernels' own (a @triton.jit function)
-            rows = n_first + gl.arange(0, HALF, layout=gl.SliceLayout(1, mma))
-        else:
-            h = _activate(acc, acc, ACTIVATION)
+        h, rows, n_out, positions, pairs = _activated_tile(
+            w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
+            stride_qs, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT, GATED, num_warps)
         ptrs = inter_ptr + positions.to(gl.int64)[None, :] * stride_inter + _plane_cols(rows, PLANE_K2)[:, None]
         gl.store(ptrs, h.to(gl.bfloat16), mask=(pairs >= 0)[None, :] & (rows < n_out)[:, None])
+
+
+@gluon.jit
+def _f8x2_fc1_split_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, q2_ptr, qs2_ptr, sorted_pairs_ptr, block_expert_ptr,
+                                 num_blocks_ptr, N1, K, stride_q, stride_qs, stride_se, scale_tiles, stride_q2,
+                                 stride_qs2, TOPK: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr,
+                                 BLOCK_T: gl.constexpr, STAGES: gl.constexpr, X_LAYOUT: gl.constexpr,
+                                 GATED: gl.constexpr, num_warps: gl.constexpr):
+    """``_f8x2_fc1_gluon_kernel`` writing FC2's split rows itself (session 32, prepared): the activated rows rounded
+    to bf16 (the values the other tiles' ``inter`` holds), then per position and 32-column block the power-of-two scale
+    and the hi / lo e4m3 terms of ``split_rows_reference`` into ``q2`` (``_split_cols``) and ``qs2``; padding positions
+    are not written (FC2 reads each token column from its own row only)."""
+    pid_n = gl.program_id(0)
+    pid_b = gl.program_id(1)
+    if pid_b < gl.load(num_blocks_ptr):
+        h, rows, n_out, positions, pairs = _activated_tile(
+            w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
+            stride_qs, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT, GATED, num_warps)
+        OUT: gl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N
+        # each warp holds whole 32-row blocks: SPT rows of one token per thread, TPR threads per block and token
+        WARPS_ROWS: gl.constexpr = OUT // 32
+        TPR: gl.constexpr = 32 * (num_warps // WARPS_ROWS) // BLOCK_T
+        split_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[32 // TPR, 1], threads_per_warp=[TPR, 32 // TPR],
+                                                      warps_per_cta=[WARPS_ROWS, num_warps // WARPS_ROWS],
+                                                      order=[0, 1])
+        v = gl.reshape(gl.convert_layout(h.to(gl.bfloat16).to(gl.float32), split_layout), [OUT // 32, 32, BLOCK_T])
+        scale, inv = _split_scale(gl.max(gl.abs(v), axis=1))
+        hi, lo = _split_terms(v * gl.expand_dims(inv, 1))
+        hi = gl.convert_layout(gl.reshape(hi, [OUT, BLOCK_T]), split_layout)
+        lo = gl.convert_layout(gl.reshape(lo, [OUT, BLOCK_T]), split_layout)
+        cols = gl.convert_layout(rows, gl.SliceLayout(1, split_layout))
+        pos = gl.convert_layout(positions, gl.SliceLayout(0, split_layout))
+        live = gl.convert_layout(pairs, gl.SliceLayout(0, split_layout)) >= 0
+        ptrs = q2_ptr + pos.to(gl.int64)[None, :] * stride_q2 + _split_cols(cols)[:, None]
+        mask = live[None, :] & (cols < n_out)[:, None]
+        gl.store(ptrs, hi, mask=mask)
+        gl.store(ptrs + 32, lo, mask=mask)
+        scale_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 1], threads_per_warp=[1, 32],
+                                                      warps_per_cta=[num_warps, 1], order=[1, 0])
+        blocks = pid_n * (OUT // 32) + gl.arange(0, OUT // 32, layout=gl.SliceLayout(1, scale_layout))
+        pos_b = gl.convert_layout(positions, gl.SliceLayout(0, scale_layout))
+        live_b = gl.convert_layout(pairs, gl.SliceLayout(0, scale_layout)) >= 0
+        gl.store(qs2_ptr + pos_b.to(gl.int64)[None, :] * stride_qs2 + blocks[:, None],
+                 gl.convert_layout(scale, scale_layout), mask=live_b[None, :] & (blocks < n_out // 32)[:, None])
 
 
 def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
                           inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                           num_blocks: torch.Tensor, grid_blocks: int, *, activation: int, topk: int, block_n: int,
-                          block_t: int, stages: int, num_warps: int, plane_k2: int = 0, gated: bool = False) -> None:
+                          block_t: int, stages: int, num_warps: int, plane_k2: int = 0, gated: bool = False,
+                          split_out: tuple = ()) -> None:
     """One ``_f8x2_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``q`` / ``qs`` the split rows of x by token (``split_rows_buffers``; ``q``'s row stride a multiple of 16), ``w``
     ``[E, N1, H]`` fp8 contiguous (ungated: N1 output columns; ``gated``: ``[gate; up]`` rows, N1 / 2 output
     columns, each program ``block_n`` gate rows and their up rows), ``scales`` ``[E, Mp * Cp]`` uint8 with
     ``scale_tiles`` = Cp // 4, ``inter`` ``[positions, >= n_out]`` bf16 (written at the routed positions, columns
     ``< n_out``; plane-major per ``plane_k2``-deep FC2 step where ``plane_k2`` > 0, ``_plane_cols``, for a plane tile's
-    FC2); ``activation`` an ACT_* code. The caller checks ``H % 128 == 0`` and ``n_out % block_n == 0``."""
+    FC2); ``activation`` an ACT_* code. With ``split_out`` = ``(q2, qs2)`` (``split_rows_buffers`` of the positions)
+    it writes FC2's split rows there instead of ``inter`` (``_f8x2_fc1_split_gluon_kernel``). The caller checks ``H %
+    128 == 0`` and ``n_out % block_n == 0``."""
     experts, n1, hidden = w.shape
     flat = w.view(experts * n1, hidden)
     w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
                                           gl.NVMMASharedLayout.get_default_for([block_n, 128], gl.float8e4nv))
     x_layout = gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv)
     n_out = n1 // 2 if gated else n1
-    _f8x2_fc1_gluon_kernel[(triton.cdiv(n_out, block_n), grid_blocks)](
+    grid = (triton.cdiv(n_out, block_n), grid_blocks)
+    tile = dict(TOPK=topk, ACTIVATION=activation, BLOCK_N=2 * block_n if gated else block_n, BLOCK_T=block_t,
+                STAGES=stages, X_LAYOUT=x_layout, GATED=gated, num_warps=num_warps)
+    if split_out:
+        q2, qs2 = split_out
+        _f8x2_fc1_split_gluon_kernel[grid](
+            w_desc, q, qs, scales, q2, qs2, sorted_pairs, block_expert, num_blocks, n1, hidden, q.stride(0),
+            qs.stride(0), scales.stride(0), scale_tiles, q2.stride(0), qs2.stride(0), **tile)
+        return
+    _f8x2_fc1_gluon_kernel[grid](
         w_desc, q, qs, scales, inter, sorted_pairs, block_expert, num_blocks, n1, hidden, q.stride(0), qs.stride(0),
-        scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation,
-        BLOCK_N=2 * block_n if gated else block_n, BLOCK_T=block_t, STAGES=stages, PLANE_K2=plane_k2,
-        X_LAYOUT=x_layout, GATED=gated, num_warps=num_warps)
+        scales.stride(0), scale_tiles, inter.stride(0), PLANE_K2=plane_k2, **tile)

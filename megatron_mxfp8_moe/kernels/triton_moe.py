@@ -185,6 +185,11 @@ class TritonMoEConfig:
     # are the tile: gated, ``fc1_block_n`` gate rows and their up rows per program) on 4 warps. Other arithmetic than
     # the dequantizing FC1 (x in two e4m3 terms per 32-block scale), so not its bits: held to the float64 oracle.
     fc1_f8x2: bool = False
+    # Session 32 (prepared, compile-only): an "f8x2" tile's Gluon FC1 writes FC2's split rows itself
+    # (``_f8x2_fc1_split_gluon_kernel``: the activated rows rounded to bf16, split per 32-column block in registers)
+    # instead of bf16 rows that one more launch splits (6.8 us at 64 tokens, 30b, run 35). Needs dequant "f8x2" and
+    # ``fc1_gluon``.
+    fc1_split_out: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -252,6 +257,9 @@ class TritonMoEConfig:
                              f"without fc1_one_factor; got fc1_gluon={self.fc1_gluon}, dequant={self.dequant!r}, "
                              f"fc1_warps={self.fc1_warps}, fc1_block_n={self.fc1_block_n}, "
                              f"fc1_one_factor={self.fc1_one_factor}")
+        if self.fc1_split_out and not (self.dequant == "f8x2" and self.fc1_gluon):
+            raise ValueError("TritonMoEConfig: fc1_split_out=True needs an f8x2 tile with the Gluon FC1 (dequant "
+                             f"'f8x2', fc1_gluon); got dequant={self.dequant!r}, fc1_gluon={self.fc1_gluon}")
         if self.fc2_pdl and not (self.fc2_gluon and self.dequant == "sx4"):
             raise ValueError("TritonMoEConfig: fc2_pdl=True needs the Gluon FC2 of the plane tiles (fc2_gluon, "
                              f"dequant 'sx4'); got fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
@@ -587,6 +595,9 @@ TILES.update({
     "s16_f8q_s2_gf_g1_f128": dataclasses.replace(TILES["s16_f8q_s2_gf_g1"], fc2_block_n=128, fc2_stages=3),
     "s16_f8q_s2_gf_g1_f128s4": dataclasses.replace(TILES["s16_f8q_s2_gf_g1"], fc2_block_n=128, fc2_stages=4),
 })
+# ... "_fs": their FC1 writing FC2's split rows itself (``fc1_split_out``; no split launch between the FCs)
+TILES.update({f"{name}_fs": dataclasses.replace(TILES[name], fc1_split_out=True)
+              for name in ("s16_f8q_s2_gf_g1", "s16_f8q_s2_gf_g1_f128")})
 
 
 def map_launch_tiles(cfg: TritonMoEConfig, change) -> TritonMoEConfig:
@@ -605,7 +616,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
-                                fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False)
+                                fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -1376,8 +1387,8 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
                      for t in cfg.launch_tiles)
     split_tiles = any(t.dequant == "f8x2" for t in cfg.launch_tiles)
     split_x = split_tiles or any(t.fc1_f8x2 for t in cfg.launch_tiles)
-    if all(t.dequant == "f8x2" and not t.fc1_gluon for t in cfg.launch_tiles):
-        inter_cols = 0  # no bf16 rows: FC1 writes FC2's split rows (a Gluon f8x2 FC1 writes bf16 rows, then splits)
+    if all(t.dequant == "f8x2" and (not t.fc1_gluon or t.fc1_split_out) for t in cfg.launch_tiles):
+        inter_cols = 0  # no bf16 rows: FC1 writes FC2's split rows (a Gluon f8x2 FC1 may write bf16 rows, then split)
     inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=device)
     if path == "routed_gemv":
         route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, 0,
@@ -1512,9 +1523,11 @@ def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_bl
     fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
     hidden, n_out, inner = dims
     (q1, qs1), (q2, qs2, inter) = x_split, inter_split
-    if cfg.fc1_gluon:  # bf16 rows, then split for FC2
-        _launch_gluon_f8x2_fc1(cfg, x_split, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
-        _split_into(inter[:, :n_out], q2, qs2)
+    if cfg.fc1_gluon:  # FC2's split rows, or bf16 rows split by one more launch
+        _launch_gluon_f8x2_fc1(cfg, x_split, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk,
+                               split_out=(q2, qs2) if cfg.fc1_split_out else ())
+        if not cfg.fc1_split_out:
+            _split_into(inter[:, :n_out], q2, qs2)
     else:
         kernels._f8x2_fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
             q1, qs1, fc1.data, s1, q2, qs2, *route,
@@ -1540,15 +1553,18 @@ def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_bl
     )
 
 
-def _launch_gluon_f8x2_fc1(cfg, x_split, w, s1, s1_tiles, inter, route, grid_blocks, activation, topk) -> None:
+def _launch_gluon_f8x2_fc1(cfg, x_split, w, s1, s1_tiles, inter, route, grid_blocks, activation, topk,
+                           split_out=()) -> None:
     """The Gluon f8x2 FC1 of ``cfg`` (an "f8x2" tile with ``fc1_gluon``, or a plane tile with ``fc1_f8x2``: then its
-    bf16 rows are written plane-major per ``cfg.fc2_block_k`` for the tile's FC2) on ``x_split`` into ``inter``."""
+    bf16 rows are written plane-major per ``cfg.fc2_block_k`` for the tile's FC2) on ``x_split`` into ``inter``, or
+    into ``split_out`` = FC2's split rows (``fc1_split_out``)."""
     from ._gluon_f8x2_fc1_kernel import launch_gluon_f8x2_fc1
 
     launch_gluon_f8x2_fc1(*x_split, w, s1, s1_tiles, inter, *route, grid_blocks,
                           activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                           block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
-                          plane_k2=cfg.fc2_block_k if cfg.fc1_f8x2 else 0, gated=activation.gated)
+                          plane_k2=cfg.fc2_block_k if cfg.fc1_f8x2 else 0, gated=activation.gated,
+                          split_out=split_out)
 
 
 def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activation, topk, split_k) -> None:

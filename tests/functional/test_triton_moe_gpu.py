@@ -1143,7 +1143,8 @@ def test_cuda_graph_replay_of_the_f8x2_gluon_fc2_tiles():
 # compiled on the CPU only in session 31). Their FC1 rounds the activated rows to bf16 before the split, so they are
 # held to the oracle (and to 1.5x the default tile's error), not to the Triton f8x2 FC1's bits.
 F8X2_GLUON_FC1 = ("s16_f8q_s2_gf_g1", "s16_f8q_s2_gf_g1n64", "m32_f8q_t16_s2_gf_g1", "m32_f8q_t16_s2_gf_g1n64",
-                  "s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128s4")  # session 32: the FC2 on 128 rows too
+                  "s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128s4",  # session 32: the FC2 on 128 rows too
+                  "s16_f8q_s2_gf_g1_fs", "s16_f8q_s2_gf_g1_f128_fs")  # ... and FC1 writing FC2's split rows
 
 
 @pytest.mark.parametrize("tile", F8X2_GLUON_FC1)
@@ -1153,7 +1154,16 @@ def test_f8x2_gluon_fc1_tiles_match_float64(tile, case):
     _check_f8x2_tile(tile, "squared_relu", case)
 
 
-@pytest.mark.parametrize("tile,tokens", [("s16_f8q_s2_gf_g1", 64), ("m32_f8q_t16_s2_gf_g1n64", 256)])
+@pytest.mark.parametrize("name", ["s16_f8q_s2_gf_g1_fs", "s16_f8q_s2_gf_g1_f128_fs"])
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 64), (128, 8, 4096, 1536, 64)], ids=["30b-T64", "235b-T64"])
+def test_f8x2_fc1_split_rows_equal_the_split_launch(name, case):
+    """Session 32: an "_fs" tile's FC1 splits its bf16-rounded rows in registers with the split launch's own functions
+    (``_split_scale``, ``_split_terms``), so the layer gives the bits of the same tile with the split launch."""
+    _assert_tiles_keep_bits(dataclasses.replace(TILES[name], fc1_split_out=False), TILES[name], case, "squared_relu")
+
+
+@pytest.mark.parametrize("tile,tokens", [("s16_f8q_s2_gf_g1", 64), ("m32_f8q_t16_s2_gf_g1n64", 256),
+                                         ("s16_f8q_s2_gf_g1_f128_fs", 64)])
 def test_cuda_graph_replay_of_the_f8x2_gluon_fc1_tiles(tile, tokens):
     _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), "squared_relu")
 

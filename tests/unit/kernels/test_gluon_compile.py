@@ -301,6 +301,39 @@ def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages, plane_k2, ga
     _assert_barriers_fenced_after_init(ptx)
 
 
+# Session 32 (prepared): the f8x2 FC1 writing FC2's split rows itself ("_fs" tiles, ``fc1_split_out``)
+@pytest.mark.parametrize("block_n,block_t,gated", [(128, 16, False), (128, 32, False), (128, 16, True)])
+def test_gluon_f8x2_fc1_with_split_rows_compiles_for_sm90(block_n, block_t, gated):
+    """``_f8x2_fc1_split_gluon_kernel`` (not yet run on a GPU): the same K loop as the bf16-row kernel (fp8 wgmmas of
+    depth 32, one block's pair of groups outstanding, kept by ptxas), then the split in registers: no bf16 store, at
+    most 128 registers at 16-token blocks (Triton 3.6: 128, gated too; 248 at 32-token blocks), no spills."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc1_kernel as kernel
+
+    box = block_n // 2 if gated else block_n
+    weights = torch.zeros(4 * 256, 2048, dtype=torch.float8_e4m3fn)  # descriptors carry dtypes, blocks and layouts
+    w_desc = TensorDescriptor.from_tensor(weights, [box, 128], gl.NVMMASharedLayout.get_default_for(
+        [box, 128], gl.float8e4nv))
+    types = dict(w_desc=mangle_type(w_desc), q_ptr="*fp8e4nv", qs_ptr="*fp32", s_ptr="*u8", q2_ptr="*fp8e4nv",
+                 qs2_ptr="*fp32", sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N1="i32",
+                 K="i32", stride_q="i32", stride_qs="i32", stride_se="i32", scale_tiles="i32", stride_q2="i32",
+                 stride_qs2="i32")
+    constants = dict(TOPK=8, ACTIVATION=0 if gated else 2, BLOCK_N=block_n, BLOCK_T=block_t, STAGES=3,
+                     X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv), GATED=gated,
+                     num_warps=4)
+    ptx, sass = _compile_sm90(kernel._f8x2_fc1_split_gluon_kernel, types, constants, 4,
+                              ("N1", "K", "stride_q", "stride_qs", "stride_se", "stride_q2", "stride_qs2"),
+                              mma="QGMMA", with_sass=True)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk32\.f32\.e4m3\.e4m3" % block_t, ptx)
+    assert "wgmma.wait_group.sync.aligned 2;" in ptx and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x2") >= 3
+    assert "st.global.b16" not in ptx  # no bf16 rows: e4m3 terms and fp32 scales only
+    assert block_t > 16 or _registers(ptx) <= 128
+    _assert_barriers_fenced_after_init(ptx)
+
+
 # Session 28 (prepared): the E8M0 bytes as one int32 per row and K step (``SCALE_WORDS``, ``_e8m0_word_factors``):
 # the FC2 of the 16- / 32-token defaults and of the 64-token tiles, the gated FC1 without the overlap and the
 # squared-ReLU "_f1q" FC1

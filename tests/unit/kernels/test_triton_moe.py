@@ -498,6 +498,13 @@ def test_f8x2_fc1_twins_are_the_sw_twins_with_that_fc1():
     assert TILES[thirty_two + "_f1xt"].tail == dataclasses.replace(TILES[thirty_two].tail, **gated_fc1)
     assert TILES[thirty_two + "_f1xa"] == dataclasses.replace(TILES[thirty_two + "_f1xt"], fc1_f8x2=True)
     assert not any(t.fc1_f8x2 for name in (sixteen, thirty_two) for t in TILES[name].launch_tiles)
+    # "_fs": the all-f8x2 tiles' Gluon FC1 writing FC2's split rows; the Triton form drops it with the Gluon FC1
+    for name in ("s16_f8q_s2_gf_g1", "s16_f8q_s2_gf_g1_f128"):
+        assert TILES[name + "_fs"] == dataclasses.replace(TILES[name], fc1_split_out=True)
+        assert not triton_moe.triton_form(TILES[name + "_fs"]).fc1_split_out
+    for bad in (TILES["s16_f8q_s2_gf"], TILES[sixteen]):  # a Triton f8x2 FC1; a plane tile
+        with pytest.raises(ValueError, match="fc1_split_out=True needs an f8x2 tile with the Gluon FC1"):
+            dataclasses.replace(bad, fc1_split_out=True)
 
 
 def test_gluon_fc2_is_checked(monkeypatch):
@@ -1450,11 +1457,11 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
     calls = []
 
     def stand_in(q, qs, w, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
-                 activation, topk, block_n, block_t, stages, num_warps, plane_k2=0, gated=False):
+                 activation, topk, block_n, block_t, stages, num_warps, plane_k2=0, gated=False, split_out=()):
         # the kernel's contract in torch: each routed position's activated FC1 row (squared ReLU, or gated SwiGLU on
-        # [gate; up] rows), from the split x rows, in K order or plane-major per plane_k2
+        # [gate; up] rows), from the split x rows, in K order or plane-major per plane_k2, or split for FC2
         calls.append(dict(rows=inter.shape[0], cols=inter.shape[1], blocks=int(num_blocks[0]), block_t=block_t,
-                          plane_k2=plane_k2, gated=gated))
+                          plane_k2=plane_k2, gated=gated, split=bool(split_out)))
         kp = q.shape[1] // 2
         split = q.view(q.shape[0], kp // 32, 64).double()
         xs = (split[:, :, :32] + split[:, :, 32:]) * qs.double()[:, :, None]
@@ -1469,12 +1476,17 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
                         h = torch.nn.functional.silu(g) * u
                     else:
                         h = torch.relu(h) ** 2
-                    row = h.to(inter.dtype)[None]
-                    inter[p, :h.shape[0]] = (host.planes_of(row, plane_k2) if plane_k2 else row)[0]
+                    row = h.to(torch.bfloat16)[None]
+                    if split_out:
+                        q2_row, qs2_row = host.split_rows_reference(row)
+                        split_out[0][p], split_out[1][p] = q2_row[0], qs2_row[0]
+                    else:
+                        inter[p, :h.shape[0]] = (host.planes_of(row, plane_k2) if plane_k2 else row)[0]
 
     gluon_fc1.launch_gluon_f8x2_fc1 = stand_in
     host._gluon_problem = lambda *args: None  # the stand-in runs here; the real kernel needs a Hopper GPU
     g1 = dataclasses.replace(TILES["s16_f8q_s2_gf_g1"], fc2_gluon=False, fc2_block_n=64, fc2_stages=2)
+    fs = dataclasses.replace(g1, fc1_split_out=True)  # FC1 writes FC2's split rows itself ("_fs")
     triton_fc1 = dataclasses.replace(g1, fc1_gluon=False)
     # a plane tile with the f8x2 FC1 ("_f1x"), its FC2 the Triton plane FC2 in "sx4_int" with fp32 operands (the Gluon
     # one needs a GPU, "sx4" inline assembly)
@@ -1484,7 +1496,8 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
     f1x, f1x_gated = plane_twin("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"), plane_twin("s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x")
     outs = {}
     for name, tile, first, activation in (("g1", g1, fc1, "squared_relu"), ("triton", triton_fc1, fc1, "squared_relu"),
-                                          ("f1x", f1x, fc1, "squared_relu"), ("gated", f1x_gated, fc1_gated, "swiglu")):
+                                          ("f1x", f1x, fc1, "squared_relu"), ("gated", f1x_gated, fc1_gated, "swiglu"),
+                                          ("fs", fs, fc1, "squared_relu")):
         out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
         triton_mxfp8_moe(x, probs, ids, first, fc2, activation=activation, valid_tokens=valid, out=out, config=tile)
         outs[name] = out
@@ -1496,6 +1509,7 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
                           f1x_written=bool(outs["f1x"].isfinite().all()),
                           err_gated=relative_error(outs["gated"], ref_gated),
                           gated_written=bool(outs["gated"][:int(valid)].isfinite().all()),
+                          fs_equal=bool(torch.equal(outs["fs"], outs["g1"])),
                           tail_zero=bool((outs["g1"][int(valid):] == 0).all()),
                           written=bool(outs["g1"].isfinite().all()))))
     """
@@ -1509,14 +1523,18 @@ def test_gluon_f8x2_fc1_wiring_under_the_interpreter():
     stand-in ran once, over the main tile's positions (bf16 rows of FC1's output width), every row written, rows past
     ``valid_tokens`` zero. Session 32: the same stand-in on a plane tile ("_f1x", ``fc1_f8x2``) writes plane-major rows
     per FC2 step (128) for the plane FC2, and that layer gives the oracle within 1e-2 too, every row written; so does
-    the gated plane tile (SwiGLU, the stand-in told ``gated``)."""
+    the gated plane tile (SwiGLU, the stand-in told ``gated``); with ``fc1_split_out`` ("_fs") the stand-in writes
+    FC2's split rows (``split_rows_reference`` of its bf16 rows) and the layer's output equals the "_g1" tile's."""
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _F8X2_GLUON_FC1_WIRING_SCRIPT], timeout=600)
-    assert len(result["calls"]) == 3, result
-    for call, plane_k2, gated in zip(result["calls"], (0, 128, 128), (False, False, True)):
-        assert call["cols"] == 128 and call["block_t"] == 16 and call["plane_k2"] == plane_k2, result
+    assert len(result["calls"]) == 4, result
+    for call, plane_k2, gated, split in zip(result["calls"], (0, 128, 128, 0), (False, False, True, False),
+                                            (False, False, False, True)):
+        assert call["block_t"] == 16 and call["plane_k2"] == plane_k2 and call["split"] == split, result
+        assert call["cols"] == (0 if split else 128), result  # no bf16 rows where FC1 writes the split
         assert call["gated"] == gated and call["blocks"] > 0 and call["rows"] >= 16 * call["blocks"], result
     assert result["err_gated"] <= 1e-2 and result["gated_written"], result
+    assert result["fs_equal"], result  # the split written by FC1 is the one the split launch makes, byte for byte
     assert result["err"] <= 1e-2 and result["err_triton"] <= 1e-2 and result["between"] <= 1e-2, result
     assert result["written"] and result["tail_zero"], result
     assert result["err_f1x"] <= 1e-2 and result["f1x_between"] <= 1e-2 and result["f1x_written"], result
