@@ -221,7 +221,8 @@ class TritonMoEConfig:
                              f"planes={self.planes}, dequant={self.dequant!r}, fc2_block_k={self.fc2_block_k}, "
                              f"fc2_split_k={self.fc2_split_k}, fc2_block_n={self.fc2_block_n}, "
                              f"fc2_warps={self.fc2_warps}, fc2_stages={self.fc2_stages}")
-        fc1_dequant = self.dequant == "sx4" or (self.fc1_f8x2 and self.dequant in _WORD_MODES)  # f8x2: FC2's only
+        # with fc1_f8x2 the dequant mode is the FC2's alone (its FC1 does not dequantize)
+        fc1_dequant = self.dequant == "sx4" or (self.fc1_f8x2 and self.dequant in _WORD_MODES)
         if self.fc1_gluon and self.dequant != "f8x2" and not (
                 self.planes and fc1_dequant and self.fc1_block_k == 128 and not self.fc1_gate_merge
                 and self.fc1_warps in (4, 8) and self.fc1_block_n % (16 * self.fc1_warps) == 0
@@ -277,7 +278,7 @@ class TritonMoEConfig:
 
     def _check_f8x2(self) -> None:
         """``dequant="f8x2"`` is an MMA-path tile of its own (``_triton_f8x2_kernel.py``; FC2 optionally in Gluon, and
-        FC1 too for ungated activations, ``_gluon_problem``)."""
+        FC1 too: gated on 64 gate rows and their up rows, ``_gluon_problem``)."""
         problems = [what for what, bad in (
             ("direct / gemv", self.direct or self.gemv),
             ("planes", self.planes),
@@ -1515,7 +1516,8 @@ def _split_into(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:
 
 def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_blocks, activation, topk) -> None:
     """``_launch_mma`` for an "f8x2" tile: ``x_split`` = (e4m3 rows, fp32 scales) of x (``split_rows_buffers``),
-    ``inter_split`` = the same of FC1's output rows and its bf16 rows (which only a Gluon FC1 writes, then splits)."""
+    ``inter_split`` = the same of FC1's output rows and its bf16 rows (which a Gluon FC1 without ``fc1_split_out``
+    writes, then splits)."""
     import triton
 
     from . import _triton_f8x2_kernel as kernels
