@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s33c     # session 33, call 3: the new SwiGLU defaults ("_f1x" / "_f1xt", the gated f8x2 FC1):
+#                                   # the full benchmark, the demo, the default-tile GPU tests, race probe
 #   bash tools/gpu_next.sh s33a     # for session 33 (run first): the all-f8x2 16-token tile with its FC2 on 128 rows
 #                                   # ("_g1_f128" / "_f128s4"), its FC1 writing the split rows ("_fs"), the 32-token f8x2
 #                                   # FC1 on 64 rows: probes, profile, tests
@@ -953,6 +955,17 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s33c)
+    # session 33, call 3: the gated twins at 1.5-16 pairs per expert with the gated Gluon f8x2 FC1 (after s33b's probes):
+    # the full benchmark and the demo, the GPU tests of choose_config's SwiGLU picks at 64 / 256 tokens (float64 oracle,
+    # 40 fresh calls, graph replay, the env switch), the race probe of both activations' defaults at 64 / 256 tokens
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
+    moe_bench_and_demo 300 $OUT/log.txt
+    moe_gpu_tests 90 "swiglu and (gluon_defaults or opt_in_gluon_tiles or default_gluon_tiles) and (64 or 256) and not 640"
+    { timeout 30 python3 bench/gluon_tail_race_probe.py --activation swiglu --reps 40 --cases 64:default,256:default
+      timeout 30 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 40 --cases 64:default,256:default
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    cat $OUT/race.jsonl; tail -2 $OUT/race.err ;;
   s33a)
     # prepared in session 32 (for session 33, run first): run 35 found the Gluon f8x2 FC1 (128 rows) faster than the
     # dequantizing FC1 and the Gluon f8x2 FC2 (64 rows) slower than the dequantizing FC2 (30b, 64 tokens: 104.8 / 111.3

@@ -798,21 +798,28 @@ TILES.update({
 # us (FC2 117.8 / 119.1); at 256 tokens the f8x2 FC1 at 32-token blocks took 76.1 us against the dequantizing 63.4.
 # Since session 32 the squared-ReLU twins of 1.5-8 and 8-16 pairs per expert (``_GLUON_TWINS``).
 _GLUON_TWINS.update({"s16k_sx4_f4": f"{_SQ_TWIN16}_f1x", "m32k_sx4p_f4_t16_s2": f"{_SQ_TWIN32}_f1xt"})
-# ... and the gated twins with the gated Gluon f8x2 FC1 (session 32, compile-only so far: 64 gate rows and their up
-# rows per program, two TMA boxes per stage, 126 registers at 16-token blocks with Triton 3.6; tools/gpu_next.sh s33b):
-# "_f1x" on the 16-token tile, "_f1xt" on the 32-token tile's 16-token tail, "_f1xa" on both (252 registers at
-# 32-token blocks)
+# ... and the gated twins with the gated Gluon f8x2 FC1 (session 32: 64 gate rows and their up rows per program, two
+# TMA boxes per stage, 126 registers at 16-token blocks with Triton 3.6): "_f1x" on the 16-token tile, "_f1xt" on the
+# 32-token tile's 16-token tail, "_f1xa" on both (252 registers at 32-token blocks)
 _GW16, _GW32 = "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw", "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw"
 TILES.update({
     f"{_GW16}_f1x": _f8x2_fc1(TILES[_GW16], fc1_block_n=64),
     f"{_GW32}_f1xt": dataclasses.replace(TILES[_GW32], tail=_f8x2_fc1(TILES[_GW32].tail, fc1_block_n=64)),
     f"{_GW32}_f1xa": map_launch_tiles(TILES[_GW32], lambda tile: _f8x2_fc1(tile, fc1_block_n=64)),
 })
+# Run 36 call 2 (tools/gpu_next.sh s33b; the 13 GPU tests passed: float64 oracle, graph replays, the 128-row refusal):
+# layer probes alternating with the twin, us, twin / f8x2 FC1 per pair of runs: "_f1x" at 64 tokens 30b 190.4 / 181.5
+# and 189.2 / 180.2, 235b 652.4 / 622.1 and 655.7 / 668.7; "_f1xt" at 256 tokens 30b 203.0 / 198.6 and 203.4 / 197.6,
+# 235b 728.3 / 707.5 and 760.7 / 712.1 ("_f1xa" slower: 210.3 / 210.5, 758.8 / 786.5). Per-kernel profile (30b, 64
+# tokens): the Triton gated FC1 114.9 us, the gated Gluon f8x2 FC1 103.4 (FC2 63.3 / 63.7). Since session 33 the gated
+# twins of 1.5-8 and 8-16 pairs per expert.
+_GLUON_TWINS.update({"s16k4_sx4p_m3_s2": f"{_GW16}_f1x", "m32l4_sx4p_m_t16_s2": f"{_GW32}_f1xt"})
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles,
 # Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since
 # session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated
 # since session 28) and 28-72 (the 64-token tiles and the 128-token tiles' 64-token tails). Since session 28 the gated
-# 8-28 twins are "_nov" and the squared-ReLU 1.5-16 ones "_f1q" (above).
+# 8-28 twins are "_nov" and the squared-ReLU 1.5-16 ones "_f1q"; since sessions 32 / 33 the 1.5-16 twins of both
+# activations run the Gluon f8x2 FC1 ("_f1x" / "_f1xt", above).
 _GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2",
                                "m32l4_sx4p_m_s2", "m32k_sx4p_f4_s2", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2",
                                "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})

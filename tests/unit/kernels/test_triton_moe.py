@@ -470,15 +470,18 @@ def _sw_twins() -> dict:
 
 
 def test_f8x2_fc1_twins_are_the_sw_twins_with_that_fc1():
-    """Session 32's squared-ReLU defaults at 1.5-8 / 8-16 pairs per expert: the "_sw" twins with the Gluon f8x2 FC1
-    (128 rows, 3 stages) on the 16-token tile (main / tail), nothing else changed; not the Triton form's bits; the flag
-    needs the Gluon FC1 of the plane tiles on 4 warps."""
+    """The defaults at 1.5-8 / 8-16 pairs per expert (squared ReLU since session 32, gated since session 33): the "_sw"
+    twins with the Gluon f8x2 FC1 (128 rows, 3 stages; gated: 64 gate rows and their up rows) on the 16-token tile
+    (main / tail), nothing else changed; not the Triton form's bits; the flag needs the Gluon FC1 of the plane tiles on
+    4 warps."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
     sixteen, thirty_two = "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw"
     assert triton_moe._GLUON_TWINS["s16k_sx4_f4"] == sixteen + "_f1x"
     assert triton_moe._GLUON_TWINS["m32k_sx4p_f4_t16_s2"] == thirty_two + "_f1xt"
-    assert sum("_f1x" in twin for twin in triton_moe._GLUON_TWINS.values()) == 2
+    assert triton_moe._GLUON_TWINS["s16k4_sx4p_m3_s2"] == "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x"
+    assert triton_moe._GLUON_TWINS["m32l4_sx4p_m_t16_s2"] == "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt"
+    assert sum("_f1x" in twin for twin in triton_moe._GLUON_TWINS.values()) == 4
     f1x, f1xt = TILES[sixteen + "_f1x"], TILES[thirty_two + "_f1xt"]
     assert f1x == dataclasses.replace(TILES[sixteen], fc1_f8x2=True)
     assert f1xt.tail == dataclasses.replace(TILES[thirty_two].tail, fc1_f8x2=True, fc1_gluon=True, fc1_block_n=128,
@@ -490,7 +493,7 @@ def test_f8x2_fc1_twins_are_the_sw_twins_with_that_fc1():
     for bad in (dict(fc1_gluon=False, fc1_overlap=True), dict(fc1_warps=8), dict(fc1_one_factor=True)):
         with pytest.raises(ValueError, match="fc1_f8x2=True needs the Gluon FC1 of the plane tiles"):
             dataclasses.replace(f1x, **bad)
-    # the gated candidates (not defaults): 64 gate rows and their up rows per program, on the 16-token tile / tail
+    # the gated defaults since session 33: 64 gate rows and their up rows per program, on the 16-token tile / tail
     gated_fc1 = dict(fc1_gluon=True, fc1_block_n=64, fc1_block_k=128, fc1_stages=3, fc1_warps=4, fc1_gate_merge=False,
                      fc1_maxnreg=None, fc1_f8x2=True)
     sixteen, thirty_two = "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw", "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw"
@@ -695,7 +698,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         monkeypatch.delenv(triton_moe.GLUON_ENV)
     triton_moe._gpu_tested_triton.cache_clear()
     monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)
-    assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw"]
+    assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt"]
     assert choose_config(384, 2048, 768, **shape) is TILES["m32l4_sx4p_m_gg_s2_nov_sw"]
     for value, policy in (("1", "all"), ("on", "all"), ("TRUE", "all"), ("yes", "all"), ("all", "all"),
                           ("0", "off"), ("off", "off"), ("No", "off"), ("", "auto"), (" auto ", "auto")):
@@ -722,7 +725,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     assert not choose_config(256, 2048, 800, **shape).fc2_gluon  # I not a multiple of 128
     # 4 pairs per expert (the 16-token tiles), 40 (the 64-token tiles), 64 (the 128-token tiles' Gluon tails); from
     # 72 pairs per expert (the 128-token tiles with 32-token tails, the 256-token tiles) Triton only
-    assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4_sw"]
+    assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x"]
     assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"]
     assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2_sw"]
     assert choose_config(640, 2048, 768, **dict(shape, gated=False)) is TILES["l64k2_sx4p_f4_gq_s2_sw"]
@@ -746,7 +749,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         assert choose_config(640, 2048, 768, **shape) is (TILES["l64_sx4p_mu_s2"] if value == "0" else
                                                           TILES["l64_sx4p_mu_gg_s2_sw"])
         assert choose_config(640, 2048, 768, **shape, gluon=False) is TILES["l64_sx4p_mu_s2"]
-        assert choose_config(256, 2048, 768, **shape, gluon=True) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw"]
+        assert choose_config(256, 2048, 768, **shape, gluon=True) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt"]
     monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
     launched = []
     monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
