@@ -8,6 +8,10 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s33e     # session 33, call 5: the f8x2 FC2 on 2 / 4 tiles per program ("_nt2" / "_nt4"):
+#                                   # layer probes at 64 tokens (30b, 235b), profile, bit tests
+#   bash tools/gpu_next.sh s33d     # session 33, call 4: ncu of the squared-ReLU default's FC1 / FC2 and of the f8x2 FC2
+#                                   # on 128 rows at 64 tokens (why FC2 streams slower on the same bytes)
 #   bash tools/gpu_next.sh s33c     # session 33, call 3: the new SwiGLU defaults ("_f1x" / "_f1xt", the gated f8x2 FC1):
 #                                   # the full benchmark, the demo, the default-tile GPU tests, race probe
 #   bash tools/gpu_next.sh s33a     # for session 33 (run first): the all-f8x2 16-token tile with its FC2 on 128 rows
@@ -955,6 +959,35 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s33e)
+    # session 33, call 5: the Gluon f8x2 FC2 on 2 / 4 adjacent 128-row tiles per program ("_nt2" / "_nt4",
+    # fc2_n_tiles; the same bits; compile-only so far): s33d's ncu found that FC2 at 73.6% of DRAM throughput against
+    # its FC1's 82.8% on the same bytes, instructions and occupancy, with 2576 programs of 12 steps against 1932 of 16.
+    # Layer probes at 64 tokens against the default, alternating (30b, then the per-kernel profile, then 235b), then
+    # the bit tests against one tile per program and a graph replay.
+    D=$(default_tile 64 squared_relu); G=s16_f8q_s2_gf_g1_f128
+    timeout 90 python3 bench/triton_moe_probe.py --tokens 64 --activation squared_relu \
+      --configs "$D,${G}_fs,${G}_fs_nt2,${G}_fs_nt4,$D,${G}_fs,${G}_fs_nt2,${G}_fs_nt4" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    layer_probe_summary 30
+    timeout 50 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
+      --configs "${G}_fs,${G}_fs_nt2,${G}_fs_nt4" > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary
+    timeout 90 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 64 --activation squared_relu \
+      --configs "$D,${G}_fs,${G}_fs_nt2,${G}_fs_nt4,$D,${G}_fs,${G}_fs_nt2,${G}_fs_nt4" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    layer_probe_summary 30
+    moe_gpu_tests 110 "(tiles_per_program and T64 and _fs_) or (graph_replay and nt2)" ;;
+  s33d)
+    # session 33, call 4: why the FC2 of the squared-ReLU default streams slower than its FC1 on the same bytes (30b, 64
+    # tokens, run 36: the f8x2 FC1 102.1 us, the dequantizing Gluon FC2 on 64 rows 116.1, the f8x2 FC2 on 128 rows
+    # 117.2): ncu (full set) of both FCs of the default and of "s16_f8q_s2_gf_g1_f128" (the f8x2 FC2 on 128 rows)
+    for cfg in $(default_tile 64 squared_relu) s16_f8q_s2_gf_g1_f128; do
+      timeout 120 ncu --clock-control none --kernel-name regex:"_fc[12]_" --launch-skip 2 --launch-count 2 --set full \
+        --print-details all python3 bench/triton_moe_probe.py --tokens 64 --activation squared_relu --configs $cfg \
+        --once > $OUT/ncu_$cfg.txt 2>&1
+      echo "ncu rc=$?" >> $OUT/ncu_$cfg.txt
+      grep -n "_kernel\|Duration\|DRAM Throughput\|Warp Cycles Per Issued\|Achieved Occupancy\|Registers Per\|Waves Per\|Issue Slots Busy\|L2 Hit" \
+        $OUT/ncu_$cfg.txt | head -40
+    done ;;
   s33c)
     # session 33, call 3: the gated twins at 1.5-16 pairs per expert with the gated Gluon f8x2 FC1 (after s33b's probes):
     # the full benchmark and the demo, the GPU tests of choose_config's SwiGLU picks at 64 / 256 tokens (float64 oracle,
