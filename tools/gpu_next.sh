@@ -961,7 +961,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
   s33e)
     # session 33, call 5: the Gluon f8x2 FC2 on 2 / 4 adjacent 128-row tiles per program ("_nt2" / "_nt4",
-    # fc2_n_tiles; the same bits; compile-only so far): s33d's ncu found that FC2 at 73.6% of DRAM throughput against
+    # fc2_n_tiles; the same bits; no gain, code not kept: bench/results/run36/fc2_n_tiles.patch): s33d's ncu found that FC2 at 73.6% of DRAM throughput against
     # its FC1's 82.8% on the same bytes, instructions and occupancy, with 2576 programs of 12 steps against 1932 of 16.
     # Layer probes at 64 tokens against the default, alternating (30b, then the per-kernel profile, then 235b), then
     # the bit tests against one tile per program and a graph replay.

@@ -47,11 +47,10 @@ def f8x2_mma_layout(block_t, num_warps):
 
 
 @gluon.jit
-def _issue(w_desc, x_desc, w_smem, x_smem, bars, g, k, w_row, x_row, STAGES: gl.constexpr):
-    """TMA copies of K step ``k`` of the tile at weight row ``w_row`` into stage ``g % STAGES`` (``g``: the step's
-    count over the program's tiles): the weights ``[BLOCK_N, 128]`` and the split rows of its 4 blocks as two
-    ``[BLOCK_T, 128]`` halves."""
-    st = g % STAGES
+def _issue(w_desc, x_desc, w_smem, x_smem, bars, k, w_row, x_row, STAGES: gl.constexpr):
+    """TMA copies of step ``k`` into stage ``k % STAGES``: the weights ``[BLOCK_N, 128]`` and the split rows of its 4
+    blocks as two ``[BLOCK_T, 128]`` halves."""
+    st = k % STAGES
     mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 2 * x_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(w_desc, [w_row, k * 128], bars.index(st), w_smem.index(st))
     tma.async_copy_global_to_shared(x_desc, [x_row, k * 256], bars.index(st), x_smem.index(2 * st))
@@ -118,8 +117,7 @@ def _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1, sx
 @gluon.jit
 def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
                            N, K, stride_qs, stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr,
-                           BLOCK_T: gl.constexpr, STAGES: gl.constexpr, N_TILES: gl.constexpr,
-                           num_warps: gl.constexpr):
+                           BLOCK_T: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
@@ -128,50 +126,43 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
         w_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], w_desc.layout)
         x_smem = gl.allocate_shared_memory(gl.float8e4nv, [2 * STAGES, BLOCK_T, 128], x_desc.layout)
         bars = stage_barriers(STAGES, 1)
-        n_first = pid_n * (BLOCK_N * N_TILES)
+        n_first = pid_n * BLOCK_N
         w_row = expert * N + n_first
         x_row = pid_b * BLOCK_T
         steps = K // 128
         for i in gl.static_range(STAGES):
             if i < steps:
-                _issue(w_desc, x_desc, w_smem, x_smem, bars, i, i, w_row, x_row, STAGES)
+                _issue(w_desc, x_desc, w_smem, x_smem, bars, i, w_row, x_row, STAGES)
+        rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+        s_rows = _scale_rows(s_ptr + expert.to(gl.int64) * stride_se, rows, scale_tiles)
         positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
         pairs = gl.load(sorted_pairs_ptr + positions)
         token_mask = pairs >= 0
         qs_rows = qs_ptr + positions.to(gl.int64) * stride_qs
+        acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-        for t in gl.static_range(N_TILES):  # the ring runs on across tiles: steps >= STAGES (the caller checks)
-            rows = n_first + t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
-            s_rows = _scale_rows(s_ptr + expert.to(gl.int64) * stride_se, rows, scale_tiles)
-            acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-            sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0)
-            for k in range(0, steps):
-                g = t * steps + k
-                st = g % STAGES
-                mbarrier.wait(bars.index(st), (g // STAGES) & 1)
-                acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0,
-                                                           sx1, sx2, sx3, acc, zero)  # the stage is free after it
-                if k + STAGES < steps:
-                    _issue(w_desc, x_desc, w_smem, x_smem, bars, g + STAGES, k + STAGES, w_row + t * BLOCK_N, x_row,
-                           STAGES)
-                elif t + 1 < N_TILES:  # the next tile's first steps, copied while this tile's last ones run
-                    _issue(w_desc, x_desc, w_smem, x_smem, bars, g + STAGES, k + STAGES - steps,
-                           w_row + (t + 1) * BLOCK_N, x_row, STAGES)
-            ptrs = slot_ptr + gl.where(token_mask, pairs, 0).to(gl.int64)[None, :] * stride_slot + rows[:, None]
-            gl.store(ptrs, acc.to(gl.bfloat16), mask=token_mask[None, :] & (rows < N)[:, None])
+        sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0)
+        for k in range(0, steps):
+            st = k % STAGES
+            mbarrier.wait(bars.index(st), (k // STAGES) & 1)
+            acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1,
+                                                       sx2, sx3, acc, zero)  # the stage is free after it
+            if k + STAGES < steps:
+                _issue(w_desc, x_desc, w_smem, x_smem, bars, k + STAGES, w_row, x_row, STAGES)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
+        ptrs = slot_ptr + gl.where(token_mask, pairs, 0).to(gl.int64)[None, :] * stride_slot + rows[:, None]
+        gl.store(ptrs, acc.to(gl.bfloat16), mask=token_mask[None, :] & (rows < N)[:, None])
 
 
 def launch_gluon_f8x2_fc2(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
                           slots: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                           num_blocks: torch.Tensor, grid_blocks: int, *, block_n: int, block_t: int, stages: int,
-                          num_warps: int, n_tiles: int = 1) -> None:
+                          num_warps: int) -> None:
     """One ``_f8x2_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``q`` / ``qs`` the split rows of FC2's input by position (``split_rows_buffers``), ``w`` ``[E, H, I]`` fp8
-    contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16; each
-    program computes ``n_tiles`` adjacent ``block_n``-row tiles. The caller checks ``I % 128 == 0``,
-    ``H % (block_n * n_tiles) == 0`` and, for ``n_tiles > 1``, ``I >= 128 * stages``. Padding positions are read as whatever their rows hold:
+    contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16. The
+    caller checks ``I % 128 == 0`` and ``H % block_n == 0``. Padding positions are read as whatever their rows hold:
     each token column of the tile depends on its own row only, and those columns are never stored."""
     experts, hidden, inner = w.shape
     flat = w.view(experts * hidden, inner)
@@ -179,7 +170,7 @@ def launch_gluon_f8x2_fc2(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
                                           gl.NVMMASharedLayout.get_default_for([block_n, 128], gl.float8e4nv))
     x_desc = TensorDescriptor.from_tensor(q, [block_t, 128],
                                           gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv))
-    _f8x2_fc2_gluon_kernel[(triton.cdiv(hidden, block_n * n_tiles), grid_blocks)](
+    _f8x2_fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, x_desc, qs, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, qs.stride(0),
         scales.stride(0), scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages,
-        N_TILES=n_tiles, num_warps=num_warps)
+        num_warps=num_warps)

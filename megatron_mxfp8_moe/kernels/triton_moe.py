@@ -190,14 +190,6 @@ class TritonMoEConfig:
     # instead of bf16 rows that one more launch splits (6.8 us at 64 tokens, 30b, run 35). Needs dequant "f8x2" and
     # ``fc1_gluon``.
     fc1_split_out: bool = False
-    # Session 33 (a probe): the Gluon f8x2 FC2 (dequant "f8x2", ``fc2_gluon``) computes this many adjacent
-    # ``fc2_block_n``-row tiles per program, its TMA ring running on across them (the next tile's first steps copied
-    # while the current tile's last ones compute), so fewer programs start and drain. Run 36 (ncu, 30b, 64 tokens): on
-    # the same weight bytes and instructions, occupancy and stage ring, the f8x2 FC2 on 128 rows (2576 programs, 12
-    # steps each) took 116.6 us at 73.6% of DRAM throughput, the f8x2 FC1 (1932 programs, 16 steps) 102.1 at 82.8%.
-    # The same arithmetic per tile, so the same bits. Needs I >= 128 * fc2_stages and H % (fc2_block_n * fc2_n_tiles)
-    # == 0 (checked per call).
-    fc2_n_tiles: int = 1
 
     def __post_init__(self):
         if self.tail is not None:
@@ -276,9 +268,6 @@ class TritonMoEConfig:
             if not flag and not gluon:
                 raise ValueError(f"TritonMoEConfig: {name}_overlap=False needs the Gluon {name.upper()} "
                                  f"({name}_gluon); the Triton kernels have no such switch")
-        if self.fc2_n_tiles < 1 or (self.fc2_n_tiles > 1 and self.dequant != "f8x2"):
-            raise ValueError(f"TritonMoEConfig: fc2_n_tiles must be 1, or more with the Gluon f8x2 FC2 (dequant "
-                             f"'f8x2', fc2_gluon); got fc2_n_tiles={self.fc2_n_tiles}, dequant={self.dequant!r}")
         if self.side_stream not in (0, 1, 2):
             raise ValueError(f"TritonMoEConfig: side_stream must be 0, 1 or 2, got {self.side_stream}")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
@@ -303,7 +292,6 @@ class TritonMoEConfig:
             ("block_t below 16", self.block_t < 16),
             ("fc2_gluon without fc2_block_k 128, 4 warps and 2 or more stages",
              self.fc2_gluon and not (self.fc2_block_k == 128 and self.fc2_warps == 4 and self.fc2_stages >= 2)),
-            ("fc2_n_tiles > 1 without fc2_gluon", self.fc2_n_tiles > 1 and not self.fc2_gluon),
         ) if bad]
         if problems:
             raise ValueError(f"TritonMoEConfig: dequant='f8x2' does not take {'; '.join(problems)}; got {self}")
@@ -602,8 +590,7 @@ TILES.update({f"{name}_gf_g1n64": dataclasses.replace(TILES[f"{name}_gf"], fc1_g
                                                       fc1_stages=4) for name in ("s16_f8q_s2", "m32_f8q_t16_s2")})
 # Session 32 (run 35 call 1, 30b, 64 tokens): the "_g1" tile's f8x2 FC1 took 104.8 us against the dequantizing FC1's
 # 111.3, its Gluon f8x2 FC2 on 64 rows 136.6 against the dequantizing two-chain FC2's 118.1. That FC1 runs 128 rows
-# (two m64 wgmma chains per block); "_f128": the FC2 on 128 rows too, in 3 or 4 stages. Compile-only so far
-# (tools/gpu_next.sh s33a).
+# (two m64 wgmma chains per block); "_f128": the FC2 on 128 rows too, in 3 or 4 stages (run 36 below).
 TILES.update({
     "s16_f8q_s2_gf_g1_f128": dataclasses.replace(TILES["s16_f8q_s2_gf_g1"], fc2_block_n=128, fc2_stages=3),
     "s16_f8q_s2_gf_g1_f128s4": dataclasses.replace(TILES["s16_f8q_s2_gf_g1"], fc2_block_n=128, fc2_stages=4),
@@ -611,12 +598,12 @@ TILES.update({
 # ... "_fs": their FC1 writing FC2's split rows itself (``fc1_split_out``; no split launch between the FCs)
 TILES.update({f"{name}_fs": dataclasses.replace(TILES[name], fc1_split_out=True)
               for name in ("s16_f8q_s2_gf_g1", "s16_f8q_s2_gf_g1_f128")})
-# Run 36 calls 1 / 4 (30b / 235b, 64 tokens, us): "_f128" 236.7, 239.0 / 830.2, 824.8 and "_f128_fs" 235.6, 232.1 /
-# 817.3, 816.6 against the default's 230.7, 230.3 / 823.6, 846.1; the f8x2 FC2 on 128 rows 117.2 against the default
-# dequantizing FC2's 116.1, the "_fs" FC1 104.9 against 101.5. Session 33: "_nt2" / "_nt4", that FC2 on 2 / 4 adjacent
-# 128-row tiles per program (``fc2_n_tiles``). Compile-only so far (tools/gpu_next.sh s33e).
-TILES.update({f"{name}_nt{n}": dataclasses.replace(TILES[name], fc2_n_tiles=n)
-              for name in ("s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128_fs") for n in (2, 4)})
+# Run 36 call 1 (30b / 235b, 64 tokens, us; 21 GPU tests passed; not taken): "_f128" 236.7, 239.0 / 830.2, 824.8
+# and "_f128_fs" 235.6, 232.1 / 817.3, 816.6 against the default's 230.7, 230.3 / 823.6, 846.1; the f8x2 FC2 on 128
+# rows 117.2 against the default dequantizing FC2's 116.1, the "_fs" FC1 104.9 against 101.5. Session 33 also ran that
+# FC2 on 2 / 4 adjacent tiles per program, its stage ring running on across them (call 5; the same bits; code not
+# kept, the patch is bench/results/run36/fc2_n_tiles.patch): FC2 117.9 -> 116.3 / 141.8 us, the layer 238.4, 239.9 ->
+# 238.4, 240.0 / 264.3, 265.0 (30b), so fewer, longer programs are not what that FC2 lacks.
 
 
 def map_launch_tiles(cfg: TritonMoEConfig, change) -> TritonMoEConfig:
@@ -635,8 +622,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     a Gluon FC2 ran on two chains (``same_bits_as_triton_form``)."""
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
-                                fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
-                                fc2_n_tiles=1)
+                                fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -1231,12 +1217,9 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
                                    f"64 up rows per program), got {cfg.fc1_block_n}")
     if cfg.fc2_gluon:
         _, hidden, inner = fc2.data.shape
-        if inner % 128 or hidden % (cfg.fc2_block_n * cfg.fc2_n_tiles):
+        if inner % 128 or hidden % cfg.fc2_block_n:
             return MXFP8InputError(f"fc2_gluon: the FC2 stack {tuple(fc2.data.shape)} needs I % 128 == 0 and H % "
-                                   f"(fc2_block_n * fc2_n_tiles) ({cfg.fc2_block_n * cfg.fc2_n_tiles}) == 0")
-        if cfg.fc2_n_tiles > 1 and inner < 128 * cfg.fc2_stages:
-            return MXFP8InputError(f"fc2_n_tiles: the FC2 stack {tuple(fc2.data.shape)} needs I >= 128 * fc2_stages "
-                                   f"({128 * cfg.fc2_stages}): the stage ring runs on across tiles")
+                                   f"fc2_block_n ({cfg.fc2_block_n}) == 0")
         if cfg.fc2_ring and inner // 128 % cfg.fc2_stages:
             return MXFP8InputError(f"fc2_ring: the FC2 stack {tuple(fc2.data.shape)} needs I a multiple of 128 * "
                                    f"fc2_stages ({128 * cfg.fc2_stages})")
@@ -1573,7 +1556,7 @@ def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_bl
 
         launch_gluon_f8x2_fc2(q2, qs2, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks,
                               block_n=cfg.fc2_block_n, block_t=cfg.block_t, stages=cfg.fc2_stages,
-                              num_warps=cfg.fc2_warps, n_tiles=cfg.fc2_n_tiles)
+                              num_warps=cfg.fc2_warps)
         return
     kernels._f8x2_fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks)](
         q2, qs2, fc2.data, s2, slots, *route,

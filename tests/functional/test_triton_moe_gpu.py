@@ -1162,18 +1162,8 @@ def test_f8x2_fc1_split_rows_equal_the_split_launch(name, case):
     _assert_tiles_keep_bits(dataclasses.replace(TILES[name], fc1_split_out=False), TILES[name], case, "squared_relu")
 
 
-@pytest.mark.parametrize("name", ["s16_f8q_s2_gf_g1_f128_nt2", "s16_f8q_s2_gf_g1_f128_nt4", "s16_f8q_s2_gf_g1_f128_fs_nt2",
-                                  "s16_f8q_s2_gf_g1_f128_fs_nt4"])
-@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 64), (128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 64)],
-                         ids=["30b-T64", "30b-T256", "235b-T64"])
-def test_f8x2_fc2_tiles_per_program_keep_the_bits(name, case):
-    """Session 33: the Gluon f8x2 FC2 on 2 / 4 adjacent tiles per program (``fc2_n_tiles``, the stage ring running on
-    across them) does each tile's arithmetic as on one tile per program: the layer's bits unchanged."""
-    _assert_tiles_keep_bits(dataclasses.replace(TILES[name], fc2_n_tiles=1), TILES[name], case, "squared_relu")
-
-
 @pytest.mark.parametrize("tile,tokens", [("s16_f8q_s2_gf_g1", 64), ("m32_f8q_t16_s2_gf_g1n64", 256),
-                                         ("s16_f8q_s2_gf_g1_f128_fs", 64), ("s16_f8q_s2_gf_g1_f128_fs_nt2", 64)])
+                                         ("s16_f8q_s2_gf_g1_f128_fs", 64)])
 def test_cuda_graph_replay_of_the_f8x2_gluon_fc1_tiles(tile, tokens):
     _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), "squared_relu")
 

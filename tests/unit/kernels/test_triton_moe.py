@@ -510,40 +510,6 @@ def test_f8x2_fc1_twins_are_the_sw_twins_with_that_fc1():
             dataclasses.replace(bad, fc1_split_out=True)
 
 
-def test_f8x2_fc2_tiles_per_program_are_checked():
-    """Session 33's ``fc2_n_tiles``: only the Gluon f8x2 FC2 takes it ("_nt2" / "_nt4": the "_f128" tiles with it,
-    nothing else changed); the Triton form drops it; per call H must hold whole groups of tiles and I at least
-    ``fc2_stages`` steps (the ring runs on across tiles), a clear error otherwise, before any launch."""
-    from megatron_mxfp8_moe.errors import BackendUnavailableError
-    from megatron_mxfp8_moe.kernels import triton_moe
-
-    for name in ("s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128_fs"):
-        for n in (2, 4):
-            assert TILES[f"{name}_nt{n}"] == dataclasses.replace(TILES[name], fc2_n_tiles=n)
-            assert triton_moe.triton_form(TILES[f"{name}_nt{n}"]) == triton_moe.triton_form(TILES[name])
-    for base in (TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw"], TILES["s16_f8q_s2"]):  # a plane tile; a Triton FC2
-        with pytest.raises(ValueError, match="fc2_n_tiles"):
-            dataclasses.replace(base, fc2_n_tiles=2)
-    with pytest.raises(ValueError, match="fc2_n_tiles must be 1, or more"):
-        dataclasses.replace(TILES["s16_f8q_s2_gf_g1_f128"], fc2_n_tiles=0)
-    tile = TILES["s16_f8q_s2_gf_g1_f128_nt2"]
-    x, ids = torch.randn(8, 256).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
-    probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
-
-    def call(hidden, inner):
-        x_h = x[:, :hidden].contiguous()
-        fc1 = quantize_mxfp8(random_weights((4, inner, hidden), scale=0.1), backend="reference")
-        fc2 = quantize_mxfp8(random_weights((4, hidden, inner), scale=0.1), backend="reference")
-        triton_mxfp8_moe(x_h, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, config=tile)
-
-    with pytest.raises(MXFP8InputError, match=r"H % \(fc2_block_n \* fc2_n_tiles\) \(256\) == 0"):
-        call(128, 512)
-    with pytest.raises(MXFP8InputError, match=r"fc2_n_tiles: .* needs I >= 128 \* fc2_stages \(384\)"):
-        call(256, 256)
-    with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):  # shapes fine: no GPU here
-        call(256, 512)
-
-
 def test_gluon_fc2_is_checked(monkeypatch):
     """The Gluon FC2 (``fc2_gluon``) takes only the plane tiles at 128-deep FC2 steps, and a call refuses shapes it
     cannot tile, and a CPU device, with a clear error before any launch."""
