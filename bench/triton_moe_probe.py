@@ -5,7 +5,9 @@ JSON line per (tokens, config): us per layer (4 routings rotated, as ``bench/moe
 call once after a warm-up instead (to sit under ``ncu``). Config names are ``bench/moe_layer.py``'s CANDIDATES,
 optionally with ``@<dequant>`` (``s16k_sx_r@sx_auto``: that tile with another dequant mode) and ``+field=value``
 overrides of ``TritonMoEConfig`` fields (``l128a_sa+fc1_block_k=128+fc1_stages=2``). ``--profile`` prints the mean
-duration of each kernel of one call instead (torch profiler, eager calls after a warm-up).
+duration of each kernel of one call instead (torch profiler, eager calls after a warm-up). ``--dims
+EXPERTS,TOPK,HIDDEN,INTER`` replaces the shape's sizes (session 33: ``128,8,1536,1024`` gives squared ReLU the 30b
+FC1's weight shape in FC2 and its FC2's in FC1, the same bytes).
 """
 
 import argparse
@@ -64,6 +66,7 @@ def kernel_means_us(run, reps: int = 5) -> dict:
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", default="qwen3-30b-a3b")
+    parser.add_argument("--dims", default=None, help="EXPERTS,TOPK,HIDDEN,INTER in place of --shape's sizes")
     parser.add_argument("--tokens", default="16")
     parser.add_argument("--configs", required=True)
     parser.add_argument("--activation", default="swiglu")
@@ -75,7 +78,9 @@ def main():
     if args.route_one_program_max is not None:
         triton_moe._ROUTE_ONE_PROGRAM_PAIRS = args.route_one_program_max
     device = torch.device("cuda")
-    experts, topk, hidden, inter = SHAPES[args.shape]
+    experts, topk, hidden, inter = SHAPES[args.shape] if args.dims is None else map(int, args.dims.split(","))
+    if args.dims is not None:
+        args.shape = f"H{hidden}I{inter}"  # fits the 10 characters gpu_next.sh's summaries print
     gated = args.activation == "swiglu"
     gen = torch.Generator(device="cpu").manual_seed(0)
     fc1 = quantize_mxfp8((torch.randn(experts, 2 * inter, hidden, generator=gen) * 0.02).to(device, torch.bfloat16))

@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s34a     # for session 34 (run first): the squared-ReLU layer with H and I traded (--dims), the
+#                                   # per-kernel profile and layer probes: is the FC2s' slower streaming the shape's?
 #   bash tools/gpu_next.sh s33e     # session 33, call 5: the f8x2 FC2 on 2 / 4 tiles per program ("_nt2" / "_nt4"):
 #                                   # layer probes at 64 tokens (30b, 235b), profile, bit tests
 #   bash tools/gpu_next.sh s33d     # session 33, call 4: ncu of the squared-ReLU default's FC1 / FC2 and of the f8x2 FC2
@@ -959,6 +961,24 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s34a)
+    # prepared in session 33 (for session 34, run first): why the FC2s stream slower than the f8x2 FC1 on the same bytes
+    # (run 36 call 4, ncu, 30b squared ReLU, 64 tokens: FC1 82.8% of DRAM throughput, the f8x2 / dequantizing FC2s
+    # 73.6% / 73.8%; more tiles per program did not help, call 5). The shape or the kernel? The same layer with H and I
+    # traded ("--dims 128,8,1536,1024": FC1 [E, 2048, 1536], FC2 [E, 1536, 2048], the same bytes) against 30b: the
+    # per-kernel profile of the squared-ReLU default and of the all-f8x2 "_f128" tile (whose FCs differ only in their
+    # A operand and store), then layer probes.
+    S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128
+    { for dims in 128,8,2048,768 128,8,1536,1024; do
+        timeout 60 python3 bench/triton_moe_probe.py --dims $dims --profile --tokens 64 --activation squared_relu \
+          --configs "$S,$G"
+      done; } > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary
+    for dims in 128,8,2048,768 128,8,1536,1024; do
+      timeout 60 python3 bench/triton_moe_probe.py --dims $dims --tokens 64 --activation squared_relu \
+        --configs "$S,$G,$S,$G" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    layer_probe_summary 30 ;;
   s33e)
     # session 33, call 5: the Gluon f8x2 FC2 on 2 / 4 adjacent 128-row tiles per program ("_nt2" / "_nt4",
     # fc2_n_tiles; the same bits; no gain, code not kept: bench/results/run36/fc2_n_tiles.patch): s33d's ncu found that FC2 at 73.6% of DRAM throughput against
