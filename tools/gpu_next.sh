@@ -10,6 +10,7 @@
 #                                   # Triton f8x2 tests s25a did not reach
 #   bash tools/gpu_next.sh s34a     # for session 34 (run first): the squared-ReLU layer with H and I traded (--dims), the
 #                                   # per-kernel profile and layer probes: is the FC2s' slower streaming the shape's?
+#                                   # Then the GEMV "q1" against the 16-token f8x2 twins at 8-24 tokens (both shapes)
 #   bash tools/gpu_next.sh s33e     # session 33, call 5: the f8x2 FC2 on 2 / 4 tiles per program ("_nt2" / "_nt4"):
 #                                   # layer probes at 64 tokens (30b, 235b), profile, bit tests
 #   bash tools/gpu_next.sh s33d     # session 33, call 4: ncu of the squared-ReLU default's FC1 / FC2 and of the f8x2 FC2
@@ -977,6 +978,15 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     for dims in 128,8,2048,768 128,8,1536,1024; do
       timeout 60 python3 bench/triton_moe_probe.py --dims $dims --tokens 64 --activation squared_relu \
         --configs "$S,$G,$S,$G" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    # ... and at 8-24 tokens (up to 1.5 pairs per expert) the routed GEMV "q1" is still the pick, chosen in session 6
+    # against Triton 16-token tiles long since replaced: against the 16-token Gluon twins with the f8x2 FC1 now
+    # (16 tokens: squared ReLU 0.627x / 0.649x of vllm, run 36)
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      for pair in squared_relu:${S} swiglu:s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x; do
+        timeout 70 python3 bench/triton_moe_probe.py --shape $shape --tokens 8,16,24 --activation ${pair%%:*} \
+          --configs "q1,${pair#*:},q1,${pair#*:}" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      done
     done
     layer_probe_summary 30 ;;
   s33e)
