@@ -1,5 +1,5 @@
 """FC1 (+ activation) of the "f8x2" tiles in Gluon (session 31; ungated run on the H200 in session 32, where it became
-the squared-ReLU decode tiles' FC1; gated since session 32, compiled on the CPU only so far).
+the squared-ReLU decode tiles' FC1; gated since session 32, run in session 33, where it became the SwiGLU ones').
 
 Session 31 found the dequantizing Gluon kernels bound by their consumer (each warpgroup's dequant and wgmma chain),
 not by their copies: their TMA rings alone stream at 95-98% of HBM read, the kernels at 81-85%. The "f8x2" tiles
@@ -154,10 +154,11 @@ def _f8x2_fc1_split_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, q2_ptr, qs2_ptr, 
                                  stride_qs2, TOPK: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr,
                                  BLOCK_T: gl.constexpr, STAGES: gl.constexpr, X_LAYOUT: gl.constexpr,
                                  GATED: gl.constexpr, num_warps: gl.constexpr):
-    """``_f8x2_fc1_gluon_kernel`` writing FC2's split rows itself (session 32, prepared): the activated rows rounded
-    to bf16 (the values the other tiles' ``inter`` holds), then per position and 32-column block the power-of-two scale
-    and the hi / lo e4m3 terms of ``split_rows_reference`` into ``q2`` (``_split_cols``) and ``qs2``; padding positions
-    are not written (FC2 reads each token column from its own row only)."""
+    """``_f8x2_fc1_gluon_kernel`` writing FC2's split rows itself (session 32; run 36: the bits of the split launch,
+    no layer gain, opt-in): the activated rows rounded to bf16 (the values the other tiles' ``inter`` holds), then per
+    position and 32-column block the power-of-two scale and the hi / lo e4m3 terms of ``split_rows_reference`` into
+    ``q2`` (``_split_cols``) and ``qs2``; padding positions are not written (FC2 reads each token column from its own
+    row only)."""
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):

@@ -1,5 +1,5 @@
-"""FC2 of the "f8x2" tiles in Gluon, with the block MMAs pipelined against the scale FMAs (session 24; compiled on the
-CPU only so far, not yet run on a GPU).
+"""FC2 of the "f8x2" tiles in Gluon, with the block MMAs pipelined against the scale FMAs (session 24; run on the H200
+since session 25, run 28; opt-in tiles only).
 
 The Triton f8x2 FC2 (``_triton_f8x2_kernel._f8x2_fc2_kernel``) waits for every 32-deep block's wgmma before that
 block's scale FMAs (Triton 3.6 puts ``wgmma.wait_group 0`` after each ``tl.dot`` whose result is used), so each block

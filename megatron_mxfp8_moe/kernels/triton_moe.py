@@ -185,10 +185,10 @@ class TritonMoEConfig:
     # are the tile: gated, ``fc1_block_n`` gate rows and their up rows per program) on 4 warps. Other arithmetic than
     # the dequantizing FC1 (x in two e4m3 terms per 32-block scale), so not its bits: held to the float64 oracle.
     fc1_f8x2: bool = False
-    # Session 32 (prepared, compile-only): an "f8x2" tile's Gluon FC1 writes FC2's split rows itself
-    # (``_f8x2_fc1_split_gluon_kernel``: the activated rows rounded to bf16, split per 32-column block in registers)
-    # instead of bf16 rows that one more launch splits (6.8 us at 64 tokens, 30b, run 35). Needs dequant "f8x2" and
-    # ``fc1_gluon``.
+    # Session 32 (run 36: bit-equal to the split launch, no layer gain; opt-in): an "f8x2" tile's Gluon FC1 writes
+    # FC2's split rows itself (``_f8x2_fc1_split_gluon_kernel``: the activated rows rounded to bf16, split per 32-column
+    # block in registers) instead of bf16 rows that one more launch splits (6.8 us at 64 tokens, 30b, run 35). Needs
+    # dequant "f8x2" and ``fc1_gluon``.
     fc1_split_out: bool = False
 
     def __post_init__(self):

@@ -228,7 +228,7 @@ def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n
 @pytest.mark.parametrize("block_n,block_t,stages", [(64, 16, 4), (64, 32, 4), (128, 32, 3), (128, 16, 3),
                                                     (128, 16, 4)])
 def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
-    """The f8x2 FC2 in Gluon (session 24, not yet run on a GPU): weights and split rows by TMA (3 copies per stage),
+    """The f8x2 FC2 in Gluon (session 24; run on the H200 since run 28): weights and split rows by TMA (3 copies per stage),
     fp8 wgmmas of depth 32 with the token count as N, retired down to one block's pair of groups in the PTX, the
     barriers fenced after init, no spills; and in the SASS too ptxas keeps the overlap (``WARPGROUP.DEPBAR.LE gsb0,
     0x2``): with a wgmma in flight across the loop's back edge it serialized them all (C7514, Triton 3.6)."""
@@ -264,7 +264,7 @@ def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
     (128, 16, 3, 0, False), (64, 16, 4, 0, False), (128, 32, 3, 0, False), (64, 32, 4, 0, False),
     (128, 16, 3, 128, False), (128, 32, 3, 128, False), (128, 16, 3, 128, True), (128, 32, 3, 128, True)])
 def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages, plane_k2, gated):
-    """The ungated f8x2 FC1 in Gluon (not yet run on a GPU): the weights by TMA and the gathered split rows by
+    """The f8x2 FC1 in Gluon (run on the H200 in runs 35-36): the weights by TMA and the gathered split rows by
     cp.async into the same stage, tied to its mbarrier (one arrival per thread); fp8 wgmmas of depth 32 with the token
     count as N, retired down to one block's pair of groups (``WARPGROUP.DEPBAR.LE gsb0, 0x2`` kept by ptxas), no dequant
     (no bf16 wgmma), the scales as words (no byte loads), the barriers fenced after init, no spills; at 16-token blocks
@@ -304,7 +304,7 @@ def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages, plane_k2, ga
 # Session 32 (prepared): the f8x2 FC1 writing FC2's split rows itself ("_fs" tiles, ``fc1_split_out``)
 @pytest.mark.parametrize("block_n,block_t,gated", [(128, 16, False), (128, 32, False), (128, 16, True)])
 def test_gluon_f8x2_fc1_with_split_rows_compiles_for_sm90(block_n, block_t, gated):
-    """``_f8x2_fc1_split_gluon_kernel`` (not yet run on a GPU): the same K loop as the bf16-row kernel (fp8 wgmmas of
+    """``_f8x2_fc1_split_gluon_kernel`` (run on the H200 in run 36): the same K loop as the bf16-row kernel (fp8 wgmmas of
     depth 32, one block's pair of groups outstanding, kept by ptxas), then the split in registers: no bf16 store, at
     most 128 registers at 16-token blocks (Triton 3.6: 128, gated too; 248 at 32-token blocks), no spills."""
     from triton.experimental.gluon import language as gl
