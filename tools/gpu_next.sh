@@ -988,7 +988,9 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
           --configs "q1,${pair#*:},q1,${pair#*:}" >> $OUT/probe.jsonl 2>> $OUT/probe.err
       done
     done
-    layer_probe_summary 30 ;;
+    layer_probe_summary 30
+    # the f8x2 tile tests, whose error bound is now the dequantizing tile's (session 33)
+    moe_gpu_tests 120 "f8x2_fc1_twins_match or f8x2_gluon_fc1_tiles_match" ;;
   s33e)
     # session 33, call 5: the Gluon f8x2 FC2 on 2 / 4 adjacent 128-row tiles per program ("_nt2" / "_nt4",
     # fc2_n_tiles; the same bits; no gain, code not kept: bench/results/run36/fc2_n_tiles.patch): s33d's ncu found that FC2 at 73.6% of DRAM throughput against
