@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s34b     # session 34, call 2: q1 against the 16-token f8x2 twins at 10-14 tokens; the twins'
+#                                   # tests at 16 / 24 tokens (the new defaults there), graph replays
 #   bash tools/gpu_next.sh s34a     # for session 34 (run first): the squared-ReLU layer with H and I traded (--dims), the
 #                                   # per-kernel profile and layer probes: is the FC2s' slower streaming the shape's?
 #                                   # Then the GEMV "q1" against the 16-token f8x2 twins at 8-24 tokens (both shapes)
@@ -962,6 +964,21 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s34b)
+    # session 34, call 2: s34a found the 16-token f8x2 twins ahead of q1 from one pair per expert (16 tokens) and 5-12%
+    # behind at 8; choose_config now picks them from _Q1_BELOW_TWIN_PAIRS (1.0). Where between 0.5 and 1.0 they cross:
+    # q1 against the twins at 10, 12, 14 tokens, both shapes, both activations. Then the tests of the twins at 16 / 24
+    # tokens (float64 oracle, 1.5x the dequantizing tile's error), the default picks at 16 / 24 in graph replays, the
+    # route in registers at 8 / 16
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      for pair in squared_relu:s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x swiglu:s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x; do
+        timeout 70 python3 bench/triton_moe_probe.py --shape $shape --tokens 10,12,14 --activation ${pair%%:*} \
+          --configs "q1,${pair#*:},q1,${pair#*:}" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      done
+    done
+    layer_probe_summary 30
+    moe_gpu_tests 330 "f8x2_fc1_twins_match or (default_gluon_tiles and not (64 or 384 or 512 or 640 or 1024)) or \
+(route_in_registers and (8-swiglu or 16-squared_relu))" ;;
   s34a)
     # prepared in session 33 (for session 34, run first): why the FC2s stream slower than the f8x2 FC1 on the same bytes
     # (run 36 call 4, ncu, 30b squared ReLU, 64 tokens: FC1 82.8% of DRAM throughput, the f8x2 / dequantizing FC2s

@@ -871,6 +871,10 @@ def _tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = Non
     return TILES[_GLUON_TWINS[name]] if gluon else TILES[name]
 
 
+# Pairs per expert below which the routed GEMV q1 runs rather than the 16-token Gluon twins with the f8x2 FC1.
+_Q1_BELOW_TWIN_PAIRS = 1.0
+
+
 def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int,
                   gluon: Optional[bool] = None) -> TritonMoEConfig:
     """Tile configuration for ``rows`` tokens (a pure function of shapes; tuned on an H200): one of ``TILES``.
@@ -906,7 +910,15 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     if pairs_per_expert <= 0.25:
         return TILES["g32p" if gated else "g16p"]
     if pairs_per_expert <= 1.5:
-        return TILES["q1"]
+        # Session 34 (run 37 probes, us per layer, q1 / twin twice each): the 16-token Gluon twins with the f8x2
+        # FC1 overtake q1 from about one pair per expert: 16 tokens squared ReLU 160.3 / 157.0, 160.9 / 158.1
+        # (30b), 602.9 / 590.4, 622.3 / 537.6 (235b), SwiGLU 126.4 / 126.4, 126.2 / 126.6 and 455.5 / 406.7,
+        # 487.8 / 419.9; 24 tokens 13-24% faster (30b squared ReLU 227.1 / 189.9, 235b SwiGLU 661.5 / 512.8); at 8
+        # tokens q1 is 5-12% faster (30b squared ReLU 95.8 / 107.0). Where the twin is not picked, q1 up to 1.5.
+        small = _tile("s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4", hidden, intermediate, gluon)
+        if pairs_per_expert < _Q1_BELOW_TWIN_PAIRS or not small.fc1_f8x2:
+            return TILES["q1"]
+        return small
     # Session 11: from 1.5 to 24 pairs per expert the 4-warp FC2 (and gated, the 4-warp merged FC1) tiles: three
     # CTAs per SM, 3-10% faster than s16k_sx_rm / s16k_sx_r / m32l_sx / m32a at 64 and 256 tokens (TILES).
     # Session 12: gated, up to 8 pairs per expert, 3 FC1 stages (64 tokens: 1.1-2.3% faster than 2 stages in three

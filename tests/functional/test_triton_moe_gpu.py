@@ -998,10 +998,10 @@ def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
-@pytest.mark.parametrize("tokens,activation", [(16, "swiglu"), (32, "squared_relu"), (64, "swiglu"),
-                                               (128, "squared_relu")])
+@pytest.mark.parametrize("tokens,activation", [(8, "swiglu"), (16, "squared_relu"), (32, "squared_relu"),
+                                               (64, "swiglu"), (128, "squared_relu")])
 def test_cuda_graph_replay_with_the_route_in_registers(tokens, activation):
-    """Session 30: choose_config's pick (the routed GEMV at 16 tokens, MMA tiles above) with the one-program route's
+    """Session 30: choose_config's pick (the routed GEMV at 8 tokens, MMA tiles from 16) with the one-program route's
     tables in registers (``route_in_registers``) in one graph, replayed with new routing and valid-token counts: equal
     to eager, within BOUND of float64."""
     def config_for(tokens, hidden, inter, topk, experts):
@@ -1010,11 +1010,11 @@ def test_cuda_graph_replay_with_the_route_in_registers(tokens, activation):
     _graph_replay_of(config_for, tokens, (tokens, max(1, tokens * 2 // 3), 1), activation)
 
 
-@pytest.mark.parametrize("activation,tokens", [(a, t) for t in (64, 384, 512, 640, 1024)
+@pytest.mark.parametrize("activation,tokens", [(a, t) for t in (16, 24, 64, 384, 512, 640, 1024)
                                                for a in ("swiglu", "squared_relu")])
 def test_cuda_graph_replay_with_the_default_gluon_tiles(activation, tokens, monkeypatch):
-    """Session 23: the Gluon twins that ``choose_config`` picks by default (GLUON_ENV unset; 1.5-8 and 28-72 pairs
-    per expert) in one graph, replayed with new routing and valid-token counts: equal to eager, within BOUND of float64."""
+    """Session 23: the Gluon twins that ``choose_config`` picks by default (GLUON_ENV unset; 1-16 pairs per expert
+    since session 34, and 28-72) in one graph, replayed with new routing and valid-token counts: equal to eager, within BOUND of float64."""
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     monkeypatch.delenv(host.GLUON_ENV, raising=False)
@@ -1202,8 +1202,9 @@ F8X2_FC1_TWINS.update({name: "swiglu" for name in (
 
 
 @pytest.mark.parametrize("tile", sorted(F8X2_FC1_TWINS))
-@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 64), (128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 64)],
-                         ids=["30b-T64", "30b-T256", "235b-T64"])
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 16), (128, 8, 2048, 768, 64), (128, 8, 2048, 768, 256),
+                                  (128, 8, 4096, 1536, 24), (128, 8, 4096, 1536, 64)],
+                         ids=["30b-T16", "30b-T64", "30b-T256", "235b-T24", "235b-T64"])
 def test_f8x2_fc1_twins_match_float64(tile, case):
     _check_f8x2_tile(tile, F8X2_FC1_TWINS[tile], case)
 

@@ -105,9 +105,11 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     small = "s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4"
     if gluon != "0":  # the 16-token tiles' Gluon twins (64-row FC2) are on by default since session 23
         small = triton_moe._GLUON_TWINS[small]
-    assert [pick(rows) for rows in (1, 2, 4, 8, 16, 24, 25, 64)] == (
-        ["g16p3", "g16p3", "g32p", "q1", "q1", "q1", small, small] if gated else
-        ["g16p", "g16p", "g16p", "q1", "q1", "q1", small, small])
+    # 1-1.5 pairs per expert (16-24 tokens): the twin with the f8x2 FC1 where it is picked (session 34), else q1
+    mid = small if gluon != "0" else "q1"
+    assert [pick(rows) for rows in (1, 2, 4, 8, 15, 16, 24, 25, 64)] == (
+        ["g16p3", "g16p3", "g32p", "q1", "q1", mid, mid, small, small] if gated else
+        ["g16p", "g16p", "g16p", "q1", "q1", mid, mid, small, small])
     assert pick(16, experts=16) == small  # 8 pairs per expert when only 16 experts share the pairs
     # 256 tokens: 16 pairs per expert; 512: 32; the one-multiply dequant on 128-token tiles (session 7) with tail
     # tiles (session 8): gated from 24 pairs per expert (session 9), squared ReLU from 64 (1024 tokens); 64-token
