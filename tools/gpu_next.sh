@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s34c     # session 34, call 3: the full benchmark and demo with the twins from 16 tokens
 #   bash tools/gpu_next.sh s34b     # session 34, call 2: q1 against the 16-token f8x2 twins at 10-14 tokens; the twins'
 #                                   # tests at 16 / 24 tokens (the new defaults there), graph replays
 #   bash tools/gpu_next.sh s34a     # for session 34 (run first): the squared-ReLU layer with H and I traded (--dims), the
@@ -964,6 +965,17 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s34c)
+    # session 34, call 3: the full benchmark and the demo with the 16-token f8x2 twins from one pair per expert (s34b:
+    # q1 3-5% faster at 10-14 tokens on 30b, the twins at 16-24), the twins' remaining tests (235b, 64 tokens), the race
+    # probe of the defaults at 16 / 24 tokens
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
+    moe_bench_and_demo 300 $OUT/log.txt
+    moe_gpu_tests 60 "f8x2_fc1_twins_match and 235b-T64"
+    { timeout 30 python3 bench/gluon_tail_race_probe.py --activation swiglu --reps 40 --cases 16:default,24:default
+      timeout 30 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 40 --cases 16:default,24:default
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    cat $OUT/race.jsonl; tail -2 $OUT/race.err ;;
   s34b)
     # session 34, call 2: s34a found the 16-token f8x2 twins ahead of q1 from one pair per expert (16 tokens) and 5-12%
     # behind at 8; choose_config now picks them from _Q1_BELOW_TWIN_PAIRS (1.0). Where between 0.5 and 1.0 they cross:
