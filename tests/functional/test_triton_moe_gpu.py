@@ -1092,8 +1092,8 @@ def test_f8x2_tiles_match_float64(tile, activation, case):
 def _check_f8x2_tile(tile, activation, case):
     """Every row written (NaN-poisoned fp32 out), nothing past ``rows``, zeros past ``valid_tokens``; relative error
     within BOUND of the float64 oracle and at most 1.5x that of the default tile's Triton form (dequantizing, no f8x2
-    kernel: since sessions 32 / 33 the defaults at 1.5-16 pairs per expert run the f8x2 FC1 themselves) on the same
-    inputs; the same bits again."""
+    kernel: since sessions 32 / 33 the defaults at 1.5-16 pairs per expert, since 34 at 1-16, run the f8x2 FC1) on
+    the same inputs; the same bits again."""
     experts, topk, hidden, inter, tokens = case
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
     dequantizing = triton_form(choose_config(tokens, hidden, fc2.data.shape[2], gated=activation == "swiglu",
@@ -1189,7 +1189,8 @@ def test_f8x2_gluon_fc1_rejects_a_gated_layer_on_128_rows(tile):
 # Session 32: the squared-ReLU default twins with the Gluon f8x2 FC1 writing plane-major rows for their dequantizing
 # FC2 ("_f1x": main tile, "_f1x64": 64 rows, "_f1xt": the 16-token tail, "_f1xa": both). Other arithmetic than the
 # dequantizing FC1, so held to the oracle and 1.5x the default tile's error (gated layers: refused, above). Run 35
-# call 2: all passed; "_f1x" / "_f1xt" are the squared-ReLU defaults at 1.5-16 pairs per expert since.
+# call 2: all passed; "_f1x" / "_f1xt" are the squared-ReLU defaults at 1.5-16 pairs per expert since (1-16 since
+# session 34; run 37 call 2: the 16- / 24-token cases passed).
 F8X2_FC1_TWINS = {name: "squared_relu" for name in (
     "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x", "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x64",
     "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1x", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt",
