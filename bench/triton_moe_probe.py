@@ -7,11 +7,14 @@ optionally with ``@<dequant>`` (``s16k_sx_r@sx_auto``: that tile with another de
 overrides of ``TritonMoEConfig`` fields (``l128a_sa+fc1_block_k=128+fc1_stages=2``). ``--profile`` prints the mean
 duration of each kernel of one call instead (torch profiler, eager calls after a warm-up). ``--dims
 EXPERTS,TOPK,HIDDEN,INTER`` replaces the shape's sizes (session 33: ``128,8,1536,1024`` gives squared ReLU the 30b
-FC1's weight shape in FC2 and its FC2's in FC1, the same bytes).
+FC1's weight shape in FC2 and its FC2's in FC1, the same bytes). A config name ending in ``~N`` runs the Gluon f8x2
+FC2 with ``timing_skip=N`` (session 34: ``SKIP_*`` flags of ``_gluon_f8x2_fc2_kernel``; timing only, wrong output).
 """
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -43,6 +46,19 @@ def parse_config(name: str):
         else:
             fields[key] = value if isinstance(current, str) else int(value)
     return dataclasses.replace(cfg, **fields)
+
+
+@contextlib.contextmanager
+def f8x2_fc2_timing_skip(skip: int):
+    """Within the block the layer's Gluon f8x2 FC2 launches with ``timing_skip=skip`` (0: as in the layer)."""
+    from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc2_kernel as module
+
+    launch = module.launch_gluon_f8x2_fc2
+    module.launch_gluon_f8x2_fc2 = functools.partial(launch, timing_skip=skip)
+    try:
+        yield
+    finally:
+        module.launch_gluon_f8x2_fc2 = launch
 
 
 def kernel_means_us(run, reps: int = 5) -> dict:
@@ -90,33 +106,38 @@ def main():
         xs, probs, maps, valid = rotated_inputs(tokens, hidden, experts, topk, device)
         outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
         for name in args.configs.split(","):
-            cfg = parse_config(name)
+            with f8x2_fc2_timing_skip(int(name.partition("~")[2] or 0)):
+                probe_config(args, name, parse_config(name.partition("~")[0]), tokens, xs, probs, maps, valid,
+                             outs, fc1, fc2)
 
-            def run(count=ROTATE):
-                for i in range(count):
-                    triton_mxfp8_moe(xs[i], probs[i], maps[i], fc1, fc2, activation=args.activation,
-                                     valid_tokens=valid, out=outs[i], config=cfg)
 
-            if args.profile:
-                print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
-                                  route_one_program_max=triton_moe._ROUTE_ONE_PROGRAM_PAIRS,
-                                  kernels_us=kernel_means_us(run))), flush=True)
-                continue
-            try:
-                run(1)  # compile; a tile that does not fit (registers, shared memory) is reported, not fatal
-            except Exception as exc:  # noqa: BLE001 - a probe reports every failure and goes on
-                print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
-                                      error=f"{type(exc).__name__}: {str(exc)[:200]}")), flush=True)
-                continue
-            if args.once:
-                run(1)
-                torch.cuda.synchronize()
-                run(1)
-                torch.cuda.synchronize()
-                continue
-            us = graph_median_us(run) / ROTATE
-            print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
-                                  us=round(us, 1), mma_v3=os.environ.get("DISABLE_MMA_V3") != "1")), flush=True)
+def probe_config(args, name, cfg, tokens, xs, probs, maps, valid, outs, fc1, fc2) -> None:
+    """Print ``cfg``'s JSON line at ``tokens`` (``--profile``: its kernels' times; ``--once``: nothing)."""
+    def run(count=ROTATE):
+        for i in range(count):
+            triton_mxfp8_moe(xs[i], probs[i], maps[i], fc1, fc2, activation=args.activation,
+                             valid_tokens=valid, out=outs[i], config=cfg)
+
+    if args.profile:
+        print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
+                              route_one_program_max=triton_moe._ROUTE_ONE_PROGRAM_PAIRS,
+                              kernels_us=kernel_means_us(run))), flush=True)
+        return
+    try:
+        run(1)  # compile; a tile that does not fit (registers, shared memory) is reported, not fatal
+    except Exception as exc:  # noqa: BLE001 - a probe reports every failure and goes on
+        print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
+                              error=f"{type(exc).__name__}: {str(exc)[:200]}")), flush=True)
+        return
+    if args.once:
+        run(1)
+        torch.cuda.synchronize()
+        run(1)
+        torch.cuda.synchronize()
+        return
+    us = graph_median_us(run) / ROTATE
+    print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
+                          us=round(us, 1), mma_v3=os.environ.get("DISABLE_MMA_V3") != "1")), flush=True)
 
 
 if __name__ == "__main__":

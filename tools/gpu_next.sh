@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s34d     # session 34, call 4: the f8x2 FC2 with its weight / split-row copies or its store
+#                                   # left out (timing only): where its DRAM throughput goes
 #   bash tools/gpu_next.sh s34c     # session 34, call 3: the full benchmark and demo with the twins from 16 tokens
 #   bash tools/gpu_next.sh s34b     # session 34, call 2: q1 against the 16-token f8x2 twins at 10-14 tokens; the twins'
 #                                   # tests at 16 / 24 tokens (the new defaults there), graph replays
@@ -965,6 +967,18 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s34d)
+    # session 34, call 4: what the f8x2 FC2's nine points of DRAM throughput below its FC1 go to (runs 36-37: the kernel,
+    # not the weight shape). The "_f128" tile's f8x2 FC2 with parts left out (``timing_skip``, wrong output, timing
+    # only: ~1 no weight copies, ~2 no split-row copies, ~4 no store executed, ~3 neither copy), per-kernel profile at
+    # 64 tokens, squared ReLU, 30b then 235b
+    G=s16_f8q_s2_gf_g1_f128
+    { timeout 120 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
+        --configs "$G,$G~2,$G~4,$G~1,$G~3,$G"
+      timeout 60 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --profile --tokens 64 \
+        --activation squared_relu --configs "$G,$G~2,$G~4"
+    } > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary; tail -2 $OUT/profile.err ;;
   s34c)
     # session 34, call 3: the full benchmark and the demo with the 16-token f8x2 twins from one pair per expert (s34b:
     # q1 3-5% faster at 10-14 tokens on 30b, the twins at 16-24), the twins' remaining tests (235b, 64 tokens), the race

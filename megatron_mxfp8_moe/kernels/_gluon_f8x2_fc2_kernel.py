@@ -39,6 +39,12 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ._gluon_fc2_kernel import stage_barriers
 from ._triton_moe_kernel import _e8m0_f32, _scale_rows
 
+# ``TIMING_SKIP`` flags of ``_f8x2_fc2_gluon_kernel`` (session 34, for timing probes only; 0 in the layer): leave out
+# the weight TMA copies, the split-row TMA copies or the bf16 store. The results are then wrong.
+SKIP_WEIGHTS = gl.constexpr(1)
+SKIP_SPLIT_ROWS = gl.constexpr(2)
+SKIP_STORE = gl.constexpr(4)
+
 
 @gluon.constexpr_function
 def f8x2_mma_layout(block_t, num_warps):
@@ -47,14 +53,18 @@ def f8x2_mma_layout(block_t, num_warps):
 
 
 @gluon.jit
-def _issue(w_desc, x_desc, w_smem, x_smem, bars, k, w_row, x_row, STAGES: gl.constexpr):
+def _issue(w_desc, x_desc, w_smem, x_smem, bars, k, w_row, x_row, STAGES: gl.constexpr, SKIP: gl.constexpr):
     """TMA copies of step ``k`` into stage ``k % STAGES``: the weights ``[BLOCK_N, 128]`` and the split rows of its 4
-    blocks as two ``[BLOCK_T, 128]`` halves."""
+    blocks as two ``[BLOCK_T, 128]`` halves (``SKIP``: ``TIMING_SKIP``)."""
     st = k % STAGES
-    mbarrier.expect(bars.index(st), w_desc.block_type.nbytes + 2 * x_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(w_desc, [w_row, k * 128], bars.index(st), w_smem.index(st))
-    tma.async_copy_global_to_shared(x_desc, [x_row, k * 256], bars.index(st), x_smem.index(2 * st))
-    tma.async_copy_global_to_shared(x_desc, [x_row, k * 256 + 128], bars.index(st), x_smem.index(2 * st + 1))
+    nbytes: gl.constexpr = ((0 if SKIP & SKIP_WEIGHTS else w_desc.block_type.nbytes)
+                            + (0 if SKIP & SKIP_SPLIT_ROWS else 2 * x_desc.block_type.nbytes))
+    mbarrier.expect(bars.index(st), nbytes)
+    if not SKIP & SKIP_WEIGHTS:
+        tma.async_copy_global_to_shared(w_desc, [w_row, k * 128], bars.index(st), w_smem.index(st))
+    if not SKIP & SKIP_SPLIT_ROWS:
+        tma.async_copy_global_to_shared(x_desc, [x_row, k * 256], bars.index(st), x_smem.index(2 * st))
+        tma.async_copy_global_to_shared(x_desc, [x_row, k * 256 + 128], bars.index(st), x_smem.index(2 * st + 1))
 
 
 @gluon.jit
@@ -117,7 +127,8 @@ def _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1, sx
 @gluon.jit
 def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
                            N, K, stride_qs, stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr,
-                           BLOCK_T: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+                           BLOCK_T: gl.constexpr, STAGES: gl.constexpr, TIMING_SKIP: gl.constexpr,
+                           num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
@@ -132,7 +143,7 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
         steps = K // 128
         for i in gl.static_range(STAGES):
             if i < steps:
-                _issue(w_desc, x_desc, w_smem, x_smem, bars, i, w_row, x_row, STAGES)
+                _issue(w_desc, x_desc, w_smem, x_smem, bars, i, w_row, x_row, STAGES, TIMING_SKIP)
         rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
         s_rows = _scale_rows(s_ptr + expert.to(gl.int64) * stride_se, rows, scale_tiles)
         positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
@@ -148,9 +159,11 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
             acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1,
                                                        sx2, sx3, acc, zero)  # the stage is free after it
             if k + STAGES < steps:
-                _issue(w_desc, x_desc, w_smem, x_smem, bars, k + STAGES, w_row, x_row, STAGES)
+                _issue(w_desc, x_desc, w_smem, x_smem, bars, k + STAGES, w_row, x_row, STAGES, TIMING_SKIP)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
+        if TIMING_SKIP & SKIP_STORE:  # a store that never happens (K > 0) but keeps the sums alive
+            token_mask = token_mask & (K < 0)
         ptrs = slot_ptr + gl.where(token_mask, pairs, 0).to(gl.int64)[None, :] * stride_slot + rows[:, None]
         gl.store(ptrs, acc.to(gl.bfloat16), mask=token_mask[None, :] & (rows < N)[:, None])
 
@@ -158,12 +171,14 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
 def launch_gluon_f8x2_fc2(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
                           slots: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                           num_blocks: torch.Tensor, grid_blocks: int, *, block_n: int, block_t: int, stages: int,
-                          num_warps: int) -> None:
+                          num_warps: int, timing_skip: int = 0) -> None:
     """One ``_f8x2_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``q`` / ``qs`` the split rows of FC2's input by position (``split_rows_buffers``), ``w`` ``[E, H, I]`` fp8
     contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16. The
     caller checks ``I % 128 == 0`` and ``H % block_n == 0``. Padding positions are read as whatever their rows hold:
-    each token column of the tile depends on its own row only, and those columns are never stored."""
+    each token column of the tile depends on its own row only, and those columns are never stored. ``timing_skip``
+    (``SKIP_*`` flags; probes only, the output is then wrong): leave out the weight copies, the split-row copies or
+    the store, to time what each costs."""
     experts, hidden, inner = w.shape
     flat = w.view(experts * hidden, inner)
     w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
@@ -173,4 +188,4 @@ def launch_gluon_f8x2_fc2(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
     _f8x2_fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, x_desc, qs, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, qs.stride(0),
         scales.stride(0), scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages,
-        num_warps=num_warps)
+        TIMING_SKIP=timing_skip, num_warps=num_warps)

@@ -225,13 +225,8 @@ def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n
     _assert_barriers_fenced_after_init(ptx)
 
 
-@pytest.mark.parametrize("block_n,block_t,stages", [(64, 16, 4), (64, 32, 4), (128, 32, 3), (128, 16, 3),
-                                                    (128, 16, 4)])
-def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
-    """The f8x2 FC2 in Gluon (session 24; run on the H200 since run 28): weights and split rows by TMA (3 copies per stage),
-    fp8 wgmmas of depth 32 with the token count as N, retired down to one block's pair of groups in the PTX, the
-    barriers fenced after init, no spills; and in the SASS too ptxas keeps the overlap (``WARPGROUP.DEPBAR.LE gsb0,
-    0x2``): with a wgmma in flight across the loop's back edge it serialized them all (C7514, Triton 3.6)."""
+def _compile_f8x2_fc2(block_n, block_t, stages, timing_skip):
+    """(PTX, SASS) of ``_f8x2_fc2_gluon_kernel`` for sm_90 (Triton's compiler, no GPU), 4 warps."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -247,14 +242,38 @@ def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
                  qs_ptr="*fp32", s_ptr="*u8", slot_ptr="*bf16", sorted_pairs_ptr="*i32", block_expert_ptr="*i32",
                  num_blocks_ptr="*i32", N="i32", K="i32", stride_qs="i32", stride_se="i32", scale_tiles="i32",
                  stride_slot="i32")
-    constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages, num_warps=4)
-    ptx, sass = _compile_sm90(kernel._f8x2_fc2_gluon_kernel, types, constants, 4,
-                              ("N", "K", "stride_qs", "stride_se", "stride_slot"), mma="QGMMA", with_sass=True)
+    constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages, TIMING_SKIP=timing_skip, num_warps=4)
+    return _compile_sm90(kernel._f8x2_fc2_gluon_kernel, types, constants, 4,
+                         ("N", "K", "stride_qs", "stride_se", "stride_slot"), mma="QGMMA", with_sass=True)
+
+
+@pytest.mark.parametrize("block_n,block_t,stages", [(64, 16, 4), (64, 32, 4), (128, 32, 3), (128, 16, 3),
+                                                    (128, 16, 4)])
+def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
+    """The f8x2 FC2 in Gluon (session 24; run on the H200 since run 28): weights and split rows by TMA (3 copies per stage),
+    fp8 wgmmas of depth 32 with the token count as N, retired down to one block's pair of groups in the PTX, the
+    barriers fenced after init, no spills; and in the SASS too ptxas keeps the overlap (``WARPGROUP.DEPBAR.LE gsb0,
+    0x2``): with a wgmma in flight across the loop's back edge it serialized them all (C7514, Triton 3.6)."""
+    ptx, sass = _compile_f8x2_fc2(block_n, block_t, stages, 0)
     assert ptx.count("cp.async.bulk.tensor") >= 3  # a stage's weights and its two halves of split rows, by TMA
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk32\.f32\.e4m3\.e4m3" % block_t, ptx)
     assert "wgmma.wait_group.sync.aligned 2;" in ptx  # the previous block's 2 groups only
     assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x2") >= 3  # blocks 1-3 of a step retire only the block before
     _assert_barriers_fenced_after_init(ptx)
+
+
+@pytest.mark.parametrize("skip", ["SKIP_WEIGHTS", "SKIP_SPLIT_ROWS", "SKIP_STORE"])
+def test_f8x2_fc2_timing_skips_leave_out_only_their_part(skip):
+    """The probes' ``TIMING_SKIP`` forms (session 34) still run every block's wgmmas (``_compile_sm90`` asserts
+    them: a dead store would let the compiler drop the sums); they leave out the weight copy (1 of 3 per stage), the
+    split-row copies (2 of 3) or the bf16 store's execution (its mask is false at run time, K > 0)."""
+    from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc2_kernel as kernel
+
+    full, _ = _compile_f8x2_fc2(128, 16, 3, 0)
+    ptx, _ = _compile_f8x2_fc2(128, 16, 3, getattr(kernel, skip).value)
+    copies = {"SKIP_WEIGHTS": 2, "SKIP_SPLIT_ROWS": 1, "SKIP_STORE": 3}[skip]
+    assert ptx.count("cp.async.bulk.tensor") * 3 == full.count("cp.async.bulk.tensor") * copies
+    assert ptx.count("st.global") == full.count("st.global") > 0  # the store stays in the code (SKIP_STORE: masked)
 
 
 # Session 31 (prepared): the f8x2 FC1 in Gluon for ungated activations ("_g1" / "_g1n64" tiles): 128 rows in 3 stages,

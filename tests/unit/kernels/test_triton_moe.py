@@ -73,7 +73,7 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
     monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)  # "auto" as with Triton 3.6
     names = {id(tile): name for name, tile in TILES.items()}
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
-              for rows in (1, 4, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
+              for rows in (1, 4, 8, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
     bases = ("s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2", "l128m_sa_t64pu_s2",
              "l128w_sa_t64p2_s2")
@@ -736,15 +736,15 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
         for gated in (True, False):
             tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
             assert not any(t.fc1_gluon or t.fc2_gluon for t in tiles), (rows, gated)
-    for value in (None, "auto", "0"):  # the default: Gluon at 1.5-72 pairs per expert; "0": nowhere
+    for value in (None, "auto", "0"):  # the default: Gluon at 1-72 pairs per expert (session 34); "0": nowhere
         if value is None:
             monkeypatch.delenv(triton_moe.GLUON_ENV)
         else:
             monkeypatch.setenv(triton_moe.GLUON_ENV, value)
-        for rows in (24, 25, 64, 128, 129, 256, 384, 447, 448, 512, 640, 1024, 1151, 1152, 4096):
+        for rows in (15, 16, 24, 25, 64, 128, 129, 256, 384, 447, 448, 512, 640, 1024, 1151, 1152, 4096):
             for gated in (True, False):
                 tiles = choose_config(rows, 2048, 768, **dict(shape, gated=gated)).launch_tiles
-                expected = value != "0" and 25 <= rows <= 1151
+                expected = value != "0" and 16 <= rows <= 1151
                 assert any(t.fc1_gluon or t.fc2_gluon for t in tiles) == expected, (value, rows, gated)
                 assert any(t.fc1_gluon or t.fc2_gluon for t in choose_config(
                     rows, 2048, 800, **dict(shape, gated=gated)).launch_tiles) is False  # I not a multiple of 128
