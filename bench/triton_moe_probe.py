@@ -7,8 +7,9 @@ optionally with ``@<dequant>`` (``s16k_sx_r@sx_auto``: that tile with another de
 overrides of ``TritonMoEConfig`` fields (``l128a_sa+fc1_block_k=128+fc1_stages=2``). ``--profile`` prints the mean
 duration of each kernel of one call instead (torch profiler, eager calls after a warm-up). ``--dims
 EXPERTS,TOPK,HIDDEN,INTER`` replaces the shape's sizes (session 33: ``128,8,1536,1024`` gives squared ReLU the 30b
-FC1's weight shape in FC2 and its FC2's in FC1, the same bytes). A config name ending in ``~N`` runs the Gluon f8x2
-FC2 with ``timing_skip=N`` (session 34: ``SKIP_*`` flags of ``_gluon_f8x2_fc2_kernel``; timing only, wrong output).
+FC1's weight shape in FC2 and its FC2's in FC1, the same bytes). Session 34: a config name ending in ``~N`` (or
+``~fc2=N``) runs the Gluon f8x2 FC2 with ``timing_skip=N``, ``~fc1=N`` the Gluon f8x2 FC1 (``SKIP_*`` flags of
+``_gluon_f8x2_fc2_kernel``; timing only, wrong output); both may be given (``name~fc1=1~fc2=1``).
 """
 
 import argparse
@@ -49,16 +50,24 @@ def parse_config(name: str):
 
 
 @contextlib.contextmanager
-def f8x2_fc2_timing_skip(skip: int):
-    """Within the block the layer's Gluon f8x2 FC2 launches with ``timing_skip=skip`` (0: as in the layer)."""
-    from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc2_kernel as module
+def f8x2_timing_skips(suffixes: list):
+    """Within the block the layer's Gluon f8x2 FC1 / FC2 launch with the ``timing_skip`` flags of ``suffixes``
+    (``["fc1=1", "2"]``: FC1 1, FC2 2; a bare number is the FC2's)."""
+    from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc1_kernel as fc1_module
+    from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc2_kernel as fc2_module
 
-    launch = module.launch_gluon_f8x2_fc2
-    module.launch_gluon_f8x2_fc2 = functools.partial(launch, timing_skip=skip)
+    launchers = {"fc1": (fc1_module, "launch_gluon_f8x2_fc1"), "fc2": (fc2_module, "launch_gluon_f8x2_fc2")}
+    saved = []
     try:
+        for item in suffixes:
+            kernel, _, value = item.rpartition("=")
+            module, attr = launchers[kernel or "fc2"]
+            saved.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, functools.partial(getattr(module, attr), timing_skip=int(value)))
         yield
     finally:
-        module.launch_gluon_f8x2_fc2 = launch
+        for module, attr, launch in reversed(saved):
+            setattr(module, attr, launch)
 
 
 def kernel_means_us(run, reps: int = 5) -> dict:
@@ -106,9 +115,9 @@ def main():
         xs, probs, maps, valid = rotated_inputs(tokens, hidden, experts, topk, device)
         outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
         for name in args.configs.split(","):
-            with f8x2_fc2_timing_skip(int(name.partition("~")[2] or 0)):
-                probe_config(args, name, parse_config(name.partition("~")[0]), tokens, xs, probs, maps, valid,
-                             outs, fc1, fc2)
+            base, *skips = name.split("~")
+            with f8x2_timing_skips(skips):
+                probe_config(args, name, parse_config(base), tokens, xs, probs, maps, valid, outs, fc1, fc2)
 
 
 def probe_config(args, name, cfg, tokens, xs, probs, maps, valid, outs, fc1, fc2) -> None:

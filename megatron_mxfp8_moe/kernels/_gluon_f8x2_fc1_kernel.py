@@ -36,7 +36,14 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_f8x2_fc2_kernel import _f8x2_step_scales, _step_blocks, f8x2_mma_layout
+from ._gluon_f8x2_fc2_kernel import (
+    SKIP_SPLIT_ROWS,
+    SKIP_STORE,
+    SKIP_WEIGHTS,
+    _f8x2_step_scales,
+    _step_blocks,
+    f8x2_mma_layout,
+)
 from ._gluon_fc1_kernel import _gathered_rows
 from ._gluon_fc2_kernel import stage_barriers
 from ._triton_f8x2_kernel import _split_cols, _split_scale, _split_terms
@@ -45,22 +52,25 @@ from ._triton_moe_kernel import _activate, _plane_cols, _scale_rows
 
 @gluon.jit
 def _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k, w_row, up_row, STAGES: gl.constexpr,
-           GATED: gl.constexpr, HALF: gl.constexpr):
+           GATED: gl.constexpr, HALF: gl.constexpr, SKIP: gl.constexpr):
     """Start step ``k``'s copies into stage ``k % STAGES``: the weights ``[BLOCK_N, 128]`` by TMA (gated: the gate
     rows from ``w_row`` into the stage's first ``HALF`` rows, the up rows from ``up_row`` into the rest), the gathered
     split rows of its 4 blocks (two ``[BLOCK_T, 128]`` halves) by cp.async, all counted by the stage's mbarrier (one
-    arrival per thread once its copies have landed, besides the TMA's expect)."""
+    arrival per thread once its copies have landed, besides the TMA's expect). ``SKIP``: ``TIMING_SKIP``."""
     st = k % STAGES
     bar = bars.index(st)
-    if GATED:
+    if SKIP & SKIP_WEIGHTS:
+        mbarrier.arrive(bar)  # the expect's arrival, with no bytes
+    elif GATED:
         mbarrier.expect(bar, 2 * w_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(w_desc, [w_row, k * 128], bar, w_smem.index(st).slice(0, HALF, dim=0))
         tma.async_copy_global_to_shared(w_desc, [up_row, k * 128], bar, w_smem.index(st).slice(HALF, HALF, dim=0))
     else:
         mbarrier.expect(bar, w_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(w_desc, [w_row, k * 128], bar, w_smem.index(st))
-    async_copy.async_copy_global_to_shared(x_smem.index(2 * st), q_rows + k * 256, mask=token_mask)
-    async_copy.async_copy_global_to_shared(x_smem.index(2 * st + 1), q_rows + (k * 256 + 128), mask=token_mask)
+    if not SKIP & SKIP_SPLIT_ROWS:
+        async_copy.async_copy_global_to_shared(x_smem.index(2 * st), q_rows + k * 256, mask=token_mask)
+        async_copy.async_copy_global_to_shared(x_smem.index(2 * st + 1), q_rows + (k * 256 + 128), mask=token_mask)
     async_copy.mbarrier_arrive(bar, increment_count=False)
 
 
@@ -68,7 +78,7 @@ def _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k, w_row, up_row, S
 def _activated_tile(w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
                     stride_qs, stride_se, scale_tiles, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
                     BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, STAGES: gl.constexpr, X_LAYOUT: gl.constexpr,
-                    GATED: gl.constexpr, num_warps: gl.constexpr):
+                    GATED: gl.constexpr, SKIP: gl.constexpr, num_warps: gl.constexpr):
     """Token block ``pid_b``'s activated FC1 rows of this program (``pid_n``): ``(h, rows, n_out, positions, pairs)``
     with ``h`` ``[rows, BLOCK_T]`` fp32 in the MMA layout (``BLOCK_N`` rows, gated ``BLOCK_N / 2``), ``rows`` their
     output columns, ``positions`` / ``pairs`` the block's sorted positions and their pairs (-1: padding)."""
@@ -93,7 +103,7 @@ def _activated_tile(w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert
     steps = K // 128
     for i in gl.static_range(STAGES - 1):
         if i < steps:
-            _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, i, w_row, up_row, STAGES, GATED, HALF)
+            _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, i, w_row, up_row, STAGES, GATED, HALF, SKIP)
     r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
     if GATED:  # accumulator rows: HALF gate rows, then their up rows (the scales' rows too)
         rows = gl.where(r < HALF, n_first + r, n_out + n_first + r - HALF)
@@ -116,7 +126,7 @@ def _activated_tile(w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert
         # every wgmma of the warpgroup up to this step is retired: the previous step's stage is free
         if k + STAGES - 1 < steps:
             _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k + STAGES - 1, w_row, up_row, STAGES,
-                   GATED, HALF)
+                   GATED, HALF, SKIP)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
     if GATED:  # gate rows [0, HALF) and up rows [HALF, BLOCK_N) apart, through shared memory (once a program)
@@ -137,13 +147,17 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
                            num_blocks_ptr, N1, K, stride_q, stride_qs, stride_se, scale_tiles, stride_inter,
                            TOPK: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr,
                            BLOCK_T: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
-                           X_LAYOUT: gl.constexpr, GATED: gl.constexpr, num_warps: gl.constexpr):
+                           X_LAYOUT: gl.constexpr, GATED: gl.constexpr, TIMING_SKIP: gl.constexpr,
+                           num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
         h, rows, n_out, positions, pairs = _activated_tile(
             w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
-            stride_qs, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT, GATED, num_warps)
+            stride_qs, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT, GATED,
+            TIMING_SKIP, num_warps)
+        if TIMING_SKIP & SKIP_STORE:  # a store that never happens (K > 0) but keeps the sums alive
+            pairs = gl.where(K < 0, pairs, -1)
         ptrs = inter_ptr + positions.to(gl.int64)[None, :] * stride_inter + _plane_cols(rows, PLANE_K2)[:, None]
         gl.store(ptrs, h.to(gl.bfloat16), mask=(pairs >= 0)[None, :] & (rows < n_out)[:, None])
 
@@ -164,7 +178,8 @@ def _f8x2_fc1_split_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, q2_ptr, qs2_ptr, 
     if pid_b < gl.load(num_blocks_ptr):
         h, rows, n_out, positions, pairs = _activated_tile(
             w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
-            stride_qs, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT, GATED, num_warps)
+            stride_qs, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT, GATED, 0,
+            num_warps)
         OUT: gl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N
         # each warp holds whole 32-row blocks: SPT rows of one token per thread, TPR threads per block and token
         WARPS_ROWS: gl.constexpr = OUT // 32
@@ -197,7 +212,7 @@ def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
                           inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                           num_blocks: torch.Tensor, grid_blocks: int, *, activation: int, topk: int, block_n: int,
                           block_t: int, stages: int, num_warps: int, plane_k2: int = 0, gated: bool = False,
-                          split_out: tuple = ()) -> None:
+                          split_out: tuple = (), timing_skip: int = 0) -> None:
     """One ``_f8x2_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``q`` / ``qs`` the split rows of x by token (``split_rows_buffers``; ``q``'s row stride a multiple of 16), ``w``
     ``[E, N1, H]`` fp8 contiguous (ungated: N1 output columns; ``gated``: ``[gate; up]`` rows, N1 / 2 output
@@ -206,7 +221,9 @@ def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
     ``< n_out``; plane-major per ``plane_k2``-deep FC2 step where ``plane_k2`` > 0, ``_plane_cols``, for a plane tile's
     FC2); ``activation`` an ACT_* code. With ``split_out`` = ``(q2, qs2)`` (``split_rows_buffers`` of the positions)
     it writes FC2's split rows there instead of ``inter`` (``_f8x2_fc1_split_gluon_kernel``). The caller checks ``H %
-    128 == 0`` and ``n_out % block_n == 0``."""
+    128 == 0`` and ``n_out % block_n == 0``. ``timing_skip`` (``SKIP_*`` flags of ``_gluon_f8x2_fc2_kernel``; probes
+    only, the output is then wrong; not with ``split_out``): leave out the weight copies, the split-row gathers or the
+    store, to time what each costs."""
     experts, n1, hidden = w.shape
     flat = w.view(experts * n1, hidden)
     w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
@@ -217,6 +234,8 @@ def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
     tile = dict(TOPK=topk, ACTIVATION=activation, BLOCK_N=2 * block_n if gated else block_n, BLOCK_T=block_t,
                 STAGES=stages, X_LAYOUT=x_layout, GATED=gated, num_warps=num_warps)
     if split_out:
+        if timing_skip:
+            raise ValueError("launch_gluon_f8x2_fc1: timing_skip is not supported with split_out")
         q2, qs2 = split_out
         _f8x2_fc1_split_gluon_kernel[grid](
             w_desc, q, qs, scales, q2, qs2, sorted_pairs, block_expert, num_blocks, n1, hidden, q.stride(0),
@@ -224,4 +243,4 @@ def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
         return
     _f8x2_fc1_gluon_kernel[grid](
         w_desc, q, qs, scales, inter, sorted_pairs, block_expert, num_blocks, n1, hidden, q.stride(0), qs.stride(0),
-        scales.stride(0), scale_tiles, inter.stride(0), PLANE_K2=plane_k2, **tile)
+        scales.stride(0), scale_tiles, inter.stride(0), PLANE_K2=plane_k2, TIMING_SKIP=timing_skip, **tile)

@@ -39,11 +39,13 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ._gluon_fc2_kernel import stage_barriers
 from ._triton_moe_kernel import _e8m0_f32, _scale_rows
 
-# ``TIMING_SKIP`` flags of ``_f8x2_fc2_gluon_kernel`` (session 34, for timing probes only; 0 in the layer): leave out
-# the weight TMA copies, the split-row TMA copies or the bf16 store. The results are then wrong.
+# ``TIMING_SKIP`` flags of the f8x2 Gluon FC2 / FC1 (session 34, for timing probes only; 0 in the layer): leave out
+# the weight TMA copies, the split-row copies or the bf16 store, or (FC2) read every token column's block scales from
+# the block's first position (one row, so L1 hits). The results are then wrong.
 SKIP_WEIGHTS = gl.constexpr(1)
 SKIP_SPLIT_ROWS = gl.constexpr(2)
 SKIP_STORE = gl.constexpr(4)
+SKIP_TOKEN_SCALE_ROWS = gl.constexpr(8)
 
 
 @gluon.constexpr_function
@@ -149,7 +151,10 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
         positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
         pairs = gl.load(sorted_pairs_ptr + positions)
         token_mask = pairs >= 0
-        qs_rows = qs_ptr + positions.to(gl.int64) * stride_qs
+        if TIMING_SKIP & SKIP_TOKEN_SCALE_ROWS:
+            qs_rows = qs_ptr + (pid_b * BLOCK_T + 0 * positions).to(gl.int64) * stride_qs
+        else:
+            qs_rows = qs_ptr + positions.to(gl.int64) * stride_qs
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0)

@@ -262,33 +262,35 @@ def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
     _assert_barriers_fenced_after_init(ptx)
 
 
-@pytest.mark.parametrize("skip", ["SKIP_WEIGHTS", "SKIP_SPLIT_ROWS", "SKIP_STORE"])
-def test_f8x2_fc2_timing_skips_leave_out_only_their_part(skip):
-    """The probes' ``TIMING_SKIP`` forms (session 34) still run every block's wgmmas (``_compile_sm90`` asserts
-    them: a dead store would let the compiler drop the sums); they leave out the weight copy (1 of 3 per stage), the
-    split-row copies (2 of 3) or the bf16 store's execution (its mask is false at run time, K > 0)."""
+@pytest.mark.parametrize("skip", ["SKIP_WEIGHTS", "SKIP_SPLIT_ROWS", "SKIP_STORE", "SKIP_TOKEN_SCALE_ROWS"])
+def test_f8x2_timing_skips_leave_out_only_their_part(skip):
+    """The probes' ``TIMING_SKIP`` forms (session 34) of the f8x2 FC2 and FC1 still run every block's wgmmas
+    (``_compile_sm90`` asserts them: a dead store would let the compiler drop the sums); they leave out the weight
+    copies (FC2: 1 of 3 TMA copies per stage; FC1: its only TMA copy), the split-row copies (FC2: 2 of 3; FC1: its
+    cp.async gathers) or the bf16 store's execution (its mask is false at run time, K > 0); the FC2's token scale rows
+    (one row per block instead) change no copy or store, and the FC1 ignores that flag."""
     from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc2_kernel as kernel
 
+    flag = getattr(kernel, skip).value
     full, _ = _compile_f8x2_fc2(128, 16, 3, 0)
-    ptx, _ = _compile_f8x2_fc2(128, 16, 3, getattr(kernel, skip).value)
-    copies = {"SKIP_WEIGHTS": 2, "SKIP_SPLIT_ROWS": 1, "SKIP_STORE": 3}[skip]
+    ptx, _ = _compile_f8x2_fc2(128, 16, 3, flag)
+    copies = {"SKIP_WEIGHTS": 2, "SKIP_SPLIT_ROWS": 1, "SKIP_STORE": 3, "SKIP_TOKEN_SCALE_ROWS": 3}[skip]
     assert ptx.count("cp.async.bulk.tensor") * 3 == full.count("cp.async.bulk.tensor") * copies
     assert ptx.count("st.global") == full.count("st.global") > 0  # the store stays in the code (SKIP_STORE: masked)
+    full, _ = _compile_f8x2_fc1(128, 16, 3, 128, False, 0)
+    ptx, _ = _compile_f8x2_fc1(128, 16, 3, 128, False, flag)
+    if skip == "SKIP_TOKEN_SCALE_ROWS":
+        assert ptx == full
+        return
+    assert ("cp.async.bulk.tensor" in ptx) == (skip != "SKIP_WEIGHTS") and "cp.async.bulk.tensor" in full
+    gathers = ("cp.async.cg.shared.global", "cp.async.ca.shared.global")
+    assert any(g in ptx for g in gathers) == (skip != "SKIP_SPLIT_ROWS") and any(g in full for g in gathers)
+    assert "cp.async.mbarrier.arrive.noinc" in ptx  # every thread still arrives on the stage's mbarrier
+    assert ptx.count("st.global") == full.count("st.global") > 0
 
 
-# Session 31 (prepared): the f8x2 FC1 in Gluon for ungated activations ("_g1" / "_g1n64" tiles): 128 rows in 3 stages,
-# 64 rows in 4, at 16- and 32-token blocks; session 32: writing plane-major rows for a plane tile's FC2 ("_f1x" tiles,
-# ``plane_k2`` 128), and gated (64 gate rows and their 64 up rows, two TMA boxes per stage)
-@pytest.mark.parametrize("block_n,block_t,stages,plane_k2,gated", [
-    (128, 16, 3, 0, False), (64, 16, 4, 0, False), (128, 32, 3, 0, False), (64, 32, 4, 0, False),
-    (128, 16, 3, 128, False), (128, 32, 3, 128, False), (128, 16, 3, 128, True), (128, 32, 3, 128, True)])
-def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages, plane_k2, gated):
-    """The f8x2 FC1 in Gluon (run on the H200 in runs 35-36): the weights by TMA and the gathered split rows by
-    cp.async into the same stage, tied to its mbarrier (one arrival per thread); fp8 wgmmas of depth 32 with the token
-    count as N, retired down to one block's pair of groups (``WARPGROUP.DEPBAR.LE gsb0, 0x2`` kept by ptxas), no dequant
-    (no bf16 wgmma), the scales as words (no byte loads), the barriers fenced after init, no spills; at 16-token blocks
-    at most 128 registers (Triton 3.6: 128 / 80 at 128 / 64 rows; 249 / 180 at 32-token blocks). Gated: two TMA boxes
-    of ``block_n / 2`` rows per stage (gate, up) into one ``[block_n, 128]`` stage, the pairs through shared memory."""
+def _compile_f8x2_fc1(block_n, block_t, stages, plane_k2, gated, timing_skip):
+    """(PTX, SASS) of ``_f8x2_fc1_gluon_kernel`` for sm_90 (Triton's compiler, no GPU), 4 warps."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -304,10 +306,26 @@ def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages, plane_k2, ga
                  stride_q="i32", stride_qs="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
     constants = dict(TOPK=8, ACTIVATION=0 if gated else 2, BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages,
                      PLANE_K2=plane_k2, X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv),
-                     GATED=gated, num_warps=4)
-    ptx, sass = _compile_sm90(kernel._f8x2_fc1_gluon_kernel, types, constants, 4,
-                              ("N1", "K", "stride_q", "stride_qs", "stride_se", "stride_inter"), mma="QGMMA",
-                              with_sass=True)
+                     GATED=gated, TIMING_SKIP=timing_skip, num_warps=4)
+    return _compile_sm90(kernel._f8x2_fc1_gluon_kernel, types, constants, 4,
+                         ("N1", "K", "stride_q", "stride_qs", "stride_se", "stride_inter"), mma="QGMMA",
+                         with_sass=True)
+
+
+# Session 31 (prepared): the f8x2 FC1 in Gluon for ungated activations ("_g1" / "_g1n64" tiles): 128 rows in 3 stages,
+# 64 rows in 4, at 16- and 32-token blocks; session 32: writing plane-major rows for a plane tile's FC2 ("_f1x" tiles,
+# ``plane_k2`` 128), and gated (64 gate rows and their 64 up rows, two TMA boxes per stage)
+@pytest.mark.parametrize("block_n,block_t,stages,plane_k2,gated", [
+    (128, 16, 3, 0, False), (64, 16, 4, 0, False), (128, 32, 3, 0, False), (64, 32, 4, 0, False),
+    (128, 16, 3, 128, False), (128, 32, 3, 128, False), (128, 16, 3, 128, True), (128, 32, 3, 128, True)])
+def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages, plane_k2, gated):
+    """The f8x2 FC1 in Gluon (run on the H200 in runs 35-36): the weights by TMA and the gathered split rows by
+    cp.async into the same stage, tied to its mbarrier (one arrival per thread); fp8 wgmmas of depth 32 with the token
+    count as N, retired down to one block's pair of groups (``WARPGROUP.DEPBAR.LE gsb0, 0x2`` kept by ptxas), no dequant
+    (no bf16 wgmma), the scales as words (no byte loads), the barriers fenced after init, no spills; at 16-token blocks
+    at most 128 registers (Triton 3.6: 128 / 80 at 128 / 64 rows; 249 / 180 at 32-token blocks). Gated: two TMA boxes
+    of ``block_n / 2`` rows per stage (gate, up) into one ``[block_n, 128]`` stage, the pairs through shared memory."""
+    ptx, sass = _compile_f8x2_fc1(block_n, block_t, stages, plane_k2, gated, 0)
     assert ptx.count("cp.async.bulk.tensor") >= 2  # the weights of the prologue's stages and of the refill, by TMA
     assert "cp.async.cg.shared.global" in ptx or "cp.async.ca.shared.global" in ptx  # the gathered split rows
     assert "cp.async.mbarrier.arrive.noinc" in ptx  # each thread's copies counted by the stage's mbarrier
