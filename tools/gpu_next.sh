@@ -199,6 +199,18 @@ moe_gpu_tests() {
   echo "pytest rc=$?" >> $OUT/tests.log
   grep "passed\|failed\|rc=\|^FAILED" $OUT/tests.log | tail -12
 }
+# benchmark_tests_race SECONDS SELECTION CASES: the GPU's name into $OUT/log.txt, the full benchmark and the demo
+# (moe_bench_and_demo), moe_gpu_tests SECONDS SELECTION, then the race probe of both activations' tiles at CASES
+# (bench/gluon_tail_race_probe.py --cases, e.g. 64:default,256:default; 40 repetitions each) into $OUT/race.jsonl
+benchmark_tests_race() {
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
+  moe_bench_and_demo 300 $OUT/log.txt
+  moe_gpu_tests "$1" "$2"
+  { timeout 30 python3 bench/gluon_tail_race_probe.py --activation swiglu --reps 40 --cases "$3"
+    timeout 30 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 40 --cases "$3"
+  } > $OUT/race.jsonl 2> $OUT/race.err
+  cat $OUT/race.jsonl; tail -2 $OUT/race.err
+}
 # refit_bench SECONDS [ARGS...]: bench/refit.py ARGS into $OUT (refit.md / refit.json; refit.log ends with its exit
 # status), its table rows printed
 refit_bench() {
@@ -1000,13 +1012,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # session 34, call 3: the full benchmark and the demo with the 16-token f8x2 twins from one pair per expert (s34b:
     # q1 3-5% faster at 10-14 tokens on 30b, the twins at 16-24), the twins' remaining tests (235b, 64 tokens), the race
     # probe of the defaults at 16 / 24 tokens
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
-    moe_bench_and_demo 300 $OUT/log.txt
-    moe_gpu_tests 60 "f8x2_fc1_twins_match and 235b-T64"
-    { timeout 30 python3 bench/gluon_tail_race_probe.py --activation swiglu --reps 40 --cases 16:default,24:default
-      timeout 30 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 40 --cases 16:default,24:default
-    } > $OUT/race.jsonl 2> $OUT/race.err
-    cat $OUT/race.jsonl; tail -2 $OUT/race.err ;;
+    benchmark_tests_race 60 "f8x2_fc1_twins_match and 235b-T64" 16:default,24:default ;;
   s34b)
     # session 34, call 2: s34a found the 16-token f8x2 twins ahead of q1 from one pair per expert (16 tokens) and 5-12%
     # behind at 8; choose_config now picks them from _Q1_BELOW_TWIN_PAIRS (1.0). Where between 0.5 and 1.0 they cross:
@@ -1084,13 +1090,8 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # session 33, call 3: the gated twins at 1.5-16 pairs per expert with the gated Gluon f8x2 FC1 (after s33b's probes):
     # the full benchmark and the demo, the GPU tests of choose_config's SwiGLU picks at 64 / 256 tokens (float64 oracle,
     # 40 fresh calls, graph replay, the env switch), the race probe of both activations' defaults at 64 / 256 tokens
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
-    moe_bench_and_demo 300 $OUT/log.txt
-    moe_gpu_tests 90 "swiglu and (gluon_defaults or opt_in_gluon_tiles or default_gluon_tiles) and (64 or 256) and not 640"
-    { timeout 30 python3 bench/gluon_tail_race_probe.py --activation swiglu --reps 40 --cases 64:default,256:default
-      timeout 30 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 40 --cases 64:default,256:default
-    } > $OUT/race.jsonl 2> $OUT/race.err
-    cat $OUT/race.jsonl; tail -2 $OUT/race.err ;;
+    benchmark_tests_race 90 "swiglu and (gluon_defaults or opt_in_gluon_tiles or default_gluon_tiles) and (64 or 256) and not 640" \
+      64:default,256:default ;;
   s33a)
     # prepared in session 32 (for session 33, run first): run 35 found the Gluon f8x2 FC1 (128 rows) faster than the
     # dequantizing FC1 and the Gluon f8x2 FC2 (64 rows) slower than the dequantizing FC2 (30b, 64 tokens: 104.8 / 111.3
