@@ -183,7 +183,7 @@ def launch_gluon_f8x2_fc2(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
     caller checks ``I % 128 == 0`` and ``H % block_n == 0``. Padding positions are read as whatever their rows hold:
     each token column of the tile depends on its own row only, and those columns are never stored. ``timing_skip``
     (``SKIP_*`` flags; probes only, the output is then wrong): leave out the weight copies, the split-row copies or
-    the store, to time what each costs."""
+    the store, or read the token scales from one row per block, to time what each costs."""
     experts, hidden, inner = w.shape
     flat = w.view(experts * hidden, inner)
     w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
