@@ -9,7 +9,8 @@
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
 #   bash tools/gpu_next.sh s35a     # for session 35 (run first): the f8x2 FC1's time with parts left out against the FC2's
-#                                   # (compute alone), the FC2 with its token scales from one row; remaining tests
+#                                   # (compute alone), the FC2 with its token scales from one row and on 8 warps
+#                                   # ("_f128w8": tests, layer probes); the tests left over from run 37
 #   bash tools/gpu_next.sh s34d     # session 34, call 4: the f8x2 FC2 with its weight / split-row copies or its store
 #                                   # left out (timing only): where its DRAM throughput goes
 #   bash tools/gpu_next.sh s34c     # session 34, call 3: the full benchmark and demo with the twins from 16 tokens
@@ -985,17 +986,23 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # prepared in session 34 (for session 35, run first): run 37 call 4 timed the "_f128" tile's f8x2 FC2 with parts
     # left out (30b squared ReLU, 64 tokens): 116.9 us whole, 114.8 without its split-row copies, 114.9 without its
     # store, 81.3 without its weight copies. Its compute alone takes 70% of its time; is the FC1's (102 us whole) the
-    # same? The same probes on the f8x2 FC1 (``~fc1=N``), and the FC2 with every token column's block scales read from
-    # one row (``~8``: is the scattered scale load by position the FC2's extra latency?). Per-kernel profiles, 30b
-    # then 235b; then the tests that did not fit into run 37's calls
-    S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128
-    { timeout 150 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
-        --configs "$G,$G~fc1=1,$G~fc1=2,$G~fc1=4,$G~fc2=1,$G~fc2=8,$G~fc2=9,$G~fc1=1~fc2=1,$S,$S~fc1=1"
-      timeout 80 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --profile --tokens 64 \
-        --activation squared_relu --configs "$G,$G~fc1=1,$G~fc2=1,$G~fc2=8"
+    # same? The same probes on the f8x2 FC1 (``~fc1=N``), the FC2 with every token column's block scales read from one
+    # row (``~8``: is the scattered scale load by position the FC2's extra latency?) and that FC2 on 8 warps
+    # ("_f128w8": two warpgroups of 64 rows, twice the warps per SM to hide the chain). Per-kernel profiles (30b, 235b);
+    # the tests of "_f128w8" and those left over from run 37; layer probes of "_f128w8" against the default
+    S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128; W=s16_f8q_s2_gf_g1_f128w8
+    { timeout 200 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
+        --configs "$G,$G~fc1=1,$G~fc1=2,$G~fc1=4,$G~fc2=1,$G~fc2=8,$G~fc2=9,$G~fc1=1~fc2=1,$S,$S~fc1=1,$W,$W~fc2=1"
+      timeout 90 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --profile --tokens 64 \
+        --activation squared_relu --configs "$G,$G~fc1=1,$G~fc2=1,$G~fc2=8,$W"
     } > $OUT/profile.jsonl 2> $OUT/profile.err
     profile_summary; tail -2 $OUT/profile.err
-    moe_gpu_tests 200 "(f8x2_fc1_twins_match and 235b-T64) or (f8x2_gluon_fc1_tiles_match and 235b)" ;;
+    moe_gpu_tests 200 "f128w8 or (f8x2_fc1_twins_match and 235b-T64) or (f8x2_gluon_fc1_tiles_match and 235b)"
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 80 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --activation squared_relu \
+        --configs "$S,$W,$G,$S,$W,$G" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    layer_probe_summary 30 ;;
   s34d)
     # session 34, call 4: what the f8x2 FC2's nine points of DRAM throughput below its FC1 go to (runs 36-37: the kernel,
     # not the weight shape). The "_f128" tile's f8x2 FC2 with parts left out (``timing_skip``, wrong output, timing

@@ -225,8 +225,8 @@ def test_gluon_fc1_compiles_for_sm90_with_async_wgmma(gated, activation, block_n
     _assert_barriers_fenced_after_init(ptx)
 
 
-def _compile_f8x2_fc2(block_n, block_t, stages, timing_skip):
-    """(PTX, SASS) of ``_f8x2_fc2_gluon_kernel`` for sm_90 (Triton's compiler, no GPU), 4 warps."""
+def _compile_f8x2_fc2(block_n, block_t, stages, timing_skip, warps=4):
+    """(PTX, SASS) of ``_f8x2_fc2_gluon_kernel`` for sm_90 (Triton's compiler, no GPU) on ``warps`` warps."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -242,19 +242,20 @@ def _compile_f8x2_fc2(block_n, block_t, stages, timing_skip):
                  qs_ptr="*fp32", s_ptr="*u8", slot_ptr="*bf16", sorted_pairs_ptr="*i32", block_expert_ptr="*i32",
                  num_blocks_ptr="*i32", N="i32", K="i32", stride_qs="i32", stride_se="i32", scale_tiles="i32",
                  stride_slot="i32")
-    constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages, TIMING_SKIP=timing_skip, num_warps=4)
-    return _compile_sm90(kernel._f8x2_fc2_gluon_kernel, types, constants, 4,
+    constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages, TIMING_SKIP=timing_skip, num_warps=warps)
+    return _compile_sm90(kernel._f8x2_fc2_gluon_kernel, types, constants, warps,
                          ("N", "K", "stride_qs", "stride_se", "stride_slot"), mma="QGMMA", with_sass=True)
 
 
-@pytest.mark.parametrize("block_n,block_t,stages", [(64, 16, 4), (64, 32, 4), (128, 32, 3), (128, 16, 3),
-                                                    (128, 16, 4)])
-def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages):
+@pytest.mark.parametrize("block_n,block_t,stages,warps", [(64, 16, 4, 4), (64, 32, 4, 4), (128, 32, 3, 4),
+                                                          (128, 16, 3, 4), (128, 16, 4, 4), (128, 16, 3, 8)])
+def test_gluon_f8x2_fc2_compiles_for_sm90(block_n, block_t, stages, warps):
     """The f8x2 FC2 in Gluon (session 24; run on the H200 since run 28): weights and split rows by TMA (3 copies per stage),
     fp8 wgmmas of depth 32 with the token count as N, retired down to one block's pair of groups in the PTX, the
     barriers fenced after init, no spills; and in the SASS too ptxas keeps the overlap (``WARPGROUP.DEPBAR.LE gsb0,
-    0x2``): with a wgmma in flight across the loop's back edge it serialized them all (C7514, Triton 3.6)."""
-    ptx, sass = _compile_f8x2_fc2(block_n, block_t, stages, 0)
+    0x2``): with a wgmma in flight across the loop's back edge it serialized them all (C7514, Triton 3.6). Session
+    34: on 8 warps too (two warpgroups of 64 rows, "_f128w8")."""
+    ptx, sass = _compile_f8x2_fc2(block_n, block_t, stages, 0, warps)
     assert ptx.count("cp.async.bulk.tensor") >= 3  # a stage's weights and its two halves of split rows, by TMA
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk32\.f32\.e4m3\.e4m3" % block_t, ptx)
     assert "wgmma.wait_group.sync.aligned 2;" in ptx  # the previous block's 2 groups only

@@ -650,6 +650,9 @@ def test_f8x2_config_is_checked(monkeypatch):
     fc2 = quantize_mxfp8(random_weights((4, 128, 128), scale=0.1), backend="reference")
     with pytest.raises(BackendUnavailableError, match="Hopper GPU only"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, config=tile)
+    # session 34: the Gluon f8x2 FC2 on 8 warps (two warpgroups of 64 rows) where it has 128 rows or more
+    assert TILES["s16_f8q_s2_gf_g1_f128w8"] == dataclasses.replace(TILES["s16_f8q_s2_gf_g1_f128"], fc2_warps=8)
+    assert dataclasses.replace(tile, fc2_block_n=256, fc2_warps=8).fc2_warps == 8
     # session 31's Gluon f8x2 FC1 ("_g1" / "_g1n64"): 128-deep steps on 4 warps; since session 32 gated too, on 64
     # gate rows and their up rows (otherwise refused before any launch); the rest reach the device check
     for name in ("s16_f8q_s2_gf_g1", "m32_f8q_t16_s2_gf_g1n64"):
