@@ -1014,7 +1014,8 @@ def test_cuda_graph_replay_with_the_route_in_registers(tokens, activation):
                                                for a in ("swiglu", "squared_relu")])
 def test_cuda_graph_replay_with_the_default_gluon_tiles(activation, tokens, monkeypatch):
     """Session 23: the Gluon twins that ``choose_config`` picks by default (GLUON_ENV unset; 1-16 pairs per expert
-    since session 34, and 28-72) in one graph, replayed with new routing and valid-token counts: equal to eager, within BOUND of float64."""
+    since session 34, and 28-72) in one graph, replayed with new routing and valid-token counts: equal to eager,
+    within BOUND of float64."""
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     monkeypatch.delenv(host.GLUON_ENV, raising=False)
