@@ -826,10 +826,10 @@ TILES.update({
 _GLUON_TWINS.update({"s16k4_sx4p_m3_s2": f"{_GW16}_f1x", "m32l4_sx4p_m_t16_s2": f"{_GW32}_f1xt"})
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles;
 # from 1 pair per expert, in place of q1, since session 34; Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad
-# calls at 64 / 100 tokens; two chains and 4 stages since session 26), 8-16 (the 32-token tiles with 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated
-# since session 28) and 28-72 (the 64-token tiles and the 128-token tiles' 64-token tails). Since session 28 the gated
-# 8-28 twins are "_nov" and the squared-ReLU 1.5-16 ones "_f1q"; since sessions 32 / 33 the 1.5-16 twins of both
-# activations run the Gluon f8x2 FC1 ("_f1x" / "_f1xt", above).
+# calls at 64 / 100 tokens; two chains and 4 stages since session 26), 8-16 (the 32-token tiles with 16-token tails,
+# session 26), 16-28 (squared ReLU since session 26, gated since session 28) and 28-72 (the 64-token tiles and the
+# 128-token tiles' 64-token tails). Since session 28 the gated 8-28 twins are "_nov" and the squared-ReLU 1.5-16 ones
+# "_f1q"; since sessions 32 / 33 the 1.5-16 twins of both activations run the Gluon f8x2 FC1 ("_f1x" / "_f1xt", above).
 _GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2",
                                "m32l4_sx4p_m_s2", "m32k_sx4p_f4_s2", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2",
                                "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
@@ -893,6 +893,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     ``_GLUON_BY_DEFAULT``).
     """
     pairs_per_expert = rows * topk / max(experts, 1)
+    sixteen = "s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4"  # the 16-token tile (Triton form)
     # Up to 1.5 pairs per expert (sessions 5-6): the GEMV paths. Every (token, expert) pair is then a
     # matrix-vector product; CUDA-core block sums stream the weights at 43-77% of the roofline where the MMA path
     # (one useful column of 16) reached 20-60%. Gated: g16p3 at 1-2 tokens, g32p up to 0.25 pairs per expert.
@@ -920,10 +921,10 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
         # (30b), 602.9 / 590.4, 622.3 / 537.6 (235b), SwiGLU 126.4 / 126.4, 126.2 / 126.6 and 455.5 / 406.7,
         # 487.8 / 419.9; 24 tokens 13-24% faster (30b squared ReLU 227.1 / 189.9, 235b SwiGLU 661.5 / 512.8); at 8
         # tokens q1 is 5-12% faster (30b squared ReLU 95.8 / 107.0). Where the twin is not picked, q1 up to 1.5.
-        small = _tile("s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4", hidden, intermediate, gluon)
-        if pairs_per_expert < _Q1_BELOW_TWIN_PAIRS or not small.fc1_f8x2:
+        if pairs_per_expert < _Q1_BELOW_TWIN_PAIRS:
             return TILES["q1"]
-        return small
+        small = _tile(sixteen, hidden, intermediate, gluon)
+        return small if small.fc1_f8x2 else TILES["q1"]
     # Session 11: from 1.5 to 24 pairs per expert the 4-warp FC2 (and gated, the 4-warp merged FC1) tiles: three
     # CTAs per SM, 3-10% faster than s16k_sx_rm / s16k_sx_r / m32l_sx / m32a at 64 and 256 tokens (TILES).
     # Session 12: gated, up to 8 pairs per expert, 3 FC1 stages (64 tokens: 1.1-2.3% faster than 2 stages in three
@@ -939,7 +940,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # with planes was not faster there (30b 277.8 / 278.1 vs 274.1 / 272.0), so it keeps s16k_sx4_f4. Session 20: with
     # planes and the Gluon FC2 it is (``_GLUON_TWINS``: 30b 64 tokens 255.5 vs 274.5 / 273.0).
     if pairs_per_expert <= 8:
-        return _tile("s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4", hidden, intermediate, gluon)
+        return _tile(sixteen, hidden, intermediate, gluon)
     # Session 13: from 8 to 16 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token
     # "sx4" tile (tail). Run 16 probes, us per layer against the tile without tails: gated 256 tokens 268.8 vs 285.9
     # / 286.0 (30b), 898.5 vs 997.0 / 1008.6 (235b); 192 tokens 245.5 vs 285.7, 848.4 vs 994.0 (s16k4_sx4_m3 there:
