@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s35b     # session 35, call 2: the split rows' scales transposed ("_st"): profiles, layer probes
+#                                   # of the defaults with / without it (64 / 256 tokens), 235b, the "_st" GPU tests
 #   bash tools/gpu_next.sh s35a     # for session 35 (run first): the f8x2 FC1's time with parts left out against the FC2's
 #                                   # (compute alone), the FC2 with its token scales from one row and on 8 warps
 #                                   # ("_f128w8": tests, layer probes); the tests left over from run 37
@@ -982,6 +984,24 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s35b)
+    # session 35, call 2: the split rows' scales transposed ("_st", ``split_scales_t``; the same bits). Run 38 call 1
+    # (s35a) timed the "_f128" tile's f8x2 FC2 at 109.8 us with every token column's scales from one row against 117.6
+    # (235b 395.3 / 411.6): per-kernel profiles, layer probes of the defaults at 64 / 256 tokens with and without
+    # "_st" (both activations, 30b), the squared-ReLU default against "_st" and the all-f8x2 "_f128_fs_st" on 235b;
+    # then the GPU tests of the "_st" tiles (bit-equal to their row-major forms; graph replays)
+    S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128; F=s16_f8q_s2_gf_g1_f128_fs
+    { timeout 120 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
+        --configs "$S,${S}_st,$G,${G}_st,${F}_st"
+      timeout 80 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --profile --tokens 64 \
+        --activation squared_relu --configs "$S,${S}_st,${G}_st"
+    } > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary; tail -2 $OUT/profile.err
+    PICK_TOKENS="64 256" probe_picks "" _st "" _st
+    timeout 80 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 64 --activation squared_relu \
+      --configs "$S,${S}_st,${F}_st,$S,${S}_st,${F}_st" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    layer_probe_summary 30
+    moe_gpu_tests 170 "transposed_split_scales or graph_replay_of_the_f8x2_gluon_fc1" ;;
   s35a)
     # prepared in session 34 (for session 35, run first): run 37 call 4 timed the "_f128" tile's f8x2 FC2 with parts
     # left out (30b squared ReLU, 64 tokens): 116.9 us whole, 114.8 without its split-row copies, 114.9 without its

@@ -18,7 +18,7 @@ Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (compiled with Tr
 
 Layouts: weights ``[E, H, I]`` fp8 seen as ``[E * H, I]``; split rows ``[positions, 2 * KP]`` e4m3 (``_split_cols``:
 block ``b``'s hi values in columns ``[64 b, 64 b + 32)``, its lo values in the next 32) and their fp32 scales
-``[positions, KP // 32]``; scales ``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; output: each pair's unweighted
+``[positions, KP // 32]`` (row-major, or a transposed view, ``split_rows_buffers``); scales ``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; output: each pair's unweighted
 bf16 row of ``slots`` ``[pairs, H]``.
 """
 
@@ -70,14 +70,16 @@ def _issue(w_desc, x_desc, w_smem, x_smem, bars, k, w_row, x_row, STAGES: gl.con
 
 
 @gluon.jit
-def _f8x2_step_scales(s_rows, qs_rows, k):
+def _f8x2_step_scales(s_rows, qs_rows, k, stride_qsb):
     """The scale operands of K step ``k``, loaded a step before their use (session 31; until then each block loaded its
     bytes after issuing its wgmmas, so every block waited for a global load): each row's 4 E8M0 bytes as one int32
     (``[BLOCK_N]``; the 128x4 layout keeps a 128-deep step's 4 blocks adjacent, the scales 4-byte aligned) and each
-    token column's 4 block scales (4 x ``[BLOCK_T]`` fp32)."""
+    token column's 4 block scales (4 x ``[BLOCK_T]`` fp32; ``stride_qsb`` between a row's blocks: 1 row-major, the
+    rows' count where the scales are transposed, ``split_rows_buffers``)."""
     sw = gl.load((s_rows + k * 512).to(gl.pointer_type(gl.int32), bitcast=True))
-    return (sw, gl.load(qs_rows + 4 * k), gl.load(qs_rows + 4 * k + 1), gl.load(qs_rows + 4 * k + 2),
-            gl.load(qs_rows + 4 * k + 3))
+    qs_step = qs_rows + 4 * k * stride_qsb
+    return (sw, gl.load(qs_step), gl.load(qs_step + stride_qsb), gl.load(qs_step + 2 * stride_qsb),
+            gl.load(qs_step + 3 * stride_qsb))
 
 
 @gluon.jit
@@ -100,14 +102,14 @@ def _issue_block(w_smem, x_smem, st, b: gl.constexpr, d):
 
 
 @gluon.jit
-def _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1, sx2, sx3, acc, zero):
+def _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, stride_qsb, sw, sx0, sx1, sx2, sx3, acc, zero):
     """The 4 blocks of K step ``k`` (stage ``st``; its scale operands ``sw`` / ``sx*``, ``_f8x2_step_scales``) added
     into ``acc``, after starting the loads of step ``k + 1``'s scale operands, which it returns with ``acc``. Even
     blocks in ``d0``, odd ones in ``d1``; each wait retires the block before the one just issued, whose sum is then
     scaled and added while the newer block's wgmmas run. The last block is waited for down to 0: with a wgmma in
     flight across the loop's back edge ptxas serializes every wgmma of the kernel (session 24), and past this wait
     the stage is free."""
-    nw, nx0, nx1, nx2, nx3 = _f8x2_step_scales(s_rows, qs_rows, gl.minimum(k + 1, steps - 1))
+    nw, nx0, nx1, nx2, nx3 = _f8x2_step_scales(s_rows, qs_rows, gl.minimum(k + 1, steps - 1), stride_qsb)
     d0 = _issue_block(w_smem, x_smem, st, 0, zero)
     f0 = _block_factor(sw, sx0, 0)
     d1 = _issue_block(w_smem, x_smem, st, 1, zero)
@@ -128,7 +130,7 @@ def _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1, sx
 
 @gluon.jit
 def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
-                           N, K, stride_qs, stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr,
+                           N, K, stride_qs, stride_qsb, stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr,
                            BLOCK_T: gl.constexpr, STAGES: gl.constexpr, TIMING_SKIP: gl.constexpr,
                            num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
@@ -157,12 +159,12 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
             qs_rows = qs_ptr + positions.to(gl.int64) * stride_qs
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-        sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0)
+        sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0, stride_qsb)
         for k in range(0, steps):
             st = k % STAGES
             mbarrier.wait(bars.index(st), (k // STAGES) & 1)
-            acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, sw, sx0, sx1,
-                                                       sx2, sx3, acc, zero)  # the stage is free after it
+            acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, stride_qsb, sw,
+                                                       sx0, sx1, sx2, sx3, acc, zero)  # the stage is free after it
             if k + STAGES < steps:
                 _issue(w_desc, x_desc, w_smem, x_smem, bars, k + STAGES, w_row, x_row, STAGES, TIMING_SKIP)
         for i in gl.static_range(STAGES):
@@ -192,5 +194,5 @@ def launch_gluon_f8x2_fc2(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
                                           gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv))
     _f8x2_fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, x_desc, qs, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, qs.stride(0),
-        scales.stride(0), scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages,
-        TIMING_SKIP=timing_skip, num_warps=num_warps)
+        qs.stride(1), scales.stride(0), scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t,
+        STAGES=stages, TIMING_SKIP=timing_skip, num_warps=num_warps)

@@ -72,10 +72,11 @@ def _split_cols(k):
 
 
 @triton.jit
-def _split_rows_kernel(x_ptr, q_ptr, s_ptr, rows, K, stride_x, stride_q, stride_s, BLOCK_R: tl.constexpr,
+def _split_rows_kernel(x_ptr, q_ptr, s_ptr, rows, K, stride_x, stride_q, stride_s, stride_sb, BLOCK_R: tl.constexpr,
                        BLOCK_K: tl.constexpr):
     """``x`` ``[rows, K]`` (bf16) -> ``q`` ``[rows, 2 * KP]`` e4m3 (``_split_cols``) and ``s`` ``[rows, KP // 32]``
-    fp32. Grid: (row blocks, KP // BLOCK_K); zeros (scale ``2 ** -126``) past K."""
+    fp32 (strides ``stride_s`` / ``stride_sb``: row-major, or transposed, ``split_rows_buffers``). Grid: (row blocks,
+    KP // BLOCK_K); zeros (scale ``2 ** -126``) past K."""
     r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     row_ok = (r < rows)[:, None]
@@ -87,7 +88,7 @@ def _split_rows_kernel(x_ptr, q_ptr, s_ptr, rows, K, stride_x, stride_q, stride_
     tl.store(q_ptrs, tl.reshape(hi, [BLOCK_R, BLOCK_K]), mask=row_ok)
     tl.store(q_ptrs + 32, tl.reshape(lo, [BLOCK_R, BLOCK_K]), mask=row_ok)
     b = tl.program_id(1) * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)
-    tl.store(s_ptr + r[:, None] * stride_s + b[None, :], s, mask=row_ok)
+    tl.store(s_ptr + r[:, None] * stride_s + b[None, :] * stride_sb, s, mask=row_ok)
 
 
 @triton.jit
