@@ -21,10 +21,9 @@ MMA rows are ``BLOCK_N / 2`` gate rows and their up rows (two TMA boxes per stag
 row sets), paired through shared memory after the K loop.
 
 Layouts: split x rows ``[T, 2 * KP]`` e4m3 (``_split_cols``: block ``b``'s hi values in columns ``[64 b, 64 b + 32)``,
-its lo values in the next 32) and their fp32 scales ``[T, KP // 32]`` (row-major, or a transposed view,
-``split_rows_buffers``); weights ``[E, N1, H]`` fp8 seen as ``[E * N1, H]``; scales ``[E, Mp * Cp]`` uint8 in the
-cuBLAS 128x4 layout; output ``inter`` ``[positions, >= N1]`` bf16 (K order, or plane-major per ``PLANE_K2``-deep
-step).
+its lo values in the next 32) and their fp32 scales ``[T, KP // 32]``; weights ``[E, N1, H]`` fp8 seen as ``[E * N1,
+H]``; scales ``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; output ``inter`` ``[positions, >= N1]`` bf16 (K order,
+or plane-major per ``PLANE_K2``-deep step), or FC2's split rows (their scales row-major or transposed).
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ def _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k, w_row, up_row, S
 
 @gluon.jit
 def _activated_tile(w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
-                    stride_qs, stride_qsb, stride_se, scale_tiles, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
+                    stride_qs, stride_se, scale_tiles, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
                     BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, STAGES: gl.constexpr, X_LAYOUT: gl.constexpr,
                     GATED: gl.constexpr, SKIP: gl.constexpr, num_warps: gl.constexpr):
     """Token block ``pid_b``'s activated FC1 rows of this program (``pid_n``): ``(h, rows, n_out, positions, pairs)``
@@ -117,13 +116,13 @@ def _activated_tile(w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert
     qs_rows = qs_ptr + tokens * stride_qs
     acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
     zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-    sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0, stride_qsb)
+    sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0, 1)
     for k in range(0, steps):
         st = k % STAGES
         mbarrier.wait(bars.index(st), (k // STAGES) & 1)
         fence_async_shared()  # the cp.async (generic proxy) token rows, read by wgmma (async proxy)
-        acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, stride_qsb, sw,
-                                                   sx0, sx1, sx2, sx3, acc, zero)
+        acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, 1, sw, sx0, sx1,
+                                                   sx2, sx3, acc, zero)
         # every wgmma of the warpgroup up to this step is retired: the previous step's stage is free
         if k + STAGES - 1 < steps:
             _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k + STAGES - 1, w_row, up_row, STAGES,
@@ -145,8 +144,7 @@ def _activated_tile(w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert
 
 @gluon.jit
 def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr,
-                           num_blocks_ptr, N1, K, stride_q, stride_qs, stride_qsb, stride_se, scale_tiles,
-                           stride_inter,
+                           num_blocks_ptr, N1, K, stride_q, stride_qs, stride_se, scale_tiles, stride_inter,
                            TOPK: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr,
                            BLOCK_T: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
                            X_LAYOUT: gl.constexpr, GATED: gl.constexpr, TIMING_SKIP: gl.constexpr,
@@ -156,8 +154,8 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
     if pid_b < gl.load(num_blocks_ptr):
         h, rows, n_out, positions, pairs = _activated_tile(
             w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
-            stride_qs, stride_qsb, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT,
-            GATED, TIMING_SKIP, num_warps)
+            stride_qs, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT, GATED,
+            TIMING_SKIP, num_warps)
         if TIMING_SKIP & SKIP_STORE:  # a store that never happens (K > 0) but keeps the sums alive
             pairs = gl.where(K < 0, pairs, -1)
         ptrs = inter_ptr + positions.to(gl.int64)[None, :] * stride_inter + _plane_cols(rows, PLANE_K2)[:, None]
@@ -166,10 +164,10 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
 
 @gluon.jit
 def _f8x2_fc1_split_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, q2_ptr, qs2_ptr, sorted_pairs_ptr, block_expert_ptr,
-                                 num_blocks_ptr, N1, K, stride_q, stride_qs, stride_qsb, stride_se, scale_tiles,
-                                 stride_q2, stride_qs2, stride_qs2b, TOPK: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr,
-                                 BLOCK_T: gl.constexpr, STAGES: gl.constexpr, X_LAYOUT: gl.constexpr,
-                                 GATED: gl.constexpr, num_warps: gl.constexpr):
+                                 num_blocks_ptr, N1, K, stride_q, stride_qs, stride_se, scale_tiles, stride_q2,
+                                 stride_qs2, stride_qs2b, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
+                                 BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, STAGES: gl.constexpr,
+                                 X_LAYOUT: gl.constexpr, GATED: gl.constexpr, num_warps: gl.constexpr):
     """``_f8x2_fc1_gluon_kernel`` writing FC2's split rows itself (session 32; run 36: the bits of the split launch,
     no layer gain, opt-in): the activated rows rounded to bf16 (the values the other tiles' ``inter`` holds), then per
     position and 32-column block the power-of-two scale and the hi / lo e4m3 terms of ``split_rows_reference`` into
@@ -180,8 +178,8 @@ def _f8x2_fc1_split_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, q2_ptr, qs2_ptr, 
     if pid_b < gl.load(num_blocks_ptr):
         h, rows, n_out, positions, pairs = _activated_tile(
             w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
-            stride_qs, stride_qsb, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT,
-            GATED, 0, num_warps)
+            stride_qs, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT, GATED, 0,
+            num_warps)
         OUT: gl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N
         # each warp holds whole 32-row blocks: SPT rows of one token per thread, TPR threads per block and token
         WARPS_ROWS: gl.constexpr = OUT // 32
@@ -241,9 +239,8 @@ def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
         q2, qs2 = split_out
         _f8x2_fc1_split_gluon_kernel[grid](
             w_desc, q, qs, scales, q2, qs2, sorted_pairs, block_expert, num_blocks, n1, hidden, q.stride(0),
-            qs.stride(0), qs.stride(1), scales.stride(0), scale_tiles, q2.stride(0), qs2.stride(0), qs2.stride(1),
-            **tile)
+            qs.stride(0), scales.stride(0), scale_tiles, q2.stride(0), qs2.stride(0), qs2.stride(1), **tile)
         return
     _f8x2_fc1_gluon_kernel[grid](
         w_desc, q, qs, scales, inter, sorted_pairs, block_expert, num_blocks, n1, hidden, q.stride(0), qs.stride(0),
-        qs.stride(1), scales.stride(0), scale_tiles, inter.stride(0), PLANE_K2=plane_k2, TIMING_SKIP=timing_skip, **tile)
+        scales.stride(0), scale_tiles, inter.stride(0), PLANE_K2=plane_k2, TIMING_SKIP=timing_skip, **tile)

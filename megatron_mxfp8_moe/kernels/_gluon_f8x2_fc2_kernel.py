@@ -18,8 +18,8 @@ Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (compiled with Tr
 
 Layouts: weights ``[E, H, I]`` fp8 seen as ``[E * H, I]``; split rows ``[positions, 2 * KP]`` e4m3 (``_split_cols``:
 block ``b``'s hi values in columns ``[64 b, 64 b + 32)``, its lo values in the next 32) and their fp32 scales
-``[positions, KP // 32]`` (row-major, or a transposed view, ``split_rows_buffers``); scales ``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; output: each pair's unweighted
-bf16 row of ``slots`` ``[pairs, H]``.
+``[positions, KP // 32]`` (row-major, or a transposed view, ``split_rows_buffers``); scales ``[E, Mp * Cp]`` uint8 in
+the cuBLAS 128x4 layout; output: each pair's unweighted bf16 row of ``slots`` ``[pairs, H]``.
 """
 
 from __future__ import annotations

@@ -190,11 +190,12 @@ class TritonMoEConfig:
     # block in registers) instead of bf16 rows that one more launch splits (6.8 us at 64 tokens, 30b, run 35). Needs
     # dequant "f8x2" and ``fc1_gluon``.
     fc1_split_out: bool = False
-    # Session 35: the fp32 block scales of the split rows this tile reads (x's for an f8x2 FC1, and FC1's output for
-    # an "f8x2" tile's FC2) stored transposed, ``[KP // 32, rows]`` (``split_rows_buffers``): a K step's 16 token
-    # columns of one block are then 64 adjacent bytes, where row-major rows put them in 16 sectors. Run 38 found the
-    # f8x2 FC2 7% faster with every column's scales read from one row (timing only). The same values, so the same bits.
-    # Needs the Gluon f8x2 kernels on every split buffer the tile touches (the Triton f8x2 ones read rows).
+    # Session 35: an "f8x2" tile's FC2 input (FC1's split rows by position) with its fp32 block scales stored
+    # transposed, ``[KP // 32, rows]`` (``split_rows_buffers``): a K step's 16 token columns of one block are then 64
+    # adjacent bytes, where row-major rows put them in 16 sectors. The same values, so the same bits. Run 38: the f8x2
+    # FC2 117.6 -> 111.6 us (30b, 64 tokens; 235b 411.6 -> 391.7). x's split stays row-major: transposed, the f8x2
+    # FC1 (tokens gathered, 4 loads of scattered columns a step instead of one row's 16 bytes) went 101.6 -> 107.6 us
+    # (235b 382.0 -> 409.6). Needs the Gluon f8x2 FC1 and FC2 (the Triton f8x2 kernels read rows).
     split_scales_t: bool = False
 
     def __post_init__(self):
@@ -206,9 +207,9 @@ class TritonMoEConfig:
                 raise ValueError(f"TritonMoEConfig: tail.block_t must be in (1, {self.block_t}), got {t.block_t}")
             if t.fc2_split_k != self.fc2_split_k:  # both launches write the same split slots
                 raise ValueError(f"TritonMoEConfig: tail.fc2_split_k {t.fc2_split_k} differs from {self.fc2_split_k}")
-            if t.split_scales_t != self.split_scales_t and _split_readers(t) & _split_readers(self):
+            if t.split_scales_t != self.split_scales_t and t.dequant == self.dequant == "f8x2":
                 raise ValueError(f"TritonMoEConfig: tail.split_scales_t {t.split_scales_t} differs from "
-                                 f"{self.split_scales_t} on the split rows both read")
+                                 f"{self.split_scales_t} on the FC2 split rows both read")
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
@@ -270,12 +271,10 @@ class TritonMoEConfig:
         if self.fc1_split_out and not (self.dequant == "f8x2" and self.fc1_gluon):
             raise ValueError("TritonMoEConfig: fc1_split_out=True needs an f8x2 tile with the Gluon FC1 (dequant "
                              f"'f8x2', fc1_gluon); got dequant={self.dequant!r}, fc1_gluon={self.fc1_gluon}")
-        if self.split_scales_t and not ((self.dequant == "f8x2" and self.fc1_gluon and self.fc2_gluon)
-                                        or (self.fc1_f8x2 and self.dequant != "f8x2")):
-            raise ValueError("TritonMoEConfig: split_scales_t=True needs the Gluon f8x2 kernels on the split rows (an "
-                             "'f8x2' tile with fc1_gluon and fc2_gluon, or a plane tile with fc1_f8x2); got "
-                             f"dequant={self.dequant!r}, fc1_gluon={self.fc1_gluon}, fc2_gluon={self.fc2_gluon}, "
-                             f"fc1_f8x2={self.fc1_f8x2}")
+        if self.split_scales_t and not (self.dequant == "f8x2" and self.fc1_gluon and self.fc2_gluon):
+            raise ValueError("TritonMoEConfig: split_scales_t=True needs an 'f8x2' tile with the Gluon FC1 and FC2 "
+                             f"(fc1_gluon, fc2_gluon); got dequant={self.dequant!r}, fc1_gluon={self.fc1_gluon}, "
+                             f"fc2_gluon={self.fc2_gluon}")
         if self.fc2_pdl and not (self.fc2_gluon and self.dequant == "sx4"):
             raise ValueError("TritonMoEConfig: fc2_pdl=True needs the Gluon FC2 of the plane tiles (fc2_gluon, "
                              f"dequant 'sx4'); got fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
@@ -624,12 +623,12 @@ TILES.update({f"{name}_fs": dataclasses.replace(TILES[name], fc1_split_out=True)
 # FC2 on 2 / 4 adjacent tiles per program, its stage ring running on across them (call 5; the same bits; code not
 # kept, the patch is bench/results/run36/fc2_n_tiles.patch): FC2 117.9 -> 116.3 / 141.8 us, the layer 238.4, 239.9 ->
 # 238.4, 240.0 / 264.3, 265.0 (30b), so fewer, longer programs are not what that FC2 lacks.
-
-
-def _split_readers(tile: TritonMoEConfig) -> set:
-    """The split-row buffers ``tile`` reads: "x" (an f8x2 FC1's input) and "inter" (an "f8x2" tile's FC2 input)."""
-    return ({"x"} if tile.dequant == "f8x2" or tile.fc1_f8x2 else set()) | ({"inter"} if tile.dequant == "f8x2"
-                                                                             else set())
+# Session 35 (run 38 call 1, 30b squared ReLU, 64 tokens, per-kernel profile): the "_f128" tile's f8x2 FC2 took 117.6
+# us, 109.8 with every token column's block scales read from one row (timing only; 235b 411.6 -> 395.3), 80.8 without
+# its weight copies (its FC1 101.6 / 72.6): the scattered scale loads by position cost it 7%. "_st": the FC2 split
+# rows' scales transposed (``split_scales_t``; the same bits; tools/gpu_next.sh s35c).
+TILES.update({f"{name}_st": dataclasses.replace(TILES[name], split_scales_t=True)
+              for name in ("s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128_fs")})
 
 
 def map_launch_tiles(cfg: TritonMoEConfig, change) -> TritonMoEConfig:
@@ -850,19 +849,6 @@ TILES.update({
 _GLUON_TWINS.update({"s16k4_sx4p_m3_s2": f"{_GW16}_f1x", "m32l4_sx4p_m_t16_s2": f"{_GW32}_f1xt"})
 
 
-def _scales_transposed(cfg: TritonMoEConfig) -> TritonMoEConfig:
-    """``cfg`` with ``split_scales_t`` on each launch tile that reads split rows (``_split_readers``)."""
-    return map_launch_tiles(cfg, lambda tile: dataclasses.replace(tile, split_scales_t=bool(_split_readers(tile))))
-
-
-# Session 35 (run 38 call 1, 30b squared ReLU, 64 tokens, per-kernel profile): the "_f128" tile's f8x2 FC2 took 117.6
-# us, 109.8 with every token column's block scales read from one row (timing only; 235b 411.6 -> 395.3), 80.8 without
-# its weight copies (its FC1 101.6 / 72.6): the scattered scale loads by position cost it 7%. "_st": the split rows'
-# scales transposed (``split_scales_t``; the same bits), on the f8x2 FC1 of the default twins and on both FCs of the
-# all-f8x2 tiles (prepared: tools/gpu_next.sh s35b).
-TILES.update({f"{name}_st": _scales_transposed(TILES[name]) for name in (
-    f"{_SQ_TWIN16}_f1x", f"{_SQ_TWIN32}_f1xt", f"{_GW16}_f1x", f"{_GW32}_f1xt", "s16_f8q_s2_gf_g1_f128",
-    "s16_f8q_s2_gf_g1_f128_fs")})
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles;
 # from 1 pair per expert, in place of q1, since session 34; Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad
 # calls at 64 / 100 tokens; two chains and 4 stages since session 26), 8-16 (the 32-token tiles with 16-token tails,
@@ -1478,8 +1464,8 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     x_planes = {t.fc1_block_k: torch.empty(rows, triton.cdiv(hidden, t.fc1_block_k) * t.fc1_block_k,
                                            dtype=x.dtype, device=device)
                 for t in cfg.launch_tiles if t.planes and not t.fc1_f8x2}
-    scales_t = _split_scales_t(cfg)
-    x_split = split_rows_buffers(rows, hidden, device, scales_t) if split_x else None
+    x_split = split_rows_buffers(rows, hidden, device) if split_x else None
+    scales_t = any(t.split_scales_t for t in cfg.launch_tiles)  # main tile and tail agree (__post_init__)
     inter_split = split_rows_buffers(sorted_len, n_out, device, scales_t) if split_tiles else None
     side = _side_stream(device) if cfg.side_stream and (x_planes or x_split or tail_t) else None
     tails_beside = side is not None and cfg.side_stream == 2 and bool(tail_t)
@@ -1543,11 +1529,6 @@ def _planes_into(x: torch.Tensor, planes: torch.Tensor, block_k: int) -> None:
     kernels._planes_kernel[(triton.cdiv(rows, 8), planes.shape[1] // block_k)](
         x, planes, rows, k, x.stride(0), planes.stride(0), PLANE_K=block_k, BLOCK_R=8, num_warps=4,
     )
-
-
-def _split_scales_t(cfg: TritonMoEConfig) -> bool:
-    """Whether the launch's split-row scales are stored transposed: the tiles that read them agree (``__post_init__``)."""
-    return any(t.split_scales_t for t in cfg.launch_tiles)
 
 
 def split_rows_buffers(rows: int, k: int, device, scales_t: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

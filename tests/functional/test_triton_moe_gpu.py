@@ -1169,25 +1169,17 @@ def test_f8x2_fc1_split_rows_equal_the_split_launch(name, case):
     _assert_tiles_keep_bits(dataclasses.replace(TILES[name], fc1_split_out=False), TILES[name], case, "squared_relu")
 
 
-# Session 35: "_st", the split rows' scales transposed (``split_scales_t``): the same values, so the bits of the tile
-# without it (squared ReLU: the all-f8x2 tiles and the f8x2 FC1 twins; SwiGLU: the gated twins)
-SCALES_T = {"s16_f8q_s2_gf_g1_f128": "squared_relu", "s16_f8q_s2_gf_g1_f128_fs": "squared_relu",
-            "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x": "squared_relu",
-            "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt": "squared_relu",
-            "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x": "swiglu", "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt": "swiglu"}
-
-
-@pytest.mark.parametrize("name", sorted(SCALES_T))
+# Session 35: "_st", FC2's split rows with their scales transposed (``split_scales_t``): the same values, so the bits
+# of the tile without it (run 38 call 2, then with x's scales transposed too: these and 4 more tiles, 18 passed)
+@pytest.mark.parametrize("name", ["s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128_fs"])
 @pytest.mark.parametrize("case", [(128, 8, 2048, 768, 64), (128, 8, 4096, 1536, 200), _DECODE1],
                          ids=["30b-T64", "235b-T200", "30b-T1"])
 def test_transposed_split_scales_keep_the_bits(name, case):
-    """One token too: x's transposed scales then have strides (1, 1)."""
-    _assert_tiles_keep_bits(TILES[name], TILES[name + "_st"], case, SCALES_T[name])
+    _assert_tiles_keep_bits(TILES[name], TILES[name + "_st"], case, "squared_relu")
 
 
 @pytest.mark.parametrize("tile,tokens", [("s16_f8q_s2_gf_g1", 64), ("m32_f8q_t16_s2_gf_g1n64", 256),
-                                         ("s16_f8q_s2_gf_g1_f128_fs", 64), ("s16_f8q_s2_gf_g1_f128_fs_st", 64),
-                                         ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt_st", 256)])
+                                         ("s16_f8q_s2_gf_g1_f128_fs", 64), ("s16_f8q_s2_gf_g1_f128_fs_st", 64)])
 def test_cuda_graph_replay_of_the_f8x2_gluon_fc1_tiles(tile, tokens):
     _graph_replay_of(lambda *shape: TILES[tile], tokens, (tokens, tokens // 2, 1), "squared_relu")
 

@@ -301,9 +301,8 @@ def test_f8x2_timing_skips_leave_out_only_their_part(skip):
     assert ptx.count("st.global") == full.count("st.global") > 0
 
 
-def _compile_f8x2_fc1(block_n, block_t, stages, plane_k2, gated, timing_skip, scales_t=False):
-    """(PTX, SASS) of ``_f8x2_fc1_gluon_kernel`` for sm_90 (Triton's compiler, no GPU), 4 warps, x's split scales
-    row-major or transposed (``scales_t``)."""
+def _compile_f8x2_fc1(block_n, block_t, stages, plane_k2, gated, timing_skip):
+    """(PTX, SASS) of ``_f8x2_fc1_gluon_kernel`` for sm_90 (Triton's compiler, no GPU), 4 warps."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -320,9 +319,9 @@ def _compile_f8x2_fc1(block_n, block_t, stages, plane_k2, gated, timing_skip, sc
     constants = dict(TOPK=8, ACTIVATION=0 if gated else 2, BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages,
                      PLANE_K2=plane_k2, X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv),
                      GATED=gated, TIMING_SKIP=timing_skip, num_warps=4)
-    ints = _scale_stride(types, constants, ("N1", "K", "stride_q", "stride_qs", "stride_se", "stride_inter"),
-                         "stride_qsb", scales_t)
-    return _compile_sm90(kernel._f8x2_fc1_gluon_kernel, types, constants, 4, ints, mma="QGMMA", with_sass=True)
+    return _compile_sm90(kernel._f8x2_fc1_gluon_kernel, types, constants, 4,
+                         ("N1", "K", "stride_q", "stride_qs", "stride_se", "stride_inter"), mma="QGMMA",
+                         with_sass=True)
 
 
 # Session 31 (prepared): the f8x2 FC1 in Gluon for ungated activations ("_g1" / "_g1n64" tiles): 128 rows in 3 stages,
@@ -352,16 +351,12 @@ def test_gluon_f8x2_fc1_compiles_for_sm90(block_n, block_t, stages, plane_k2, ga
 
 
 # Session 35 (prepared): the split rows' scales transposed ("_st" tiles, ``split_scales_t``)
-@pytest.mark.parametrize("kernel", ["fc2", "fc1", "fc1_gated"])
-def test_gluon_f8x2_kernels_with_transposed_scales_compile_for_sm90(kernel):
-    """The f8x2 FC2 (128 x 16, 3 stages) and FC1 (128 x 16 plane rows, ungated and gated) with the token scales'
-    block stride a run-time value (transposed scales) keep their loop: the wgmmas and their overlap (one block's pair
-    of groups outstanding, kept by ptxas), as many global loads and stores as with row-major scales (the same 4
-    token-scale loads a step, only their addresses differ), no spills, at most 128 registers at 16-token blocks."""
-    compile_ = {"fc2": lambda t: _compile_f8x2_fc2(128, 16, 3, 0, scales_t=t),
-                "fc1": lambda t: _compile_f8x2_fc1(128, 16, 3, 128, False, 0, scales_t=t),
-                "fc1_gated": lambda t: _compile_f8x2_fc1(128, 16, 3, 128, True, 0, scales_t=t)}[kernel]
-    (rows_ptx, _), (ptx, sass) = compile_(False), compile_(True)
+def test_gluon_f8x2_fc2_with_transposed_scales_compiles_for_sm90():
+    """The f8x2 FC2 (128 x 16, 3 stages) with its token scales' block stride a run-time value (transposed scales)
+    keeps its loop: the wgmmas and their overlap (one block's pair of groups outstanding, kept by ptxas), as many
+    global loads and stores as with row-major scales (the same 4 token-scale loads a step, only their addresses
+    differ), no spills, at most 128 registers."""
+    (rows_ptx, _), (ptx, sass) = (_compile_f8x2_fc2(128, 16, 3, 0, scales_t=t) for t in (False, True))
     assert ptx != rows_ptx  # the stride is an argument now
     assert "wgmma.wait_group.sync.aligned 2;" in ptx and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x2") >= 3
     for op in ("ld.global", "st.global", "cp.async.bulk.tensor"):
@@ -377,7 +372,7 @@ def test_gluon_f8x2_fc1_with_split_rows_compiles_for_sm90(block_n, block_t, gate
     """``_f8x2_fc1_split_gluon_kernel`` (run on the H200 in run 36): the same K loop as the bf16-row kernel (fp8 wgmmas of
     depth 32, one block's pair of groups outstanding, kept by ptxas), then the split in registers: no bf16 store, at
     most 128 registers at 16-token blocks (Triton 3.6: 128, gated too; 248 at 32-token blocks), no spills. Session 35:
-    with both split buffers' scales transposed too (``split_scales_t``)."""
+    writing FC2's split rows with their scales transposed too (``split_scales_t``)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -395,9 +390,8 @@ def test_gluon_f8x2_fc1_with_split_rows_compiles_for_sm90(block_n, block_t, gate
     constants = dict(TOPK=8, ACTIVATION=0 if gated else 2, BLOCK_N=block_n, BLOCK_T=block_t, STAGES=3,
                      X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv), GATED=gated,
                      num_warps=4)
-    ints = ("N1", "K", "stride_q", "stride_qs", "stride_se", "stride_q2", "stride_qs2")
-    for name in ("stride_qsb", "stride_qs2b"):
-        ints = _scale_stride(types, constants, ints, name, scales_t)
+    ints = _scale_stride(types, constants, ("N1", "K", "stride_q", "stride_qs", "stride_se", "stride_q2",
+                                            "stride_qs2"), "stride_qs2b", scales_t)
     ptx, sass = _compile_sm90(kernel._f8x2_fc1_split_gluon_kernel, types, constants, 4, ints, mma="QGMMA",
                               with_sass=True)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk32\.f32\.e4m3\.e4m3" % block_t, ptx)

@@ -517,27 +517,19 @@ def test_f8x2_fc1_twins_are_the_sw_twins_with_that_fc1():
 
 
 def test_transposed_split_scales_are_checked():
-    """"_st" (session 35, ``split_scales_t``): the f8x2 FC1 twins and the all-f8x2 tiles with the split rows' scales
-    transposed on every launch tile that reads split rows (the "_f1xt" twins: their tail only), nothing else changed;
-    the Triton form drops the flag; it needs the Gluon f8x2 kernels on those buffers, and a main tile and its tail that
-    read the same buffers must agree."""
+    """"_st" (session 35, ``split_scales_t``): the all-f8x2 "_f128" tiles with their FC2 split rows' scales transposed,
+    nothing else changed; the Triton form drops the flag; it needs the Gluon f8x2 FC1 and FC2 (the Triton f8x2 kernels
+    and the plane tiles read row-major scales), and a main tile and its tail that are both "f8x2" must agree."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
-    sixteen, thirty_two = "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt"
-    assert TILES[sixteen + "_st"] == dataclasses.replace(TILES[sixteen], split_scales_t=True)
-    assert TILES[thirty_two + "_st"] == dataclasses.replace(
-        TILES[thirty_two], tail=dataclasses.replace(TILES[thirty_two].tail, split_scales_t=True))
-    for name in ("s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128_fs", "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x"):
+    for name in ("s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128_fs"):
         assert TILES[name + "_st"] == dataclasses.replace(TILES[name], split_scales_t=True), name
-    for name in (sixteen, thirty_two, "s16_f8q_s2_gf_g1_f128_fs"):
-        assert triton_moe._split_scales_t(TILES[name + "_st"]) and not triton_moe._split_scales_t(TILES[name])
         assert triton_moe.triton_form(TILES[name + "_st"]) == triton_moe.triton_form(TILES[name]), name
-    assert not any(t.split_scales_t for name, tile in TILES.items() if not name.endswith("_st")
-                   for t in tile.launch_tiles)
-    # a Triton f8x2 FC2 / FC1 reads row-major scales; a plane tile without the f8x2 FC1 reads no split rows
+    assert sorted(name for name, tile in TILES.items() if any(t.split_scales_t for t in tile.launch_tiles)) == [
+        "s16_f8q_s2_gf_g1_f128_fs_st", "s16_f8q_s2_gf_g1_f128_st"]
     for bad in (TILES["s16_f8q_s2_gf"], dataclasses.replace(TILES["s16_f8q_s2_gf_g1_f128"], fc2_gluon=False),
-                TILES[sixteen[:-4]]):
-        with pytest.raises(ValueError, match="split_scales_t=True needs the Gluon f8x2 kernels"):
+                TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"]):  # Triton f8x2 FC1; Triton f8x2 FC2; a plane tile
+        with pytest.raises(ValueError, match="split_scales_t=True needs an 'f8x2' tile with the Gluon FC1 and FC2"):
             dataclasses.replace(bad, split_scales_t=True)
     with pytest.raises(ValueError, match="tail.split_scales_t False differs from True"):  # its tail: Triton f8x2
         dataclasses.replace(TILES["m32_f8q_t16_s2_gf_g1"], split_scales_t=True)
@@ -1500,7 +1492,7 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
         # the kernel's contract in torch: each routed position's activated FC1 row (squared ReLU, or gated SwiGLU on
         # [gate; up] rows), from the split x rows, in K order or plane-major per plane_k2, or split for FC2
         calls.append(dict(rows=inter.shape[0], cols=inter.shape[1], blocks=int(num_blocks[0]), block_t=block_t,
-                          plane_k2=plane_k2, gated=gated, split=bool(split_out), qs_strides=list(qs.stride())))
+                          plane_k2=plane_k2, gated=gated, split=bool(split_out)))
         kp = q.shape[1] // 2
         split = q.view(q.shape[0], kp // 32, 64).double()
         xs = (split[:, :, :32] + split[:, :, 32:]) * qs.double()[:, :, None]
@@ -1533,11 +1525,10 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
         return dataclasses.replace(TILES[name], fc2_gluon=False, fc2_chains=1, dequant="sx4_int", fp32_dot=True)
 
     f1x, f1x_gated = plane_twin("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"), plane_twin("s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x")
-    f1x_st = plane_twin("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x_st")  # x's split scales transposed
     outs = {}
     for name, tile, first, activation in (("g1", g1, fc1, "squared_relu"), ("triton", triton_fc1, fc1, "squared_relu"),
                                           ("f1x", f1x, fc1, "squared_relu"), ("gated", f1x_gated, fc1_gated, "swiglu"),
-                                          ("fs", fs, fc1, "squared_relu"), ("f1x_st", f1x_st, fc1, "squared_relu")):
+                                          ("fs", fs, fc1, "squared_relu")):
         out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
         triton_mxfp8_moe(x, probs, ids, first, fc2, activation=activation, valid_tokens=valid, out=out, config=tile)
         outs[name] = out
@@ -1550,7 +1541,6 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
                           err_gated=relative_error(outs["gated"], ref_gated),
                           gated_written=bool(outs["gated"][:int(valid)].isfinite().all()),
                           fs_equal=bool(torch.equal(outs["fs"], outs["g1"])),
-                          st_equal=bool(torch.equal(outs["f1x_st"], outs["f1x"])),
                           tail_zero=bool((outs["g1"][int(valid):] == 0).all()),
                           written=bool(outs["g1"].isfinite().all()))))
     """
@@ -1565,16 +1555,12 @@ def test_gluon_f8x2_fc1_wiring_under_the_interpreter():
     ``valid_tokens`` zero. Session 32: the same stand-in on a plane tile ("_f1x", ``fc1_f8x2``) writes plane-major rows
     per FC2 step (128) for the plane FC2, and that layer gives the oracle within 1e-2 too, every row written; so does
     the gated plane tile (SwiGLU, the stand-in told ``gated``); with ``fc1_split_out`` ("_fs") the stand-in writes
-    FC2's split rows (``split_rows_reference`` of its bf16 rows) and the layer's output equals the "_g1" tile's.
-    Session 35: with x's split scales transposed ("_st", the stand-in reading them through the view's strides) the
-    output equals "_f1x"'s."""
+    FC2's split rows (``split_rows_reference`` of its bf16 rows) and the layer's output equals the "_g1" tile's."""
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _F8X2_GLUON_FC1_WIRING_SCRIPT], timeout=600)
-    assert len(result["calls"]) == 5, result
-    assert [call["qs_strides"] for call in result["calls"]] == [[8, 1]] * 4 + [[1, 12]], result  # 12 rows of x
-    assert result["st_equal"], result
-    for call, plane_k2, gated, split in zip(result["calls"], (0, 128, 128, 0, 128), (False, False, True, False, False),
-                                            (False, False, False, True, False)):
+    assert len(result["calls"]) == 4, result
+    for call, plane_k2, gated, split in zip(result["calls"], (0, 128, 128, 0), (False, False, True, False),
+                                            (False, False, False, True)):
         assert call["block_t"] == 16 and call["plane_k2"] == plane_k2 and call["split"] == split, result
         assert call["cols"] == (0 if split else 128), result  # no bf16 rows where FC1 writes the split
         assert call["gated"] == gated and call["blocks"] > 0 and call["rows"] >= 16 * call["blocks"], result
