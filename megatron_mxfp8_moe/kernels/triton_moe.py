@@ -847,8 +847,6 @@ TILES.update({
 # tokens): the Triton gated FC1 114.9 us, the gated Gluon f8x2 FC1 103.4 (FC2 63.3 / 63.7). Since session 33 the gated
 # twins of 1.5-8 and 8-16 pairs per expert.
 _GLUON_TWINS.update({"s16k4_sx4p_m3_s2": f"{_GW16}_f1x", "m32l4_sx4p_m_t16_s2": f"{_GW32}_f1xt"})
-
-
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles;
 # from 1 pair per expert, in place of q1, since session 34; Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad
 # calls at 64 / 100 tokens; two chains and 4 stages since session 26), 8-16 (the 32-token tiles with 16-token tails,
