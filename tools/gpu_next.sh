@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s36a     # for session 36 (run first): "_f128_st" against the squared-ReLU default at 16-128
+#                                   # tokens on both shapes (is it the pick on large H?), its float64 GPU tests
 #   bash tools/gpu_next.sh s35c     # session 35, call 3: "_st" on FC2's split rows only: the all-f8x2 tiles against the
 #                                   # squared-ReLU default (probes, profile), graph replays
 #   bash tools/gpu_next.sh s35b     # session 35, call 2: the split rows' scales transposed ("_st"): profiles, layer probes
@@ -986,6 +988,21 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s36a)
+    # prepared in session 35 (for session 36, run first): run 38 call 3 found the all-f8x2 "_f128_st" (FC2's split
+    # scales transposed) 4.5% faster than the squared-ReLU default on 235b at 64 tokens (831.5, 839.4 against 866.5,
+    # 883.6 us) but 2.2% slower on 30b (238.0, 238.2 against 234.3, 231.5). Does that hold across the default's range
+    # (1-8 pairs per expert: 16-128 tokens)? Layer probes alternating with the default, both shapes, then the float64
+    # GPU tests of "_f128_st" (bit tests ran in run 38; these hold it to the oracle on its own)
+    S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128_st
+    for shape in qwen3-235b-a22b qwen3-30b-a3b; do
+      for t in 16 32 64 128; do
+        timeout 60 python3 bench/triton_moe_probe.py --shape $shape --tokens $t --activation squared_relu \
+          --configs "$S,$G,$S,$G" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      done
+    done
+    layer_probe_summary 30
+    moe_gpu_tests 150 "f8x2_gluon_fc1_tiles_match and f128_st" ;;
   s35c)
     # session 35, call 3: s35b found the transposed scales good for the FC2 (117.6 -> 111.6 us, 235b 411.6 -> 391.7)
     # and bad for the f8x2 FC1 (x's columns scattered: 101.6 -> 107.6, 382.0 -> 409.6), so "_st" now transposes FC2's

@@ -1151,7 +1151,8 @@ def test_cuda_graph_replay_of_the_f8x2_gluon_fc2_tiles():
 F8X2_GLUON_FC1 = ("s16_f8q_s2_gf_g1", "s16_f8q_s2_gf_g1n64", "m32_f8q_t16_s2_gf_g1", "m32_f8q_t16_s2_gf_g1n64",
                   "s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128s4",  # session 32: the FC2 on 128 rows too
                   "s16_f8q_s2_gf_g1_fs", "s16_f8q_s2_gf_g1_f128_fs",  # ... and FC1 writing FC2's split rows
-                  "s16_f8q_s2_gf_g1_f128w8")  # session 34: that FC2 on 8 warps
+                  "s16_f8q_s2_gf_g1_f128w8",  # session 34: that FC2 on 8 warps
+                  "s16_f8q_s2_gf_g1_f128_st")  # session 35: FC2's split scales transposed
 
 
 @pytest.mark.parametrize("tile", F8X2_GLUON_FC1)
