@@ -73,7 +73,8 @@
 #   bash tools/gpu_next.sh s28b     # session 28, call 2: the "_nov" defaults at 8-16 pairs per expert: bit tests, graph
 #                                   # replays, race probe; layer probes on 235b and at 160 / 384 tokens
 #   bash tools/gpu_next.sh s28a     # session 28, call 1: the Gluon kernels without overlap (fc1_overlap / fc2_overlap; probes)
-#   (s28b names m32k_sx4p_f4_t16_g_s2_gt_n64_c2_nov, a squared-ReLU tile removed after that call: its probes were mixed)
+#   (s28b names m32k_sx4p_f4_t16_g_s2_gt_n64_c2_nov, a squared-ReLU tile removed after that call: its probes were mixed;
+#   s35b names "_st" forms of the f8x2 FC1 twins, removed after that call: x's transposed scales slowed that FC1)
 #   bash tools/gpu_next.sh s27e     # session 27, call 5: the cross-word dequant alone (same bits): bit tests, layer / FC2 probes
 #   (session 27's calls 1-4, modes s27a-d, ran code since removed: the two-chain Gluon FC1, the l64 "_n64_c2" tiles, the
 #   DEQ / X3D / one-factor Gluon variants; see bench/NOTES_triton_moe.md session 27 and the commits it names)
@@ -288,6 +289,18 @@ layer_probe_summary() {
 profile_summary() {
   python3 -c "import json; [print(d['shape'][:10], d['activation'][:4], d['tokens'], d['config'][-30:], d['kernels_us'])
                            for d in map(json.loads, open('$OUT/profile.jsonl'))]"
+}
+# profiles_sq64 SECONDS CONFIGS [SECONDS_235B CONFIGS_235B]: per-kernel profiles (triton_moe_probe.py --profile),
+# squared ReLU, 64 tokens, of CONFIGS on qwen3-30b-a3b (and of CONFIGS_235B on qwen3-235b-a22b) into
+# $OUT/profile.jsonl, then profile_summary
+profiles_sq64() {
+  { timeout "$1" python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu --configs "$2"
+    if [ -n "${4:-}" ]; then
+      timeout "$3" python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --profile --tokens 64 \
+        --activation squared_relu --configs "$4"
+    fi
+  } > $OUT/profile.jsonl 2> $OUT/profile.err
+  profile_summary; tail -2 $OUT/profile.err
 }
 # probe_picks SUFFIX...: layer probes (bench/triton_moe_probe.py) at $PICK_TOKENS (default "64 256") tokens, both
 # activations, of choose_config's pick D (default_tile) with each SUFFIX appended in turn ("" is D itself), appended
@@ -1014,9 +1027,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
         --configs "$S,$G,$F,$S,$G,$F" >> $OUT/probe.jsonl 2>> $OUT/probe.err
     done
     layer_probe_summary 30
-    timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu --configs "$S,$G,$F" \
-      > $OUT/profile.jsonl 2> $OUT/profile.err
-    profile_summary; tail -2 $OUT/profile.err
+    profiles_sq64 60 "$S,$G,$F"
     moe_gpu_tests 90 "graph_replay_of_the_f8x2_gluon_fc1" ;;
   s35b)
     # session 35, call 2: the split rows' scales transposed ("_st", ``split_scales_t``; the same bits). Run 38 call 1
@@ -1025,12 +1036,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # "_st" (both activations, 30b), the squared-ReLU default against "_st" and the all-f8x2 "_f128_fs_st" on 235b;
     # then the GPU tests of the "_st" tiles (bit-equal to their row-major forms; graph replays)
     S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128; F=s16_f8q_s2_gf_g1_f128_fs
-    { timeout 120 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
-        --configs "$S,${S}_st,$G,${G}_st,${F}_st"
-      timeout 80 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --profile --tokens 64 \
-        --activation squared_relu --configs "$S,${S}_st,${G}_st"
-    } > $OUT/profile.jsonl 2> $OUT/profile.err
-    profile_summary; tail -2 $OUT/profile.err
+    profiles_sq64 120 "$S,${S}_st,$G,${G}_st,${F}_st" 80 "$S,${S}_st,${G}_st"
     PICK_TOKENS="64 256" probe_picks "" _st "" _st
     timeout 80 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 64 --activation squared_relu \
       --configs "$S,${S}_st,${F}_st,$S,${S}_st,${F}_st" >> $OUT/probe.jsonl 2>> $OUT/probe.err
@@ -1045,12 +1051,8 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # ("_f128w8": two warpgroups of 64 rows, twice the warps per SM to hide the chain). Per-kernel profiles (30b, 235b);
     # the tests of "_f128w8" and those left over from run 37; layer probes of "_f128w8" against the default
     S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128; W=s16_f8q_s2_gf_g1_f128w8
-    { timeout 200 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
-        --configs "$G,$G~fc1=1,$G~fc1=2,$G~fc1=4,$G~fc2=1,$G~fc2=8,$G~fc2=9,$G~fc1=1~fc2=1,$S,$S~fc1=1,$W,$W~fc2=1"
-      timeout 90 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --profile --tokens 64 \
-        --activation squared_relu --configs "$G,$G~fc1=1,$G~fc2=1,$G~fc2=8,$W"
-    } > $OUT/profile.jsonl 2> $OUT/profile.err
-    profile_summary; tail -2 $OUT/profile.err
+    C="$G,$G~fc1=1,$G~fc1=2,$G~fc1=4,$G~fc2=1,$G~fc2=8,$G~fc2=9,$G~fc1=1~fc2=1,$S,$S~fc1=1,$W,$W~fc2=1"
+    profiles_sq64 200 "$C" 90 "$G,$G~fc1=1,$G~fc2=1,$G~fc2=8,$W"
     moe_gpu_tests 200 "f128w8 or (f8x2_fc1_twins_match and 235b-T64) or (f8x2_gluon_fc1_tiles_match and 235b)"
     for shape in qwen3-30b-a3b qwen3-235b-a22b; do
       timeout 80 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --activation squared_relu \
@@ -1063,12 +1065,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # only: ~1 no weight copies, ~2 no split-row copies, ~4 no store executed, ~3 neither copy), per-kernel profile at
     # 64 tokens, squared ReLU, 30b then 235b
     G=s16_f8q_s2_gf_g1_f128
-    { timeout 120 python3 bench/triton_moe_probe.py --profile --tokens 64 --activation squared_relu \
-        --configs "$G,$G~2,$G~4,$G~1,$G~3,$G"
-      timeout 60 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --profile --tokens 64 \
-        --activation squared_relu --configs "$G,$G~2,$G~4"
-    } > $OUT/profile.jsonl 2> $OUT/profile.err
-    profile_summary; tail -2 $OUT/profile.err ;;
+    profiles_sq64 120 "$G,$G~2,$G~4,$G~1,$G~3,$G" 60 "$G,$G~2,$G~4" ;;
   s34c)
     # session 34, call 3: the full benchmark and the demo with the 16-token f8x2 twins from one pair per expert (s34b:
     # q1 3-5% faster at 10-14 tokens on 30b, the twins at 16-24), the twins' remaining tests (235b, 64 tokens), the race
