@@ -15,7 +15,9 @@ weights the dequantized canonical MXFP8 values) against float64, for
 - ``hi + lo, block scales``: ``s`` per token and 32-value K block (what an FC1 epilogue can produce for FC2,
   which never sees a whole row), one scale for both terms;
 - ``..., 13-bit block sums``: the last, each 32-value block's partial sum rounded to 13 mantissa bits before the
-  fp32 accumulation (Hopper's fp8 MMAs accumulate with reduced precision; per-block promotion bounds it).
+  fp32 accumulation (Hopper's fp8 MMAs accumulate with reduced precision; per-block promotion bounds it);
+- ``hi + lo, 128-block scales`` (session 35): one scale per token and 128-value K step (the f8x2 kernels' step), so a
+  kernel would load one token scale per step instead of four and fold it in once per step.
 
     python3 bench/fp8_split_numerics.py --tokens 64 --k 2048 --n 1536
 """
@@ -113,14 +115,18 @@ def study(tokens: int, k: int, n: int, distribution: str, seed: int) -> dict:
     bhi, blo, bs = split_e4m3_blocks(x)
     blocks = blocked_matmul(bs * (bhi + blo), w).to(torch.bfloat16)
     blocks13 = blocked_matmul(bs * (bhi + blo), w, bits=13).to(torch.bfloat16)
+    shi, slo, ss = split_e4m3_blocks(x, block=128)
+    steps = blocked_matmul(ss * (shi + slo), w).to(torch.bfloat16)
     return dict(tokens=tokens, k=k, n=n, distribution=distribution,
                 input_err_hi_lo=relative_error(x_split, x.double()),
                 input_err_one_scale=relative_error(s * (hi + lo_same), x.double()),
                 input_err_block_scales=relative_error(bs * (bhi + blo), x.double()),
+                input_err_block128_scales=relative_error(ss * (shi + slo), x.double()),
                 bf16_path=relative_error(bf16_path, ref), hi_only=relative_error(hi_only, ref),
                 hi_lo=relative_error(hi_lo, ref), hi_lo_one_scale=relative_error(one_scale, ref),
                 hi_lo_block_scales=relative_error(blocks, ref),
-                hi_lo_block_scales_13bit_sums=relative_error(blocks13, ref))
+                hi_lo_block_scales_13bit_sums=relative_error(blocks13, ref),
+                hi_lo_block128_scales=relative_error(steps, ref))
 
 
 def main() -> None:
