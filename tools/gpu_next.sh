@@ -8,7 +8,9 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
-#   bash tools/gpu_next.sh s36a     # for session 36 (run first): "_f128_st" against the squared-ReLU default at 16-128
+#   bash tools/gpu_next.sh s36a     # for session 36 (run first): "_g128" (one token scale per 128-value step): float64
+#                                   # GPU tests, layer probes against the defaults (30b both activations, 235b), profile
+#   bash tools/gpu_next.sh s36b     # for session 36, after s36a: "_f128_st" against the squared-ReLU default at 16-128
 #                                   # tokens on both shapes (is it the pick on large H?), its float64 GPU tests
 #   bash tools/gpu_next.sh s35c     # session 35, call 3: "_st" on FC2's split rows only: the all-f8x2 tiles against the
 #                                   # squared-ReLU default (probes, profile), graph replays
@@ -301,6 +303,12 @@ profiles_sq64() {
     fi
   } > $OUT/profile.jsonl 2> $OUT/profile.err
   profile_summary; tail -2 $OUT/profile.err
+}
+# probe_sq64 SHAPE CONFIGS: layer probes (triton_moe_probe.py), squared ReLU, 64 tokens, of CONFIGS on SHAPE,
+# appended to $OUT/probe.jsonl
+probe_sq64() {
+  timeout 80 python3 bench/triton_moe_probe.py --shape "$1" --tokens 64 --activation squared_relu --configs "$2" \
+    >> $OUT/probe.jsonl 2>> $OUT/probe.err
 }
 # probe_picks SUFFIX...: layer probes (bench/triton_moe_probe.py) at $PICK_TOKENS (default "64 256") tokens, both
 # activations, of choose_config's pick D (default_tile) with each SUFFIX appended in turn ("" is D itself), appended
@@ -1002,7 +1010,19 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
   s36a)
-    # prepared in session 35 (for session 36, run first): run 38 call 3 found the all-f8x2 "_f128_st" (FC2's split
+    # prepared in session 35 (for session 36, run first): "_g128", one token scale per 128-value K step in the split
+    # rows (``step_scales``; compile-checked only: the f8x2 FC2's FMULs 64 -> 0 and global loads 56 -> 32 in its code,
+    # registers no more). Other bits than the 32-block split: first its float64 GPU tests (twins within 1e-2 and 1.5x
+    # of their dequantizing forms' error; graph replay), then layer probes against the defaults (30b, both
+    # activations, 64 / 256 tokens; 235b squared ReLU at 64 with "_f128_st" and its "_g128" form), then a profile
+    S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128_st
+    moe_gpu_tests 200 "g128"
+    PICK_TOKENS="64 256" probe_picks "" _g128 "" _g128
+    probe_sq64 qwen3-235b-a22b "$S,${S}_g128,$G,${G}_g128,$S,${S}_g128,$G,${G}_g128"
+    layer_probe_summary 30
+    profiles_sq64 60 "$S,${S}_g128,$G,${G}_g128" ;;
+  s36b)
+    # prepared in session 35 (for session 36, after s36a): run 38 call 3 found the all-f8x2 "_f128_st" (FC2's split
     # scales transposed) 4.5% faster than the squared-ReLU default on 235b at 64 tokens (831.5, 839.4 against 866.5,
     # 883.6 us) but 2.2% slower on 30b (238.0, 238.2 against 234.3, 231.5). Does that hold across the default's range
     # (1-8 pairs per expert: 16-128 tokens)? Layer probes alternating with the default, both shapes, then the float64
@@ -1015,17 +1035,14 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       done
     done
     layer_probe_summary 30
-    moe_gpu_tests 150 "f8x2_gluon_fc1_tiles_match and f128_st" ;;
+    moe_gpu_tests 150 "f8x2_gluon_fc1_tiles_match and f128_st and not g128" ;;
   s35c)
     # session 35, call 3: s35b found the transposed scales good for the FC2 (117.6 -> 111.6 us, 235b 411.6 -> 391.7)
     # and bad for the f8x2 FC1 (x's columns scattered: 101.6 -> 107.6, 382.0 -> 409.6), so "_st" now transposes FC2's
     # split rows only. Layer probes of the all-f8x2 "_f128_st" / "_f128_fs_st" against the squared-ReLU default at
     # 64 tokens (30b, 235b), per-kernel profile (30b), then the graph replays left over from s35b
     S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128_st; F=s16_f8q_s2_gf_g1_f128_fs_st
-    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
-      timeout 80 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --activation squared_relu \
-        --configs "$S,$G,$F,$S,$G,$F" >> $OUT/probe.jsonl 2>> $OUT/probe.err
-    done
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do probe_sq64 $shape "$S,$G,$F,$S,$G,$F"; done
     layer_probe_summary 30
     profiles_sq64 60 "$S,$G,$F"
     moe_gpu_tests 90 "graph_replay_of_the_f8x2_gluon_fc1" ;;
@@ -1038,8 +1055,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128; F=s16_f8q_s2_gf_g1_f128_fs
     profiles_sq64 120 "$S,${S}_st,$G,${G}_st,${F}_st" 80 "$S,${S}_st,${G}_st"
     PICK_TOKENS="64 256" probe_picks "" _st "" _st
-    timeout 80 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 64 --activation squared_relu \
-      --configs "$S,${S}_st,${F}_st,$S,${S}_st,${F}_st" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    probe_sq64 qwen3-235b-a22b "$S,${S}_st,${F}_st,$S,${S}_st,${F}_st"
     layer_probe_summary 30
     moe_gpu_tests 170 "transposed_split_scales or graph_replay_of_the_f8x2_gluon_fc1" ;;
   s35a)
@@ -1054,10 +1070,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     C="$G,$G~fc1=1,$G~fc1=2,$G~fc1=4,$G~fc2=1,$G~fc2=8,$G~fc2=9,$G~fc1=1~fc2=1,$S,$S~fc1=1,$W,$W~fc2=1"
     profiles_sq64 200 "$C" 90 "$G,$G~fc1=1,$G~fc2=1,$G~fc2=8,$W"
     moe_gpu_tests 200 "f128w8 or (f8x2_fc1_twins_match and 235b-T64) or (f8x2_gluon_fc1_tiles_match and 235b)"
-    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
-      timeout 80 python3 bench/triton_moe_probe.py --shape $shape --tokens 64 --activation squared_relu \
-        --configs "$S,$W,$G,$S,$W,$G" >> $OUT/probe.jsonl 2>> $OUT/probe.err
-    done
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do probe_sq64 $shape "$S,$W,$G,$S,$W,$G"; done
     layer_probe_summary 30 ;;
   s34d)
     # session 34, call 4: what the f8x2 FC2's nine points of DRAM throughput below its FC1 go to (runs 36-37: the kernel,

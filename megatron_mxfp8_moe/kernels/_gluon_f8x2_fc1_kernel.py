@@ -78,7 +78,7 @@ def _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k, w_row, up_row, S
 def _activated_tile(w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
                     stride_qs, stride_se, scale_tiles, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
                     BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, STAGES: gl.constexpr, X_LAYOUT: gl.constexpr,
-                    GATED: gl.constexpr, SKIP: gl.constexpr, num_warps: gl.constexpr):
+                    GATED: gl.constexpr, SKIP: gl.constexpr, STEP_SCALE: gl.constexpr, num_warps: gl.constexpr):
     """Token block ``pid_b``'s activated FC1 rows of this program (``pid_n``): ``(h, rows, n_out, positions, pairs)``
     with ``h`` ``[rows, BLOCK_T]`` fp32 in the MMA layout (``BLOCK_N`` rows, gated ``BLOCK_N / 2``), ``rows`` their
     output columns, ``positions`` / ``pairs`` the block's sorted positions and their pairs (-1: padding)."""
@@ -116,13 +116,13 @@ def _activated_tile(w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert
     qs_rows = qs_ptr + tokens * stride_qs
     acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
     zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-    sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0, 1)
+    sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0, 1, STEP_SCALE)
     for k in range(0, steps):
         st = k % STAGES
         mbarrier.wait(bars.index(st), (k // STAGES) & 1)
         fence_async_shared()  # the cp.async (generic proxy) token rows, read by wgmma (async proxy)
         acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, 1, sw, sx0, sx1,
-                                                   sx2, sx3, acc, zero)
+                                                   sx2, sx3, acc, zero, STEP_SCALE)
         # every wgmma of the warpgroup up to this step is retired: the previous step's stage is free
         if k + STAGES - 1 < steps:
             _issue(w_desc, w_smem, x_smem, bars, q_rows, token_mask, k + STAGES - 1, w_row, up_row, STAGES,
@@ -148,14 +148,14 @@ def _f8x2_fc1_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, inter_ptr, sorted_pairs
                            TOPK: gl.constexpr, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr,
                            BLOCK_T: gl.constexpr, STAGES: gl.constexpr, PLANE_K2: gl.constexpr,
                            X_LAYOUT: gl.constexpr, GATED: gl.constexpr, TIMING_SKIP: gl.constexpr,
-                           num_warps: gl.constexpr):
+                           STEP_SCALE: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
         h, rows, n_out, positions, pairs = _activated_tile(
             w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
             stride_qs, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT, GATED,
-            TIMING_SKIP, num_warps)
+            TIMING_SKIP, STEP_SCALE, num_warps)
         if TIMING_SKIP & SKIP_STORE:  # a store that never happens (K > 0) but keeps the sums alive
             pairs = gl.where(K < 0, pairs, -1)
         ptrs = inter_ptr + positions.to(gl.int64)[None, :] * stride_inter + _plane_cols(rows, PLANE_K2)[:, None]
@@ -167,7 +167,8 @@ def _f8x2_fc1_split_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, q2_ptr, qs2_ptr, 
                                  num_blocks_ptr, N1, K, stride_q, stride_qs, stride_se, scale_tiles, stride_q2,
                                  stride_qs2, stride_qs2b, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
                                  BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, STAGES: gl.constexpr,
-                                 X_LAYOUT: gl.constexpr, GATED: gl.constexpr, num_warps: gl.constexpr):
+                                 X_LAYOUT: gl.constexpr, GATED: gl.constexpr, STEP_SCALE: gl.constexpr,
+                                 num_warps: gl.constexpr):
     """``_f8x2_fc1_gluon_kernel`` writing FC2's split rows itself (session 32; run 36: the bits of the split launch,
     no layer gain, opt-in): the activated rows rounded to bf16 (the values the other tiles' ``inter`` holds), then per
     position and 32-column block the power-of-two scale and the hi / lo e4m3 terms of ``split_rows_reference`` into
@@ -179,7 +180,7 @@ def _f8x2_fc1_split_gluon_kernel(w_desc, q_ptr, qs_ptr, s_ptr, q2_ptr, qs2_ptr, 
         h, rows, n_out, positions, pairs = _activated_tile(
             w_desc, q_ptr, qs_ptr, s_ptr, sorted_pairs_ptr, block_expert_ptr, pid_n, pid_b, N1, K, stride_q,
             stride_qs, stride_se, scale_tiles, TOPK, ACTIVATION, BLOCK_N, BLOCK_T, STAGES, X_LAYOUT, GATED, 0,
-            num_warps)
+            STEP_SCALE, num_warps)
         OUT: gl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N
         # each warp holds whole 32-row blocks: SPT rows of one token per thread, TPR threads per block and token
         WARPS_ROWS: gl.constexpr = OUT // 32
@@ -212,7 +213,7 @@ def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
                           inter: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                           num_blocks: torch.Tensor, grid_blocks: int, *, activation: int, topk: int, block_n: int,
                           block_t: int, stages: int, num_warps: int, plane_k2: int = 0, gated: bool = False,
-                          split_out: tuple = (), timing_skip: int = 0) -> None:
+                          split_out: tuple = (), timing_skip: int = 0, step_scale: bool = False) -> None:
     """One ``_f8x2_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``q`` / ``qs`` the split rows of x by token (``split_rows_buffers``; ``q``'s row stride a multiple of 16), ``w``
     ``[E, N1, H]`` fp8 contiguous (ungated: N1 output columns; ``gated``: ``[gate; up]`` rows, N1 / 2 output
@@ -223,7 +224,8 @@ def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
     it writes FC2's split rows there instead of ``inter`` (``_f8x2_fc1_split_gluon_kernel``). The caller checks ``H %
     128 == 0`` and ``n_out % block_n == 0``. ``timing_skip`` (``SKIP_*`` flags of ``_gluon_f8x2_fc2_kernel``; probes
     only, the output is then wrong; not with ``split_out``): leave out the weight copies, the split-row gathers or the
-    store, to time what each costs."""
+    store, to time what each costs. ``step_scale``: ``qs`` holds one scale per token and 128-value step
+    (``split_rows_buffers(..., group=128)``)."""
     experts, n1, hidden = w.shape
     flat = w.view(experts * n1, hidden)
     w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
@@ -232,7 +234,7 @@ def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
     n_out = n1 // 2 if gated else n1
     grid = (triton.cdiv(n_out, block_n), grid_blocks)
     tile = dict(TOPK=topk, ACTIVATION=activation, BLOCK_N=2 * block_n if gated else block_n, BLOCK_T=block_t,
-                STAGES=stages, X_LAYOUT=x_layout, GATED=gated, num_warps=num_warps)
+                STAGES=stages, X_LAYOUT=x_layout, GATED=gated, STEP_SCALE=step_scale, num_warps=num_warps)
     if split_out:
         if timing_skip:
             raise ValueError("launch_gluon_f8x2_fc1: timing_skip is not supported with split_out")

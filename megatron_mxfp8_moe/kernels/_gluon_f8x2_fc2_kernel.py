@@ -70,23 +70,32 @@ def _issue(w_desc, x_desc, w_smem, x_smem, bars, k, w_row, x_row, STAGES: gl.con
 
 
 @gluon.jit
-def _f8x2_step_scales(s_rows, qs_rows, k, stride_qsb):
+def _f8x2_step_scales(s_rows, qs_rows, k, stride_qsb, STEP_SCALE: gl.constexpr):
     """The scale operands of K step ``k``, loaded a step before their use (session 31; until then each block loaded its
     bytes after issuing its wgmmas, so every block waited for a global load): each row's 4 E8M0 bytes as one int32
     (``[BLOCK_N]``; the 128x4 layout keeps a 128-deep step's 4 blocks adjacent, the scales 4-byte aligned) and each
     token column's 4 block scales (4 x ``[BLOCK_T]`` fp32; ``stride_qsb`` between a row's blocks: 1 row-major, the
-    rows' count where the scales are transposed, ``split_rows_buffers``)."""
+    rows' count where the scales are transposed, ``split_rows_buffers``). ``STEP_SCALE`` (session 35, prepared): the
+    split rows hold one scale per 128-value step (``split_rows_buffers(..., group=128)``), loaded once, 4 times the
+    same value."""
     sw = gl.load((s_rows + k * 512).to(gl.pointer_type(gl.int32), bitcast=True))
+    if STEP_SCALE:
+        sx = gl.load(qs_rows + k * stride_qsb)
+        return sw, sx, sx, sx, sx
     qs_step = qs_rows + 4 * k * stride_qsb
     return (sw, gl.load(qs_step), gl.load(qs_step + stride_qsb), gl.load(qs_step + 2 * stride_qsb),
             gl.load(qs_step + 3 * stride_qsb))
 
 
 @gluon.jit
-def _block_factor(sw, sx, b: gl.constexpr):
+def _block_factor(sw, sx, b: gl.constexpr, STEP_SCALE: gl.constexpr):
     """``2 ** (e_w - 127) * s_x`` of block ``b`` of a step for the tile, from the rows' scale words ``sw`` and the
-    block's token scales ``sx``: ``[BLOCK_N, BLOCK_T]`` fp32."""
-    return _e8m0_f32((sw >> (8 * b)) & 0xFF)[:, None] * sx[None, :]
+    block's token scales ``sx``: ``[BLOCK_N, BLOCK_T]`` fp32; with ``STEP_SCALE`` only ``2 ** (e_w - 127)``,
+    ``[BLOCK_N, 1]`` (the step's token scale is applied once to the step's sum, ``_step_blocks``)."""
+    factor = _e8m0_f32((sw >> (8 * b)) & 0xFF)[:, None]
+    if not STEP_SCALE:
+        factor = factor * sx[None, :]
+    return factor
 
 
 @gluon.jit
@@ -102,37 +111,47 @@ def _issue_block(w_smem, x_smem, st, b: gl.constexpr, d):
 
 
 @gluon.jit
-def _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, stride_qsb, sw, sx0, sx1, sx2, sx3, acc, zero):
+def _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, stride_qsb, sw, sx0, sx1, sx2, sx3, acc, zero,
+                 STEP_SCALE: gl.constexpr):
     """The 4 blocks of K step ``k`` (stage ``st``; its scale operands ``sw`` / ``sx*``, ``_f8x2_step_scales``) added
     into ``acc``, after starting the loads of step ``k + 1``'s scale operands, which it returns with ``acc``. Even
     blocks in ``d0``, odd ones in ``d1``; each wait retires the block before the one just issued, whose sum is then
     scaled and added while the newer block's wgmmas run. The last block is waited for down to 0: with a wgmma in
     flight across the loop's back edge ptxas serializes every wgmma of the kernel (session 24), and past this wait
-    the stage is free."""
-    nw, nx0, nx1, nx2, nx3 = _f8x2_step_scales(s_rows, qs_rows, gl.minimum(k + 1, steps - 1), stride_qsb)
+    the stage is free. ``STEP_SCALE``: the blocks' sums times their weight factors summed from ``zero``, the step's
+    token scale applied once to that sum (per accumulator element 5 operations a step instead of 8)."""
+    nw, nx0, nx1, nx2, nx3 = _f8x2_step_scales(s_rows, qs_rows, gl.minimum(k + 1, steps - 1), stride_qsb,
+                                               STEP_SCALE)
+    if STEP_SCALE:
+        part = zero
+    else:
+        part = acc
     d0 = _issue_block(w_smem, x_smem, st, 0, zero)
-    f0 = _block_factor(sw, sx0, 0)
+    f0 = _block_factor(sw, sx0, 0, STEP_SCALE)
     d1 = _issue_block(w_smem, x_smem, st, 1, zero)
     d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
-    acc = acc + d0 * f0
-    f1 = _block_factor(sw, sx1, 1)
+    part = part + d0 * f0
+    f1 = _block_factor(sw, sx1, 1, STEP_SCALE)
     d0 = _issue_block(w_smem, x_smem, st, 2, d0)
     d1 = warpgroup_mma_wait(num_outstanding=2, deps=(d1,))
-    acc = acc + d1 * f1
-    f2 = _block_factor(sw, sx2, 2)
+    part = part + d1 * f1
+    f2 = _block_factor(sw, sx2, 2, STEP_SCALE)
     d1 = _issue_block(w_smem, x_smem, st, 3, d1)
     d0 = warpgroup_mma_wait(num_outstanding=2, deps=(d0,))
-    acc = acc + d0 * f2
-    f3 = _block_factor(sw, sx3, 3)
+    part = part + d0 * f2
+    f3 = _block_factor(sw, sx3, 3, STEP_SCALE)
     d1 = warpgroup_mma_wait(num_outstanding=0, deps=(d1,))
-    return acc + d1 * f3, nw, nx0, nx1, nx2, nx3
+    part = part + d1 * f3
+    if STEP_SCALE:
+        return acc + part * sx0[None, :], nw, nx0, nx1, nx2, nx3
+    return part, nw, nx0, nx1, nx2, nx3
 
 
 @gluon.jit
 def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
                            N, K, stride_qs, stride_qsb, stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr,
                            BLOCK_T: gl.constexpr, STAGES: gl.constexpr, TIMING_SKIP: gl.constexpr,
-                           num_warps: gl.constexpr):
+                           STEP_SCALE: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     if pid_b < gl.load(num_blocks_ptr):
@@ -159,12 +178,12 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
             qs_rows = qs_ptr + positions.to(gl.int64) * stride_qs
         acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
         zero = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-        sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0, stride_qsb)
+        sw, sx0, sx1, sx2, sx3 = _f8x2_step_scales(s_rows, qs_rows, 0, stride_qsb, STEP_SCALE)
         for k in range(0, steps):
             st = k % STAGES
             mbarrier.wait(bars.index(st), (k // STAGES) & 1)
             acc, sw, sx0, sx1, sx2, sx3 = _step_blocks(w_smem, x_smem, st, k, steps, s_rows, qs_rows, stride_qsb, sw,
-                                                       sx0, sx1, sx2, sx3, acc, zero)  # the stage is free after it
+                                                       sx0, sx1, sx2, sx3, acc, zero, STEP_SCALE)  # stage free after
             if k + STAGES < steps:
                 _issue(w_desc, x_desc, w_smem, x_smem, bars, k + STAGES, w_row, x_row, STAGES, TIMING_SKIP)
         for i in gl.static_range(STAGES):
@@ -178,14 +197,15 @@ def _f8x2_fc2_gluon_kernel(w_desc, x_desc, qs_ptr, s_ptr, slot_ptr, sorted_pairs
 def launch_gluon_f8x2_fc2(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
                           slots: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                           num_blocks: torch.Tensor, grid_blocks: int, *, block_n: int, block_t: int, stages: int,
-                          num_warps: int, timing_skip: int = 0) -> None:
+                          num_warps: int, timing_skip: int = 0, step_scale: bool = False) -> None:
     """One ``_f8x2_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``q`` / ``qs`` the split rows of FC2's input by position (``split_rows_buffers``), ``w`` ``[E, H, I]`` fp8
     contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16. The
     caller checks ``I % 128 == 0`` and ``H % block_n == 0``. Padding positions are read as whatever their rows hold:
     each token column of the tile depends on its own row only, and those columns are never stored. ``timing_skip``
     (``SKIP_*`` flags; probes only, the output is then wrong): leave out the weight copies, the split-row copies or
-    the store, or read the token scales from one row per block, to time what each costs."""
+    the store, or read the token scales from one row per block, to time what each costs. ``step_scale``: ``qs`` holds
+    one scale per 128-value step (``split_rows_buffers(..., group=128)``)."""
     experts, hidden, inner = w.shape
     flat = w.view(experts * hidden, inner)
     w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
@@ -195,4 +215,4 @@ def launch_gluon_f8x2_fc2(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
     _f8x2_fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, x_desc, qs, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, qs.stride(0),
         qs.stride(1), scales.stride(0), scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t,
-        STAGES=stages, TIMING_SKIP=timing_skip, num_warps=num_warps)
+        STAGES=stages, TIMING_SKIP=timing_skip, STEP_SCALE=step_scale, num_warps=num_warps)

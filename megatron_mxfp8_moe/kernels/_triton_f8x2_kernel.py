@@ -73,21 +73,21 @@ def _split_cols(k):
 
 @triton.jit
 def _split_rows_kernel(x_ptr, q_ptr, s_ptr, rows, K, stride_x, stride_q, stride_s, stride_sb, BLOCK_R: tl.constexpr,
-                       BLOCK_K: tl.constexpr):
-    """``x`` ``[rows, K]`` (bf16) -> ``q`` ``[rows, 2 * KP]`` e4m3 (``_split_cols``) and ``s`` ``[rows, KP // 32]``
-    fp32 (strides ``stride_s`` / ``stride_sb``: row-major, or transposed, ``split_rows_buffers``). Grid: (row blocks,
-    KP // BLOCK_K); zeros (scale ``2 ** -126``) past K."""
+                       BLOCK_K: tl.constexpr, GROUP: tl.constexpr = 32):
+    """``x`` ``[rows, K]`` (bf16) -> ``q`` ``[rows, 2 * KP]`` e4m3 (``_split_cols``) and ``s`` ``[rows, KP // GROUP]``
+    fp32, one scale per ``GROUP`` values (32, or 128: one per K step; strides ``stride_s`` / ``stride_sb``: row-major,
+    or transposed, ``split_rows_buffers``). Grid: (row blocks, KP // BLOCK_K); zeros (scale ``2 ** -126``) past K."""
     r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     row_ok = (r < rows)[:, None]
     v = tl.load(x_ptr + r[:, None] * stride_x + k[None, :], mask=row_ok & (k < K)[None, :], other=0.0)
-    v = tl.reshape(v.to(tl.float32), [BLOCK_R, BLOCK_K // 32, 32])
+    v = tl.reshape(v.to(tl.float32), [BLOCK_R, BLOCK_K // GROUP, GROUP])
     s, inv = _split_scale(tl.max(tl.abs(v), axis=2))
     hi, lo = _split_terms(v * inv[:, :, None])
     q_ptrs = q_ptr + r[:, None] * stride_q + _split_cols(k)[None, :]
     tl.store(q_ptrs, tl.reshape(hi, [BLOCK_R, BLOCK_K]), mask=row_ok)
     tl.store(q_ptrs + 32, tl.reshape(lo, [BLOCK_R, BLOCK_K]), mask=row_ok)
-    b = tl.program_id(1) * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)
+    b = tl.program_id(1) * (BLOCK_K // GROUP) + tl.arange(0, BLOCK_K // GROUP)
     tl.store(s_ptr + r[:, None] * stride_s + b[None, :] * stride_sb, s, mask=row_ok)
 
 

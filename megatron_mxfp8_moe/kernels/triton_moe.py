@@ -197,6 +197,14 @@ class TritonMoEConfig:
     # FC1 (tokens gathered, 4 loads of scattered columns a step instead of one row's 16 bytes) went 101.6 -> 107.6 us
     # (235b 382.0 -> 409.6). Needs the Gluon f8x2 FC1 and FC2 (the Triton f8x2 kernels read rows).
     split_scales_t: bool = False
+    # Session 35 (prepared, compile-checked only): one token scale per 128-value K step in the split rows this tile
+    # reads (x's for the f8x2 FC1, FC1's output for an "f8x2" tile's FC2; ``split_rows_buffers(..., group=128)``)
+    # instead of one per 32-value block. The Gluon f8x2 kernels then sum a step's 4 blocks with the weight factors
+    # alone and apply the token scale once (per accumulator element 5 operations a step instead of 8; 1 token-scale
+    # load instead of 4). Other split values, so other bits: held to the float64 oracle (bench/fp8_split_numerics.py:
+    # the split's own error about 2x the 32-block one, 7.5e-6 with 100x outlier channels). Needs the Gluon f8x2
+    # kernels on every split buffer the tile reads, and not ``fc1_split_out`` (its split writer makes 32-blocks).
+    step_scales: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -210,6 +218,9 @@ class TritonMoEConfig:
             if t.split_scales_t != self.split_scales_t and t.dequant == self.dequant == "f8x2":
                 raise ValueError(f"TritonMoEConfig: tail.split_scales_t {t.split_scales_t} differs from "
                                  f"{self.split_scales_t} on the FC2 split rows both read")
+            if t.step_scales != self.step_scales and _reads_x_split(t) and _reads_x_split(self):
+                raise ValueError(f"TritonMoEConfig: tail.step_scales {t.step_scales} differs from "
+                                 f"{self.step_scales} on the split rows of x both read")
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
@@ -275,6 +286,14 @@ class TritonMoEConfig:
             raise ValueError("TritonMoEConfig: split_scales_t=True needs an 'f8x2' tile with the Gluon FC1 and FC2 "
                              f"(fc1_gluon, fc2_gluon); got dequant={self.dequant!r}, fc1_gluon={self.fc1_gluon}, "
                              f"fc2_gluon={self.fc2_gluon}")
+        if self.step_scales and not (
+                (self.fc1_f8x2 and self.dequant != "f8x2")
+                or (self.dequant == "f8x2" and self.fc1_gluon and self.fc2_gluon and not self.fc1_split_out)):
+            raise ValueError("TritonMoEConfig: step_scales=True needs the Gluon f8x2 kernels on every split buffer "
+                             "(a plane tile with fc1_f8x2, or an 'f8x2' tile with fc1_gluon and fc2_gluon, without "
+                             f"fc1_split_out); got dequant={self.dequant!r}, fc1_f8x2={self.fc1_f8x2}, "
+                             f"fc1_gluon={self.fc1_gluon}, fc2_gluon={self.fc2_gluon}, "
+                             f"fc1_split_out={self.fc1_split_out}")
         if self.fc2_pdl and not (self.fc2_gluon and self.dequant == "sx4"):
             raise ValueError("TritonMoEConfig: fc2_pdl=True needs the Gluon FC2 of the plane tiles (fc2_gluon, "
                              f"dequant 'sx4'); got fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
@@ -352,6 +371,11 @@ def triton_moe_support(capability, triton_version: Optional[str] = None) -> tupl
         if _major_minor(triton_version) < _MIN_TRITON:
             return False, f"the Triton MXFP8 MoE needs Triton >= {'.'.join(map(str, _MIN_TRITON))}, found {triton_version}"
     return True, f"SM{major}{minor} Hopper: weight-only MXFP8 Triton MoE available"
+
+
+def _reads_x_split(tile: TritonMoEConfig) -> bool:
+    """Whether ``tile``'s FC1 reads the split rows of x (the f8x2 FC1s, Triton or Gluon)."""
+    return tile.dequant == "f8x2" or tile.fc1_f8x2
 
 
 # The tile sets ``choose_config`` returns (and earlier defaults the tests and benchmarks still name), by the names
@@ -650,7 +674,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
                                 fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
-                                split_scales_t=False)
+                                split_scales_t=False, step_scales=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -847,6 +871,13 @@ TILES.update({
 # tokens): the Triton gated FC1 114.9 us, the gated Gluon f8x2 FC1 103.4 (FC2 63.3 / 63.7). Since session 33 the gated
 # twins of 1.5-8 and 8-16 pairs per expert.
 _GLUON_TWINS.update({"s16k4_sx4p_m3_s2": f"{_GW16}_f1x", "m32l4_sx4p_m_t16_s2": f"{_GW32}_f1xt"})
+# Session 35 (prepared, compile-checked only; tools/gpu_next.sh s36a): "_g128", one token scale per 128-value step
+# (``step_scales``) on the f8x2 FC1 of the default twins (both activations; the 32-token twins' 16-token tails) and
+# on both FCs of "_f128_st"
+TILES.update({f"{name}_g128": map_launch_tiles(
+    TILES[name], lambda tile: dataclasses.replace(tile, step_scales=_reads_x_split(tile)))
+    for name in (f"{_SQ_TWIN16}_f1x", f"{_GW16}_f1x", f"{_SQ_TWIN32}_f1xt", f"{_GW32}_f1xt",
+                 "s16_f8q_s2_gf_g1_f128_st")})
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles;
 # from 1 pair per expert, in place of q1, since session 34; Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad
 # calls at 64 / 100 tokens; two chains and 4 stages since session 26), 8-16 (the 32-token tiles with 16-token tails,
@@ -1462,9 +1493,11 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     x_planes = {t.fc1_block_k: torch.empty(rows, triton.cdiv(hidden, t.fc1_block_k) * t.fc1_block_k,
                                            dtype=x.dtype, device=device)
                 for t in cfg.launch_tiles if t.planes and not t.fc1_f8x2}
-    x_split = split_rows_buffers(rows, hidden, device) if split_x else None
-    scales_t = any(t.split_scales_t for t in cfg.launch_tiles)  # main tile and tail agree (__post_init__)
-    inter_split = split_rows_buffers(sorted_len, n_out, device, scales_t) if split_tiles else None
+    # main tile and tail agree on the buffers both read (__post_init__)
+    group = 128 if any(t.step_scales for t in cfg.launch_tiles) else BLOCK_SIZE
+    x_split = split_rows_buffers(rows, hidden, device, group=group) if split_x else None
+    scales_t = any(t.split_scales_t for t in cfg.launch_tiles)
+    inter_split = split_rows_buffers(sorted_len, n_out, device, scales_t, group) if split_tiles else None
     side = _side_stream(device) if cfg.side_stream and (x_planes or x_split or tail_t) else None
     tails_beside = side is not None and cfg.side_stream == 2 and bool(tail_t)
     main = torch.cuda.current_stream(device) if side is not None else None
@@ -1529,25 +1562,27 @@ def _planes_into(x: torch.Tensor, planes: torch.Tensor, block_k: int) -> None:
     )
 
 
-def split_rows_buffers(rows: int, k: int, device, scales_t: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def split_rows_buffers(rows: int, k: int, device, scales_t: bool = False,
+                       group: int = BLOCK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
     """Empty split rows of ``[rows, k]`` activations ("f8x2", ``_triton_f8x2_kernel.py``): e4m3 ``[rows, 2 * KP]``
     (``KP`` = k rounded up to 128; 32-column block ``b``'s hi values in columns ``[64 b, 64 b + 32)``, its lo values
-    in the next 32) and fp32 scales ``[rows, KP // 32]`` (one power of two per row and block; with ``scales_t`` a
-    transposed view of ``[KP // 32, rows]``: strides ``(1, rows)``, ``TritonMoEConfig.split_scales_t``)."""
+    in the next 32) and fp32 scales ``[rows, KP // group]`` (one power of two per row and ``group`` values: 32, or
+    128 for ``TritonMoEConfig.step_scales``; with ``scales_t`` a transposed view of ``[KP // group, rows]``: strides
+    ``(1, rows)``, ``TritonMoEConfig.split_scales_t``)."""
     kp = -(-k // 128) * 128
     q = torch.empty(rows, 2 * kp, dtype=DATA_DTYPE, device=device)
     if scales_t:
-        return q, torch.empty(kp // BLOCK_SIZE, rows, dtype=torch.float32, device=device).t()
-    return q, torch.empty(rows, kp // BLOCK_SIZE, dtype=torch.float32, device=device)
+        return q, torch.empty(kp // group, rows, dtype=torch.float32, device=device).t()
+    return q, torch.empty(rows, kp // group, dtype=torch.float32, device=device)
 
 
-def split_rows_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def split_rows_reference(x: torch.Tensor, group: int = BLOCK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
     """The torch twin of ``_split_into`` (CPU tests): ``(q, s)`` as ``split_rows_buffers`` with every column written
-    (zeros past k); ``x = s * (hi + lo)`` per 32-column block, ``s`` the power of two that puts the block's largest
-    magnitude in ``[128, 256)``."""
+    (zeros past k); ``x = s * (hi + lo)`` per 32-column block, ``s`` the power of two that puts the largest magnitude
+    of the block's ``group`` (32 or 128) columns in ``[128, 256)``."""
     rows, k = x.shape
     kp = -(-k // 128) * 128
-    v = torch.nn.functional.pad(x.float(), (0, kp - k)).reshape(rows, kp // BLOCK_SIZE, BLOCK_SIZE)
+    v = torch.nn.functional.pad(x.float(), (0, kp - k)).reshape(rows, kp // group, group)
     amax = v.abs().amax(dim=2)
     e = ((amax.view(torch.int32) >> 23) & 0xFF).clamp(min=8)
     s = ((e - 7) << 23).view(torch.float32)
@@ -1555,11 +1590,13 @@ def split_rows_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     hi = y.to(DATA_DTYPE)
     lo = (y - hi.float()).to(DATA_DTYPE).float()
     lo = torch.where(lo == 0, 0.0, lo).to(DATA_DTYPE)  # +0 where a tiny negative residual rounds to -0, as the kernel
-    return torch.cat([hi, lo], dim=2).reshape(rows, 2 * kp), s
+    blocks = (rows, kp // BLOCK_SIZE, BLOCK_SIZE)  # the terms per 32-column block, whatever the scales' group
+    return torch.cat([hi.reshape(blocks), lo.reshape(blocks)], dim=2).reshape(rows, 2 * kp), s
 
 
 def _split_into(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:
-    """``(q, s) = split_rows_reference(x)`` in one launch (``_split_rows_kernel``)."""
+    """``(q, s) = split_rows_reference(x, group)`` in one launch (``_split_rows_kernel``; ``group`` from ``s``'s
+    columns)."""
     import triton
 
     from . import _triton_f8x2_kernel as kernels
@@ -1567,7 +1604,7 @@ def _split_into(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:
     rows, k = x.shape
     kernels._split_rows_kernel[(triton.cdiv(rows, 8), q.shape[1] // 256)](
         x, q, s, rows, k, x.stride(0), q.stride(0), s.stride(0), s.stride(1), BLOCK_R=8, BLOCK_K=128,
-        num_warps=4,
+        GROUP=q.shape[1] // 2 // s.shape[1], num_warps=4,
     )
 
 
@@ -1601,7 +1638,7 @@ def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_bl
 
         launch_gluon_f8x2_fc2(q2, qs2, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks,
                               block_n=cfg.fc2_block_n, block_t=cfg.block_t, stages=cfg.fc2_stages,
-                              num_warps=cfg.fc2_warps)
+                              num_warps=cfg.fc2_warps, step_scale=cfg.step_scales)
         return
     kernels._f8x2_fc2_kernel[(triton.cdiv(hidden, cfg.fc2_block_n), grid_blocks)](
         q2, qs2, fc2.data, s2, slots, *route,
@@ -1623,7 +1660,7 @@ def _launch_gluon_f8x2_fc1(cfg, x_split, w, s1, s1_tiles, inter, route, grid_blo
                           activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                           block_t=cfg.block_t, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
                           plane_k2=cfg.fc2_block_k if cfg.fc1_f8x2 else 0, gated=activation.gated,
-                          split_out=split_out)
+                          split_out=split_out, step_scale=cfg.step_scales)
 
 
 def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activation, topk, split_k) -> None:

@@ -1152,7 +1152,8 @@ F8X2_GLUON_FC1 = ("s16_f8q_s2_gf_g1", "s16_f8q_s2_gf_g1n64", "m32_f8q_t16_s2_gf_
                   "s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128s4",  # session 32: the FC2 on 128 rows too
                   "s16_f8q_s2_gf_g1_fs", "s16_f8q_s2_gf_g1_f128_fs",  # ... and FC1 writing FC2's split rows
                   "s16_f8q_s2_gf_g1_f128w8",  # session 34: that FC2 on 8 warps
-                  "s16_f8q_s2_gf_g1_f128_st")  # session 35: FC2's split scales transposed
+                  "s16_f8q_s2_gf_g1_f128_st",  # session 35: FC2's split scales transposed
+                  "s16_f8q_s2_gf_g1_f128_st_g128")  # ... and one token scale per 128-value step (prepared)
 
 
 @pytest.mark.parametrize("tile", F8X2_GLUON_FC1)
@@ -1212,6 +1213,11 @@ F8X2_FC1_TWINS = {name: "squared_relu" for name in (
 F8X2_FC1_TWINS.update({name: "swiglu" for name in (
     "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x", "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt",
     "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xa")})
+# ... and, session 35 (prepared), "_g128": x's split with one scale per 128-value step (``step_scales``)
+F8X2_FC1_TWINS.update({"s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x_g128": "squared_relu",
+                       "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt_g128": "squared_relu",
+                       "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x_g128": "swiglu",
+                       "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt_g128": "swiglu"})
 
 
 @pytest.mark.parametrize("tile", sorted(F8X2_FC1_TWINS))
@@ -1224,6 +1230,7 @@ def test_f8x2_fc1_twins_match_float64(tile, case):
 
 @pytest.mark.parametrize("tile,tokens", [("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x", 64),
                                          ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xa", 256),
+                                         ("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x_g128", 64),
                                          ("s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x", 64),
                                          ("m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xa", 256)])
 def test_cuda_graph_replay_of_the_f8x2_fc1_twins(tile, tokens):

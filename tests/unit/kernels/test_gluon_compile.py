@@ -235,9 +235,9 @@ def _scale_stride(types: dict, constants: dict, ints: tuple, name: str, transpos
     return ints
 
 
-def _compile_f8x2_fc2(block_n, block_t, stages, timing_skip, warps=4, scales_t=False):
+def _compile_f8x2_fc2(block_n, block_t, stages, timing_skip, warps=4, scales_t=False, step_scale=False):
     """(PTX, SASS) of ``_f8x2_fc2_gluon_kernel`` for sm_90 (Triton's compiler, no GPU) on ``warps`` warps, its token
-    scales row-major or transposed (``scales_t``)."""
+    scales row-major or transposed (``scales_t``), per 32-value block or per 128-value step (``step_scale``)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -253,7 +253,8 @@ def _compile_f8x2_fc2(block_n, block_t, stages, timing_skip, warps=4, scales_t=F
                  qs_ptr="*fp32", s_ptr="*u8", slot_ptr="*bf16", sorted_pairs_ptr="*i32", block_expert_ptr="*i32",
                  num_blocks_ptr="*i32", N="i32", K="i32", stride_qs="i32", stride_se="i32", scale_tiles="i32",
                  stride_slot="i32")
-    constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages, TIMING_SKIP=timing_skip, num_warps=warps)
+    constants = dict(BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages, TIMING_SKIP=timing_skip, STEP_SCALE=step_scale,
+                     num_warps=warps)
     ints = _scale_stride(types, constants, ("N", "K", "stride_qs", "stride_se", "stride_slot"), "stride_qsb", scales_t)
     return _compile_sm90(kernel._f8x2_fc2_gluon_kernel, types, constants, warps, ints, mma="QGMMA", with_sass=True)
 
@@ -301,8 +302,9 @@ def test_f8x2_timing_skips_leave_out_only_their_part(skip):
     assert ptx.count("st.global") == full.count("st.global") > 0
 
 
-def _compile_f8x2_fc1(block_n, block_t, stages, plane_k2, gated, timing_skip):
-    """(PTX, SASS) of ``_f8x2_fc1_gluon_kernel`` for sm_90 (Triton's compiler, no GPU), 4 warps."""
+def _compile_f8x2_fc1(block_n, block_t, stages, plane_k2, gated, timing_skip, step_scale=False):
+    """(PTX, SASS) of ``_f8x2_fc1_gluon_kernel`` for sm_90 (Triton's compiler, no GPU), 4 warps; x's token scales per
+    32-value block or per 128-value step (``step_scale``)."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
@@ -318,7 +320,7 @@ def _compile_f8x2_fc1(block_n, block_t, stages, plane_k2, gated, timing_skip):
                  stride_q="i32", stride_qs="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
     constants = dict(TOPK=8, ACTIVATION=0 if gated else 2, BLOCK_N=block_n, BLOCK_T=block_t, STAGES=stages,
                      PLANE_K2=plane_k2, X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv),
-                     GATED=gated, TIMING_SKIP=timing_skip, num_warps=4)
+                     GATED=gated, TIMING_SKIP=timing_skip, STEP_SCALE=step_scale, num_warps=4)
     return _compile_sm90(kernel._f8x2_fc1_gluon_kernel, types, constants, 4,
                          ("N1", "K", "stride_q", "stride_qs", "stride_se", "stride_inter"), mma="QGMMA",
                          with_sass=True)
@@ -366,6 +368,24 @@ def test_gluon_f8x2_fc2_with_transposed_scales_compiles_for_sm90():
     _assert_barriers_fenced_after_init(ptx)
 
 
+# Session 35 (prepared): one token scale per 128-value K step ("_g128" tiles, ``step_scales``)
+@pytest.mark.parametrize("kernel", ["fc2", "fc1", "fc1_gated"])
+def test_gluon_f8x2_kernels_with_step_scales_compile_for_sm90(kernel):
+    """The f8x2 FC2 (128 x 16, 3 stages) and FC1 (128 x 16 plane rows, ungated and gated) with one token scale a K
+    step: the wgmmas and their overlap kept (one block's pair of groups outstanding, also in the SASS), fewer global
+    loads in the code (one token scale a step instead of four, prologue and loop), fewer FMULs (the blocks' sums
+    take the weight factors alone; the step's token scale once), no spills."""
+    compile_ = {"fc2": lambda step: _compile_f8x2_fc2(128, 16, 3, 0, step_scale=step),
+                "fc1": lambda step: _compile_f8x2_fc1(128, 16, 3, 128, False, 0, step_scale=step),
+                "fc1_gated": lambda step: _compile_f8x2_fc1(128, 16, 3, 128, True, 0, step_scale=step)}[kernel]
+    (block_ptx, block_sass), (ptx, sass) = compile_(False), compile_(True)
+    assert "wgmma.wait_group.sync.aligned 2;" in ptx and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x2") >= 3
+    assert ptx.count("ld.global.b32") + 6 <= block_ptx.count("ld.global.b32")  # 2 token-scale loads against 8
+    assert sass.count("FMUL") < block_sass.count("FMUL")
+    assert ptx.count("st.global") == block_ptx.count("st.global")
+    _assert_barriers_fenced_after_init(ptx)
+
+
 # Session 32 (prepared): the f8x2 FC1 writing FC2's split rows itself ("_fs" tiles, ``fc1_split_out``)
 @pytest.mark.parametrize("block_n,block_t,gated,scales_t", [(128, 16, False, False), (128, 32, False, False),
                                                             (128, 16, True, False), (128, 16, False, True)])
@@ -390,7 +410,7 @@ def test_gluon_f8x2_fc1_with_split_rows_compiles_for_sm90(block_n, block_t, gate
                  stride_qs2="i32")
     constants = dict(TOPK=8, ACTIVATION=0 if gated else 2, BLOCK_N=block_n, BLOCK_T=block_t, STAGES=3,
                      X_LAYOUT=gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv), GATED=gated,
-                     num_warps=4)
+                     STEP_SCALE=False, num_warps=4)
     ints = _scale_stride(types, constants, ("N1", "K", "stride_q", "stride_qs", "stride_se", "stride_q2",
                                             "stride_qs2"), "stride_qs2b", scales_t)
     ptx, sass = _compile_sm90(kernel._f8x2_fc1_split_gluon_kernel, types, constants, 4, ints, mma="QGMMA",

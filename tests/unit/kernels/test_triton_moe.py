@@ -391,18 +391,23 @@ _SPLIT_SCRIPT = textwrap.dedent(
     torch.manual_seed(6)
     checks = []
     # K a multiple of 128, K with a partial last step (zeros past K), strided rows, a zero block, wide magnitudes
-    # (scales_t: the scales transposed, [KP // 32, rows] seen as [rows, KP // 32])
-    for rows, k, scales_t in ((5, 256, False), (11, 160, False), (3, 1024, False), (11, 160, True), (5, 256, True)):
+    # (scales_t: the scales transposed, [KP // 32, rows] seen as [rows, KP // 32]; group: values per scale)
+    for rows, k, scales_t, group in ((5, 256, False, 32), (11, 160, False, 32), (3, 1024, False, 32),
+                                     (11, 160, True, 32), (5, 256, True, 32), (5, 256, False, 128),
+                                     (11, 160, False, 128)):
         x = (torch.randn(rows, 2 * k) * torch.logspace(-3, 3, 2 * k)).to(torch.bfloat16)[:, :k]
         x[0, :32] = 0
-        q, s = split_rows_buffers(rows, k, "cpu", scales_t)
+        q, s = split_rows_buffers(rows, k, "cpu", scales_t, group)
         _split_into(x, q, s)
-        q_ref, s_ref = split_rows_reference(x)
+        q_ref, s_ref = split_rows_reference(x, group)
         terms = q.float().reshape(rows, -1, 2, 32)
-        back = ((terms[:, :, 0] + terms[:, :, 1]) * s[:, :, None]).reshape(rows, -1)
-        amax = x.float().abs().reshape(rows, -1, 32).amax(dim=2).repeat_interleave(32, dim=1)[:, :k]
+        block_scales = s.repeat_interleave(group // 32, dim=1)
+        back = ((terms[:, :, 0] + terms[:, :, 1]) * block_scales[:, :, None]).reshape(rows, -1)
+        kp = q.shape[1] // 2
+        padded = torch.nn.functional.pad(x.float().abs(), (0, kp - k))
+        amax = padded.reshape(rows, -1, group).amax(dim=2).repeat_interleave(group, dim=1)[:, :k]
         big = x.float().abs() >= amax * 2.0 ** -9  # lo on e4m3's grid: the split is exact
-        checks.append(dict(rows=rows, k=k, strides=list(s.stride()),
+        checks.append(dict(rows=rows, k=k, group=group, strides=list(s.stride()),
                            bytes=bool(torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))),
                            scales=bool(torch.equal(s, s_ref)),
                            exact=bool(torch.equal(back[:, :k][big], x.float()[big])),
@@ -417,11 +422,12 @@ def test_split_kernel_equals_its_torch_twin():
     """``_split_rows_kernel`` (the f8x2 tiles' split of x; Triton interpreter): byte for byte ``split_rows_reference``
     (e4m3 hi / lo and fp32 scales); ``s * (hi + lo)`` gives every value back exactly down to 2^-9 of its block's
     largest (at 2^-10 it is not), within 2^-17 of it below; zeros past K. The same with the scales transposed (session
-    35, ``split_scales_t``: strides ``(1, rows)``)."""
+    35, ``split_scales_t``: strides ``(1, rows)``), and with one scale per 128 values (``step_scales``: the largest
+    of the 128 in ``[128, 256)``)."""
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _SPLIT_SCRIPT], timeout=300)
-    assert len(result) == 5, result
-    assert [c["strides"] for c in result] == [[8, 1], [8, 1], [32, 1], [1, 11], [1, 5]], result
+    assert len(result) == 7, result
+    assert [c["strides"] for c in result] == [[8, 1], [8, 1], [32, 1], [1, 11], [1, 5], [2, 1], [2, 1]], result
     for check in result:
         assert check["bytes"] and check["scales"] and check["exact"] and check["zeros_past_k"], check
         assert check["small_err"] <= 2.0 ** -17, check
@@ -516,6 +522,31 @@ def test_f8x2_fc1_twins_are_the_sw_twins_with_that_fc1():
             dataclasses.replace(bad, fc1_split_out=True)
 
 
+def test_step_scales_are_checked():
+    """"_g128" (session 35, ``step_scales``, prepared): one token scale per 128-value step on the f8x2 FC1 of the
+    16-token twins, on the "_f1xt" twins' tails, and on both FCs of "_f128_st", nothing else changed; the Triton form
+    drops it; it needs the Gluon f8x2 kernels on every split buffer and no "_fs" split writer, and a main tile and its
+    tail that both read x's split rows must agree."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    for name in ("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x", "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x",
+                 "s16_f8q_s2_gf_g1_f128_st"):
+        assert TILES[name + "_g128"] == dataclasses.replace(TILES[name], step_scales=True), name
+    for twin in ("m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt", "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt"):
+        assert TILES[twin + "_g128"] == dataclasses.replace(
+            TILES[twin], tail=dataclasses.replace(TILES[twin].tail, step_scales=True))
+    for name in [n for n in TILES if n.endswith("_g128")]:
+        assert triton_moe.triton_form(TILES[name]) == triton_moe.triton_form(TILES[name[:-5]]), name
+    assert not any(t.step_scales for name, tile in TILES.items() if not name.endswith("_g128")
+                   for t in tile.launch_tiles)
+    for bad in (TILES["s16_f8q_s2_gf"], TILES["s16_f8q_s2_gf_g1_f128_fs"], TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw"]):
+        with pytest.raises(ValueError, match="step_scales=True needs the Gluon f8x2 kernels on every split buffer"):
+            dataclasses.replace(bad, step_scales=True)
+    with pytest.raises(ValueError, match="tail.step_scales False differs from True"):  # its tail: Triton f8x2
+        dataclasses.replace(TILES["m32_f8q_t16_s2_gf_g1"], step_scales=True, tail=dataclasses.replace(
+            TILES["m32_f8q_t16_s2_gf_g1"].tail, fc1_gluon=True, fc2_gluon=True))
+
+
 def test_transposed_split_scales_are_checked():
     """"_st" (session 35, ``split_scales_t``): the all-f8x2 "_f128" tiles with their FC2 split rows' scales transposed,
     nothing else changed; the Triton form drops the flag; it needs the Gluon f8x2 FC1 and FC2 (the Triton f8x2 kernels
@@ -526,7 +557,7 @@ def test_transposed_split_scales_are_checked():
         assert TILES[name + "_st"] == dataclasses.replace(TILES[name], split_scales_t=True), name
         assert triton_moe.triton_form(TILES[name + "_st"]) == triton_moe.triton_form(TILES[name]), name
     assert sorted(name for name, tile in TILES.items() if any(t.split_scales_t for t in tile.launch_tiles)) == [
-        "s16_f8q_s2_gf_g1_f128_fs_st", "s16_f8q_s2_gf_g1_f128_st"]
+        "s16_f8q_s2_gf_g1_f128_fs_st", "s16_f8q_s2_gf_g1_f128_st", "s16_f8q_s2_gf_g1_f128_st_g128"]
     for bad in (TILES["s16_f8q_s2_gf"], dataclasses.replace(TILES["s16_f8q_s2_gf_g1_f128"], fc2_gluon=False),
                 TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"]):  # Triton f8x2 FC1; Triton f8x2 FC2; a plane tile
         with pytest.raises(ValueError, match="split_scales_t=True needs an 'f8x2' tile with the Gluon FC1 and FC2"):
@@ -1488,14 +1519,17 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
     calls = []
 
     def stand_in(q, qs, w, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
-                 activation, topk, block_n, block_t, stages, num_warps, plane_k2=0, gated=False, split_out=()):
+                 activation, topk, block_n, block_t, stages, num_warps, plane_k2=0, gated=False, split_out=(),
+                 step_scale=False):
         # the kernel's contract in torch: each routed position's activated FC1 row (squared ReLU, or gated SwiGLU on
         # [gate; up] rows), from the split x rows, in K order or plane-major per plane_k2, or split for FC2
         calls.append(dict(rows=inter.shape[0], cols=inter.shape[1], blocks=int(num_blocks[0]), block_t=block_t,
-                          plane_k2=plane_k2, gated=gated, split=bool(split_out)))
+                          plane_k2=plane_k2, gated=gated, split=bool(split_out), step_scale=step_scale,
+                          scale_cols=qs.shape[1]))
         kp = q.shape[1] // 2
         split = q.view(q.shape[0], kp // 32, 64).double()
-        xs = (split[:, :, :32] + split[:, :, 32:]) * qs.double()[:, :, None]
+        block_scales = qs.double().repeat_interleave(kp // 32 // qs.shape[1], dim=1)  # one per 32 or 128 values
+        xs = (split[:, :, :32] + split[:, :, 32:]) * block_scales[:, :, None]
         w1 = dequantized[w.data_ptr()]
         for b in range(int(num_blocks[0])):
             for p in range(b * block_t, (b + 1) * block_t):
@@ -1525,10 +1559,11 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
         return dataclasses.replace(TILES[name], fc2_gluon=False, fc2_chains=1, dequant="sx4_int", fp32_dot=True)
 
     f1x, f1x_gated = plane_twin("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"), plane_twin("s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x")
+    f1x_g128 = plane_twin("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x_g128")  # one x scale per 128 values
     outs = {}
     for name, tile, first, activation in (("g1", g1, fc1, "squared_relu"), ("triton", triton_fc1, fc1, "squared_relu"),
                                           ("f1x", f1x, fc1, "squared_relu"), ("gated", f1x_gated, fc1_gated, "swiglu"),
-                                          ("fs", fs, fc1, "squared_relu")):
+                                          ("fs", fs, fc1, "squared_relu"), ("g128", f1x_g128, fc1, "squared_relu")):
         out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
         triton_mxfp8_moe(x, probs, ids, first, fc2, activation=activation, valid_tokens=valid, out=out, config=tile)
         outs[name] = out
@@ -1541,6 +1576,7 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
                           err_gated=relative_error(outs["gated"], ref_gated),
                           gated_written=bool(outs["gated"][:int(valid)].isfinite().all()),
                           fs_equal=bool(torch.equal(outs["fs"], outs["g1"])),
+                          err_g128=relative_error(outs["g128"], ref), g128_written=bool(outs["g128"].isfinite().all()),
                           tail_zero=bool((outs["g1"][int(valid):] == 0).all()),
                           written=bool(outs["g1"].isfinite().all()))))
     """
@@ -1555,12 +1591,17 @@ def test_gluon_f8x2_fc1_wiring_under_the_interpreter():
     ``valid_tokens`` zero. Session 32: the same stand-in on a plane tile ("_f1x", ``fc1_f8x2``) writes plane-major rows
     per FC2 step (128) for the plane FC2, and that layer gives the oracle within 1e-2 too, every row written; so does
     the gated plane tile (SwiGLU, the stand-in told ``gated``); with ``fc1_split_out`` ("_fs") the stand-in writes
-    FC2's split rows (``split_rows_reference`` of its bf16 rows) and the layer's output equals the "_g1" tile's."""
+    FC2's split rows (``split_rows_reference`` of its bf16 rows) and the layer's output equals the "_g1" tile's.
+    Session 35: with one x scale per 128 values ("_g128", ``step_scales``: the split launch writes them, the
+    stand-in spreads each over its 4 blocks) the layer gives the oracle within 1e-2, every row written."""
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _F8X2_GLUON_FC1_WIRING_SCRIPT], timeout=600)
-    assert len(result["calls"]) == 4, result
-    for call, plane_k2, gated, split in zip(result["calls"], (0, 128, 128, 0), (False, False, True, False),
-                                            (False, False, False, True)):
+    assert len(result["calls"]) == 5, result
+    assert result["err_g128"] <= 1e-2 and result["g128_written"], result
+    # told of one scale per 128 values exactly where x's split holds them (256 / 128 = 2 columns, not 8)
+    assert [(c["step_scale"], c["scale_cols"]) for c in result["calls"]] == [(False, 8)] * 4 + [(True, 2)], result
+    for call, plane_k2, gated, split in zip(result["calls"], (0, 128, 128, 0, 128), (False, False, True, False, False),
+                                            (False, False, False, True, False)):
         assert call["block_t"] == 16 and call["plane_k2"] == plane_k2 and call["split"] == split, result
         assert call["cols"] == (0 if split else 128), result  # no bf16 rows where FC1 writes the split
         assert call["gated"] == gated and call["blocks"] > 0 and call["rows"] >= 16 * call["blocks"], result
