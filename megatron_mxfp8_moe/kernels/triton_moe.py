@@ -678,9 +678,11 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
-    """Whether ``cfg`` gives the bits of ``triton_form(cfg)``: no launch tile sums its FC2 on two chains or runs the
-    f8x2 FC1 (``fc1_f8x2``)."""
-    return all(t.fc2_chains == 1 and not t.fc1_f8x2 for t in cfg.launch_tiles)
+    """Whether ``cfg`` gives the bits of ``triton_form(cfg)``: no launch tile sums its FC2 on two chains, runs a Gluon
+    f8x2 FC1 (``fc1_f8x2``, or an "f8x2" tile's ``fc1_gluon``: it rounds its rows to bf16 before the split) or splits
+    with one scale per 128 values (``step_scales``)."""
+    return all(t.fc2_chains == 1 and not t.fc1_f8x2 and not (t.dequant == "f8x2" and t.fc1_gluon)
+               and not t.step_scales for t in cfg.launch_tiles)
 
 
 def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:

@@ -539,6 +539,9 @@ def test_step_scales_are_checked():
         assert triton_moe.triton_form(TILES[name]) == triton_moe.triton_form(TILES[name[:-5]]), name
     assert not any(t.step_scales for name, tile in TILES.items() if not name.endswith("_g128")
                    for t in tile.launch_tiles)
+    assert not triton_moe.same_bits_as_triton_form(TILES["s16_f8q_s2_gf_g1_f128_st_g128"])  # other split values
+    assert not triton_moe.same_bits_as_triton_form(TILES["s16_f8q_s2_gf_g1_f128_st"])  # its FC1 rounds to bf16
+    assert triton_moe.same_bits_as_triton_form(TILES["s16_f8q_s2_gf"])  # Triton f8x2 FC1, Gluon f8x2 FC2
     for bad in (TILES["s16_f8q_s2_gf"], TILES["s16_f8q_s2_gf_g1_f128_fs"], TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw"]):
         with pytest.raises(ValueError, match="step_scales=True needs the Gluon f8x2 kernels on every split buffer"):
             dataclasses.replace(bad, step_scales=True)
