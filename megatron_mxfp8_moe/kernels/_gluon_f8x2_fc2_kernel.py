@@ -13,7 +13,8 @@ waited for down to 0: with a wgmma in flight across the loop's back edge, ptxas 
 the 4 blocks. Weights and split rows come by TMA into a ring of stages (one mbarrier each), refilled once a step's
 blocks are retired. The scale bytes (one int32 word per row and step) and token scales are plain loads straight into
 the accumulator's slice layouts, a step ahead of their use (session 31).
-Same block sums added in the same order as the Triton f8x2 FC2.
+Same block sums added in the same order as the Triton f8x2 FC2 (with ``STEP_SCALE``, session 35, prepared: one token
+scale per 128-deep step, applied once to the step's sum; other bits).
 Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (compiled with Triton 3.6).
 
 Layouts: weights ``[E, H, I]`` fp8 seen as ``[E * H, I]``; split rows ``[positions, 2 * KP]`` e4m3 (``_split_cols``:
