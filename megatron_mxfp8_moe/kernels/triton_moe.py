@@ -286,9 +286,9 @@ class TritonMoEConfig:
             raise ValueError("TritonMoEConfig: split_scales_t=True needs an 'f8x2' tile with the Gluon FC1 and FC2 "
                              f"(fc1_gluon, fc2_gluon); got dequant={self.dequant!r}, fc1_gluon={self.fc1_gluon}, "
                              f"fc2_gluon={self.fc2_gluon}")
-        if self.step_scales and not (
-                (self.fc1_f8x2 and self.dequant != "f8x2")
-                or (self.dequant == "f8x2" and self.fc1_gluon and self.fc2_gluon and not self.fc1_split_out)):
+        if self.step_scales and not (  # fc1_f8x2 is a plane tile's (checked above)
+                self.fc1_f8x2 or (self.dequant == "f8x2" and self.fc1_gluon and self.fc2_gluon
+                                  and not self.fc1_split_out)):
             raise ValueError("TritonMoEConfig: step_scales=True needs the Gluon f8x2 kernels on every split buffer "
                              "(a plane tile with fc1_f8x2, or an 'f8x2' tile with fc1_gluon and fc2_gluon, without "
                              f"fc1_split_out); got dequant={self.dequant!r}, fc1_f8x2={self.fc1_f8x2}, "
