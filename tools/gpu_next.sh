@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s36c     # session 36, call 3: the squared-ReLU pick "_f128_st" from H 4096: the full
+#                                   # benchmark, the demo, its graph replays and the 235b f8x2 tests
 #   bash tools/gpu_next.sh s36a     # for session 36 (run first): "_g128" (one token scale per 128-value step): float64
 #                                   # GPU tests, layer probes against the defaults (30b both activations, 235b), profile
 #   bash tools/gpu_next.sh s36b     # for session 36, after s36a: "_f128_st" against the squared-ReLU default at 16-128
@@ -1009,6 +1011,14 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s36c)
+    # session 36, call 3: s36b found the all-f8x2 "_f128_st" faster than the squared-ReLU twin on 235b at 16-128 tokens
+    # (2-8%) and slower on 30b (2-3%), so choose_config picks it from H 4096 (``_ALL_F8X2_FROM_HIDDEN``): the full
+    # benchmark and the demo, then the GPU tests of that pick (graph replays on 235b) and the f8x2 tests on 235b that
+    # compare with the twin's Triton form
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
+    moe_bench_and_demo 300 $OUT/log.txt
+    moe_gpu_tests 150 "large_hidden_squared_relu_default or (f8x2_fc1_twins_match and 235b) or (f8x2_gluon_fc1_tiles_match and f128_st and 235b and not g128)" ;;
   s36a)
     # prepared in session 35 (for session 36, run first): "_g128", one token scale per 128-value K step in the split
     # rows (``step_scales``; compile-checked only: the f8x2 FC2's FMULs 64 -> 0 and global loads 56 -> 32 in its code,

@@ -934,6 +934,22 @@ def _tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = Non
 
 # Pairs per expert below which the routed GEMV q1 runs rather than the 16-token Gluon twins with the f8x2 FC1.
 _Q1_BELOW_TWIN_PAIRS = 1.0
+# Session 36 (run 39 layer probes, us, squared ReLU, the 16-token twin / the all-f8x2 "_f128_st" per pair of runs):
+# on 235b (H 4096) "_f128_st" is faster at every token count of the twin's range, at 16 tokens 533.4 / 522.4 and 531.6
+# / 523.2, 32 725.7 / 695.6 and 729.7 / 699.3, 64 838.6 / 803.0 and 869.8 / 805.8, 128 874.2 / 834.2 and 926.7 /
+# 838.1; on 30b (H 2048) slower, 16 158.8 / 164.1 and 159.0 / 164.5, 32 207.8 / 211.0, 64 227.9 / 233.3, 128 240.3 /
+# 246.4 (FC2 on 128 of H rows per program: half the programs of the 64-row twin at H 2048). From H 4096 the squared-
+# ReLU 16-token pick is therefore "_f128_st" wherever its twin is picked (two shapes measured: the cut lies between).
+_ALL_F8X2_16, _ALL_F8X2_FROM_HIDDEN = "s16_f8q_s2_gf_g1_f128_st", 4096
+
+
+def _sixteen_token_tile(gated: bool, hidden: int, intermediate: int, gluon: Optional[bool]) -> TritonMoEConfig:
+    """The 16-token tile of 1-8 pairs per expert: the Gluon twin with the f8x2 FC1 where ``_tile`` picks it (squared
+    ReLU from H ``_ALL_F8X2_FROM_HIDDEN``: the all-f8x2 "_f128_st" in its place), else the Triton tile."""
+    small = _tile("s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4", hidden, intermediate, gluon)
+    if not gated and small.fc1_f8x2 and hidden >= _ALL_F8X2_FROM_HIDDEN:
+        return TILES[_ALL_F8X2_16]
+    return small
 
 
 def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int,
@@ -949,7 +965,6 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     ``_GLUON_BY_DEFAULT``).
     """
     pairs_per_expert = rows * topk / max(experts, 1)
-    sixteen = "s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4"  # the 16-token tile (Triton form)
     # Up to 1.5 pairs per expert (sessions 5-6): the GEMV paths. Every (token, expert) pair is then a
     # matrix-vector product; CUDA-core block sums stream the weights at 43-77% of the roofline where the MMA path
     # (one useful column of 16) reached 20-60%. Gated: g16p3 at 1-2 tokens, g32p up to 0.25 pairs per expert.
@@ -979,8 +994,8 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
         # tokens q1 is 5-12% faster (30b squared ReLU 95.8 / 107.0). Where the twin is not picked, q1 up to 1.5.
         if pairs_per_expert < _Q1_BELOW_TWIN_PAIRS:
             return TILES["q1"]
-        small = _tile(sixteen, hidden, intermediate, gluon)
-        return small if small.fc1_f8x2 else TILES["q1"]
+        small = _sixteen_token_tile(gated, hidden, intermediate, gluon)
+        return small if small.fc1_f8x2 or small.dequant == "f8x2" else TILES["q1"]
     # Session 11: from 1.5 to 24 pairs per expert the 4-warp FC2 (and gated, the 4-warp merged FC1) tiles: three
     # CTAs per SM, 3-10% faster than s16k_sx_rm / s16k_sx_r / m32l_sx / m32a at 64 and 256 tokens (TILES).
     # Session 12: gated, up to 8 pairs per expert, 3 FC1 stages (64 tokens: 1.1-2.3% faster than 2 stages in three
@@ -996,7 +1011,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     # with planes was not faster there (30b 277.8 / 278.1 vs 274.1 / 272.0), so it keeps s16k_sx4_f4. Session 20: with
     # planes and the Gluon FC2 it is (``_GLUON_TWINS``: 30b 64 tokens 255.5 vs 274.5 / 273.0).
     if pairs_per_expert <= 8:
-        return _tile(sixteen, hidden, intermediate, gluon)
+        return _sixteen_token_tile(gated, hidden, intermediate, gluon)
     # Session 13: from 8 to 16 pairs per expert the 32-token tiles put an expert's last 1-16 pairs on the 16-token
     # "sx4" tile (tail). Run 16 probes, us per layer against the tile without tails: gated 256 tokens 268.8 vs 285.9
     # / 286.0 (30b), 898.5 vs 997.0 / 1008.6 (235b); 192 tokens 245.5 vs 285.7, 848.4 vs 994.0 (s16k4_sx4_m3 there:

@@ -168,10 +168,11 @@ def test_gemv_squared_relu(variant, experts, topk, hidden, inter, tokens):
     assert out[valid_rows:tokens].abs().max().item() == 0 if valid_rows < tokens else True
 
 
-def _graph_replay_of(config_for, tokens: int, valid_counts, activation: str = "swiglu") -> None:
-    """A qwen3-30b-a3b-shaped call with tiles ``config_for(tokens, hidden, inter, topk, experts)``,
-    captured once and replayed with new routing and ``valid_counts`` (``_check_graph_replay``)."""
-    experts, topk, hidden, inter = 128, 8, 2048, 768
+def _graph_replay_of(config_for, tokens: int, valid_counts, activation: str = "swiglu",
+                     shape=(128, 8, 2048, 768)) -> None:
+    """A call of ``shape`` (experts, topk, H, I; by default qwen3-30b-a3b's) with tiles ``config_for(tokens, hidden,
+    inter, topk, experts)``, captured once and replayed with new routing and ``valid_counts`` (``_check_graph_replay``)."""
+    experts, topk, hidden, inter = shape
     fc1, fc2 = _layer(experts, hidden, inter, activation)
     cfg = config_for(tokens, hidden, inter, topk, experts)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
@@ -1028,6 +1029,23 @@ def test_cuda_graph_replay_with_the_default_gluon_tiles(activation, tokens, monk
     _graph_replay_of(config_for, tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
+@pytest.mark.parametrize("tokens", [16, 64, 128])
+def test_cuda_graph_replay_with_the_large_hidden_squared_relu_default(tokens, monkeypatch):
+    """Session 36: from H 4096 the squared-ReLU default at 1-8 pairs per expert is the all-f8x2 "_f128_st"
+    (qwen3-235b-a22b's shape) in one graph, replayed with new routing and valid-token counts: equal to eager, within
+    BOUND of float64."""
+    from megatron_mxfp8_moe.kernels import triton_moe as host
+
+    monkeypatch.delenv(host.GLUON_ENV, raising=False)
+    monkeypatch.setattr(host, "_gpu_tested_triton", lambda: True)
+
+    def config_for(tokens, hidden, inter, topk, experts):
+        cfg = choose_config(tokens, hidden, inter, gated=False, topk=topk, experts=experts)
+        assert cfg is TILES[host._ALL_F8X2_16]
+        return cfg
+    _graph_replay_of(config_for, tokens, (tokens, tokens * 2 // 3, 5), "squared_relu", shape=(128, 8, 4096, 1536))
+
+
 @pytest.mark.parametrize("activation,tokens", [(a, t) for t in (64, 256, 640) for a in ("swiglu", "squared_relu")])
 def test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls(activation, tokens):
     """The opt-in Gluon tiles over 40 fresh inputs and routings each (a race shows up as a rare call with garbage
@@ -1095,10 +1113,14 @@ def _check_f8x2_tile(tile, activation, case):
     within BOUND of the float64 oracle and at most 1.5x that of the default tile's Triton form (dequantizing, no f8x2
     kernel: since sessions 32 / 33 the defaults at 1.5-16 pairs per expert, since 34 at 1-16, run the f8x2 FC1) on
     the same inputs; the same bits again."""
+    from megatron_mxfp8_moe.kernels import triton_moe as host
+
     experts, topk, hidden, inter, tokens = case
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
-    dequantizing = triton_form(choose_config(tokens, hidden, fc2.data.shape[2], gated=activation == "swiglu",
-                                             topk=topk, experts=experts))
+    with pytest.MonkeyPatch.context() as patch:  # the twin's Triton form, not the all-f8x2 pick of H >= 4096
+        patch.setattr(host, "_ALL_F8X2_FROM_HIDDEN", 1 << 30)
+        dequantizing = triton_form(choose_config(tokens, hidden, fc2.data.shape[2], gated=activation == "swiglu",
+                                                 topk=topk, experts=experts))
     assert all(t.dequant != "f8x2" and not t.fc1_f8x2 for t in dequantizing.launch_tiles)
     default, split = _poisoned_outputs((dequantizing, TILES[tile]), fc1, fc2, x, probs, ids, valid_rows, activation)
     ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
