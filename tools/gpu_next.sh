@@ -1018,7 +1018,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # compare with the twin's Triton form
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
     moe_bench_and_demo 300 $OUT/log.txt
-    moe_gpu_tests 150 "large_hidden_squared_relu_default or (f8x2_fc1_twins_match and 235b) or (f8x2_gluon_fc1_tiles_match and f128_st and 235b and not g128)" ;;
+    moe_gpu_tests 150 "large_hidden_squared_relu_default or (f8x2_fc1_twins_match and 235b and s16k_sx4p_f4 and not g128 and not f1x64) or (f8x2_gluon_fc1_tiles_match and f128_st and 235b and not g128)" ;;
   s36a)
     # prepared in session 35 (for session 36, run first): "_g128", one token scale per 128-value K step in the split
     # rows (``step_scales``; compile-checked only: the f8x2 FC2's FMULs 64 -> 0 and global loads 56 -> 32 in its code,
