@@ -1016,6 +1016,9 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # (2-8%) and slower on 30b (2-3%), so choose_config picks it from H 4096 (``_ALL_F8X2_FROM_HIDDEN``): the full
     # benchmark and the demo, then the GPU tests of that pick (graph replays on 235b) and the f8x2 tests on 235b that
     # compare with the twin's Triton form
+    # (first the split launch at other program shapes: bench/split_rows_probe.py, ~8.7 us of the all-f8x2 tile's layer)
+    timeout 90 python3 bench/split_rows_probe.py > $OUT/split.jsonl 2> $OUT/split.err; tail -2 $OUT/split.err
+    python3 -c "import json,sys; [print(r['rows'], r['k'], int(r['scales_t']), r['variant'], r['us'], r['same_bits']) for r in map(json.loads, open(sys.argv[1]))]" $OUT/split.jsonl
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
     moe_bench_and_demo 300 $OUT/log.txt
     moe_gpu_tests 150 "large_hidden_squared_relu_default or (f8x2_fc1_twins_match and 235b and s16k_sx4p_f4 and not g128 and not f1x64) or (f8x2_gluon_fc1_tiles_match and f128_st and 235b and not g128)" ;;

@@ -1611,17 +1611,18 @@ def split_rows_reference(x: torch.Tensor, group: int = BLOCK_SIZE) -> tuple[torc
     return torch.cat([hi.reshape(blocks), lo.reshape(blocks)], dim=2).reshape(rows, 2 * kp), s
 
 
-def _split_into(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> None:
+def _split_into(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, block_r: int = 8, block_k: int = 128,
+                num_warps: int = 4) -> None:
     """``(q, s) = split_rows_reference(x, group)`` in one launch (``_split_rows_kernel``; ``group`` from ``s``'s
-    columns)."""
+    columns; ``block_r`` rows and ``block_k`` columns per program, the same bits for any)."""
     import triton
 
     from . import _triton_f8x2_kernel as kernels
 
     rows, k = x.shape
-    kernels._split_rows_kernel[(triton.cdiv(rows, 8), q.shape[1] // 256)](
-        x, q, s, rows, k, x.stride(0), q.stride(0), s.stride(0), s.stride(1), BLOCK_R=8, BLOCK_K=128,
-        GROUP=q.shape[1] // 2 // s.shape[1], num_warps=4,
+    kernels._split_rows_kernel[(triton.cdiv(rows, block_r), q.shape[1] // (2 * block_k))](
+        x, q, s, rows, k, x.stride(0), q.stride(0), s.stride(0), s.stride(1), BLOCK_R=block_r, BLOCK_K=block_k,
+        GROUP=q.shape[1] // 2 // s.shape[1], num_warps=num_warps,
     )
 
 
