@@ -64,10 +64,12 @@ def main() -> None:
     parser.add_argument("--cases", default="1024:gt_s2,1024:gt_s1,1024:gt_s0,1024:gq_s2",
                         help="comma-separated tokens:variant; variants: gt_s2, gt_s1, gt_s0, gq_s2, gq_s0, default "
                              "(choose_config's tile), triton (its Triton form, checked against itself), a name of TILES")
+    parser.add_argument("--dims", default="128,8,2048,768",
+                        help="EXPERTS,TOPK,HIDDEN,INTER (default qwen3-30b-a3b's; 128,8,4096,1536: qwen3-235b-a22b's)")
     args = parser.parse_args()
     gated = args.activation == "swiglu"
     gt, gq = _tiles_64(gated)
-    experts, topk, hidden, inner, offset = 128, 8, 2048, 768, 3
+    (experts, topk, hidden, inner), offset = map(int, args.dims.split(",")), 3
 
     def variant(name, tokens):
         default = choose_config(tokens, hidden, inner, gated=gated, topk=topk, experts=experts)
@@ -130,7 +132,7 @@ def main() -> None:
                 "experts_shared_by_bad_rows": [(e, c, bool(in_tail[e]), int(counts[e]))
                                                for e, c in shared.most_common(6)],
             }), flush=True)
-        print(json.dumps({"activation": args.activation, "tokens": tokens, "variant": name,
+        print(json.dumps({"activation": args.activation, "dims": args.dims, "tokens": tokens, "variant": name,
                           "tile": names.get(id(tile), "(unnamed)"), "reps": args.reps, "failed_reps": fails}),
               flush=True)
 

@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s36d     # session 36, call 4: the race probe of that pick on 235b (16 / 64 / 128 tokens)
 #   bash tools/gpu_next.sh s36c     # session 36, call 3: the squared-ReLU pick "_f128_st" from H 4096: the full
 #                                   # benchmark, the demo, its graph replays and the 235b f8x2 tests
 #   bash tools/gpu_next.sh s36a     # for session 36 (run first): "_g128" (one token scale per 128-value step): float64
@@ -1011,6 +1012,16 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s36d)
+    # session 36, call 4: the race probe (bench/gluon_tail_race_probe.py, 40 fresh inputs each, against the Triton f8x2
+    # form within 1e-2) of the new squared-ReLU pick on 235b ("default" there is "_f128_st") at 16 / 64 / 128 tokens,
+    # and of the same tile on 30b at 64
+    { timeout 150 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 40 --dims 128,8,4096,1536 \
+        --cases 16:default,64:default,128:default
+      timeout 80 python3 bench/gluon_tail_race_probe.py --activation squared_relu --reps 40 \
+        --cases 64:s16_f8q_s2_gf_g1_f128_st
+    } > $OUT/race.jsonl 2> $OUT/race.err
+    cat $OUT/race.jsonl; tail -2 $OUT/race.err ;;
   s36c)
     # session 36, call 3: s36b found the all-f8x2 "_f128_st" faster than the squared-ReLU twin on 235b at 16-128 tokens
     # (2-8%) and slower on 30b (2-3%), so choose_config picks it from H 4096 (``_ALL_F8X2_FROM_HIDDEN``): the full
