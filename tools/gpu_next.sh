@@ -8,6 +8,7 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s36e     # session 36, call 6: q1 against "_f128_st" at 8-14 tokens on 235b (squared ReLU)
 #   bash tools/gpu_next.sh s36d     # session 36, call 4: the race probe of that pick on 235b (16 / 64 / 128 tokens)
 #   bash tools/gpu_next.sh s36c     # session 36, call 3: the squared-ReLU pick "_f128_st" from H 4096: the full
 #                                   # benchmark, the demo, its graph replays and the 235b f8x2 tests
@@ -1012,6 +1013,14 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s36e)
+    # session 36, call 6: below one pair per expert q1 runs (_Q1_BELOW_TWIN_PAIRS); run 37 found it 2-5% faster than the
+    # twin at 10-14 tokens on 235b squared ReLU, and "_f128_st" is 2-10% faster than the twin there. Does "_f128_st"
+    # overtake q1 below 16 tokens on 235b? q1 / "_f128_st" alternating at 8-14 tokens
+    timeout 200 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 8,10,12,14 \
+      --activation squared_relu --configs "q1,s16_f8q_s2_gf_g1_f128_st,q1,s16_f8q_s2_gf_g1_f128_st" \
+      > $OUT/probe.jsonl 2> $OUT/probe.err
+    layer_probe_summary 30 ;;
   s36d)
     # session 36, call 4: the race probe (bench/gluon_tail_race_probe.py, 40 fresh inputs each, against the Triton f8x2
     # form within 1e-2) of the new squared-ReLU pick on 235b ("default" there is "_f128_st") at 16 / 64 / 128 tokens,
