@@ -1,5 +1,6 @@
 """FC2 of the "f8x2" tiles in Gluon, with the block MMAs pipelined against the scale FMAs (session 24; run on the H200
-since session 25, run 28; opt-in tiles only).
+since session 25, run 28; since session 36 the squared-ReLU default at 1-8 pairs per expert from H 4096, in
+``s16_f8q_s2_gf_g1_f128_st``).
 
 The Triton f8x2 FC2 (``_triton_f8x2_kernel._f8x2_fc2_kernel``) waits for every 32-deep block's wgmma before that
 block's scale FMAs (Triton 3.6 puts ``wgmma.wait_group 0`` after each ``tl.dot`` whose result is used), so each block
@@ -14,7 +15,7 @@ the 4 blocks. Weights and split rows come by TMA into a ring of stages (one mbar
 blocks are retired. The scale bytes (one int32 word per row and step) and token scales are plain loads straight into
 the accumulator's slice layouts, a step ahead of their use (session 31).
 Same block sums added in the same order as the Triton f8x2 FC2 (with ``STEP_SCALE``, session 35, prepared: one token
-scale per 128-deep step, applied once to the step's sum; other bits).
+scale per 128-deep step, applied once to the step's sum; other bits; opt-in, run 39 found it no faster).
 Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (compiled with Triton 3.6).
 
 Layouts: weights ``[E, H, I]`` fp8 seen as ``[E * H, I]``; split rows ``[positions, 2 * KP]`` e4m3 (``_split_cols``:

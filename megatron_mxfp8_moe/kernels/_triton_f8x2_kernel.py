@@ -1,7 +1,8 @@
 """@triton.jit bodies of the "f8x2" MMA tiles: native fp8 x fp8 wgmmas on an exact two-term fp8 split of the
 activations (host side: ``triton_moe.py``, ``TritonMoEConfig.dequant == "f8x2"``). Experimental: correct, but 1.5-1.7x
 slower than the dequantizing defaults on the H200 (session 24, bench/NOTES_triton_moe.md); ``choose_config`` never
-picks them.
+picks these Triton kernels (its f8x2 picks run the Gluon ones, ``_gluon_f8x2_fc1_kernel`` / ``_gluon_f8x2_fc2_kernel``,
+with this module's split launch and helpers).
 
 Hopper has no bf16 x fp8 MMA, so the other tiles dequantize every weight on CUDA cores. Here the weights are never
 dequantized: each activation row is split per 32-value block ``b`` into a power-of-two scale ``s`` and two e4m3
