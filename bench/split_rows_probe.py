@@ -2,8 +2,10 @@
 
 ``python3 bench/split_rows_probe.py`` prints one JSON line per (rows, K, scales layout, variant): us per launch (20
 launches captured in one graph, median of 50 replays / 20) and whether its bits equal the default variant's (8 rows x
-128 columns per program, 4 warps). Shapes: the x split at 64 tokens and FC1's output rows of the 16-token tiles at 64
-tokens (``T * topk + E * 15`` rows), both for qwen3-30b-a3b and qwen3-235b-a22b.
+128 columns per program, 4 warps). Shapes, squared ReLU at 64 tokens for qwen3-30b-a3b and qwen3-235b-a22b: the x
+split ``[64, H]`` and FC1's output rows of the 16-token tiles ``[routing_capacity, 2 * I]`` (``bench/moe_layer.py``'s
+I is the gated half: squared ReLU's FC1 has ``2 * I`` rows). Run 39 (session 36) ran an earlier form whose FC1 cases
+were ``[2432, 768]`` and ``[2432, 1536]``.
 """
 
 import argparse
@@ -16,7 +18,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import graph_median_us  # noqa: E402
-from megatron_mxfp8_moe.kernels.triton_moe import _split_into, split_rows_buffers  # noqa: E402
+from bench.moe_layer import SHAPES  # noqa: E402
+from megatron_mxfp8_moe.kernels.triton_moe import _split_into, routing_capacity, split_rows_buffers  # noqa: E402
 
 VARIANTS = {"r8k128w4": (8, 128, 4), "r16k128w4": (16, 128, 4), "r32k128w4": (32, 128, 4), "r32k128w8": (32, 128, 8),
             "r8k256w4": (8, 256, 4), "r16k256w4": (16, 256, 4), "r4k256w2": (4, 256, 2), "r64k128w8": (64, 128, 8)}
@@ -26,7 +29,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
-    cases = [(64, 2048), (64 * 8 + 128 * 15, 768), (64, 4096), (64 * 8 + 128 * 15, 1536)]
+    cases = []
+    for experts, topk, hidden, inter in SHAPES.values():
+        cases += [(64, hidden), (routing_capacity(64, topk, experts, 16)[0], 2 * inter)]
     for rows, k in cases:
         x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
         for scales_t in (False, True):
