@@ -938,8 +938,9 @@ _Q1_BELOW_TWIN_PAIRS = 1.0
 # on 235b (H 4096) "_f128_st" is faster at every token count of the twin's range, at 16 tokens 533.4 / 522.4 and 531.6
 # / 523.2, 32 725.7 / 695.6 and 729.7 / 699.3, 64 838.6 / 803.0 and 869.8 / 805.8, 128 874.2 / 834.2 and 926.7 /
 # 838.1; on 30b (H 2048) slower, 16 158.8 / 164.1 and 159.0 / 164.5, 32 207.8 / 211.0, 64 227.9 / 233.3, 128 240.3 /
-# 246.4 (FC2 on 128 of H rows per program: half the programs of the 64-row twin at H 2048). From H 4096 the squared-
-# ReLU 16-token pick is therefore "_f128_st" wherever its twin is picked (two shapes measured: the cut lies between).
+# 246.4. Its f8x2 FC2 saves 2.5 us on 30b (112.0 / 114.5 at 64 tokens) and about 25 on 235b (run 38), against about 6
+# us on 30b for the launch that splits FC1's rows for it. From H 4096 the squared-ReLU 16-token pick is therefore
+# "_f128_st" wherever its twin is picked (two shapes measured: the cut lies between).
 _ALL_F8X2_16, _ALL_F8X2_FROM_HIDDEN = "s16_f8q_s2_gf_g1_f128_st", 4096
 
 
