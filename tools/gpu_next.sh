@@ -8,8 +8,10 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
-#   bash tools/gpu_next.sh s37a     # for session 37 (run first): the H >= 4096 squared-ReLU pick on other shapes
-#                                   # (H 3072, 7168, Mixtral-like), q1 against it at 12-15 tokens, the split launch
+#   bash tools/gpu_next.sh s37a     # for session 37 (run first): "_sp" (the all-f8x2 tile's FC1 rows split at the
+#                                   # pairs' positions only): bit tests, layer probes, profile; the split launch
+#   bash tools/gpu_next.sh s37b     # for session 37, after s37a: the H >= 4096 squared-ReLU pick on other shapes
+#                                   # (H 3072, 7168, Mixtral-like), q1 against it at 12-15 tokens
 #   bash tools/gpu_next.sh s36e     # session 36, call 6: q1 against "_f128_st" at 8-14 tokens on 235b (squared ReLU)
 #   bash tools/gpu_next.sh s36d     # session 36, call 4: the race probe of that pick on 235b (16 / 64 / 128 tokens)
 #   bash tools/gpu_next.sh s36c     # session 36, call 3: the squared-ReLU pick "_f128_st" from H 4096: the full
@@ -1016,12 +1018,29 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
   s37a)
-    # prepared in session 36 (for session 37, run first; about 6 device minutes): the squared-ReLU pick of H >= 4096
+    # prepared in session 36 (for session 37, run first; about 4 device minutes): "_sp" (``split_pair_rows``), the
+    # launch that splits the all-f8x2 tile's FC1 rows for its FC2 on the pairs' positions only (512 of 2576 at 64
+    # tokens; run 39: that launch costs the 30b layer about 6 us, what the tile loses there). Its bit tests first (same
+    # bits as "_f128_st", split buffers NaN-poisoned; graph replay), then layer probes against the 16-token twin and
+    # "_f128_st" at 64 / 128 tokens on both shapes, a profile (30b, 64 tokens), and the split launch at the layer's
+    # own sizes (bench/split_rows_probe.py, corrected after run 39)
+    S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128_st
+    moe_gpu_tests 120 "split_of_the_pairs_rows or (graph_replay_of_the_f8x2_gluon_fc1 and st_sp)"
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 90 python3 bench/triton_moe_probe.py --shape $shape --tokens 64,128 --activation squared_relu \
+        --configs "$S,$G,${G}_sp,$S,$G,${G}_sp" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    layer_probe_summary 30
+    profiles_sq64 60 "$S,$G,${G}_sp"
+    timeout 60 python3 bench/split_rows_probe.py > $OUT/split.jsonl 2> $OUT/split.err; tail -2 $OUT/split.err
+    python3 -c "import json,sys; [print(r['rows'], r['k'], int(r['scales_t']), r['variant'], r['us'], r['same_bits']) for r in map(json.loads, open(sys.argv[1]))]" $OUT/split.jsonl ;;
+  s37b)
+    # prepared in session 36 (for session 37, after s37a; about 5 device minutes): the squared-ReLU pick of H >= 4096
     # ("_f128_st" in place of the 16-token twin, ``_ALL_F8X2_FROM_HIDDEN``) was fit on two shapes. Layer probes, twin /
     # "_f128_st" alternating, on other shapes (--dims EXPERTS,TOPK,H,I; squared ReLU's FC1 has 2 * I rows): an H
     # between the two (3072), a DeepSeek-V3-like H 7168, a Mixtral-like 8 experts top-2 with a long FC2 K; then q1
-    # against "_f128_st" at 12-15 tokens on 235b (run 39 call 6: a tie at 12, "_f128_st" 4-11% faster at 14), then the
-    # split launch at the layer's own sizes (bench/split_rows_probe.py, corrected after run 39)
+    # against "_f128_st" at 12-15 tokens on 235b (run 39 call 6: a tie at 12, "_f128_st" 4-11% faster at 14). If
+    # s37a made "_sp" the better form, put ${G}_sp in G here
     S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128_st
     P="python3 bench/triton_moe_probe.py --activation squared_relu"
     { timeout 90 $P --dims 128,8,3072,1152 --tokens 16,64,128 --configs "$S,$G,$S,$G"
@@ -1029,9 +1048,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       timeout 90 $P --dims 8,2,4096,7168 --tokens 4,16,32 --configs "$S,$G,$S,$G"
       timeout 90 $P --shape qwen3-235b-a22b --tokens 12,13,14,15 --configs "q1,$G,q1,$G"
     } > $OUT/probe.jsonl 2> $OUT/probe.err
-    layer_probe_summary 30
-    timeout 60 python3 bench/split_rows_probe.py > $OUT/split.jsonl 2> $OUT/split.err; tail -2 $OUT/split.err
-    python3 -c "import json,sys; [print(r['rows'], r['k'], int(r['scales_t']), r['variant'], r['us'], r['same_bits']) for r in map(json.loads, open(sys.argv[1]))]" $OUT/split.jsonl ;;
+    layer_probe_summary 30 ;;
   s36e)
     # session 36, call 6: below one pair per expert q1 runs (_Q1_BELOW_TWIN_PAIRS); run 37 found it 2-5% faster than the
     # twin at 10-14 tokens on 235b squared ReLU, and "_f128_st" is 2-10% faster than the twin there. Does "_f128_st"
