@@ -1010,7 +1010,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
         if pairs_per_expert < _Q1_BELOW_TWIN_PAIRS:
             return TILES["q1"]
         small = _sixteen_token_tile(gated, hidden, intermediate, gluon)
-        return small if small.fc1_f8x2 or small.dequant == "f8x2" else TILES["q1"]
+        return small if _reads_x_split(small) else TILES["q1"]
     # Session 11: from 1.5 to 24 pairs per expert the 4-warp FC2 (and gated, the 4-warp merged FC1) tiles: three
     # CTAs per SM, 3-10% faster than s16k_sx_rm / s16k_sx_r / m32l_sx / m32a at 64 and 256 tokens (TILES).
     # Session 12: gated, up to 8 pairs per expert, 3 FC1 stages (64 tokens: 1.1-2.3% faster than 2 stages in three
