@@ -294,6 +294,12 @@ layer_probe_summary() {
   python3 -c "import json; [print(d.get('shape', '')[:10], d['activation'][:4], d['tokens'], d['config'][-$1:], d.get('us', d.get('error'))) for d in map(json.loads, open('$OUT/probe.jsonl'))]"
   tail -2 $OUT/probe.err
 }
+# split_probe SECONDS: bench/split_rows_probe.py into $OUT/split.jsonl, one line per case printed (rows, K, scales
+# transposed, variant, us per launch, same bits as the default)
+split_probe() {
+  timeout "$1" python3 bench/split_rows_probe.py > $OUT/split.jsonl 2> $OUT/split.err; tail -2 $OUT/split.err
+  python3 -c "import json,sys; [print(r['rows'], r['k'], int(r['scales_t']), r['variant'], r['us'], r['same_bits']) for r in map(json.loads, open(sys.argv[1]))]" $OUT/split.jsonl
+}
 # profile_summary: one line per per-kernel profile of $OUT/profile.jsonl (triton_moe_probe.py --profile): shape,
 # activation, tokens, the config's last 30 characters, the kernels' CUDA times
 profile_summary() {
@@ -1032,8 +1038,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     done
     layer_probe_summary 30
     profiles_sq64 60 "$S,$G,${G}_sp"
-    timeout 60 python3 bench/split_rows_probe.py > $OUT/split.jsonl 2> $OUT/split.err; tail -2 $OUT/split.err
-    python3 -c "import json,sys; [print(r['rows'], r['k'], int(r['scales_t']), r['variant'], r['us'], r['same_bits']) for r in map(json.loads, open(sys.argv[1]))]" $OUT/split.jsonl ;;
+    split_probe 60 ;;
   s37b)
     # prepared in session 36 (for session 37, after s37a; about 5 device minutes): the squared-ReLU pick of H >= 4096
     # ("_f128_st" in place of the 16-token twin, ``_ALL_F8X2_FROM_HIDDEN``) was fit on two shapes. Layer probes, twin /
@@ -1073,8 +1078,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # benchmark and the demo, then the GPU tests of that pick (graph replays on 235b) and the f8x2 tests on 235b that
     # compare with the twin's Triton form
     # (first the split launch at other program shapes: bench/split_rows_probe.py, ~8.7 us of the all-f8x2 tile's layer)
-    timeout 90 python3 bench/split_rows_probe.py > $OUT/split.jsonl 2> $OUT/split.err; tail -2 $OUT/split.err
-    python3 -c "import json,sys; [print(r['rows'], r['k'], int(r['scales_t']), r['variant'], r['us'], r['same_bits']) for r in map(json.loads, open(sys.argv[1]))]" $OUT/split.jsonl
+    split_probe 90
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
     moe_bench_and_demo 300 $OUT/log.txt
     moe_gpu_tests 150 "large_hidden_squared_relu_default or (f8x2_fc1_twins_match and 235b and s16k_sx4p_f4 and not g128 and not f1x64) or (f8x2_gluon_fc1_tiles_match and f128_st and 235b and not g128)" ;;
