@@ -954,8 +954,16 @@ _Q1_BELOW_TWIN_PAIRS = 1.0
 # 838.1; on 30b (H 2048) slower, 16 158.8 / 164.1 and 159.0 / 164.5, 32 207.8 / 211.0, 64 227.9 / 233.3, 128 240.3 /
 # 246.4. Its f8x2 FC2 saves 2.5 us on 30b (112.0 / 114.5 at 64 tokens) and about 25 on 235b (run 38), against about 6
 # us on 30b for the launch that splits FC1's rows for it. From H 4096 the squared-ReLU 16-token pick is therefore
-# "_f128_st" wherever its twin is picked (two shapes measured: the cut lies between).
-_ALL_F8X2_16, _ALL_F8X2_FROM_HIDDEN = "s16_f8q_s2_gf_g1_f128_st", 4096
+# "_f128_st" wherever its twin is picked. Session 37 (run 40, the same pairs of runs, squared ReLU): H 3072 / I 1152
+# 312.3 / 313.0 and 312.3 / 312.4 at 16 tokens, 482.4 / 467.5 and 483.6 / 469.2 at 64, 506.7 / 488.4 and 506.9 /
+# 489.1 at 128; H 7168 / I 1024 3-10% faster, 8 experts top-2 (H 4096 / I 7168) 1-12% faster at 4-32 tokens. So the
+# cut is H 3072 (between 30b's 2048, slower, and 3072, a tie at 16 tokens and 3-4% faster from 64).
+_ALL_F8X2_16, _ALL_F8X2_FROM_HIDDEN = "s16_f8q_s2_gf_g1_f128_st", 3072
+# Below one pair per expert q1 against "_f128_st" (235b squared ReLU, us, q1 / "_f128_st" per pair of runs): run 39
+# 8 tokens 338.4 / 362.7, 336.9 / 363.0, 10 416.8 / 422.6, 418.0 / 423.4, 12 480.6 / 485.7, 486.0 / 464.3; run 40 12
+# tokens 469.9 / 446.1, 472.9 / 447.1, 13 510.5 / 485.3, 511.6 / 485.9, 14 575.3 / 504.8, 549.3 / 506.6. So q1 keeps
+# less than 0.75 pairs per expert where "_f128_st" is the 16-token pick.
+_Q1_BELOW_ALL_F8X2_PAIRS = 0.75
 
 
 def _sixteen_token_tile(gated: bool, hidden: int, intermediate: int, gluon: Optional[bool]) -> TritonMoEConfig:
@@ -1006,11 +1014,11 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
         # FC1 overtake q1 from about one pair per expert: 16 tokens squared ReLU 160.3 / 157.0, 160.9 / 158.1
         # (30b), 602.9 / 590.4, 622.3 / 537.6 (235b), SwiGLU 126.4 / 126.4, 126.2 / 126.6 and 455.5 / 406.7,
         # 487.8 / 419.9; 24 tokens 13-24% faster (30b squared ReLU 227.1 / 189.9, 235b SwiGLU 661.5 / 512.8); at 8
-        # tokens q1 is 5-12% faster (30b squared ReLU 95.8 / 107.0). Where the twin is not picked, q1 up to 1.5.
-        if pairs_per_expert < _Q1_BELOW_TWIN_PAIRS:
-            return TILES["q1"]
+        # tokens q1 is 5-12% faster (30b squared ReLU 95.8 / 107.0). Where the twin is not picked, q1 up to 1.5; where
+        # "_f128_st" is, it runs from 0.75 pairs per expert (``_Q1_BELOW_ALL_F8X2_PAIRS``).
         small = _sixteen_token_tile(gated, hidden, intermediate, gluon)
-        return small if _reads_x_split(small) else TILES["q1"]
+        q1_below = _Q1_BELOW_ALL_F8X2_PAIRS if small is TILES[_ALL_F8X2_16] else _Q1_BELOW_TWIN_PAIRS
+        return small if pairs_per_expert >= q1_below and _reads_x_split(small) else TILES["q1"]
     # Session 11: from 1.5 to 24 pairs per expert the 4-warp FC2 (and gated, the 4-warp merged FC1) tiles: three
     # CTAs per SM, 3-10% faster than s16k_sx_rm / s16k_sx_r / m32l_sx / m32a at 64 and 256 tokens (TILES).
     # Session 12: gated, up to 8 pairs per expert, 3 FC1 stages (64 tokens: 1.1-2.3% faster than 2 stages in three

@@ -141,17 +141,18 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
 
 @pytest.mark.parametrize("gluon", ["1", "0", "auto"])
 def test_large_hidden_squared_relu_picks_the_all_f8x2_tile(gluon, monkeypatch):
-    """Session 36: from H 4096 (qwen3-235b-a22b) the squared-ReLU pick at 1-8 pairs per expert is the all-f8x2
-    "_f128_st" wherever the 16-token twin would be picked; not with the Gluon twins off, not gated, not at H 2048,
-    and not outside that range."""
+    """Sessions 36-37: from H 3072 the squared-ReLU pick at 0.75-8 pairs per expert is the all-f8x2 "_f128_st"
+    wherever the 16-token twin would be picked (and q1 from 0.75 to 1 pair per expert); not with the Gluon twins off,
+    not gated, not at H 2048, and not outside that range."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
     monkeypatch.setenv(triton_moe.GLUON_ENV, gluon)
     monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)
     picks = {(rows, hidden, gated): choose_config(rows, hidden, hidden * 3 // 8, gated=gated, topk=8, experts=128)
-             for rows in (8, 16, 24, 64, 128, 129, 256) for hidden in (2048, 4096, 7168) for gated in (False, True)}
+             for rows in (8, 11, 12, 16, 24, 64, 128, 129, 256) for hidden in (2048, 3072, 4096, 7168)
+             for gated in (False, True)}
     large = {key for key, tile in picks.items() if tile is TILES["s16_f8q_s2_gf_g1_f128_st"]}
-    expected = {(rows, hidden, False) for rows in (16, 24, 64, 128) for hidden in (4096, 7168)}
+    expected = {(rows, hidden, False) for rows in (12, 16, 24, 64, 128) for hidden in (3072, 4096, 7168)}
     assert large == (expected if gluon != "0" else set())
     for (rows, hidden, gated), tile in picks.items():
         if (rows, hidden, gated) not in large:
