@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s37c     # session 37, call 3: the route from several programs (route_parallel, same
+#                                   # tables): route tests, graph replays, layer probes at 8-128 tokens, profiles
 #   bash tools/gpu_next.sh s37a     # for session 37 (run first): "_sp" (the all-f8x2 tile's FC1 rows split at the
 #                                   # pairs' positions only): bit tests, layer probes, profile; the split launch
 #   bash tools/gpu_next.sh s37b     # for session 37, after s37a: the H >= 4096 squared-ReLU pick on other shapes
@@ -1023,6 +1025,21 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s37c)
+    # session 37, call 3: route_parallel (``_route_parallel_kernel``: up to 1024 pairs from CHUNK / 64 programs that
+    # each plan from the histogram of all pairs and scatter 64 pairs; no sort, scratch or barrier; the same tables).
+    # Run 40 call 1: the one-program route 8.4 us of a 231 us layer at 64 tokens (30b squared ReLU). Its GPU tests
+    # (tables against route_reference on three routings per case, graph replays), layer probes of choose_config's
+    # picks with and without it (alternating, both activations, 8-128 tokens), profiles at 16 / 64 / 128 tokens
+    moe_gpu_tests 200 "one_program_route or route_in_registers"
+    PICK_TOKENS="8 16 64 128" probe_picks "" +route_parallel=1 "" +route_parallel=1
+    layer_probe_summary 40
+    for t in 16 64 128; do
+      D=$(default_tile $t squared_relu)
+      timeout 60 python3 bench/triton_moe_probe.py --profile --tokens $t --activation squared_relu \
+        --configs "$D,$D+route_parallel=1" >> $OUT/profile.jsonl 2>> $OUT/profile.err
+    done
+    profile_summary ;;
   s37a)
     # prepared in session 36 (for session 37, run first; about 4 device minutes): "_sp" (``split_pair_rows``), the
     # launch that splits the all-f8x2 tile's FC1 rows for its FC2 on the pairs' positions only (512 of 2576 at 64

@@ -86,6 +86,13 @@ def _route_count(routing_map_ptr, valid_pairs, sorted_pairs_ptr, counts_ptr, chu
 
 
 @triton.jit
+def _owners(ends, index):
+    """``[N]`` owner of each entry of ``index``: the number of experts whose ``ends`` (an inclusive cumsum of their
+    blocks, ``[E_POW2]``) are at or before it."""
+    return tl.sum((ends[None, :] <= index[:, None]).to(tl.int32), axis=1)
+
+
+@triton.jit
 def _expert_blocks(totals, BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr, E_POW2: tl.constexpr):
     """From each expert's pair count ``totals`` [E_POW2]: its BLOCK_T blocks, whether it takes a tail block (0 / 1),
     the first block after it (blocks of experts in order), the blocks in all, and its index among the tail blocks."""
@@ -230,6 +237,66 @@ def _route_in_registers_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_p
                         tl.gather(max_sorted + tail_index * TAIL_T, expert, 0) + rank - cap)
     tl.debug_barrier()  # the -1 fill (other threads' stores) lands before the scatter overwrites it
     tl.store(sorted_pairs_ptr + position, lane, mask=is_local)
+
+
+@triton.jit
+def _fill_free_positions(sorted_pairs_ptr, ends, held_end, in_use, n_blocks, part, parts, WIDTH: tl.constexpr,
+                         CHUNK_B: tl.constexpr):
+    """-1 at every free position of ``parts``-strided CHUNK_B slices (from slice ``part``) of ``n_blocks`` blocks of
+    WIDTH positions at ``sorted_pairs_ptr``. A position of block b is held when b < ``in_use`` and it lies before
+    ``held_end`` (``[E_POW2]``: where each expert's pairs end) of b's owner (``_owners(ends, b)``). Writes only free
+    positions, so it needs no barrier against the scatter of other programs."""
+    block_lanes = tl.arange(0, CHUNK_B)
+    width_lanes = tl.arange(0, WIDTH)
+    for start in range(part * CHUNK_B, n_blocks, parts * CHUNK_B):
+        b = start + block_lanes
+        used = b < in_use
+        end = tl.where(used, tl.gather(held_end, tl.where(used, _owners(ends, b), 0), 0), 0)
+        offset = b[:, None] * WIDTH + width_lanes[None, :]
+        free = (offset >= end[:, None]) & (b < n_blocks)[:, None]
+        tl.store(sorted_pairs_ptr + offset, tl.full([CHUNK_B, WIDTH], -1, tl.int32), mask=free)
+
+
+@triton.jit
+def _route_parallel_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
+                           rows, max_sorted, max_blocks, tail_block_offset, tail_blocks, local_expert_offset,
+                           TOPK: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
+                           TAIL_T: tl.constexpr, CHUNK: tl.constexpr, SLICE: tl.constexpr, CHUNK_B: tl.constexpr):
+    """``_route_kernel``'s tables (up to CHUNK pairs) from CHUNK / SLICE programs, with no sort, scratch or barrier
+    (session 37). Every program takes the histogram of all pairs and plans the blocks from it in registers; program
+    ``p`` then scatters pairs ``[p * SLICE, (p + 1) * SLICE)``: a pair's rank among its expert's pairs is the
+    expert's pairs before the slice (a second, masked histogram) plus those before it in the slice (a ``[SLICE,
+    SLICE]`` compare). Its share of the block tables and of the -1 fill covers only free positions
+    (``_fill_free_positions``), so no position is written twice. ``tail_blocks``: the tail table's capacity
+    (``route_layout``)."""
+    part = tl.program_id(0)
+    parts = tl.num_programs(0)
+    valid_pairs = tl.minimum(tl.load(valid_tokens_ptr), rows) * TOPK
+    local, is_local = _chunk_experts(routing_map_ptr, valid_pairs, 0, local_expert_offset, E, CHUNK)
+    experts = tl.where(is_local, local, 0)
+    counts = tl.histogram(experts, E_POW2, mask=is_local)  # [E_POW2]
+    before = tl.histogram(experts, E_POW2, mask=is_local & (tl.arange(0, CHUNK) < part * SLICE))
+    blocks, has_tail, block_end, total_blocks, tail_index = _expert_blocks(counts, BLOCK_T, TAIL_T, E_POW2)
+    first = (block_end - blocks) * BLOCK_T
+    cap = blocks * BLOCK_T
+    # this program's slice of pairs
+    mine, mine_local = _chunk_experts(routing_map_ptr, valid_pairs, part, local_expert_offset, E, SLICE)
+    mine = tl.where(mine_local, mine, 0)
+    lanes = tl.arange(0, SLICE)
+    earlier = (mine[:, None] == mine[None, :]) & mine_local[None, :] & (lanes[None, :] < lanes[:, None])
+    rank = tl.gather(before, mine, 0) + tl.sum(earlier.to(tl.int32), axis=1)
+    slot_cap = tl.gather(cap, mine, 0)
+    position = tl.where(rank < slot_cap, tl.gather(first, mine, 0) + rank,
+                        tl.gather(max_sorted + tail_index * TAIL_T, mine, 0) + rank - slot_cap)
+    tl.store(sorted_pairs_ptr + position, part * SLICE + lanes, mask=mine_local)
+    _store_block_tables(block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr, max_blocks,
+                        tail_block_offset, part, parts, E_POW2, TAIL_T, CHUNK_B)
+    _fill_free_positions(sorted_pairs_ptr, block_end, first + tl.minimum(counts, cap), total_blocks, max_blocks, part,
+                         parts, BLOCK_T, CHUNK_B)
+    if TAIL_T > 0:  # tail block i: the i-th expert with a tail, its pairs past its BLOCK_T blocks
+        _fill_free_positions(sorted_pairs_ptr + max_sorted, tail_index + has_tail,
+                             tail_index * TAIL_T + counts - cap, tl.sum(has_tail, axis=0), tail_blocks, part, parts,
+                             TAIL_T, CHUNK_B)
 
 
 @triton.jit

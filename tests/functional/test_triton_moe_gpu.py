@@ -336,34 +336,36 @@ def test_route_tables_match_the_torch_twin(rows, topk, experts, block_t, tail_t,
     assert torch.equal(again, sorted_pairs)
 
 
-@pytest.mark.parametrize("warps,in_registers", [(1, False), (2, False), (8, False), (16, False), (None, True),
-                                                (4, True), (16, True)])
+@pytest.mark.parametrize("warps,form", [(1, "sort"), (2, "sort"), (8, "sort"), (16, "sort"), (None, "registers"),
+                                        (4, "registers"), (16, "registers"), (None, "parallel")])
 @pytest.mark.parametrize("rows,topk,experts,block_t,tail_t,valid_rows", [
     (64, 8, 128, 16, 0, 61),  # 512 pairs (64 decode tokens at top-8): one program
+    (128, 8, 128, 16, 0, 128),  # 1024 pairs, the one-program route's largest
     (100, 8, 16, 64, 32, 97),  # one program with tails
     (2, 8, 128, 16, 0, 1),  # decode at 1-2 tokens
+    (12, 8, 128, 1, 0, 12),  # the routed GEMV's one-pair blocks
 ])
-def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, tail_t, valid_rows, warps,
-                                                in_registers):
+def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, tail_t, valid_rows, warps, form):
     """``TritonMoEConfig.route_warps`` (a probe knob, session 12): the one-program route on 1-16 warps gives the
-    tables of ``route_reference``; so does its form with the tables in registers (``route_in_registers``, session
-    30)."""
+    tables of ``route_reference``; so do its form with the tables in registers (``route_in_registers``, session 30)
+    and the route from several programs (``route_parallel``, session 37), on three fresh routings each."""
     from megatron_mxfp8_moe.kernels.triton_moe import _route, route_layout, route_reference
 
-    ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
-    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
-    sorted_pairs, block_expert, blocks = _route(ids, valid, rows, topk, experts, 0, block_t, tail_t, warps,
-                                                in_registers)
-    ref_pairs, ref_blocks, ref_count = route_reference(ids.cpu(), valid_rows, experts=experts, local_expert_offset=0,
-                                                       block_t=block_t, tail_t=tail_t)
-    count, tails = ref_count if tail_t else (ref_count, 0)
-    assert int(blocks[0]) == count and (not tail_t or int(blocks[4]) == tails)
-    assert torch.equal(sorted_pairs.cpu(), ref_pairs)
-    assert torch.equal(block_expert[:count].cpu(), ref_blocks[:count])
-    if tail_t:
-        tail_offset = route_layout(rows, topk, experts, block_t, tail_t)[3]
-        assert torch.equal(block_expert[tail_offset:tail_offset + tails].cpu(),
-                           ref_blocks[tail_offset:tail_offset + tails])
+    for _ in range(3):
+        ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
+        valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+        sorted_pairs, block_expert, blocks = _route(ids, valid, rows, topk, experts, 0, block_t, tail_t, warps,
+                                                    form == "registers", form == "parallel")
+        ref_pairs, ref_blocks, ref_count = route_reference(ids.cpu(), valid_rows, experts=experts,
+                                                           local_expert_offset=0, block_t=block_t, tail_t=tail_t)
+        count, tails = ref_count if tail_t else (ref_count, 0)
+        assert int(blocks[0]) == count and (not tail_t or int(blocks[4]) == tails)
+        assert torch.equal(sorted_pairs.cpu(), ref_pairs)
+        assert torch.equal(block_expert[:count].cpu(), ref_blocks[:count])
+        if tail_t:
+            tail_offset = route_layout(rows, topk, experts, block_t, tail_t)[3]
+            assert torch.equal(block_expert[tail_offset:tail_offset + tails].cpu(),
+                               ref_blocks[tail_offset:tail_offset + tails])
 
 
 def test_cuda_graph_replay_with_the_chunked_route():
@@ -999,15 +1001,16 @@ def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
+@pytest.mark.parametrize("knob", ["route_in_registers", "route_parallel"])
 @pytest.mark.parametrize("tokens,activation", [(8, "swiglu"), (16, "squared_relu"), (32, "squared_relu"),
                                                (64, "swiglu"), (128, "squared_relu")])
-def test_cuda_graph_replay_with_the_route_in_registers(tokens, activation):
-    """Session 30: choose_config's pick (the routed GEMV at 8 tokens, MMA tiles from 16) with the one-program route's
-    tables in registers (``route_in_registers``) in one graph, replayed with new routing and valid-token counts: equal
-    to eager, within BOUND of float64."""
+def test_cuda_graph_replay_with_the_route_in_registers(tokens, activation, knob):
+    """Sessions 30 / 37: choose_config's pick (the routed GEMV at 8 tokens, MMA tiles from 16) with the one-program
+    route's tables in registers (``route_in_registers``) or the route from several programs (``route_parallel``) in
+    one graph, replayed with new routing and valid-token counts: equal to eager, within BOUND of float64."""
     def config_for(tokens, hidden, inter, topk, experts):
         cfg = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
-        return dataclasses.replace(cfg, route_in_registers=True)
+        return dataclasses.replace(cfg, **{knob: True})
     _graph_replay_of(config_for, tokens, (tokens, max(1, tokens * 2 // 3), 1), activation)
 
 

@@ -324,8 +324,8 @@ def test_second_stream_orders_the_launches(monkeypatch):
 
 
 def test_route_warps_reach_the_route_launch(monkeypatch):
-    """``route_warps`` and ``route_in_registers`` (probe knobs) are checked and handed to ``_route``; None keeps the
-    default rule."""
+    """``route_warps``, ``route_in_registers`` and ``route_parallel`` (probe knobs) are checked and handed to
+    ``_route``; None keeps the default rule."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
     seen = []
@@ -334,7 +334,7 @@ def test_route_warps_reach_the_route_launch(monkeypatch):
         pass
 
     def fake_route(*args, **kwargs):
-        seen.append(args[-2:])
+        seen.append(args[-3:])
         raise Stop
 
     monkeypatch.setattr(triton_moe, "_route", fake_route)
@@ -342,14 +342,18 @@ def test_route_warps_reach_the_route_launch(monkeypatch):
     fc2 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
     x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
     probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
-    for warps, in_registers in ((None, False), (16, False), (None, True)):
+    knobs = ((None, False, False), (16, False, False), (None, True, False), (None, False, True))
+    for warps, in_registers, parallel in knobs:
         with pytest.raises(Stop):
             triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid,
                              config=dataclasses.replace(TILES["s16k4_sx_m3"], route_warps=warps,
-                                                        route_in_registers=in_registers))
-    assert seen == [(None, False), (16, False), (None, True)]
+                                                        route_in_registers=in_registers, route_parallel=parallel))
+    assert seen == list(knobs)
     with pytest.raises(ValueError, match="route_warps"):
         dataclasses.replace(TILES["s16k4_sx_m3"], route_warps=3)
+    for knob in ({"route_warps": 8}, {"route_in_registers": True}):
+        with pytest.raises(ValueError, match="route_parallel"):
+            dataclasses.replace(TILES["s16k4_sx_m3"], route_parallel=True, **knob)
 
 
 def test_planes_of_puts_each_byte_plane_in_one_run():
@@ -1116,12 +1120,17 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             ("route4_tail2", small, 8, 5, 4, 2, None), ("route4_tail2_split", small, 8, 5, 4, 2, 8),
             ("route64_tail32", large, 251, 8, 64, 32, None), ("route64_tail32_split", large, 251, 8, 64, 32, 32),
             # one-pair blocks: about 1000 blocks, so the split route's programs write 8 slices of the block table
-            ("route1_many_split", large, 251, 8, 1, 0, 32)]:
+            ("route1_many_split", large, 251, 8, 1, 0, 32),
+            # (the "_par" cases: the route from several programs, ``_route_parallel_kernel``)
+            ("route4_par", small, 8, 5, 4, 0, None), ("route1_par", small, 8, 5, 1, 0, None),
+            ("route4_tail2_par", small, 8, 5, 4, 2, None), ("route16_par", large, 251, 8, 16, 0, None),
+            ("route64_tail32_par", large, 251, 8, 64, 32, None), ("route1_many_par", large, 251, 8, 1, 0, None)]:
         host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (4096, 256)
         rows = ids.shape[0]
         sorted_pairs, block_expert, blocks = host._route(ids, torch.tensor([valid], dtype=torch.int32), rows,
                                                          ids.shape[1], experts, 1, block_t, tail_t,
-                                                         in_registers=name.endswith("_reg"))
+                                                         in_registers=name.endswith("_reg"),
+                                                         parallel="_par" in name)
         ref_pairs, ref_blocks, ref_count = route_reference(ids, valid, experts=experts, local_expert_offset=1,
                                                            block_t=block_t, tail_t=tail_t)
         max_sorted, _, _, tail_offset = host.route_layout(rows, ids.shape[1], experts, block_t, tail_t)
@@ -1336,7 +1345,8 @@ def test_kernels_under_triton_interpreter():
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _INTERPRETER_SCRIPT], timeout=1800)  # 528 s on a 2-core CI machine (session 36)
     routes = sorted(name for name in result if name.startswith("route"))
-    assert len(routes) == 16 and sum(name.endswith("_reg") for name in routes) == 5, routes
+    assert len(routes) == 22 and sum(name.endswith("_reg") for name in routes) == 5, routes
+    assert sum(name.endswith("_par") for name in routes) == 6, routes
     for name in routes:
         route = result[name]
         assert route["split"] == name.endswith("_split"), (name, route)
