@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s37d     # session 37, call 4: route_parallel the default: route tests, graph replays, the
+#                                   # profile at 16 tokens, full benchmark and demo
 #   bash tools/gpu_next.sh s37c     # session 37, call 3: the route from several programs (route_parallel, same
 #                                   # tables): route tests, graph replays, layer probes at 8-128 tokens, profiles
 #   bash tools/gpu_next.sh s37a     # for session 37 (run first): "_sp" (the all-f8x2 tile's FC1 rows split at the
@@ -1025,6 +1027,18 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s37d)
+    # session 37, call 4: route_parallel is the default (at least 8 programs: s37c's 2 at 16 tokens took 5.8 us against
+    # 3.8 for 8 at 64) and the all-f8x2 squared-ReLU pick runs from H 3072 and 0.75 pairs per expert. The route tables
+    # on the GPU (three routings per case) and the graph replays of that pick (12 tokens new), the profile at 16
+    # tokens, then the full benchmark and the demo
+    moe_gpu_tests 100 "(one_program_route and parallel) or large_hidden_squared_relu_default"
+    D=$(default_tile 16 squared_relu)
+    timeout 40 python3 bench/triton_moe_probe.py --profile --tokens 16 --activation squared_relu \
+      --configs "$D,$D+route_parallel=0" > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/log.txt
+    moe_bench_and_demo 300 $OUT/log.txt ;;
   s37c)
     # session 37, call 3: route_parallel (``_route_parallel_kernel``: up to 1024 pairs from CHUNK / 64 programs that
     # each plan from the histogram of all pairs and scatter 64 pairs; no sort, scratch or barrier; the same tables).

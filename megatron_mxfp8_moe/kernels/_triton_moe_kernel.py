@@ -262,9 +262,10 @@ def _route_parallel_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, 
                            rows, max_sorted, max_blocks, tail_block_offset, tail_blocks, local_expert_offset,
                            TOPK: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
                            TAIL_T: tl.constexpr, CHUNK: tl.constexpr, SLICE: tl.constexpr, CHUNK_B: tl.constexpr):
-    """``_route_kernel``'s tables (up to CHUNK pairs) from CHUNK / SLICE programs, with no sort, scratch or barrier
-    (session 37). Every program takes the histogram of all pairs and plans the blocks from it in registers; program
-    ``p`` then scatters pairs ``[p * SLICE, (p + 1) * SLICE)``: a pair's rank among its expert's pairs is the
+    """``_route_kernel``'s tables (up to CHUNK pairs) from at least CHUNK / SLICE programs, with no sort, scratch or
+    barrier (session 37). Every program takes the histogram of all pairs and plans the blocks from it in registers;
+    program ``p`` then scatters pairs ``[p * SLICE, (p + 1) * SLICE)`` (none past the pairs): a pair's rank among its
+    expert's pairs is the
     expert's pairs before the slice (a second, masked histogram) plus those before it in the slice (a ``[SLICE,
     SLICE]`` compare). Its share of the block tables and of the -1 fill covers only free positions
     (``_fill_free_positions``), so no position is written twice. ``tail_blocks``: the tail table's capacity

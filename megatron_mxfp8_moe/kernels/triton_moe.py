@@ -114,11 +114,13 @@ class TritonMoEConfig:
     # its steps. Run 34: the route 8.4 -> 8.1 us at 64 tokens (30b squared ReLU), the layer -1.0% to +0.5% at 16-128
     # tokens (inside the spread).
     route_in_registers: bool = False
-    # Session 37: the route of up to 1024 pairs from CHUNK / 64 programs instead of one (``_route_parallel_kernel``:
-    # each plans from the histogram of all pairs in registers and scatters 64 pairs, their ranks from a masked second
-    # histogram and a [64, 64] compare; no sort, scratch or barrier). The same tables; ``route_warps`` and
-    # ``route_in_registers`` concern the one-program form only.
-    route_parallel: bool = False
+    # Session 37: the route of up to 1024 pairs from several programs instead of one (``_route_parallel_kernel``:
+    # each plans from the histogram of all pairs in registers and scatters up to 64 pairs, their ranks from a masked
+    # second histogram and a [64, 64] compare; no sort, scratch or barrier). The same tables. Run 40 (30b, profile):
+    # the route 7.7 -> 5.8 / 8.4 -> 3.8 / 11.1 -> 3.9 us at 16 / 64 / 128 tokens; layer probes 1.5-3.9% faster at
+    # 16-128 tokens with both activations, even at 8 (q1). False: the one-program form that ``route_warps`` and
+    # ``route_in_registers`` tune.
+    route_parallel: bool = True
     # "sx4" tiles (session 14): the MMA's token operands arrive plane-major (``planes_of``): the host copies x
     # that way once per call and FC1 writes its output rows that way for FC2, so each K step loads the 4 plane
     # tiles straight into the MMA's shared layout. Without it every K step reloads the K-ordered tile from shared
@@ -322,8 +324,8 @@ class TritonMoEConfig:
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
             raise ValueError(f"TritonMoEConfig: route_warps must be a power of two up to 32, got {self.route_warps}")
         if self.route_parallel and (self.route_in_registers or self.route_warps is not None):
-            raise ValueError("TritonMoEConfig: route_parallel replaces the one-program route that route_in_registers "
-                             "and route_warps tune; set one or the other")
+            raise ValueError("TritonMoEConfig: route_in_registers and route_warps tune the one-program route; they "
+                             "need route_parallel=False")
         if self.gemv and not self.direct and self.block_t != 1:
             raise ValueError(f"TritonMoEConfig: the routed GEMV path (gemv without direct) runs one pair per "
                              f"program and needs block_t=1, got block_t={self.block_t}")
@@ -1420,8 +1422,10 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
     tables = dict(E=experts, E_POW2=e_pow2, BLOCK_T=block_t, TAIL_T=tail_t,
                   CHUNK_B=min(128, _pow2_at_least(max_blocks)))
     if one_program and parallel:
+        # at least 8 programs (16 tokens at top-8: 2 slices of pairs; run 40, 2 programs: 5.8 us against 3.8 for 8
+        # at 64 tokens), those past the pairs only share the block table and the -1 fill
         slice_pairs = min(64, chunk)
-        parts = chunk // slice_pairs
+        parts = max(8, chunk // slice_pairs)
         # each program's share of the block table and the -1 fill, at most 4096 positions per step
         share = min(_pow2_at_least(triton.cdiv(max_blocks, parts)), 4096 // max(block_t, tail_t))
         kernels._route_parallel_kernel[(parts,)](

@@ -1001,16 +1001,17 @@ def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
-@pytest.mark.parametrize("knob", ["route_in_registers", "route_parallel"])
+@pytest.mark.parametrize("in_registers", [False, True])
 @pytest.mark.parametrize("tokens,activation", [(8, "swiglu"), (16, "squared_relu"), (32, "squared_relu"),
                                                (64, "swiglu"), (128, "squared_relu")])
-def test_cuda_graph_replay_with_the_route_in_registers(tokens, activation, knob):
+def test_cuda_graph_replay_with_the_one_program_route(tokens, activation, in_registers):
     """Sessions 30 / 37: choose_config's pick (the routed GEMV at 8 tokens, MMA tiles from 16) with the one-program
-    route's tables in registers (``route_in_registers``) or the route from several programs (``route_parallel``) in
-    one graph, replayed with new routing and valid-token counts: equal to eager, within BOUND of float64."""
+    route (``route_parallel=False``; the default since session 37 routes from several programs), its tables in
+    scratch or in registers (``route_in_registers``), in one graph, replayed with new routing and valid-token counts:
+    equal to eager, within BOUND of float64."""
     def config_for(tokens, hidden, inter, topk, experts):
         cfg = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
-        return dataclasses.replace(cfg, **{knob: True})
+        return dataclasses.replace(cfg, route_parallel=False, route_in_registers=in_registers)
     _graph_replay_of(config_for, tokens, (tokens, max(1, tokens * 2 // 3), 1), activation)
 
 

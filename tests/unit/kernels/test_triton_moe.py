@@ -324,8 +324,8 @@ def test_second_stream_orders_the_launches(monkeypatch):
 
 
 def test_route_warps_reach_the_route_launch(monkeypatch):
-    """``route_warps``, ``route_in_registers`` and ``route_parallel`` (probe knobs) are checked and handed to
-    ``_route``; None keeps the default rule."""
+    """``route_warps``, ``route_in_registers`` and ``route_parallel`` are checked and handed to ``_route``; None
+    keeps the default warp rule."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
     seen = []
@@ -342,7 +342,7 @@ def test_route_warps_reach_the_route_launch(monkeypatch):
     fc2 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
     x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
     probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
-    knobs = ((None, False, False), (16, False, False), (None, True, False), (None, False, True))
+    knobs = ((None, False, True), (None, False, False), (16, False, False), (None, True, False))
     for warps, in_registers, parallel in knobs:
         with pytest.raises(Stop):
             triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid,
@@ -351,9 +351,10 @@ def test_route_warps_reach_the_route_launch(monkeypatch):
     assert seen == list(knobs)
     with pytest.raises(ValueError, match="route_warps"):
         dataclasses.replace(TILES["s16k4_sx_m3"], route_warps=3)
+    assert TILES["s16k4_sx_m3"].route_parallel  # the default (session 37)
     for knob in ({"route_warps": 8}, {"route_in_registers": True}):
-        with pytest.raises(ValueError, match="route_parallel"):
-            dataclasses.replace(TILES["s16k4_sx_m3"], route_parallel=True, **knob)
+        with pytest.raises(ValueError, match="route_parallel=False"):
+            dataclasses.replace(TILES["s16k4_sx_m3"], **knob)
 
 
 def test_planes_of_puts_each_byte_plane_in_one_run():
