@@ -12,9 +12,9 @@
 #                                   # profile at 16 tokens, full benchmark and demo
 #   bash tools/gpu_next.sh s37c     # session 37, call 3: the route from several programs (route_parallel, same
 #                                   # tables): route tests, graph replays, layer probes at 8-128 tokens, profiles
-#   bash tools/gpu_next.sh s37a     # for session 37 (run first): "_sp" (the all-f8x2 tile's FC1 rows split at the
-#                                   # pairs' positions only): bit tests, layer probes, profile; the split launch
-#   bash tools/gpu_next.sh s37b     # for session 37, after s37a: the H >= 4096 squared-ReLU pick on other shapes
+#   bash tools/gpu_next.sh s37a     # session 37, call 1: "_sp" (the all-f8x2 tile's FC1 rows split at the pairs'
+#                                   # positions only; removed after it): bit tests, layer probes, profile, split launch
+#   bash tools/gpu_next.sh s37b     # session 37, call 2: the H >= 4096 squared-ReLU pick on other shapes
 #                                   # (H 3072, 7168, Mixtral-like), q1 against it at 12-15 tokens
 #   bash tools/gpu_next.sh s36e     # session 36, call 6: q1 against "_f128_st" at 8-14 tokens on 235b (squared ReLU)
 #   bash tools/gpu_next.sh s36d     # session 36, call 4: the race probe of that pick on 235b (16 / 64 / 128 tokens)
@@ -1060,7 +1060,8 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # tokens; run 39: that launch costs the 30b layer about 6 us, what the tile loses there). Its bit tests first (same
     # bits as "_f128_st", split buffers NaN-poisoned; graph replay), then layer probes against the 16-token twin and
     # "_f128_st" at 64 / 128 tokens on both shapes, a profile (30b, 64 tokens), and the split launch at the layer's
-    # own sizes (bench/split_rows_probe.py, corrected after run 39)
+    # own sizes (bench/split_rows_probe.py, corrected after run 39). Ran in session 37 (run 40 call 1): "_sp" saved
+    # under 1%, so it was removed afterwards (this mode no longer runs as written)
     S=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x; G=s16_f8q_s2_gf_g1_f128_st
     moe_gpu_tests 120 "split_of_the_pairs_rows or (graph_replay_of_the_f8x2_gluon_fc1 and st_sp)"
     for shape in qwen3-30b-a3b qwen3-235b-a22b; do

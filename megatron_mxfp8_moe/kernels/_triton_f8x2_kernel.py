@@ -74,18 +74,13 @@ def _split_cols(k):
 
 @triton.jit
 def _split_rows_kernel(x_ptr, q_ptr, s_ptr, rows, K, stride_x, stride_q, stride_s, stride_sb, BLOCK_R: tl.constexpr,
-                       BLOCK_K: tl.constexpr, GROUP: tl.constexpr = 32, pairs_ptr=None):
+                       BLOCK_K: tl.constexpr, GROUP: tl.constexpr = 32):
     """``x`` ``[rows, K]`` (bf16) -> ``q`` ``[rows, 2 * KP]`` e4m3 (``_split_cols``) and ``s`` ``[rows, KP // GROUP]``
     fp32, one scale per ``GROUP`` values (32, or 128: one per K step; strides ``stride_s`` / ``stride_sb``: row-major,
-    or transposed, ``split_rows_buffers``). Grid: (row blocks, KP // BLOCK_K); zeros (scale ``2 ** -126``) past K.
-    With ``pairs_ptr`` (``[rows]`` int32, the route's ``sorted_pairs``: -1 at padding) only the rows of a pair are
-    read and written; padding rows keep what they held."""
+    or transposed, ``split_rows_buffers``). Grid: (row blocks, KP // BLOCK_K); zeros (scale ``2 ** -126``) past K."""
     r = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-    in_rows = r < rows
-    if pairs_ptr is not None:
-        in_rows = in_rows & (tl.load(pairs_ptr + r, mask=in_rows, other=-1) >= 0)
-    row_ok = in_rows[:, None]
+    row_ok = (r < rows)[:, None]
     v = tl.load(x_ptr + r[:, None] * stride_x + k[None, :], mask=row_ok & (k < K)[None, :], other=0.0)
     v = tl.reshape(v.to(tl.float32), [BLOCK_R, BLOCK_K // GROUP, GROUP])
     s, inv = _split_scale(tl.max(tl.abs(v), axis=2))

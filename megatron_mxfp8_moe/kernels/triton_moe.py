@@ -212,13 +212,6 @@ class TritonMoEConfig:
     # the split's own error about 2x the 32-block one, 7.5e-6 with 100x outlier channels). Needs the Gluon f8x2
     # kernels on every split buffer the tile reads, and not ``fc1_split_out`` (its split writer makes 32-blocks).
     step_scales: bool = False
-    # Session 36 (prepared, compile-checked only): the launch that splits an "f8x2" tile's bf16 FC1 rows for its FC2
-    # splits only the positions that hold a pair (the route's ``sorted_pairs`` >= 0), not the padding of each expert's
-    # block: at 64 tokens 512 of 2576 positions. That launch took about 6 of the 30b layer's us (run 39). Padding
-    # positions keep stale split values; the FC2 reads them into token columns of their own, which it never stores. The
-    # same bits as without it. Needs an "f8x2" tile with the Gluon FC1 writing bf16 rows (``fc1_gluon``, not
-    # ``fc1_split_out``).
-    split_pair_rows: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -308,10 +301,6 @@ class TritonMoEConfig:
                              f"fc1_split_out); got dequant={self.dequant!r}, fc1_f8x2={self.fc1_f8x2}, "
                              f"fc1_gluon={self.fc1_gluon}, fc2_gluon={self.fc2_gluon}, "
                              f"fc1_split_out={self.fc1_split_out}")
-        if self.split_pair_rows and not (self.dequant == "f8x2" and self.fc1_gluon and not self.fc1_split_out):
-            raise ValueError("TritonMoEConfig: split_pair_rows=True needs an 'f8x2' tile whose Gluon FC1 writes bf16 "
-                             f"rows (fc1_gluon, not fc1_split_out); got dequant={self.dequant!r}, "
-                             f"fc1_gluon={self.fc1_gluon}, fc1_split_out={self.fc1_split_out}")
         if self.fc2_pdl and not (self.fc2_gluon and self.dequant == "sx4"):
             raise ValueError("TritonMoEConfig: fc2_pdl=True needs the Gluon FC2 of the plane tiles (fc2_gluon, "
                              f"dequant 'sx4'); got fc2_gluon={self.fc2_gluon}, dequant={self.dequant!r}")
@@ -674,9 +663,6 @@ TILES.update({f"{name}_fs": dataclasses.replace(TILES[name], fc1_split_out=True)
 # rows' scales transposed (``split_scales_t``; the same bits; tools/gpu_next.sh s35c).
 TILES.update({f"{name}_st": dataclasses.replace(TILES[name], split_scales_t=True)
               for name in ("s16_f8q_s2_gf_g1_f128", "s16_f8q_s2_gf_g1_f128_fs")})
-# Session 36 (run 39): that tile is the squared-ReLU pick from H 4096; on 30b it loses about 6 us to the launch that
-# splits its FC1 rows. "_sp": that launch on the positions that hold a pair only (``split_pair_rows``; prepared).
-TILES["s16_f8q_s2_gf_g1_f128_st_sp"] = dataclasses.replace(TILES["s16_f8q_s2_gf_g1_f128_st"], split_pair_rows=True)
 
 
 def map_launch_tiles(cfg: TritonMoEConfig, change) -> TritonMoEConfig:
@@ -698,7 +684,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
                                 fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
-                                split_scales_t=False, step_scales=False, split_pair_rows=False)
+                                split_scales_t=False, step_scales=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -1658,10 +1644,9 @@ def split_rows_reference(x: torch.Tensor, group: int = BLOCK_SIZE) -> tuple[torc
 
 
 def _split_into(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, block_r: int = 8, block_k: int = 128,
-                num_warps: int = 4, pairs: Optional[torch.Tensor] = None) -> None:
+                num_warps: int = 4) -> None:
     """``(q, s) = split_rows_reference(x, group)`` in one launch (``_split_rows_kernel``; ``group`` from ``s``'s
-    columns; ``block_r`` rows and ``block_k`` columns per program, the same bits for any). ``pairs`` (``[rows]``
-    int32, the route's ``sorted_pairs``): only the rows whose entry is >= 0 (``split_pair_rows``)."""
+    columns; ``block_r`` rows and ``block_k`` columns per program, the same bits for any)."""
     import triton
 
     from . import _triton_f8x2_kernel as kernels
@@ -1669,7 +1654,7 @@ def _split_into(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, block_r: int 
     rows, k = x.shape
     kernels._split_rows_kernel[(triton.cdiv(rows, block_r), q.shape[1] // (2 * block_k))](
         x, q, s, rows, k, x.stride(0), q.stride(0), s.stride(0), s.stride(1), BLOCK_R=block_r, BLOCK_K=block_k,
-        GROUP=q.shape[1] // 2 // s.shape[1], num_warps=num_warps, **({} if pairs is None else {"pairs_ptr": pairs}),
+        GROUP=q.shape[1] // 2 // s.shape[1], num_warps=num_warps,
     )
 
 
@@ -1688,7 +1673,7 @@ def _launch_f8x2(cfg, x_split, dims, weights, inter_split, slots, route, grid_bl
         _launch_gluon_f8x2_fc1(cfg, x_split, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk,
                                split_out=(q2, qs2) if cfg.fc1_split_out else ())
         if not cfg.fc1_split_out:
-            _split_into(inter[:, :n_out], q2, qs2, pairs=route[0][:q2.shape[0]] if cfg.split_pair_rows else None)
+            _split_into(inter[:, :n_out], q2, qs2)
     else:
         kernels._f8x2_fc1_kernel[(triton.cdiv(n_out, cfg.fc1_block_n), grid_blocks)](
             q1, qs1, fc1.data, s1, q2, qs2, *route,

@@ -438,20 +438,6 @@ _SPLIT_SCRIPT = textwrap.dedent(
                            exact=bool(torch.equal(back[:, :k][big], x.float()[big])),
                            small_err=float(((back[:, :k] - x.float()).abs() / amax.clamp(min=1e-30))[~big].max()),
                            zeros_past_k=bool((back[:, k:] == 0).all())))
-    # pairs (split_pair_rows): only the rows whose route entry is >= 0; the others keep their bytes
-    pairs = torch.tensor([5, 9, -1, -1, 0, -1, 3, -1, -1, -1, 7, -1], dtype=torch.int32)
-    real = pairs >= 0
-    for scales_t in (False, True):
-        x = torch.randn(12, 256).to(torch.bfloat16)
-        q, s = split_rows_buffers(12, 256, "cpu", scales_t)
-        q.view(torch.uint8).fill_(0x7F)
-        s.fill_(float("nan"))
-        _split_into(x, q, s, pairs=pairs)
-        q_ref, s_ref = split_rows_reference(x)
-        checks.append(dict(pairs=True, scales_t=scales_t,
-                           bytes=bool(torch.equal(q.view(torch.uint8)[real], q_ref.view(torch.uint8)[real])),
-                           scales=bool(torch.equal(s[real], s_ref[real])),
-                           padding_kept=bool((q.view(torch.uint8)[~real] == 0x7F).all() and s[~real].isnan().all())))
     print(json.dumps(checks))
     """
 )
@@ -462,19 +448,14 @@ def test_split_kernel_equals_its_torch_twin():
     (e4m3 hi / lo and fp32 scales); ``s * (hi + lo)`` gives every value back exactly down to 2^-9 of its block's
     largest (at 2^-10 it is not), within 2^-17 of it below; zeros past K. The same with the scales transposed (session
     35, ``split_scales_t``: strides ``(1, rows)``), and with one scale per 128 values (``step_scales``: the largest
-    of the 128 in ``[128, 256)``). Session 36, ``split_pair_rows``: given the route's ``sorted_pairs``, the rows of a
-    pair byte for byte, the padding rows (-1) untouched, row-major or transposed."""
+    of the 128 in ``[128, 256)``)."""
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _SPLIT_SCRIPT], timeout=300)
-    assert len(result) == 9, result
-    result, pair_checks = result[:7], result[7:]
+    assert len(result) == 7, result
     assert [c["strides"] for c in result] == [[8, 1], [8, 1], [32, 1], [1, 11], [1, 5], [2, 1], [2, 1]], result
     for check in result:
         assert check["bytes"] and check["scales"] and check["exact"] and check["zeros_past_k"], check
         assert check["small_err"] <= 2.0 ** -17, check
-    assert [c["scales_t"] for c in pair_checks] == [False, True], pair_checks
-    for check in pair_checks:
-        assert check["bytes"] and check["scales"] and check["padding_kept"], check
 
 
 def test_side_stream_is_checked():
@@ -604,28 +585,13 @@ def test_transposed_split_scales_are_checked():
         assert TILES[name + "_st"] == dataclasses.replace(TILES[name], split_scales_t=True), name
         assert triton_moe.triton_form(TILES[name + "_st"]) == triton_moe.triton_form(TILES[name]), name
     assert sorted(name for name, tile in TILES.items() if any(t.split_scales_t for t in tile.launch_tiles)) == [
-        "s16_f8q_s2_gf_g1_f128_fs_st", "s16_f8q_s2_gf_g1_f128_st", "s16_f8q_s2_gf_g1_f128_st_g128",
-        "s16_f8q_s2_gf_g1_f128_st_sp"]
+        "s16_f8q_s2_gf_g1_f128_fs_st", "s16_f8q_s2_gf_g1_f128_st", "s16_f8q_s2_gf_g1_f128_st_g128"]
     for bad in (TILES["s16_f8q_s2_gf"], dataclasses.replace(TILES["s16_f8q_s2_gf_g1_f128"], fc2_gluon=False),
                 TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"]):  # Triton f8x2 FC1; Triton f8x2 FC2; a plane tile
         with pytest.raises(ValueError, match="split_scales_t=True needs an 'f8x2' tile with the Gluon FC1 and FC2"):
             dataclasses.replace(bad, split_scales_t=True)
     with pytest.raises(ValueError, match="tail.split_scales_t False differs from True"):  # its tail: Triton f8x2
         dataclasses.replace(TILES["m32_f8q_t16_s2_gf_g1"], split_scales_t=True)
-
-
-def test_split_pair_rows_is_checked():
-    """Session 36, ``split_pair_rows`` ("_sp"): only on an "f8x2" tile whose Gluon FC1 writes bf16 rows for the split
-    launch; the Triton form drops it (the Triton f8x2 FC1 writes the split rows itself)."""
-    from megatron_mxfp8_moe.kernels import triton_moe
-
-    base = TILES["s16_f8q_s2_gf_g1_f128_st"]
-    assert TILES["s16_f8q_s2_gf_g1_f128_st_sp"] == dataclasses.replace(base, split_pair_rows=True)
-    assert triton_moe.triton_form(TILES["s16_f8q_s2_gf_g1_f128_st_sp"]) == triton_moe.triton_form(base)
-    for bad in (TILES["s16_f8q_s2_gf"], TILES["s16_f8q_s2_gf_g1_f128_fs"],  # Triton f8x2 FC1; FC1 writes the split
-                TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"]):  # a plane tile with the f8x2 FC1 (x's split only)
-        with pytest.raises(ValueError, match="split_pair_rows=True needs an 'f8x2' tile whose Gluon FC1 writes bf16"):
-            dataclasses.replace(bad, split_pair_rows=True)
 
 
 def test_gluon_fc2_is_checked(monkeypatch):
@@ -1628,21 +1594,10 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
 
     f1x, f1x_gated = plane_twin("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"), plane_twin("s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x")
     f1x_g128 = plane_twin("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x_g128")  # one x scale per 128 values
-    sp = dataclasses.replace(g1, split_pair_rows=True)  # FC1's rows split at the pairs' positions only ("_sp")
-    buffers = host.split_rows_buffers
-
-    def poisoned_buffers(*args, **kwargs):  # for "_sp": padding positions hold NaN (e4m3 0x7F, fp32 NaN scales)
-        q, s = buffers(*args, **kwargs)
-        q.view(torch.uint8).fill_(0x7F)
-        s.fill_(float("nan"))
-        return q, s
-
     outs = {}
     for name, tile, first, activation in (("g1", g1, fc1, "squared_relu"), ("triton", triton_fc1, fc1, "squared_relu"),
                                           ("f1x", f1x, fc1, "squared_relu"), ("gated", f1x_gated, fc1_gated, "swiglu"),
-                                          ("fs", fs, fc1, "squared_relu"), ("g128", f1x_g128, fc1, "squared_relu"),
-                                          ("sp", sp, fc1, "squared_relu")):
-        host.split_rows_buffers = poisoned_buffers if name == "sp" else buffers
+                                          ("fs", fs, fc1, "squared_relu"), ("g128", f1x_g128, fc1, "squared_relu")):
         out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
         triton_mxfp8_moe(x, probs, ids, first, fc2, activation=activation, valid_tokens=valid, out=out, config=tile)
         outs[name] = out
@@ -1655,7 +1610,6 @@ _F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
                           err_gated=relative_error(outs["gated"], ref_gated),
                           gated_written=bool(outs["gated"][:int(valid)].isfinite().all()),
                           fs_equal=bool(torch.equal(outs["fs"], outs["g1"])),
-                          sp_equal=bool(torch.equal(outs["sp"], outs["g1"])),
                           err_g128=relative_error(outs["g128"], ref), g128_written=bool(outs["g128"].isfinite().all()),
                           tail_zero=bool((outs["g1"][int(valid):] == 0).all()),
                           written=bool(outs["g1"].isfinite().all()))))
@@ -1673,19 +1627,15 @@ def test_gluon_f8x2_fc1_wiring_under_the_interpreter():
     the gated plane tile (SwiGLU, the stand-in told ``gated``); with ``fc1_split_out`` ("_fs") the stand-in writes
     FC2's split rows (``split_rows_reference`` of its bf16 rows) and the layer's output equals the "_g1" tile's.
     Session 35: with one x scale per 128 values ("_g128", ``step_scales``: the split launch writes them, the
-    stand-in spreads each over its 4 blocks) the layer gives the oracle within 1e-2, every row written. Session 36:
-    with FC1's rows split at the pairs' positions only ("_sp", ``split_pair_rows``; the split buffers' padding
-    positions NaN) the layer's output equals the "_g1" tile's, byte for byte."""
+    stand-in spreads each over its 4 blocks) the layer gives the oracle within 1e-2, every row written."""
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _F8X2_GLUON_FC1_WIRING_SCRIPT], timeout=600)
-    assert len(result["calls"]) == 6, result
+    assert len(result["calls"]) == 5, result
     assert result["err_g128"] <= 1e-2 and result["g128_written"], result
     # told of one scale per 128 values exactly where x's split holds them (256 / 128 = 2 columns, not 8)
-    assert [(c["step_scale"], c["scale_cols"]) for c in result["calls"]] == [(False, 8)] * 4 + [(True, 2), (False, 8)]
-    assert result["sp_equal"], result  # NaN at padding positions stays in their own token columns
-    for call, plane_k2, gated, split in zip(result["calls"], (0, 128, 128, 0, 128, 0),
-                                            (False, False, True, False, False, False),
-                                            (False, False, False, True, False, False)):
+    assert [(c["step_scale"], c["scale_cols"]) for c in result["calls"]] == [(False, 8)] * 4 + [(True, 2)], result
+    for call, plane_k2, gated, split in zip(result["calls"], (0, 128, 128, 0, 128), (False, False, True, False, False),
+                                            (False, False, False, True, False)):
         assert call["block_t"] == 16 and call["plane_k2"] == plane_k2 and call["split"] == split, result
         assert call["cols"] == (0 if split else 128), result  # no bf16 rows where FC1 writes the split
         assert call["gated"] == gated and call["blocks"] > 0 and call["rows"] >= 16 * call["blocks"], result
