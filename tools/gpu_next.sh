@@ -8,6 +8,8 @@
 #   bash tools/gpu_next.sh s25c     # session 25, call 3: the same refit tests and benchmark after the cheaper flag check
 #   bash tools/gpu_next.sh s25b     # session 25, call 2: refit nonfinite="detect" (GPU tests, refit benchmark); the
 #                                   # Triton f8x2 tests s25a did not reach
+#   bash tools/gpu_next.sh s37e     # session 37, call 5: the route from several programs up to 8192 pairs: route
+#                                   # tests, graph replays, profiles and layer probes at 256-1024 tokens
 #   bash tools/gpu_next.sh s37d     # session 37, call 4: route_parallel the default: route tests, graph replays, the
 #                                   # profile at 16 tokens, full benchmark and demo
 #   bash tools/gpu_next.sh s37c     # session 37, call 3: the route from several programs (route_parallel, same
@@ -1027,6 +1029,20 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s37e)
+    # session 37, call 5: the route from several programs above 1024 pairs (route_parallel_pairs=8192 in place of the
+    # two chunked launches: 1.5 + 5.6 us at 256 tokens in run 35's profile). Its GPU tests (tables at 2048 / 4096 /
+    # 8192 pairs with and without tails, graph replays at 256-1024 tokens), profiles at 256 / 1024 tokens, then layer
+    # probes of the picks with and without it (30b, both activations, 256 / 512 / 1024 tokens, alternating)
+    moe_gpu_tests 110 "above_1024_pairs"
+    for t in 256 1024; do
+      D=$(default_tile $t squared_relu)
+      timeout 40 python3 bench/triton_moe_probe.py --profile --tokens $t --activation squared_relu \
+        --configs "$D,$D+route_parallel_pairs=8192" >> $OUT/profile.jsonl 2>> $OUT/profile.err
+    done
+    profile_summary
+    PICK_TOKENS="256 512 1024" probe_picks "" +route_parallel_pairs=8192 "" +route_parallel_pairs=8192
+    layer_probe_summary 40 ;;
   s37d)
     # session 37, call 4: route_parallel is the default (at least 8 programs: s37c's 2 at 16 tokens took 5.8 us against
     # 3.8 for 8 at 64) and the all-f8x2 squared-ReLU pick runs from H 3072 and 0.75 pairs per expert. The route tables

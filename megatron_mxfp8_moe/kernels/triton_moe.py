@@ -114,13 +114,13 @@ class TritonMoEConfig:
     # its steps. Run 34: the route 8.4 -> 8.1 us at 64 tokens (30b squared ReLU), the layer -1.0% to +0.5% at 16-128
     # tokens (inside the spread).
     route_in_registers: bool = False
-    # Session 37: the route of up to 1024 pairs from several programs instead of one (``_route_parallel_kernel``:
-    # each plans from the histogram of all pairs in registers and scatters up to 64 pairs, their ranks from a masked
-    # second histogram and a [64, 64] compare; no sort, scratch or barrier). The same tables. Run 40 (30b, profile):
-    # the route 7.7 -> 5.8 / 8.4 -> 3.8 / 11.1 -> 3.9 us at 16 / 64 / 128 tokens; layer probes 1.5-3.9% faster at
-    # 16-128 tokens with both activations, even at 8 (q1). False: the one-program form that ``route_warps`` and
-    # ``route_in_registers`` tune.
-    route_parallel: bool = True
+    # Session 37: the route of up to ``route_parallel_pairs`` pairs from several programs instead of one
+    # (``_route_parallel_kernel``: each plans from the histogram of all pairs in registers and scatters up to 64 pairs,
+    # their ranks from a masked second histogram and a [64, 64] compare; no sort, scratch or barrier). The same tables.
+    # Run 40 (30b, profile): the route 7.7 -> 3.6 / 8.4 -> 3.8 / 11.1 -> 3.9 us at 16 / 64 / 128 tokens; layer probes
+    # 1.5-3.9% faster at 16-128 tokens with both activations, even at 8 (q1). 0: the one-program form up to 1024 pairs
+    # (which ``route_warps`` and ``route_in_registers`` tune), the chunked form above; at most 8192.
+    route_parallel_pairs: int = 1024
     # "sx4" tiles (session 14): the MMA's token operands arrive plane-major (``planes_of``): the host copies x
     # that way once per call and FC1 writes its output rows that way for FC2, so each K step loads the 4 plane
     # tiles straight into the MMA's shared layout. Without it every K step reloads the K-ordered tile from shared
@@ -312,9 +312,11 @@ class TritonMoEConfig:
             raise ValueError(f"TritonMoEConfig: side_stream must be 0, 1 or 2, got {self.side_stream}")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
             raise ValueError(f"TritonMoEConfig: route_warps must be a power of two up to 32, got {self.route_warps}")
-        if self.route_parallel and (self.route_in_registers or self.route_warps is not None):
+        if not 0 <= self.route_parallel_pairs <= 8192:
+            raise ValueError(f"TritonMoEConfig: route_parallel_pairs must be 0-8192, got {self.route_parallel_pairs}")
+        if self.route_parallel_pairs and (self.route_in_registers or self.route_warps is not None):
             raise ValueError("TritonMoEConfig: route_in_registers and route_warps tune the one-program route; they "
-                             "need route_parallel=False")
+                             "need route_parallel_pairs=0")
         if self.gemv and not self.direct and self.block_t != 1:
             raise ValueError(f"TritonMoEConfig: the routed GEMV path (gemv without direct) runs one pair per "
                              f"program and needs block_t=1, got block_t={self.block_t}")
@@ -1382,43 +1384,45 @@ def route_layout(rows: int, topk: int, experts: int, block_t: int, tail_t: int =
 
 
 def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, block_t, tail_t=0, warps=None,
-           in_registers=False, parallel=False):
+           in_registers=False, parallel_pairs=0):
     """``(sorted_pairs [sorted_len], block_expert, num_blocks [8])`` int32 on the map's device (``route_layout``):
     pairs grouped by local expert, each expert padded to ``block_t`` positions, or with ``tail_t`` its last
     1..tail_t pairs in a tail block; ``num_blocks[0]`` / ``[4]`` count the blocks / tail blocks in use.
     ``route_reference`` is the torch twin. ``in_registers``: the one-program form without scratch
-    (``TritonMoEConfig.route_in_registers``); ``parallel``: up to 1024 pairs from several programs
-    (``route_parallel``)."""
+    (``TritonMoEConfig.route_in_registers``); ``parallel_pairs``: up to that many pairs from several programs
+    (``route_parallel_pairs``)."""
     import triton
 
     from . import _triton_moe_kernel as kernels
 
-    one_program, chunk, n_chunks = route_launch_shape(rows * topk)
-    e_pow2 = _pow2_at_least(experts)
-    if (e_pow2 + 1) * chunk >= 2 ** 31:  # the scatter sorts int32 keys expert * chunk + lane
-        raise MXFP8InputError(f"triton_mxfp8_moe: {rows * topk} (token, expert) pairs over {experts} local experts "
-                              f"exceed the route's int32 sort keys ({e_pow2 + 1} x {chunk} >= 2**31)")
+    pairs = rows * topk
     device = routing_map.device
     max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, block_t, tail_t)
     sorted_pairs = torch.empty(sorted_len, dtype=torch.int32, device=device)
-    block_expert = torch.empty(tail_block_offset + (min(experts, rows * topk) if tail_t else 0), dtype=torch.int32,
+    block_expert = torch.empty(tail_block_offset + (min(experts, pairs) if tail_t else 0), dtype=torch.int32,
                                device=device)
     num_blocks = torch.empty(8, dtype=torch.int32, device=device)
-    scratch = torch.empty(5 * n_chunks * e_pow2, dtype=torch.int32, device=device)
+    e_pow2 = _pow2_at_least(experts)
     tables = dict(E=experts, E_POW2=e_pow2, BLOCK_T=block_t, TAIL_T=tail_t,
                   CHUNK_B=min(128, _pow2_at_least(max_blocks)))
-    if one_program and parallel:
+    if pairs <= parallel_pairs:
         # at least 8 programs (16 tokens at top-8: 2 slices of pairs; run 40, 2 programs: 5.8 us against 3.8 for 8
         # at 64 tokens), those past the pairs only share the block table and the -1 fill
+        chunk = max(32, _pow2_at_least(pairs))
         slice_pairs = min(64, chunk)
         parts = max(8, chunk // slice_pairs)
         # each program's share of the block table and the -1 fill, at most 4096 positions per step
-        share = min(_pow2_at_least(triton.cdiv(max_blocks, parts)), 4096 // max(block_t, tail_t))
+        tables["CHUNK_B"] = min(_pow2_at_least(triton.cdiv(max_blocks, parts)), 4096 // max(block_t, tail_t))
         kernels._route_parallel_kernel[(parts,)](
             routing_map, valid_tokens, sorted_pairs, block_expert, num_blocks, rows, max_sorted, max_blocks,
-            tail_block_offset, min(experts, rows * topk) if tail_t else 0, local_expert_offset, TOPK=topk,
-            CHUNK=chunk, SLICE=slice_pairs, **dict(tables, CHUNK_B=max(1, share)), num_warps=4)
+            tail_block_offset, min(experts, pairs) if tail_t else 0, local_expert_offset, TOPK=topk, CHUNK=chunk,
+            SLICE=slice_pairs, **tables, num_warps=4 if chunk <= 1024 else 8)
         return sorted_pairs, block_expert, num_blocks
+    one_program, chunk, n_chunks = route_launch_shape(pairs)
+    if (e_pow2 + 1) * chunk >= 2 ** 31:  # the scatter sorts int32 keys expert * chunk + lane
+        raise MXFP8InputError(f"triton_mxfp8_moe: {pairs} (token, expert) pairs over {experts} local experts "
+                              f"exceed the route's int32 sort keys ({e_pow2 + 1} x {chunk} >= 2**31)")
+    scratch = torch.empty(5 * n_chunks * e_pow2, dtype=torch.int32, device=device)
     if one_program:
         layout = (rows, sorted_len, max_sorted, max_blocks, tail_block_offset, local_expert_offset)
         options = dict(TOPK=topk, CHUNK=chunk, **tables, num_warps=warps or (8 if chunk >= 512 else 4))
@@ -1526,7 +1530,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=device)
     if path == "routed_gemv":
         route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, 0,
-                       cfg.route_warps, cfg.route_in_registers, cfg.route_parallel)
+                       cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
         _launch_routed_gemv(cfg, x, fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles), inter, route,
                             max_blocks, out, routing_map, probs, valid_tokens, rows, topk, experts, activation,
                             local_expert_offset)
@@ -1558,7 +1562,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         if x_split is not None:
             _split_into(x[:rows], *x_split)
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
-                   cfg.route_warps, cfg.route_in_registers, cfg.route_parallel)
+                   cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
     sorted_pairs, block_expert, num_blocks = route
     if side is not None:
         if tails_beside:

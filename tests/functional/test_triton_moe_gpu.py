@@ -348,14 +348,14 @@ def test_route_tables_match_the_torch_twin(rows, topk, experts, block_t, tail_t,
 def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, tail_t, valid_rows, warps, form):
     """``TritonMoEConfig.route_warps`` (a probe knob, session 12): the one-program route on 1-16 warps gives the
     tables of ``route_reference``; so do its form with the tables in registers (``route_in_registers``, session 30)
-    and the route from several programs (``route_parallel``, session 37), on three fresh routings each."""
+    and the route from several programs (``route_parallel_pairs``, session 37), on three fresh routings each."""
     from megatron_mxfp8_moe.kernels.triton_moe import _route, route_layout, route_reference
 
     for _ in range(3):
         ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
         valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
         sorted_pairs, block_expert, blocks = _route(ids, valid, rows, topk, experts, 0, block_t, tail_t, warps,
-                                                    form == "registers", form == "parallel")
+                                                    form == "registers", 1024 if form == "parallel" else 0)
         ref_pairs, ref_blocks, ref_count = route_reference(ids.cpu(), valid_rows, experts=experts,
                                                            local_expert_offset=0, block_t=block_t, tail_t=tail_t)
         count, tails = ref_count if tail_t else (ref_count, 0)
@@ -364,6 +364,32 @@ def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, ta
         assert torch.equal(block_expert[:count].cpu(), ref_blocks[:count])
         if tail_t:
             tail_offset = route_layout(rows, topk, experts, block_t, tail_t)[3]
+            assert torch.equal(block_expert[tail_offset:tail_offset + tails].cpu(),
+                               ref_blocks[tail_offset:tail_offset + tails])
+
+
+@pytest.mark.parametrize("rows,block_t,tail_t,valid_rows", [
+    (256, 32, 16, 250),  # 2048 pairs: the 32-token tiles with 16-token tails (256 tokens at top-8)
+    (512, 32, 0, 509),  # 4096 pairs
+    (1024, 128, 64, 1000),  # 8192 pairs (route_parallel_pairs' largest), the 128-token tiles with 64-token tails
+])
+def test_route_from_several_programs_above_1024_pairs(rows, block_t, tail_t, valid_rows):
+    """Session 37: the route from several programs (``route_parallel_pairs`` up to 8192) gives the tables of
+    ``route_reference`` above the one-program range too, on three fresh routings each."""
+    from megatron_mxfp8_moe.kernels.triton_moe import _route, route_layout, route_reference
+
+    for _ in range(3):
+        ids = torch.randint(-1, 138, (rows, 8), device="cuda", dtype=torch.int32)
+        valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+        sorted_pairs, block_expert, blocks = _route(ids, valid, rows, 8, 128, 0, block_t, tail_t, parallel_pairs=8192)
+        ref_pairs, ref_blocks, ref_count = route_reference(ids.cpu(), valid_rows, experts=128, local_expert_offset=0,
+                                                           block_t=block_t, tail_t=tail_t)
+        count, tails = ref_count if tail_t else (ref_count, 0)
+        assert int(blocks[0]) == count and (not tail_t or int(blocks[4]) == tails)
+        assert torch.equal(sorted_pairs.cpu(), ref_pairs)
+        assert torch.equal(block_expert[:count].cpu(), ref_blocks[:count])
+        if tail_t:
+            tail_offset = route_layout(rows, 8, 128, block_t, tail_t)[3]
             assert torch.equal(block_expert[tail_offset:tail_offset + tails].cpu(),
                                ref_blocks[tail_offset:tail_offset + tails])
 
@@ -1006,13 +1032,25 @@ def test_cuda_graph_replay_with_gluon_tails(name, tokens, activation):
                                                (64, "swiglu"), (128, "squared_relu")])
 def test_cuda_graph_replay_with_the_one_program_route(tokens, activation, in_registers):
     """Sessions 30 / 37: choose_config's pick (the routed GEMV at 8 tokens, MMA tiles from 16) with the one-program
-    route (``route_parallel=False``; the default since session 37 routes from several programs), its tables in
+    route (``route_parallel_pairs=0``; the default since session 37 routes from several programs), its tables in
     scratch or in registers (``route_in_registers``), in one graph, replayed with new routing and valid-token counts:
     equal to eager, within BOUND of float64."""
     def config_for(tokens, hidden, inter, topk, experts):
         cfg = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
-        return dataclasses.replace(cfg, route_parallel=False, route_in_registers=in_registers)
+        return dataclasses.replace(cfg, route_parallel_pairs=0, route_in_registers=in_registers)
     _graph_replay_of(config_for, tokens, (tokens, max(1, tokens * 2 // 3), 1), activation)
+
+
+@pytest.mark.parametrize("tokens,activation", [(256, "swiglu"), (256, "squared_relu"), (512, "squared_relu"),
+                                               (1024, "swiglu")])
+def test_cuda_graph_replay_with_the_route_from_several_programs_above_1024_pairs(tokens, activation):
+    """Session 37: choose_config's pick with the route from several programs up to 8192 pairs
+    (``route_parallel_pairs=8192``, in place of the two chunked launches) in one graph, replayed with new routing and
+    valid-token counts: equal to eager, within BOUND of float64."""
+    def config_for(tokens, hidden, inter, topk, experts):
+        cfg = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
+        return dataclasses.replace(cfg, route_parallel_pairs=8192)
+    _graph_replay_of(config_for, tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
 @pytest.mark.parametrize("activation,tokens", [(a, t) for t in (16, 24, 64, 384, 512, 640, 1024)

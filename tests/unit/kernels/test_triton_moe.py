@@ -324,8 +324,8 @@ def test_second_stream_orders_the_launches(monkeypatch):
 
 
 def test_route_warps_reach_the_route_launch(monkeypatch):
-    """``route_warps``, ``route_in_registers`` and ``route_parallel`` are checked and handed to ``_route``; None
-    keeps the default warp rule."""
+    """``route_warps``, ``route_in_registers`` and ``route_parallel_pairs`` are checked and handed to ``_route``;
+    None keeps the default warp rule."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
     seen = []
@@ -342,19 +342,23 @@ def test_route_warps_reach_the_route_launch(monkeypatch):
     fc2 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
     x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
     probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
-    knobs = ((None, False, True), (None, False, False), (16, False, False), (None, True, False))
-    for warps, in_registers, parallel in knobs:
+    knobs = ((None, False, 1024), (None, False, 4096), (None, False, 0), (16, False, 0), (None, True, 0))
+    for warps, in_registers, parallel_pairs in knobs:
         with pytest.raises(Stop):
             triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid,
                              config=dataclasses.replace(TILES["s16k4_sx_m3"], route_warps=warps,
-                                                        route_in_registers=in_registers, route_parallel=parallel))
+                                                        route_in_registers=in_registers,
+                                                        route_parallel_pairs=parallel_pairs))
     assert seen == list(knobs)
     with pytest.raises(ValueError, match="route_warps"):
         dataclasses.replace(TILES["s16k4_sx_m3"], route_warps=3)
-    assert TILES["s16k4_sx_m3"].route_parallel  # the default (session 37)
+    assert TILES["s16k4_sx_m3"].route_parallel_pairs == 1024  # the default (session 37)
     for knob in ({"route_warps": 8}, {"route_in_registers": True}):
-        with pytest.raises(ValueError, match="route_parallel=False"):
+        with pytest.raises(ValueError, match="route_parallel_pairs=0"):
             dataclasses.replace(TILES["s16k4_sx_m3"], **knob)
+    for pairs in (-1, 8193):
+        with pytest.raises(ValueError, match="route_parallel_pairs must be 0-8192"):
+            dataclasses.replace(TILES["s16k4_sx_m3"], route_parallel_pairs=pairs)
 
 
 def test_planes_of_puts_each_byte_plane_in_one_run():
@@ -1097,7 +1101,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         sorted_pairs, block_expert, blocks = host._route(ids, torch.tensor([valid], dtype=torch.int32), rows,
                                                          ids.shape[1], experts, 1, block_t, tail_t,
                                                          in_registers=name.endswith("_reg"),
-                                                         parallel="_par" in name)
+                                                         parallel_pairs=4096 if "_par" in name else 0)
         ref_pairs, ref_blocks, ref_count = route_reference(ids, valid, experts=experts, local_expert_offset=1,
                                                            block_t=block_t, tail_t=tail_t)
         max_sorted, _, _, tail_offset = host.route_layout(rows, ids.shape[1], experts, block_t, tail_t)
