@@ -349,23 +349,29 @@ def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, ta
     """``TritonMoEConfig.route_warps`` (a probe knob, session 12): the one-program route on 1-16 warps gives the
     tables of ``route_reference``; so do its form with the tables in registers (``route_in_registers``, session 30)
     and the route from several programs (``route_parallel_pairs``, session 37), on three fresh routings each."""
+    for _ in range(3):
+        _assert_route_tables(rows, topk, experts, block_t, tail_t, valid_rows, warps=warps,
+                             in_registers=form == "registers", parallel_pairs=1024 if form == "parallel" else 0)
+
+
+def _assert_route_tables(rows, topk, experts, block_t, tail_t, valid_rows, **route_form):
+    """``_route`` (in ``route_form``) on a fresh random map with ids in [-1, experts + 10) gives
+    ``route_reference``'s tables: every position, the blocks in use and their experts (tail table included)."""
     from megatron_mxfp8_moe.kernels.triton_moe import _route, route_layout, route_reference
 
-    for _ in range(3):
-        ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
-        valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
-        sorted_pairs, block_expert, blocks = _route(ids, valid, rows, topk, experts, 0, block_t, tail_t, warps,
-                                                    form == "registers", 1024 if form == "parallel" else 0)
-        ref_pairs, ref_blocks, ref_count = route_reference(ids.cpu(), valid_rows, experts=experts,
-                                                           local_expert_offset=0, block_t=block_t, tail_t=tail_t)
-        count, tails = ref_count if tail_t else (ref_count, 0)
-        assert int(blocks[0]) == count and (not tail_t or int(blocks[4]) == tails)
-        assert torch.equal(sorted_pairs.cpu(), ref_pairs)
-        assert torch.equal(block_expert[:count].cpu(), ref_blocks[:count])
-        if tail_t:
-            tail_offset = route_layout(rows, topk, experts, block_t, tail_t)[3]
-            assert torch.equal(block_expert[tail_offset:tail_offset + tails].cpu(),
-                               ref_blocks[tail_offset:tail_offset + tails])
+    ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
+    sorted_pairs, block_expert, blocks = _route(ids, valid, rows, topk, experts, 0, block_t, tail_t, **route_form)
+    ref_pairs, ref_blocks, ref_count = route_reference(ids.cpu(), valid_rows, experts=experts, local_expert_offset=0,
+                                                       block_t=block_t, tail_t=tail_t)
+    count, tails = ref_count if tail_t else (ref_count, 0)
+    assert int(blocks[0]) == count and (not tail_t or int(blocks[4]) == tails)
+    assert torch.equal(sorted_pairs.cpu(), ref_pairs)
+    assert torch.equal(block_expert[:count].cpu(), ref_blocks[:count])
+    if tail_t:
+        tail_offset = route_layout(rows, topk, experts, block_t, tail_t)[3]
+        assert torch.equal(block_expert[tail_offset:tail_offset + tails].cpu(),
+                           ref_blocks[tail_offset:tail_offset + tails])
 
 
 @pytest.mark.parametrize("rows,block_t,tail_t,valid_rows", [
@@ -376,22 +382,8 @@ def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, ta
 def test_route_from_several_programs_above_1024_pairs(rows, block_t, tail_t, valid_rows):
     """Session 37: the route from several programs (``route_parallel_pairs`` up to 8192) gives the tables of
     ``route_reference`` above the one-program range too, on three fresh routings each."""
-    from megatron_mxfp8_moe.kernels.triton_moe import _route, route_layout, route_reference
-
     for _ in range(3):
-        ids = torch.randint(-1, 138, (rows, 8), device="cuda", dtype=torch.int32)
-        valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
-        sorted_pairs, block_expert, blocks = _route(ids, valid, rows, 8, 128, 0, block_t, tail_t, parallel_pairs=8192)
-        ref_pairs, ref_blocks, ref_count = route_reference(ids.cpu(), valid_rows, experts=128, local_expert_offset=0,
-                                                           block_t=block_t, tail_t=tail_t)
-        count, tails = ref_count if tail_t else (ref_count, 0)
-        assert int(blocks[0]) == count and (not tail_t or int(blocks[4]) == tails)
-        assert torch.equal(sorted_pairs.cpu(), ref_pairs)
-        assert torch.equal(block_expert[:count].cpu(), ref_blocks[:count])
-        if tail_t:
-            tail_offset = route_layout(rows, 8, 128, block_t, tail_t)[3]
-            assert torch.equal(block_expert[tail_offset:tail_offset + tails].cpu(),
-                               ref_blocks[tail_offset:tail_offset + tails])
+        _assert_route_tables(rows, 8, 128, block_t, tail_t, valid_rows, parallel_pairs=8192)
 
 
 def test_cuda_graph_replay_with_the_chunked_route():
