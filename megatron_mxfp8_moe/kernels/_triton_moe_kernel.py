@@ -88,7 +88,8 @@ def _route_count(routing_map_ptr, valid_pairs, sorted_pairs_ptr, counts_ptr, chu
 @triton.jit
 def _owners(ends, index):
     """``[N]`` owner of each entry of ``index``: the number of experts whose ``ends`` (an inclusive cumsum of their
-    blocks, ``[E_POW2]``) are at or before it."""
+    blocks, ``[E_POW2]``) are at or before it. (``_store_block_tables`` spells it out: calling this there changed the
+    sorting routes' SASS.)"""
     return tl.sum((ends[None, :] <= index[:, None]).to(tl.int32), axis=1)
 
 
@@ -264,12 +265,11 @@ def _route_parallel_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, 
                            TAIL_T: tl.constexpr, CHUNK: tl.constexpr, SLICE: tl.constexpr, CHUNK_B: tl.constexpr):
     """``_route_kernel``'s tables (up to CHUNK pairs) from at least CHUNK / SLICE programs, with no sort, scratch or
     barrier (session 37). Every program takes the histogram of all pairs and plans the blocks from it in registers;
-    program ``p`` then scatters pairs ``[p * SLICE, (p + 1) * SLICE)`` (none past the pairs): a pair's rank among its
-    expert's pairs is the
-    expert's pairs before the slice (a second, masked histogram) plus those before it in the slice (a ``[SLICE,
-    SLICE]`` compare). Its share of the block tables and of the -1 fill covers only free positions
-    (``_fill_free_positions``), so no position is written twice. ``tail_blocks``: the tail table's capacity
-    (``route_layout``)."""
+    program ``p`` then scatters pairs ``[p * SLICE, (p + 1) * SLICE)`` (none past the pairs). A pair's rank among
+    its expert's pairs is that expert's pairs before the slice (a second, masked histogram) plus those before it in
+    the slice (a ``[SLICE, SLICE]`` compare). The program's share of the block tables and of the -1 fill covers only
+    free positions (``_fill_free_positions``), so no position is written twice. ``tail_blocks``: the tail table's
+    capacity (``route_layout``)."""
     part = tl.program_id(0)
     parts = tl.num_programs(0)
     valid_pairs = tl.minimum(tl.load(valid_tokens_ptr), rows) * TOPK
