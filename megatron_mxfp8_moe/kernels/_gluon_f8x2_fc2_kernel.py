@@ -1,6 +1,6 @@
 """FC2 of the "f8x2" tiles in Gluon, with the block MMAs pipelined against the scale FMAs (session 24; run on the H200
-since session 25, run 28; since session 36 the squared-ReLU default at 1-8 pairs per expert from H 4096, in
-``s16_f8q_s2_gf_g1_f128_st``).
+since session 25, run 28; since session 36 the squared-ReLU default at 1-8 pairs per expert on large H, in
+``s16_f8q_s2_gf_g1_f128_st``; from H 3072 and 0.75 pairs per expert since session 37).
 
 The Triton f8x2 FC2 (``_triton_f8x2_kernel._f8x2_fc2_kernel``) waits for every 32-deep block's wgmma before that
 block's scale FMAs (Triton 3.6 puts ``wgmma.wait_group 0`` after each ``tl.dot`` whose result is used), so each block

@@ -965,8 +965,9 @@ _Q1_BELOW_ALL_F8X2_PAIRS = 0.75
 
 
 def _sixteen_token_tile(gated: bool, hidden: int, intermediate: int, gluon: Optional[bool]) -> TritonMoEConfig:
-    """The 16-token tile of 1-8 pairs per expert: the Gluon twin with the f8x2 FC1 where ``_tile`` picks it (squared
-    ReLU from H ``_ALL_F8X2_FROM_HIDDEN``: the all-f8x2 "_f128_st" in its place), else the Triton tile."""
+    """The 16-token tile of 1-8 pairs per expert (and below, down to where q1 keeps the pairs): the Gluon twin with
+    the f8x2 FC1 where ``_tile`` picks it (squared ReLU from H ``_ALL_F8X2_FROM_HIDDEN``: the all-f8x2 "_f128_st" in
+    its place), else the Triton tile."""
     small = _tile("s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4", hidden, intermediate, gluon)
     if not gated and small.fc1_f8x2 and hidden >= _ALL_F8X2_FROM_HIDDEN:
         return TILES[_ALL_F8X2_16]

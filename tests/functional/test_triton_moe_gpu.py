@@ -1151,7 +1151,7 @@ def _check_f8x2_tile(tile, activation, case):
 
     experts, topk, hidden, inter, tokens = case
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
-    with pytest.MonkeyPatch.context() as patch:  # the twin's Triton form, not the all-f8x2 pick of H >= 4096
+    with pytest.MonkeyPatch.context() as patch:  # the twin's Triton form, not the all-f8x2 pick of large H
         patch.setattr(host, "_ALL_F8X2_FROM_HIDDEN", 1 << 30)
         dequantizing = triton_form(choose_config(tokens, hidden, fc2.data.shape[2], gated=activation == "swiglu",
                                                  topk=topk, experts=experts))
