@@ -1060,7 +1060,8 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # each plan from the histogram of all pairs and scatter 64 pairs; no sort, scratch or barrier; the same tables).
     # Run 40 call 1: the one-program route 8.4 us of a 231 us layer at 64 tokens (30b squared ReLU). Its GPU tests
     # (tables against route_reference on three routings per case, graph replays), layer probes of choose_config's
-    # picks with and without it (alternating, both activations, 8-128 tokens), profiles at 16 / 64 / 128 tokens
+    # picks with and without it (alternating, both activations, 8-128 tokens), profiles at 16 / 64 / 128 tokens.
+    # (After calls 3 and 4 the bool field became route_parallel_pairs, an int: these modes no longer run as written)
     moe_gpu_tests 200 "one_program_route or route_in_registers"
     PICK_TOKENS="8 16 64 128" probe_picks "" +route_parallel=1 "" +route_parallel=1
     layer_probe_summary 40
