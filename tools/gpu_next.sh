@@ -1029,6 +1029,26 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s38a)
+    # session 38, call 1: the 128-token tiles with both FCs in Gluon on 8 warps ("_gw8", TILES; the MMA-bound rows,
+    # where the squared-ReLU defaults are Triton tiles: 235b at 4096 tokens 1.19x of mcore in run 40). Their GPU tests
+    # (bits of their Triton forms, graph replays), then layer probes against the default, alternating, squared ReLU,
+    # both shapes (1024 / 4096 tokens; 2048 on 30b), and a per-kernel profile at 4096 tokens (30b)
+    moe_gpu_tests 240 "wide_gluon"
+    W="l128q_gw8_t32,l128q_gw8_s4_t32,l128q_gw8_s4"
+    for t in 1024 2048 4096; do
+      D=$(default_tile $t squared_relu)
+      for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+        [ $t = 2048 ] && [ $shape = qwen3-235b-a22b ] && continue
+        timeout 150 python3 bench/triton_moe_probe.py --shape $shape --tokens $t --activation squared_relu \
+          --configs "$D,$W,$D,$W" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      done
+    done
+    layer_probe_summary 20
+    D=$(default_tile 4096 squared_relu)
+    timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 4096 --activation squared_relu \
+      --configs "$D,l128q_gw8_s4_t32" > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary ;;
   s37e)
     # session 37, call 5: the route from several programs above 1024 pairs (route_parallel_pairs=8192 in place of the
     # two chunked launches: 1.5 + 5.6 us at 256 tokens in run 35's profile). Its GPU tests (tables at 2048 / 4096 /

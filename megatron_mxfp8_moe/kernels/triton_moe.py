@@ -840,6 +840,20 @@ def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # programmatic dependent launch of its FC1 (``fc2_pdl``; the same bits)
 TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON_TWINS.values()})
 
+# Session 38: the MMA-bound rows (72+ pairs per expert) in Gluon. The squared-ReLU defaults there (l128w_sa_t32a_s2,
+# x256w_sa_t32a) are Triton tiles whose wgmmas wait for each step's dequant and the dequant for the previous wgmmas;
+# the Gluon FC1 / FC2 overlap the two (two register sets). "_gw8": 128-token blocks, both FCs in Gluon on 8 warps
+# (two warpgroups of 64 rows: 128 rows per program), 3 stages (48 KB a stage), scale words; "_t32": with the 32-token
+# Gluon twin of 16-28 pairs per expert as the tail; "_s4": both FCs in 4 stages (192 KB). Compile (Triton 3.6, sm_90,
+# CPU, no spills): FC1 228 registers in 3 stages, 169 in 4; FC2 169 / 167; one program per SM (shared memory).
+_GLUON_WIDE_TILE = dict(dequant="sx4", planes=True, fc1_block_n=128, fc1_block_k=128, fc1_warps=8, fc1_stages=3,
+                        fc2_block_n=128, fc2_block_k=128, fc2_warps=8, fc2_stages=3, fc1_gluon=True, fc2_gluon=True,
+                        scale_words=True, side_stream=2)
+TILES["l128q_gw8"] = TritonMoEConfig(128, **_GLUON_WIDE_TILE)
+TILES["l128q_gw8_s4"] = dataclasses.replace(TILES["l128q_gw8"], fc1_stages=4, fc2_stages=4)
+TILES.update({f"{name}_t32": dataclasses.replace(TILES[name], tail=TILES["m32k_sx4p_f4_g_s2_n64_c2_sw"])
+              for name in ("l128q_gw8", "l128q_gw8_s4")})
+
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
     """``tile`` (a plane tile) with the Gluon f8x2 FC1 (``fc1_f8x2``; 128 rows, 3 stages unless ``changes`` say

@@ -1447,3 +1447,23 @@ def test_fc2_ring_keeps_the_bits(name, hidden, inter, tokens, scale_words):
     """``fc2_ring`` (and ``scale_words``) on the main tile: bit-equal to the tile, within BOUND of float64."""
     ring = dataclasses.replace(TILES[name], fc2_ring=True, scale_words=scale_words)
     _assert_tiles_keep_bits(TILES[name], ring, (128, 8, hidden, inter, tokens), "swiglu")
+
+
+# Session 38: the 128-token tiles with both FCs in Gluon on 8 warps ("_gw8", the MMA-bound rows), with and without the
+# 32-token Gluon tail (whose FC2 sums on two chains: then the float64 oracle, not the bits, of the Triton form)
+_WIDE_GLUON = ("l128q_gw8", "l128q_gw8_s4", "l128q_gw8_t32", "l128q_gw8_s4_t32")
+
+
+@pytest.mark.parametrize("name", _WIDE_GLUON)
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 1024), (128, 8, 4096, 1536, 2048), (8, 2, 384, 384, 700)],
+                         ids=["30b-T1024", "235b-T2048", "small-T700"])
+def test_wide_gluon_tiles_keep_the_bits_of_their_triton_form(name, case):
+    """Each "_gw8" tile against its Triton form (the same MMAs in the same order): bit-equal where no launch tile
+    sums on two chains, within BOUND of float64, every row written."""
+    tile = TILES[name]
+    _assert_tiles_keep_bits(triton_form(tile), tile, case, "squared_relu", same_bits=same_bits_as_triton_form(tile))
+
+
+@pytest.mark.parametrize("name", ["l128q_gw8_t32", "l128q_gw8_s4_t32"])
+def test_cuda_graph_replay_with_the_wide_gluon_tiles(name):
+    _graph_replay_of(lambda *shape: TILES[name], 1024, (1024, 700, 5), "squared_relu")
