@@ -1029,6 +1029,21 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s38b)
+    # session 38, call 2: 8-16 pairs per expert, squared ReLU (run 40: 235b 0.610x of vllm at 256 tokens, the largest
+    # miss there). "_ta" (the 32-token twin with the all-f8x2 "_f128_st" as its 16-token tail) and "_f128_st" alone
+    # (16-token blocks, no 32-token main tile) against the default, alternating, at 160 / 256 tokens on both shapes;
+    # "_ta"'s GPU tests first (float64, graph replay)
+    moe_gpu_tests 150 "all_f8x2_tail"
+    D=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt; G=s16_f8q_s2_gf_g1_f128_st
+    for shape in qwen3-235b-a22b qwen3-30b-a3b; do
+      timeout 150 python3 bench/triton_moe_probe.py --shape $shape --tokens 160,256 --activation squared_relu \
+        --configs "$D,${D%_f1xt}_ta,$G,$D,${D%_f1xt}_ta,$G" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    layer_probe_summary 20
+    timeout 60 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --profile --tokens 256 \
+      --activation squared_relu --configs "$D,${D%_f1xt}_ta" > $OUT/profile.jsonl 2> $OUT/profile.err
+    profile_summary ;;
   s38a)
     # session 38, call 1: the 128-token tiles with both FCs in Gluon on 8 warps ("_gw8", TILES; the MMA-bound rows,
     # where the squared-ReLU defaults are Triton tiles: 235b at 4096 tokens 1.19x of mcore in run 40). Their GPU tests

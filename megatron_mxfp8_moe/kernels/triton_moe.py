@@ -906,6 +906,10 @@ TILES.update({f"{name}_g128": map_launch_tiles(
     TILES[name], lambda tile: dataclasses.replace(tile, step_scales=_reads_x_split(tile)))
     for name in (f"{_SQ_TWIN16}_f1x", f"{_GW16}_f1x", f"{_SQ_TWIN32}_f1xt", f"{_GW32}_f1xt",
                  "s16_f8q_s2_gf_g1_f128_st")})
+# Session 38 (opt-in; tools/gpu_next.sh s38b): "_ta", the squared-ReLU 32-token twin of 8-16 pairs per expert with the
+# all-f8x2 "_f128_st" as its 16-token tail (about half the pairs at 16 per expert), where its default tail has the f8x2
+# FC1 and the dequantizing FC2 (run 38: that FC2 about 25 us slower than "_f128_st"'s on 235b at 64 tokens)
+TILES[f"{_SQ_TWIN32}_ta"] = dataclasses.replace(TILES[_SQ_TWIN32], tail=TILES["s16_f8q_s2_gf_g1_f128_st"])
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles;
 # from 1 pair per expert, in place of q1, since session 34; Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad
 # calls at 64 / 100 tokens; two chains and 4 stages since session 26), 8-16 (the 32-token tiles with 16-token tails,

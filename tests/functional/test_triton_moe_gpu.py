@@ -1467,3 +1467,21 @@ def test_wide_gluon_tiles_keep_the_bits_of_their_triton_form(name, case):
 @pytest.mark.parametrize("name", ["l128q_gw8_t32", "l128q_gw8_s4_t32"])
 def test_cuda_graph_replay_with_the_wide_gluon_tiles(name):
     _graph_replay_of(lambda *shape: TILES[name], 1024, (1024, 700, 5), "squared_relu")
+
+
+# Session 38: the squared-ReLU 32-token twin with the all-f8x2 "_f128_st" as its 16-token tail ("_ta")
+_ALL_F8X2_TAIL = "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_ta"
+
+
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 256), (128, 8, 4096, 1536, 256), (128, 8, 4096, 1536, 160)],
+                         ids=["30b-T256", "235b-T256", "235b-T160"])
+def test_all_f8x2_tail_matches_float64(case):
+    """"_ta" (another arithmetic on the tail: fp8 wgmmas on split activations) within BOUND of float64, every row
+    written, zeros past ``valid_tokens``."""
+    tile = TILES[_ALL_F8X2_TAIL]
+    _assert_tiles_keep_bits(TILES[_ALL_F8X2_TAIL[:-3] + "_f1xt"], tile, case, "squared_relu", same_bits=False)
+
+
+def test_cuda_graph_replay_with_the_all_f8x2_tail():
+    _graph_replay_of(lambda *shape: TILES[_ALL_F8X2_TAIL], 256, (256, 170, 5), "squared_relu",
+                     shape=(128, 8, 4096, 1536))
