@@ -1029,6 +1029,23 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s38c)
+    # session 38 (device starts failed for 40 minutes; s38a and s38b in one short call): layer probes first, the
+    # "_gw8" tiles against the squared-ReLU default at 1024 / 4096 tokens on both shapes and "_ta" against the default
+    # at 256 tokens on 235b (alternating), then the GPU tests of both with what time is left
+    W="l128q_gw8_t32,l128q_gw8_s4_t32"
+    for t in 1024 4096; do
+      D=$(default_tile $t squared_relu)
+      for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+        timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens $t --activation squared_relu \
+          --configs "$D,$W,$D,$W" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      done
+    done
+    D=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt
+    timeout 80 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu \
+      --configs "$D,${D%_f1xt}_ta,$D,${D%_f1xt}_ta" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    layer_probe_summary 20
+    moe_gpu_tests 150 "wide_gluon or all_f8x2_tail" ;;
   s38b)
     # session 38, call 2: 8-16 pairs per expert, squared ReLU (run 40: 235b 0.610x of vllm at 256 tokens, the largest
     # miss there). "_ta" (the 32-token twin with the all-f8x2 "_f128_st" as its 16-token tail) and "_f128_st" alone
