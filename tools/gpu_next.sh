@@ -1030,9 +1030,11 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
   s38c)
-    # session 38 (device starts failed for 40 minutes; s38a and s38b in one short call): layer probes first, the
+    # session 38 (device starts failed for 40 minutes, so one short call): layer probes first, the
     # "_gw8" tiles against the squared-ReLU default at 1024 / 4096 tokens on both shapes and "_ta" against the default
-    # at 256 tokens on 235b (alternating), then the GPU tests of both with what time is left
+    # at 256 tokens on 235b (alternating), then the GPU tests of both with what time is left. Ran as run 41 call 1 (on an
+    # H100): 18 tests passed, neither form faster; both were removed afterwards (their tiles and tests:
+    # bench/results/run41/wide_gluon_and_ta_tiles.patch), so this mode no longer runs as written
     W="l128q_gw8_t32,l128q_gw8_s4_t32"
     for t in 1024 4096; do
       D=$(default_tile $t squared_relu)
@@ -1046,41 +1048,6 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       --configs "$D,${D%_f1xt}_ta,$D,${D%_f1xt}_ta" >> $OUT/probe.jsonl 2>> $OUT/probe.err
     layer_probe_summary 20
     moe_gpu_tests 150 "wide_gluon or all_f8x2_tail" ;;
-  s38b)
-    # session 38, call 2: 8-16 pairs per expert, squared ReLU (run 40: 235b 0.610x of vllm at 256 tokens, the largest
-    # miss there). "_ta" (the 32-token twin with the all-f8x2 "_f128_st" as its 16-token tail) and "_f128_st" alone
-    # (16-token blocks, no 32-token main tile) against the default, alternating, at 160 / 256 tokens on both shapes;
-    # "_ta"'s GPU tests first (float64, graph replay)
-    moe_gpu_tests 150 "all_f8x2_tail"
-    D=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt; G=s16_f8q_s2_gf_g1_f128_st
-    for shape in qwen3-235b-a22b qwen3-30b-a3b; do
-      timeout 150 python3 bench/triton_moe_probe.py --shape $shape --tokens 160,256 --activation squared_relu \
-        --configs "$D,${D%_f1xt}_ta,$G,$D,${D%_f1xt}_ta,$G" >> $OUT/probe.jsonl 2>> $OUT/probe.err
-    done
-    layer_probe_summary 20
-    timeout 60 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --profile --tokens 256 \
-      --activation squared_relu --configs "$D,${D%_f1xt}_ta" > $OUT/profile.jsonl 2> $OUT/profile.err
-    profile_summary ;;
-  s38a)
-    # session 38, call 1: the 128-token tiles with both FCs in Gluon on 8 warps ("_gw8", TILES; the MMA-bound rows,
-    # where the squared-ReLU defaults are Triton tiles: 235b at 4096 tokens 1.19x of mcore in run 40). Their GPU tests
-    # (bits of their Triton forms, graph replays), then layer probes against the default, alternating, squared ReLU,
-    # both shapes (1024 / 4096 tokens; 2048 on 30b), and a per-kernel profile at 4096 tokens (30b)
-    moe_gpu_tests 240 "wide_gluon"
-    W="l128q_gw8_t32,l128q_gw8_s4_t32,l128q_gw8_s4"
-    for t in 1024 2048 4096; do
-      D=$(default_tile $t squared_relu)
-      for shape in qwen3-30b-a3b qwen3-235b-a22b; do
-        [ $t = 2048 ] && [ $shape = qwen3-235b-a22b ] && continue
-        timeout 150 python3 bench/triton_moe_probe.py --shape $shape --tokens $t --activation squared_relu \
-          --configs "$D,$W,$D,$W" >> $OUT/probe.jsonl 2>> $OUT/probe.err
-      done
-    done
-    layer_probe_summary 20
-    D=$(default_tile 4096 squared_relu)
-    timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 4096 --activation squared_relu \
-      --configs "$D,l128q_gw8_s4_t32" > $OUT/profile.jsonl 2> $OUT/profile.err
-    profile_summary ;;
   s37e)
     # session 37, call 5: the route from several programs above 1024 pairs (route_parallel_pairs=8192 in place of the
     # two chunked launches: 1.5 + 5.6 us at 256 tokens in run 35's profile). Its GPU tests (tables at 2048 / 4096 /

@@ -840,20 +840,6 @@ def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # programmatic dependent launch of its FC1 (``fc2_pdl``; the same bits)
 TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON_TWINS.values()})
 
-# Session 38: the MMA-bound rows (72+ pairs per expert) in Gluon. The squared-ReLU defaults there (l128w_sa_t32a_s2,
-# x256w_sa_t32a) are Triton tiles whose wgmmas wait for each step's dequant and the dequant for the previous wgmmas;
-# the Gluon FC1 / FC2 overlap the two (two register sets). "_gw8": 128-token blocks, both FCs in Gluon on 8 warps
-# (two warpgroups of 64 rows: 128 rows per program), 3 stages (48 KB a stage), scale words; "_t32": with the 32-token
-# Gluon twin of 16-28 pairs per expert as the tail; "_s4": both FCs in 4 stages (192 KB). Compile (Triton 3.6, sm_90,
-# CPU, no spills): FC1 228 registers in 3 stages, 169 in 4; FC2 169 / 167; one program per SM (shared memory).
-_GLUON_WIDE_TILE = dict(dequant="sx4", planes=True, fc1_block_n=128, fc1_block_k=128, fc1_warps=8, fc1_stages=3,
-                        fc2_block_n=128, fc2_block_k=128, fc2_warps=8, fc2_stages=3, fc1_gluon=True, fc2_gluon=True,
-                        scale_words=True, side_stream=2)
-TILES["l128q_gw8"] = TritonMoEConfig(128, **_GLUON_WIDE_TILE)
-TILES["l128q_gw8_s4"] = dataclasses.replace(TILES["l128q_gw8"], fc1_stages=4, fc2_stages=4)
-TILES.update({f"{name}_t32": dataclasses.replace(TILES[name], tail=TILES["m32k_sx4p_f4_g_s2_n64_c2_sw"])
-              for name in ("l128q_gw8", "l128q_gw8_s4")})
-
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
     """``tile`` (a plane tile) with the Gluon f8x2 FC1 (``fc1_f8x2``; 128 rows, 3 stages unless ``changes`` say
@@ -906,10 +892,6 @@ TILES.update({f"{name}_g128": map_launch_tiles(
     TILES[name], lambda tile: dataclasses.replace(tile, step_scales=_reads_x_split(tile)))
     for name in (f"{_SQ_TWIN16}_f1x", f"{_GW16}_f1x", f"{_SQ_TWIN32}_f1xt", f"{_GW32}_f1xt",
                  "s16_f8q_s2_gf_g1_f128_st")})
-# Session 38 (opt-in; tools/gpu_next.sh s38b): "_ta", the squared-ReLU 32-token twin of 8-16 pairs per expert with the
-# all-f8x2 "_f128_st" as its 16-token tail (about half the pairs at 16 per expert), where its default tail has the f8x2
-# FC1 and the dequantizing FC2 (run 38: that FC2 about 25 us slower than "_f128_st"'s on 235b at 64 tokens)
-TILES[f"{_SQ_TWIN32}_ta"] = dataclasses.replace(TILES[_SQ_TWIN32], tail=TILES["s16_f8q_s2_gf_g1_f128_st"])
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles;
 # from 1 pair per expert, in place of q1, since session 34; Gluon FC2 on 64 rows: run 26 probes above, 0 of 300 bad
 # calls at 64 / 100 tokens; two chains and 4 stages since session 26), 8-16 (the 32-token tiles with 16-token tails,
