@@ -856,9 +856,10 @@ TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON
 # Session 38 (prepared, compile-checked only; tools/gpu_next.sh s39a): the MMA-bound defaults (72+ pairs per expert)
 # with the Gluon FC2 behind their "sx_auto" Triton FC1 (``inter_planes``), their tails unchanged: "_gf2", 256-token
 # blocks, the Gluon FC2 on 8 warps (128 rows) in 2 stages (Triton 3.6, sm_90: 255 registers, no spill; 3 stages would
-# take 240 KB of shared memory); "_gf3", 128-token blocks in 3 stages (169 registers). Run 41 (one H100, 30b, 4096
-# tokens): both FCs in Gluon on 128-token blocks were 4% slower than x256w_sa_t32a, but their FC2 was 10% faster than
-# the Triton FC2 at equal blocks (bench/NOTES_triton_moe.md, session 38).
+# take 240 KB of shared memory); "_gf3", 128-token blocks in 3 stages (169 registers). The Triton FC1s writing plane
+# columns compile with no spill in their K loops (x256w_sa's spills 71 words after it, in the store). Run 41 (one
+# H100, 30b, 4096 tokens): both FCs in Gluon on 128-token blocks were 4% slower than x256w_sa_t32a, but their FC2 was
+# 10% faster than the Triton FC2 at equal blocks (bench/NOTES_triton_moe.md, session 38).
 _GLUON_FC2_BEHIND_TRITON = dict(inter_planes=True, fc2_gluon=True, fc2_block_n=128, fc2_block_k=128, fc2_warps=8,
                                 fc2_maxnreg=None, scale_words=True)
 TILES.update({
