@@ -1536,23 +1536,35 @@ def test_sync_dots_tiles_differ_only_in_the_dot_mode():
     assert not any(t.sync_dots for name, tile in TILES.items() if not name.endswith("_sd") for t in tile.launch_tiles)
 
 
-_F8X2_GLUON_FC1_WIRING_SCRIPT = textwrap.dedent(
+# The start of the stand-in wiring scripts below (run under the interpreter): imports, and ``layer``, a squared-ReLU
+# layer [E, I, H] / [E, H, I] with ``tokens`` bf16 rows routed top-``topk`` over E + 1 experts (the last is another
+# rank's: skipped)
+_WIRING_PRELUDE = textwrap.dedent(
     """
     import dataclasses, json, os
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
-    from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc1_kernel as gluon_fc1, triton_moe as host
     from megatron_mxfp8_moe.kernels.reference import moe_reference
-    from megatron_mxfp8_moe.kernels.triton_moe import TILES, triton_mxfp8_moe
     from megatron_mxfp8_moe.tensor import quantize_mxfp8
     from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
 
-    torch.manual_seed(11)
+    def layer(seed, experts, topk, hidden, inner, tokens):
+        torch.manual_seed(seed)
+        fc1 = quantize_mxfp8(random_weights((experts, inner, hidden), scale=0.1), backend="reference")
+        fc2 = quantize_mxfp8(random_weights((experts, hidden, inner), scale=0.1), backend="reference")
+        x = torch.randn(tokens, hidden).to(torch.bfloat16)
+        return (fc1, fc2, x, *random_routing(tokens, experts + 1, topk))
+    """
+)
+
+
+_F8X2_GLUON_FC1_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
+    """
+    from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc1_kernel as gluon_fc1, triton_moe as host
+    from megatron_mxfp8_moe.kernels.triton_moe import TILES, triton_mxfp8_moe
+
     experts, topk, hidden, inner, tokens = 4, 2, 256, 128, 12
-    fc1 = quantize_mxfp8(random_weights((experts, inner, hidden), scale=0.1), backend="reference")
-    fc2 = quantize_mxfp8(random_weights((experts, hidden, inner), scale=0.1), backend="reference")
-    x = torch.randn(tokens, hidden).to(torch.bfloat16)
-    probs, ids = random_routing(tokens, experts + 1, topk)  # expert 4 is another rank's: skipped
+    fc1, fc2, x, probs, ids = layer(11, experts, topk, hidden, inner, tokens)
     valid = torch.tensor([tokens - 2], dtype=torch.int32)
     fc1_gated = quantize_mxfp8(random_weights((experts, 2 * inner, hidden), scale=0.1), backend="reference")
     dequantized = {t.data.data_ptr(): t.dequantize().double() for t in (fc1, fc1_gated)}
@@ -1652,24 +1664,14 @@ def test_gluon_f8x2_fc1_wiring_under_the_interpreter():
     assert result["err_f1x"] <= 1e-2 and result["f1x_between"] <= 1e-2 and result["f1x_written"], result
 
 
-_INTER_PLANES_WIRING_SCRIPT = textwrap.dedent(
+_INTER_PLANES_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
     """
-    import dataclasses, json, os
-    os.environ["TRITON_INTERPRET"] = "1"
-    import torch
     from megatron_mxfp8_moe.kernels import _gluon_fc2_kernel as gluon_fc2, triton_moe as host
-    from megatron_mxfp8_moe.kernels.reference import moe_reference
     from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, triton_mxfp8_moe
-    from megatron_mxfp8_moe.tensor import quantize_mxfp8
-    from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
 
-    torch.manual_seed(5)
     experts, topk, hidden, inner, tokens = 4, 2, 256, 256, 40
-    fc1 = quantize_mxfp8(random_weights((experts, inner, hidden), scale=0.1), backend="reference")
-    fc2 = quantize_mxfp8(random_weights((experts, hidden, inner), scale=0.1), backend="reference")
+    fc1, fc2, x, probs, ids = layer(5, experts, topk, hidden, inner, tokens)
     w2 = fc2.dequantize().double()
-    x = torch.randn(tokens, hidden).to(torch.bfloat16)
-    probs, ids = random_routing(tokens, experts + 1, topk)  # expert 4 is another rank's: skipped
     valid = torch.tensor([tokens - 3], dtype=torch.int32)
     # where K-ordered column c of a row sits in the plane-major layout of 128-deep steps (planes_of puts column
     # stored[j] at position j)
