@@ -704,8 +704,9 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
     """Whether ``cfg`` gives the bits of ``triton_form(cfg)``: no launch tile sums its FC2 on two chains, runs a Gluon
-    f8x2 FC1 (``fc1_f8x2``, or an "f8x2" tile's ``fc1_gluon``: it rounds its rows to bf16 before the split) or splits
-    with one scale per 128 values (``step_scales``)."""
+    f8x2 FC1 (``fc1_f8x2``, or an "f8x2" tile's ``fc1_gluon``: it rounds its rows to bf16 before the split), splits
+    with one scale per 128 values (``step_scales``) or runs the Gluon FC2 behind an FC1 without planes
+    (``inter_planes``: the Triton form's FC2 then sums in K order, not by byte planes)."""
     return all(t.fc2_chains == 1 and not t.fc1_f8x2 and not (t.dequant == "f8x2" and t.fc1_gluon)
                and not t.step_scales and not t.inter_planes for t in cfg.launch_tiles)
 
