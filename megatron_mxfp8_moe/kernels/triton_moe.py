@@ -366,6 +366,12 @@ class TritonMoEConfig:
         return 1 if self.fp32_dot else 2 if self.sync_dots else 0
 
     @property
+    def inter_plane_k(self) -> int:
+        """The FC2 step depth per which the Triton FC1 writes its rows plane-major (``planes`` or ``inter_planes``),
+        else 0 (rows in K order)."""
+        return self.fc2_block_k if self.planes or self.inter_planes else 0
+
+    @property
     def launch_tiles(self) -> tuple["TritonMoEConfig", ...]:
         """The tiles of the MMA launch pairs: this one, and its tail tile if it has one."""
         return (self,) if self.tail is None else (self, self.tail)
@@ -863,14 +869,12 @@ TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON
 # 10% faster than the Triton FC2 at equal blocks (bench/NOTES_triton_moe.md, session 38).
 _GLUON_FC2_BEHIND_TRITON = dict(inter_planes=True, fc2_gluon=True, fc2_block_n=128, fc2_block_k=128, fc2_warps=8,
                                 fc2_maxnreg=None, scale_words=True)
-TILES.update({
-    "x256w_sa_gf2_t32a": dataclasses.replace(TILES["x256w_sa_t32a"], fc2_stages=2, **_GLUON_FC2_BEHIND_TRITON),
-    "x256m_sa_gf2_t32": dataclasses.replace(TILES["x256m_sa_t32"], fc2_stages=2, **_GLUON_FC2_BEHIND_TRITON),
-    "l128w_sa_gf3_t32a_s2": dataclasses.replace(TILES["l128w_sa_t32a_s2"], fc2_stages=3, **_GLUON_FC2_BEHIND_TRITON),
-    "l128m_sa_gf3_t32_s2": dataclasses.replace(TILES["l128m_sa_t32_s2"], fc2_stages=3, **_GLUON_FC2_BEHIND_TRITON),
-})
-TILES.update({f"{name[:8]}_gf3{name[8:]}": dataclasses.replace(TILES[name], fc2_stages=3, **_GLUON_FC2_BEHIND_TRITON)
-              for name in ("l128w_sa_t64p2_s2_gt_sw", "l128m_sa_t64pu_s2_gt_sw")})  # the 64-72 defaults' main tiles
+# (the 176+, 72-176 and 64-72 defaults; the name takes "_gf<stages>" after its "x256w_sa" / "l128m_sa" head)
+TILES.update({f"{name[:8]}_gf{stages}{name[8:]}": dataclasses.replace(TILES[name], fc2_stages=stages,
+                                                                     **_GLUON_FC2_BEHIND_TRITON)
+              for name, stages in (("x256w_sa_t32a", 2), ("x256m_sa_t32", 2), ("l128w_sa_t32a_s2", 3),
+                                   ("l128m_sa_t32_s2", 3), ("l128w_sa_t64p2_s2_gt_sw", 3),
+                                   ("l128m_sa_t64pu_s2_gt_sw", 3))})
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -1554,7 +1558,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         return
     tail_t = cfg.tail.block_t if cfg.tail is not None else 0
     max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, cfg.block_t, tail_t)
-    inter_cols = max(triton.cdiv(n_out, t.fc2_block_k) * t.fc2_block_k if t.planes or t.inter_planes else n_out
+    inter_cols = max(triton.cdiv(n_out, t.inter_plane_k) * t.inter_plane_k if t.inter_plane_k else n_out
                      for t in cfg.launch_tiles)
     split_tiles = any(t.dequant == "f8x2" for t in cfg.launch_tiles)
     split_x = split_tiles or any(t.fc1_f8x2 for t in cfg.launch_tiles)
@@ -1784,8 +1788,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
             TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
             BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
             EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.dot_mode,
-            GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes,
-            PLANE_K2=cfg.fc2_block_k if cfg.planes or cfg.inter_planes else 0,
+            GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.inter_plane_k,
             LAUNCH_DEPENDENTS=cfg.fc2_pdl, **cfg.launch_options(1),
         )
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
