@@ -50,8 +50,8 @@ def _compile_sass(fn, args, kwargs) -> tuple[str, int]:
     values = dict(zip(fn.arg_names, args), **kwargs)
     signature, constexprs, attrs = {}, {}, {}
     for i, (name, param) in enumerate(zip(fn.arg_names, fn.params)):
-        value = values[name]
-        if param.is_constexpr:
+        value = values[name] if name in values else param.default  # a parameter the launch left at its default
+        if param.is_constexpr or value is None:
             signature[name], constexprs[(i,)] = "constexpr", value
         elif isinstance(value, torch.Tensor):
             signature[name], attrs[(i,)] = "*" + _SIGNATURE_DTYPES[value.dtype], [["tt.divisibility", 16]]

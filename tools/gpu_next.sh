@@ -1029,15 +1029,33 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s39b|s39c)
+    # session 39: the MMA-bound defaults against their "_fold" twins (the tail folded into the main tile, fold_tail),
+    # alternating, both activations and shapes: s39b at 4096 tokens (256-token tiles) with a per-kernel profile (30b
+    # squared ReLU) and the GPU tests; s39c at 2048 (128-token tiles) and the tests again with what is left
+    if [ "$1" = s39b ]; then T=4096; else T=2048; fi
+    for act in squared_relu swiglu; do
+      D=$(default_tile $T $act)
+      for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+        timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens $T --activation $act \
+          --configs "$D,${D}_fold,$D,${D}_fold" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      done
+    done
+    layer_probe_summary 22
+    if [ "$1" = s39b ]; then
+      timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 4096 --activation squared_relu \
+        --configs "x256w_sa_t32a,x256w_sa_t32a_fold" > $OUT/profile.jsonl 2> $OUT/profile.err
+      profile_summary
+    fi
+    moe_gpu_tests 400 "folded_tails" ;;
   s39a)
     # prepared in session 38 (for session 39; about 8 device minutes): the MMA-bound defaults with the Gluon FC2 behind
     # their "sx_auto" Triton FC1 (``inter_planes``; "_gf2" 256-token blocks in 2 stages, "_gf3" 128-token blocks in 3).
     # Run 41 (one H100): the Gluon FC2 10% faster than the Triton FC2 at 128-token blocks. GPU tests (float64, the
     # Triton form within 1e-2, graph replays), layer probes against the defaults (alternating, both activations, both
     # shapes, 1024 / 2048 / 4096 tokens), a per-kernel profile at 4096 (30b)
-    moe_gpu_tests 200 "gluon_fc2_behind_the_triton_fc1"
     for act in squared_relu swiglu; do
-      for t in 1024 2048 4096; do
+      for t in 4096 2048 1024; do
         D=$(default_tile $t $act)
         G=$(echo $D | sed 's/^\(x256._sa\)_/\1_gf2_/; s/^\(l128._sa\)_/\1_gf3_/')  # the pick's "_gf" twin
         for shape in qwen3-30b-a3b qwen3-235b-a22b; do
@@ -1049,7 +1067,8 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     layer_probe_summary 22
     timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 4096 --activation squared_relu \
       --configs "x256w_sa_t32a,x256w_sa_gf2_t32a" > $OUT/profile.jsonl 2> $OUT/profile.err
-    profile_summary ;;
+    profile_summary
+    moe_gpu_tests 200 "gluon_fc2_behind_the_triton_fc1" ;;
   s38c)
     # session 38 (device starts failed for 40 minutes, so one short call): layer probes first, the
     # "_gw8" tiles against the squared-ReLU default at 1024 / 4096 tokens on both shapes and "_ta" against the default

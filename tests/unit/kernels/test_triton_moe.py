@@ -17,6 +17,7 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     TILES,
     TritonMoEConfig,
     choose_config,
+    fold_table_offset,
     kernel_path,
     route_layout,
     route_reference,
@@ -1739,3 +1740,140 @@ def test_inter_planes_needs_a_triton_fc1_before_the_gluon_fc2():
     tile = TILES["x256w_sa_gf2_t32a"]
     assert tile.inter_planes and tile.fc2_gluon and tile.dequant == "sx_auto" and tile.tail == TILES["x256w_sa_t32a"].tail
     assert not triton_form(tile).inter_planes and not same_bits_as_triton_form(tile)
+
+
+def _counts_routing(counts: list, topk: int, seed: int) -> torch.Tensor:
+    """Top-``topk`` ids (global = local + 1) with exactly ``counts[e]`` pairs on local expert ``e``, shuffled over
+    the rows (``sum(counts)`` a multiple of ``topk``)."""
+    ids = torch.cat([torch.full((c,), e + 1, dtype=torch.int32) for e, c in enumerate(counts)])
+    return ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))].view(-1, topk)
+
+
+def test_route_reference_folds_tails_into_last_blocks():
+    """``fold``: block_t 8, tail 3. An expert with full blocks and a tail of 1..3 pairs has that tail folded into its
+    last block (fold table entry = the tail's index, tail table entry -1); an expert with no full block keeps its tail
+    program. Positions and the block table are those without ``fold``."""
+    counts = [9, 2, 0, 19, 8, 11]  # folded (8 + 1), kept (2), -, 16 + 3 (folded), none (8), 8 + 3 (folded)
+    ids = _counts_routing(counts, 1, 0)
+    rows = ids.shape[0]
+    max_sorted, max_blocks, _, tail_offset = route_layout(rows, 1, 6, 8, 3)
+    fold_offset = fold_table_offset(rows, 1, 6, 8, 3)
+    assert fold_offset % 4 == 0 and fold_offset >= tail_offset + 6
+    plain = route_reference(ids, rows, experts=6, local_expert_offset=1, block_t=8, tail_t=3)
+    pairs, table, (blocks, tails) = route_reference(ids, rows, experts=6, local_expert_offset=1, block_t=8, tail_t=3,
+                                                    fold=True)
+    assert (blocks, tails) == plain[2] == (1 + 2 + 1 + 1, 4)
+    assert torch.equal(pairs, plain[0]) and torch.equal(table[:tail_offset], plain[1][:tail_offset])
+    assert plain[1][tail_offset:tail_offset + 4].tolist() == [0, 1, 3, 5]
+    assert table[tail_offset:tail_offset + 4].tolist() == [-1, 1, -1, -1]
+    # blocks: expert 0 -> 0, expert 3 -> 1, 2, expert 4 -> 3, expert 5 -> 4; tails 0, 2, 3 fold into blocks 0, 2, 4
+    assert table[fold_offset:fold_offset + max_blocks].tolist() == [0, -1, 2, -1, 3] + [-1] * (max_blocks - 5)
+
+
+def test_fold_tail_is_checked():
+    with pytest.raises(ValueError, match="fold_tail"):
+        dataclasses.replace(TILES["x256w_sa"], fold_tail=True)  # no tail
+    with pytest.raises(ValueError, match="fold_tail"):  # an "sx4" plane tail
+        dataclasses.replace(TILES["l128w_sa_t64p2"], fold_tail=True)
+    with pytest.raises(ValueError, match="fold_tail"):  # a Gluon main tile
+        dataclasses.replace(TILES["x256w_sa_gf2_t32a"], fold_tail=True)
+    for name in ("x256w_sa_t32a", "x256m_sa_t32", "l128w_sa_t32a_s2", "l128m_sa_t32_s2"):
+        assert TILES[name + "_fold"] == dataclasses.replace(TILES[name], fold_tail=True)
+    fc1 = quantize_mxfp8(random_weights((2, 128, 64), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((2, 64, 64), scale=0.1), backend="reference")
+    probs, ids = random_routing(4, 2, 1)
+    unmerged = dataclasses.replace(TILES["l128a_sa_t32a"], fold_tail=True)  # two FC1 tiles per program
+    with pytest.raises(MXFP8InputError, match="fc1_gate_merge"):
+        triton_mxfp8_moe(torch.randn(4, 64).to(torch.bfloat16), probs, ids, fc1, fc2, activation="swiglu",
+                         valid_tokens=torch.tensor([4], dtype=torch.int32), config=unmerged)
+
+
+_FOLD_SCRIPT = textwrap.dedent(
+    """
+    import dataclasses, json, os
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    from megatron_mxfp8_moe.kernels import triton_moe as host
+    from megatron_mxfp8_moe.kernels.reference import moe_reference
+    from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, fold_table_offset, route_reference, triton_mxfp8_moe
+    from megatron_mxfp8_moe.tensor import quantize_mxfp8
+    from megatron_mxfp8_moe.testing import random_weights, relative_error
+
+    def counts_routing(counts, topk, seed):
+        ids = torch.cat([torch.full((c,), e + 1, dtype=torch.int32) for e, c in enumerate(counts)])
+        return ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))].view(-1, topk)
+
+    result = {}
+    # route tables with fold, every route form, against route_reference(fold=True): the whole block_expert buffer
+    # (block table, tail table with -1 for folded tails, fold table) and every used position
+    ids = counts_routing([21, 5, 34, 0, 19, 3, 40, 16], 2, 1)  # 138 pairs, 69 rows; block 16, tail 8
+    rows, valid, experts = ids.shape[0], ids.shape[0] - 1, 8
+    ref_pairs, ref_table, ref_count = route_reference(ids, valid, experts=experts, local_expert_offset=1, block_t=16,
+                                                      tail_t=8, fold=True)
+    fold_offset = fold_table_offset(rows, 2, experts, 16, 8)
+    for form, one_program, chunk, in_registers, parallel in (
+            ("scratch", 4096, 256, False, 0), ("registers", 4096, 256, True, 0), ("parallel", 4096, 256, False, 4096),
+            ("split", 0, 32, False, 0)):
+        host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = one_program, chunk
+        pairs, table, blocks = host._route(ids, torch.tensor([valid], dtype=torch.int32), rows, 2, experts, 1, 16, 8,
+                                           in_registers=in_registers, parallel_pairs=parallel, fold=True)
+        max_sorted, max_blocks, _, tail_offset = host.route_layout(rows, 2, experts, 16, 8)
+        used = [slice(0, ref_count[0] * 16), slice(max_sorted, max_sorted + ref_count[1] * 8)]
+        result["route_" + form] = dict(
+            blocks=[int(blocks[0]), int(blocks[4])] == list(ref_count),
+            table=torch.equal(table[:ref_count[0]], ref_table[:ref_count[0]])
+            and torch.equal(table[tail_offset:tail_offset + ref_count[1]], ref_table[tail_offset:tail_offset + ref_count[1]])
+            and torch.equal(table[fold_offset:], ref_table[fold_offset:]),
+            pairs=all(torch.equal(pairs[u], ref_pairs[u]) for u in used),
+            folded=int((ref_table[fold_offset:] >= 0).sum()), kept=int((ref_table[tail_offset:tail_offset + ref_count[1]] >= 0).sum()))
+    host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = 1024, 256
+
+    # the layer: folded tails (experts 0, 2, 4, 6), a kept tail (experts 1, 5), both activations (gated: one merged FC1
+    # tile), split-K FC2, rows past valid_tokens; against the float64 oracle and the same tiles without fold
+    torch.manual_seed(3)
+    hidden, inter = 96, 32
+    x = torch.randn(rows + 1, hidden).to(torch.bfloat16)
+    ids_x = torch.cat([ids, torch.tensor([[9, -1]], dtype=torch.int32)])  # a row past the rows (never read)
+    probs = torch.rand(rows + 1, 2)
+    cfg = TritonMoEConfig(16, 16, 64, 4, 1, 16, 64, 4, 1, True, True)
+    for activation, extra in (("squared_relu", {}), ("swiglu", dict(fc1_gate_merge=True)),
+                              ("squared_relu_splitk", dict(fc2_split_k=2)), ("squared_relu_k32", dict(fc1_block_k=32, fc2_block_k=32))):
+        act = activation.split("_splitk")[0].split("_k32")[0]
+        n1 = 2 * inter if act == "swiglu" else inter
+        fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=0.1), backend="reference")
+        fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.1), backend="reference")
+        outs = {}
+        for fold in (False, True):
+            base = dataclasses.replace(cfg, **extra)
+            tile = dataclasses.replace(base, tail=dataclasses.replace(base, block_t=8), fold_tail=fold)
+            out = torch.full((rows + 1, hidden), float("nan"))
+            triton_mxfp8_moe(x, probs, ids_x, fc1, fc2, activation=act, local_expert_offset=1,
+                             valid_tokens=torch.tensor([valid], dtype=torch.int32), rows=rows, out=out, config=tile)
+            outs[fold] = out
+        ref = moe_reference(x[:rows], fc1, fc2, probs[:rows], ids, act, local_expert_offset=1, valid_tokens=valid)
+        result[activation] = dict(err=relative_error(outs[True][:rows], ref), err_plain=relative_error(outs[False][:rows], ref),
+                                  between=relative_error(outs[True][:rows], outs[False][:rows]),
+                                  tail_zero=bool((outs[True][valid:rows] == 0).all()),
+                                  untouched=bool(torch.isnan(outs[True][rows:]).all()))
+    print(json.dumps(result))
+    """
+)
+
+
+def test_folded_tails_under_the_interpreter():
+    """``fold_tail`` under the Triton interpreter. The route's four forms write the fold tables of ``route_reference``
+    (4 folded tails, 2 kept). The layer with folded tails (squared ReLU, gated SwiGLU on one merged FC1 tile, split-K
+    FC2, 32-deep steps) gives the float64 oracle within 1e-2 and the same tiles without folding within 1e-5 (fp32
+    operands here; the same sums), rows past ``valid_tokens`` zero, rows past ``rows`` untouched. Folded tails that
+    no program ran would leave those pairs' rows unwritten (NaN out), or, run twice, unchanged (no error to see), so
+    the tables' -1 entries are checked against the reference as well."""
+    pytest.importorskip("triton")
+    result = _interpreter_json(["-c", _FOLD_SCRIPT], timeout=900)
+    for form in ("scratch", "registers", "parallel", "split"):
+        route = result["route_" + form]
+        assert route["blocks"] and route["table"] and route["pairs"], (form, route)
+        assert (route["folded"], route["kept"]) == (4, 2), (form, route)
+    for name in ("squared_relu", "swiglu", "squared_relu_splitk", "squared_relu_k32"):
+        layer = result[name]
+        assert layer["err"] <= 1e-2 and layer["err_plain"] <= 1e-2 and layer["between"] <= 1e-5, (name, layer)
+        assert layer["tail_zero"] and layer["untouched"], (name, layer)
