@@ -1033,8 +1033,10 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # session 39: the MMA-bound defaults against their "_fold" twins (the tail folded into the main tile, fold_tail),
     # alternating, both activations and shapes: s39b at 4096 tokens (256-token tiles) with a per-kernel profile (30b
     # squared ReLU) and the GPU tests; s39c at 2048 (128-token tiles) and the tests again with what is left
-    if [ "$1" = s39b ]; then T=4096; else T=2048; fi
-    for act in squared_relu swiglu; do
+    # (run 42 call 2 ran s39b: the gated "_fold" tiles failed to compile, fixed since; s39c also probes SwiGLU at 4096)
+    if [ "$1" = s39b ]; then CASES="4096:squared_relu 4096:swiglu"; else CASES="2048:squared_relu 2048:swiglu 4096:swiglu"; fi
+    for case in $CASES; do
+      T=${case%%:*}; act=${case#*:}
       D=$(default_tile $T $act)
       for shape in qwen3-30b-a3b qwen3-235b-a22b; do
         timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens $T --activation $act \
@@ -1047,7 +1049,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
         --configs "x256w_sa_t32a,x256w_sa_t32a_fold" > $OUT/profile.jsonl 2> $OUT/profile.err
       profile_summary
     fi
-    moe_gpu_tests 400 "folded_tails" ;;
+    if [ "$1" = s39b ]; then moe_gpu_tests 400 "folded_tails"; else moe_gpu_tests 300 "folded_tails and (m_sa or 235b)"; fi ;;
   s39a)
     # prepared in session 38 (for session 39; about 8 device minutes): the MMA-bound defaults with the Gluon FC2 behind
     # their "sx_auto" Triton FC1 (``inter_planes``; "_gf2" 256-token blocks in 2 stages, "_gf3" 128-token blocks in 3).

@@ -998,10 +998,13 @@ def _fc1_fold_tile(x_rows, f_rows, token_mask, fold_mask, w_base, s_base, n_firs
         unshift = _pow2_f32(shift)
         acc = acc * unshift
         acc_f = acc_f * unshift
-    if GATED:
-        return _merged_activate(acc, BLOCK_N, BLOCK_T, ACTIVATION), _merged_activate(acc_f, BLOCK_N, FOLD_T,
-                                                                                      ACTIVATION)
-    return _activate(acc, acc, ACTIVATION), _activate(acc_f, acc_f, ACTIVATION)
+    if GATED:  # one return for both (Triton checks the types of every return statement)
+        h = _merged_activate(acc, BLOCK_N, BLOCK_T, ACTIVATION)
+        h_f = _merged_activate(acc_f, BLOCK_N, FOLD_T, ACTIVATION)
+    else:
+        h = _activate(acc, acc, ACTIVATION)
+        h_f = _activate(acc_f, acc_f, ACTIVATION)
+    return h, h_f
 
 
 @triton.jit
