@@ -110,40 +110,29 @@ def _expert_blocks(totals, BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr, E_POW2: 
 
 
 @triton.jit
-def _store_block_tables(blocks, block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr,
-                        max_blocks, tail_block_offset, fold_offset, part, parts, E_POW2: tl.constexpr,
-                        TAIL_T: tl.constexpr, CHUNK_B: tl.constexpr, FOLD: tl.constexpr):
+def _store_block_tables(block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr, max_blocks,
+                        tail_block_offset, part, parts, E_POW2: tl.constexpr, TAIL_T: tl.constexpr,
+                        CHUNK_B: tl.constexpr):
     """By program ``part`` of ``parts``: every ``parts``-th CHUNK_B slice of ``block_expert`` from slice ``part``
     (block -> expert: the number of experts whose blocks end at or before block b), and (part 0) ``num_blocks`` and
-    the tail block table. FOLD (``TritonMoEConfig.fold_tail``): the tail of an expert with BLOCK_T blocks is folded
-    into its last block: the fold table at ``fold_offset`` holds, per block, the index of the tail block it also
-    runs (-1: none), and that tail's entry in the tail table is -1 (its launch skips it)."""
-    folded = (has_tail > 0) & (blocks > 0)
+    the tail block table."""
     block_lanes = tl.arange(0, CHUNK_B)
     for start in range(part * CHUNK_B, max_blocks, parts * CHUNK_B):
         b = start + block_lanes
         owner = tl.sum((block_end[None, :] <= b[:, None]).to(tl.int32), axis=1)
         owner = tl.where(b < total_blocks, owner, 0)
         tl.store(block_expert_ptr + b, owner, mask=b < max_blocks)
-        if FOLD:  # block b takes the tail of the folded expert whose last block it is
-            hit = ((block_end - 1)[None, :] == b[:, None]) & folded[None, :]
-            fold = tl.sum(tl.where(hit, tail_index[None, :] + 1, 0), axis=1) - 1
-            tl.store(block_expert_ptr + fold_offset + b, fold, mask=b < max_blocks)
     if part == 0:
         tl.store(num_blocks_ptr, total_blocks)
         if TAIL_T > 0:
-            tail_owner = tl.arange(0, E_POW2)
-            if FOLD:
-                tail_owner = tl.where(folded, -1, tail_owner)
-            tl.store(block_expert_ptr + tail_block_offset + tail_index, tail_owner, mask=has_tail > 0)
+            tl.store(block_expert_ptr + tail_block_offset + tail_index, tl.arange(0, E_POW2), mask=has_tail > 0)
             tl.store(num_blocks_ptr + 4, tl.sum(has_tail, axis=0))
 
 
 @triton.jit
 def _route_plan(counts_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks_ptr, n_chunks, max_sorted,
-                max_blocks, tail_block_offset, fold_offset, part, parts, E: tl.constexpr, E_POW2: tl.constexpr,
-                BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK_B: tl.constexpr,
-                FOLD: tl.constexpr):
+                max_blocks, tail_block_offset, part, parts, E: tl.constexpr, E_POW2: tl.constexpr,
+                BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK_B: tl.constexpr):
     """Blocks per expert (experts in order) from every chunk's counts; by program ``part`` of ``parts``: the
     per-expert position tables at ``tables_ptr``, the cursor row of chunk ``part`` (the pairs of each expert in
     earlier chunks), every ``parts``-th CHUNK_B slice of ``block_expert`` from slice ``part``, and (part 0)
@@ -158,8 +147,8 @@ def _route_plan(counts_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks
     tl.store(tables_ptr + E_POW2 + experts, blocks * BLOCK_T)
     tl.store(tables_ptr + 2 * E_POW2 + experts, max_sorted + tail_index * TAIL_T)
     tl.store(cursor_ptr + at, tl.cumsum(counts, axis=0) - counts, mask=chunks[:, None] == part)
-    _store_block_tables(blocks, block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr,
-                        max_blocks, tail_block_offset, fold_offset, part, parts, E_POW2, TAIL_T, CHUNK_B, FOLD)
+    _store_block_tables(block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr, max_blocks,
+                        tail_block_offset, part, parts, E_POW2, TAIL_T, CHUNK_B)
 
 
 @triton.jit
@@ -202,7 +191,6 @@ def _route_kernel(
     max_sorted,  # host int: BLOCK_T positions (the tail table starts there)
     max_blocks,  # host int: capacity of the BLOCK_T block table
     tail_block_offset,  # host int: first entry of the tail block table in block_expert
-    fold_offset,  # host int: first entry of the fold table in block_expert (FOLD)
     local_expert_offset,  # host int: first global expert id on this rank
     TOPK: tl.constexpr,
     E: tl.constexpr,
@@ -211,7 +199,6 @@ def _route_kernel(
     TAIL_T: tl.constexpr,  # 0: no tail blocks
     CHUNK: tl.constexpr,
     CHUNK_B: tl.constexpr,
-    FOLD: tl.constexpr = False,  # tails folded into the last blocks (``_store_block_tables``)
 ):
     """The whole route in one program, for one chunk of pairs (small pair counts): no host sync, graph-safe."""
     valid_pairs = tl.minimum(tl.load(valid_tokens_ptr), rows) * TOPK
@@ -221,8 +208,7 @@ def _route_kernel(
                  E, E_POW2, CHUNK)
     tl.debug_barrier()  # counts visible to every thread
     _route_plan(scratch_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks_ptr, 1, max_sorted, max_blocks,
-                tail_block_offset, fold_offset, 0, 1, E, E_POW2, BLOCK_T, TAIL_T, 2, CHUNK_B,
-                FOLD)  # a [2, E_POW2] tile, second row masked
+                tail_block_offset, 0, 1, E, E_POW2, BLOCK_T, TAIL_T, 2, CHUNK_B)  # a [2, E_POW2] tile, second row masked
     tl.debug_barrier()  # the -1 fill, the cursors and the tables are visible to every thread before the scatter
     _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, scratch_ptr, cursor_ptr, tables_ptr, 0,
                    local_expert_offset, E, E_POW2, CHUNK)
@@ -230,10 +216,9 @@ def _route_kernel(
 
 @triton.jit
 def _route_in_registers_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
-                               rows, fill_end, max_sorted, max_blocks, tail_block_offset, fold_offset,
-                               local_expert_offset, TOPK: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr,
-                               BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr, CHUNK: tl.constexpr,
-                               CHUNK_B: tl.constexpr, FOLD: tl.constexpr = False):
+                               rows, fill_end, max_sorted, max_blocks, tail_block_offset, local_expert_offset,
+                               TOPK: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
+                               TAIL_T: tl.constexpr, CHUNK: tl.constexpr, CHUNK_B: tl.constexpr):
     """``_route_kernel``'s tables (the same arguments, no scratch) with its per-expert counts and position tables
     kept in registers: the histogram feeds the plan directly, and each sorted pair takes its expert's entries by
     ``tl.gather`` instead of storing the tables and loading them back behind a barrier (session 30; run 34: 8.4 -> 8.1 us
@@ -243,8 +228,8 @@ def _route_in_registers_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_p
     local, is_local = _chunk_experts(routing_map_ptr, valid_pairs, 0, local_expert_offset, E, CHUNK)
     counts = tl.histogram(tl.where(is_local, local, 0), E_POW2, mask=is_local)  # [E_POW2]
     blocks, has_tail, block_end, total_blocks, tail_index = _expert_blocks(counts, BLOCK_T, TAIL_T, E_POW2)
-    _store_block_tables(blocks, block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr,
-                        max_blocks, tail_block_offset, fold_offset, 0, 1, E_POW2, TAIL_T, CHUNK_B, FOLD)
+    _store_block_tables(block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr, max_blocks,
+                        tail_block_offset, 0, 1, E_POW2, TAIL_T, CHUNK_B)
     # sorted index i of expert e has rank i - (pairs of experts < e) among e's pairs
     expert, lane, is_local = _expert_order(local, is_local, E_POW2, CHUNK)
     rank = tl.arange(0, CHUNK) - tl.gather(tl.cumsum(counts, axis=0) - counts, expert, 0)
@@ -275,10 +260,9 @@ def _fill_free_positions(sorted_pairs_ptr, ends, held_end, in_use, n_blocks, par
 
 @triton.jit
 def _route_parallel_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
-                           rows, max_sorted, max_blocks, tail_block_offset, tail_blocks, fold_offset,
-                           local_expert_offset, TOPK: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr,
-                           BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr, CHUNK: tl.constexpr, SLICE: tl.constexpr,
-                           CHUNK_B: tl.constexpr, FOLD: tl.constexpr = False):
+                           rows, max_sorted, max_blocks, tail_block_offset, tail_blocks, local_expert_offset,
+                           TOPK: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
+                           TAIL_T: tl.constexpr, CHUNK: tl.constexpr, SLICE: tl.constexpr, CHUNK_B: tl.constexpr):
     """``_route_kernel``'s tables (up to CHUNK pairs) from at least CHUNK / SLICE programs, with no sort, scratch or
     barrier (session 37). Every program takes the histogram of all pairs and plans the blocks from it in registers;
     program ``p`` then scatters pairs ``[p * SLICE, (p + 1) * SLICE)`` (none past the pairs). A pair's rank among
@@ -306,8 +290,8 @@ def _route_parallel_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, 
     position = tl.where(rank < slot_cap, tl.gather(first, mine, 0) + rank,
                         tl.gather(max_sorted + tail_index * TAIL_T, mine, 0) + rank - slot_cap)
     tl.store(sorted_pairs_ptr + position, part * SLICE + lanes, mask=mine_local)
-    _store_block_tables(blocks, block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr,
-                        max_blocks, tail_block_offset, fold_offset, part, parts, E_POW2, TAIL_T, CHUNK_B, FOLD)
+    _store_block_tables(block_end, total_blocks, has_tail, tail_index, block_expert_ptr, num_blocks_ptr, max_blocks,
+                        tail_block_offset, part, parts, E_POW2, TAIL_T, CHUNK_B)
     _fill_free_positions(sorted_pairs_ptr, block_end, first + tl.minimum(counts, cap), total_blocks, max_blocks, part,
                          parts, BLOCK_T, CHUNK_B)
     if TAIL_T > 0:  # tail block i: the i-th expert with a tail, its pairs past its BLOCK_T blocks
@@ -332,10 +316,9 @@ def _route_count_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, scr
 @triton.jit
 def _route_plan_scatter_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_ptr, scratch_ptr, block_expert_ptr,
                                num_blocks_ptr, rows, n_chunks, max_sorted, max_blocks, tail_block_offset,
-                               fold_offset, local_expert_offset, TOPK: tl.constexpr, E: tl.constexpr,
-                               E_POW2: tl.constexpr, BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr,
-                               CHUNKS_POW2: tl.constexpr, CHUNK_B: tl.constexpr, CHUNK: tl.constexpr,
-                               FOLD: tl.constexpr = False):
+                               local_expert_offset, TOPK: tl.constexpr, E: tl.constexpr, E_POW2: tl.constexpr,
+                               BLOCK_T: tl.constexpr, TAIL_T: tl.constexpr, CHUNKS_POW2: tl.constexpr,
+                               CHUNK_B: tl.constexpr, CHUNK: tl.constexpr):
     """Split route, steps 2 and 3 (grid: n_chunks): each chunk's program plans from every chunk's counts (its own
     cursor row and tables, its share of the block table), then scatters its chunk."""
     chunk = tl.program_id(0)
@@ -343,8 +326,7 @@ def _route_plan_scatter_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_p
     cursor_ptr = scratch_ptr + n_chunks * E_POW2
     tables_ptr = cursor_ptr + n_chunks * E_POW2 + chunk * 3 * E_POW2
     _route_plan(scratch_ptr, cursor_ptr, tables_ptr, block_expert_ptr, num_blocks_ptr, n_chunks, max_sorted,
-                max_blocks, tail_block_offset, fold_offset, chunk, n_chunks, E, E_POW2, BLOCK_T, TAIL_T, CHUNKS_POW2,
-                CHUNK_B, FOLD)
+                max_blocks, tail_block_offset, chunk, n_chunks, E, E_POW2, BLOCK_T, TAIL_T, CHUNKS_POW2, CHUNK_B)
     tl.debug_barrier()  # this program's cursor row and tables are visible to every thread before the scatter
     _route_scatter(routing_map_ptr, valid_pairs, sorted_pairs_ptr, scratch_ptr, cursor_ptr, tables_ptr, chunk,
                    local_expert_offset, E, E_POW2, CHUNK)
@@ -857,58 +839,6 @@ def _fc1_steps(acc_g, acc_u, x_rows, w_base, s_base, rows_n, token_mask, N_OUT, 
 
 
 @triton.jit
-def _fold_steps(acc, acc_f, x_rows, f_rows, w_base, s_base, rows_n, token_mask, fold_mask, k_first, k_end, K,
-                stride_wn, scale_tiles, shift, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-                DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr):
-    """K steps ``[k_first, k_end)`` of one weight tile against two token sets, each step's weights dequantized once
-    (``TritonMoEConfig.fold_tail``): ``acc`` [BLOCK_N, BLOCK_T] += W @ (the block's columns, row pointers
-    ``x_rows``), ``acc_f`` [BLOCK_N, FOLD_T] += W @ (the folded tail's columns, ``f_rows``). Tokens in K order
-    (no "sx4" words or planes); ``shift`` as in ``_fc1_steps``."""
-    x_ptrs = _token_ptrs(x_rows, k_first, BLOCK_K, False)
-    f_ptrs = _token_ptrs(f_rows, k_first, BLOCK_K, False)
-    w_ptrs = _weight_ptrs(w_base, rows_n, stride_wn, k_first, BLOCK_K, 1)
-    s_rows = _scale_rows(s_base, rows_n, scale_tiles)
-    for k in range(k_first, k_end):
-        k_left = K - k * BLOCK_K  # unused when EVEN_K
-        x = _load_tokens(x_ptrs, token_mask, k_left, BLOCK_K, EVEN_K)
-        f = _load_tokens(f_ptrs, fold_mask, k_left, BLOCK_K, EVEN_K)
-        w, s = _weight_step(w_ptrs, s_rows, k, K, BLOCK_K, EVEN_K, 1)
-        w = _dequant_tile(w, s, BLOCK_N, BLOCK_K, DEQUANT, shift)
-        acc = _mma(w, x, acc, FP32_DOT)
-        acc_f = _mma(w, f, acc_f, FP32_DOT)
-        x_ptrs += BLOCK_K
-        f_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
-    return acc, acc_f
-
-
-@triton.jit
-def _merged_rows(n_first, N_OUT, BLOCK_N: tl.constexpr):
-    """The ``2 * BLOCK_N`` weight rows (int64) of a gate-merged FC1 tile (``_fc1_tile``, GATE_MERGE)."""
-    i = tl.arange(0, 2 * BLOCK_N)
-    cols = n_first + (i // 16) * 8 + i % 8
-    return ((cols % N_OUT) + ((i // 8) % 2) * N_OUT).to(tl.int64)
-
-
-@triton.jit
-def _merged_activate(acc, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, ACTIVATION: tl.constexpr):
-    """``act(gate) * up`` [BLOCK_N, BLOCK_T] of a gate-merged accumulator [2 * BLOCK_N, BLOCK_T] (``_merged_rows``)."""
-    acc = tl.permute(tl.reshape(acc, [BLOCK_N // 8, 2, 8, BLOCK_T]), (0, 2, 3, 1))
-    acc_g, acc_u = tl.split(tl.reshape(acc, [BLOCK_N, BLOCK_T, 2]))
-    return _activate(acc_g, acc_u, ACTIVATION)
-
-
-@triton.jit
-def _fc1_shift(s_base, n_first, N_OUT, scale_tiles, GATED: tl.constexpr, BLOCK_N: tl.constexpr,
-               DEQUANT: tl.constexpr):
-    """DQ_SX_AUTO's exponent shift of an FC1 tile (gated: the gate rows and the up rows N_OUT further), else 0."""
-    shift = 0
-    if DEQUANT == DQ_SX_AUTO:
-        shift = _sx_auto_shift(s_base, n_first, tl.minimum(n_first + BLOCK_N, N_OUT) - 1, N_OUT, scale_tiles, GATED)
-    return shift
-
-
-@triton.jit
 def _fc1_tile(
     x_rows,  # [BLOCK_T] row pointers of the gathered token columns
     token_mask,  # [BLOCK_T] columns that hold a token
@@ -949,15 +879,21 @@ def _fc1_tile(
     layout's padding bytes, which canonical storage keeps at zero.
     """
     steps = tl.cdiv(K, BLOCK_K)
-    shift = _fc1_shift(s_base, n_first, N_OUT, scale_tiles, GATED, BLOCK_N, DEQUANT)
+    shift = 0
+    if DEQUANT == DQ_SX_AUTO:  # gated: the gate rows and the up rows N_OUT further
+        shift = _sx_auto_shift(s_base, n_first, tl.minimum(n_first + BLOCK_N, N_OUT) - 1, N_OUT, scale_tiles, GATED)
     if GATED and GATE_MERGE:
-        rows_m = _merged_rows(n_first, N_OUT, BLOCK_N)
+        i = tl.arange(0, 2 * BLOCK_N)
+        cols = n_first + (i // 16) * 8 + i % 8
+        rows_m = ((cols % N_OUT) + ((i // 8) % 2) * N_OUT).to(tl.int64)
         acc = tl.zeros([2 * BLOCK_N, BLOCK_T], dtype=tl.float32)
         acc, _ = _fc1_steps(acc, acc, x_rows, w_base, s_base, rows_m, token_mask, N_OUT, steps, K, stride_wn,
                             scale_tiles, shift, False, 2 * BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT, X_PLANES)
         if DEQUANT == DQ_SX_AUTO:
             acc = acc * _pow2_f32(shift)
-        h = _merged_activate(acc, BLOCK_N, BLOCK_T, ACTIVATION)
+        acc = tl.permute(tl.reshape(acc, [BLOCK_N // 8, 2, 8, BLOCK_T]), (0, 2, 3, 1))
+        acc_g, acc_u = tl.split(tl.reshape(acc, [BLOCK_N, BLOCK_T, 2]))
+        h = _activate(acc_g, acc_u, ACTIVATION)
     else:
         rows_n = (offs_n % N_OUT).to(tl.int64)  # in-bounds loads; the store mask drops the overflow
         acc_g = tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32)
@@ -974,63 +910,6 @@ def _fc1_tile(
         else:
             h = _activate(acc_g, acc_g, ACTIVATION)
     return h
-
-
-@triton.jit
-def _fc1_fold_tile(x_rows, f_rows, token_mask, fold_mask, w_base, s_base, n_first, offs_n, N_OUT, K, stride_wn,
-                   scale_tiles, GATED: tl.constexpr, ACTIVATION: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_T: tl.constexpr, FOLD_T: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-                   DEQUANT: tl.constexpr, FP32_DOT: tl.constexpr):
-    """``_fc1_tile`` (gated: GATE_MERGE's one tile) for the block's columns and, on the same dequantized weights,
-    the folded tail's FOLD_T columns (``f_rows``, ``fold_mask``): ``(h [BLOCK_N, BLOCK_T], h_f [BLOCK_N, FOLD_T])``."""
-    shift = _fc1_shift(s_base, n_first, N_OUT, scale_tiles, GATED, BLOCK_N, DEQUANT)
-    if GATED:
-        acc, acc_f = _fold_steps(tl.zeros([2 * BLOCK_N, BLOCK_T], dtype=tl.float32),
-                                 tl.zeros([2 * BLOCK_N, FOLD_T], dtype=tl.float32), x_rows, f_rows, w_base, s_base,
-                                 _merged_rows(n_first, N_OUT, BLOCK_N), token_mask, fold_mask, 0, tl.cdiv(K, BLOCK_K),
-                                 K, stride_wn, scale_tiles, shift, 2 * BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
-    else:
-        acc, acc_f = _fold_steps(tl.zeros([BLOCK_N, BLOCK_T], dtype=tl.float32),
-                                 tl.zeros([BLOCK_N, FOLD_T], dtype=tl.float32), x_rows, f_rows, w_base, s_base,
-                                 (offs_n % N_OUT).to(tl.int64), token_mask, fold_mask, 0, tl.cdiv(K, BLOCK_K), K,
-                                 stride_wn, scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
-    if DEQUANT == DQ_SX_AUTO:
-        unshift = _pow2_f32(shift)
-        acc = acc * unshift
-        acc_f = acc_f * unshift
-    if GATED:  # one return for both (Triton checks the types of every return statement)
-        h = _merged_activate(acc, BLOCK_N, BLOCK_T, ACTIVATION)
-        h_f = _merged_activate(acc_f, BLOCK_N, FOLD_T, ACTIVATION)
-    else:
-        h = _activate(acc, acc, ACTIVATION)
-        h_f = _activate(acc_f, acc_f, ACTIVATION)
-    return h, h_f
-
-
-@triton.jit
-def _store_inter(inter_ptr, positions, h, offs_n, token_mask, N_OUT, stride_inter, PLANE_K2: tl.constexpr):
-    """FC1's output ``h`` [BLOCK_N, columns] into the inter rows of ``positions`` (bf16; plane-major per PLANE_K2)."""
-    out_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + _plane_cols(offs_n, PLANE_K2)[:, None]
-    tl.store(out_ptrs, h.to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N_OUT))
-
-
-@triton.jit
-def _fold_block(sorted_pairs_ptr, fold_ptr, fold_base, block, FOLD_T: tl.constexpr):
-    """The tail folded into block ``block`` (``_store_block_tables``): its index (-1: none), positions, pairs and
-    mask (all off without a tail)."""
-    tail = tl.load(fold_ptr + block)
-    positions = fold_base + tl.maximum(tail, 0) * FOLD_T + tl.arange(0, FOLD_T)
-    pairs = tl.load(sorted_pairs_ptr + positions, mask=tail >= 0, other=-1)
-    return tail, positions, pairs, pairs >= 0
-
-
-@triton.jit
-def _live_block(num_blocks_ptr, block_expert_ptr, block, SKIP_FOLDED: tl.constexpr):
-    """Whether ``block`` is in use (and, SKIP_FOLDED, not a tail folded into a main block: table entry -1)."""
-    live = block < tl.load(num_blocks_ptr)
-    if SKIP_FOLDED:
-        live = live & (tl.load(block_expert_ptr + block) >= 0)
-    return live
 
 
 @triton.jit
@@ -1073,40 +952,23 @@ def _fc1_kernel(
     X_PLANES: tl.constexpr = False,  # x rows plane-major per BLOCK_K step (``_load_planes``; "sx4" tiles)
     PLANE_K2: tl.constexpr = 0,  # > 0: inter rows written plane-major per PLANE_K2-deep step of FC2 (``_plane_cols``)
     LAUNCH_DEPENDENTS: tl.constexpr = False,  # let the next kernel (a programmatic dependent launch) start now
-    fold_ptr=None,  # FOLD_T > 0: [max_blocks] int32, the tail block folded into each block (-1: none)
-    fold_base=0,  # FOLD_T > 0: first position of the tail blocks (max_sorted)
-    FOLD_T: tl.constexpr = 0,  # > 0: the tail tile's width; a block with a folded tail runs it too (``fold_tail``)
-    SKIP_FOLDED: tl.constexpr = False,  # the tail launch of a folding tile: skip table entries -1
 ):
     """FC1 + activation for one ``[BLOCK_N, BLOCK_T]`` tile of ``inter^T``; tokens gathered by pair index."""
     if LAUNCH_DEPENDENTS:
         gdc_launch_dependents()
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
-    if _live_block(num_blocks_ptr, block_expert_ptr, pid_b, SKIP_FOLDED):
+    if pid_b < tl.load(num_blocks_ptr):
         expert, positions, pairs, token_mask = _routed_block(sorted_pairs_ptr, block_expert_ptr, pid_b, BLOCK_T)
         tokens = tl.where(token_mask, pairs // TOPK, 0).to(tl.int64)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         x_rows = x_ptr + tokens * stride_x  # [BLOCK_T]
-        w_base = w_ptr + expert * stride_we
-        s_base = s_ptr + expert * stride_se
-        if FOLD_T > 0:
-            tail, f_positions, f_pairs, fold_mask = _fold_block(sorted_pairs_ptr, fold_ptr, fold_base, pid_b, FOLD_T)
-            if tail >= 0:
-                f_rows = x_ptr + tl.where(fold_mask, f_pairs // TOPK, 0).to(tl.int64) * stride_x
-                h, h_f = _fc1_fold_tile(x_rows, f_rows, token_mask, fold_mask, w_base, s_base, pid_n * BLOCK_N,
-                                        offs_n, N_OUT, K, stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T,
-                                        FOLD_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
-                _store_inter(inter_ptr, f_positions, h_f, offs_n, fold_mask, N_OUT, stride_inter, PLANE_K2)
-            else:
-                h = _fc1_tile(x_rows, token_mask, w_base, s_base, pid_n * BLOCK_N, offs_n, N_OUT, K, stride_wn,
-                              scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT,
-                              GATE_MERGE, X_PLANES)
-        else:
-            h = _fc1_tile(x_rows, token_mask, w_base, s_base, pid_n * BLOCK_N, offs_n, N_OUT, K, stride_wn,
-                          scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT,
-                          GATE_MERGE, X_PLANES)
-        _store_inter(inter_ptr, positions, h, offs_n, token_mask, N_OUT, stride_inter, PLANE_K2)
+        h = _fc1_tile(x_rows, token_mask, w_ptr + expert * stride_we, s_ptr + expert * stride_se, pid_n * BLOCK_N,
+                      offs_n, N_OUT, K,
+                      stride_wn, scale_tiles, GATED, ACTIVATION, BLOCK_N, BLOCK_T, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT,
+                      GATE_MERGE, X_PLANES)
+        out_ptrs = inter_ptr + positions[None, :].to(tl.int64) * stride_inter + _plane_cols(offs_n, PLANE_K2)[:, None]
+        tl.store(out_ptrs, h.to(tl.bfloat16), mask=token_mask[None, :] & (offs_n[:, None] < N_OUT))
 
 
 @triton.jit
@@ -1280,10 +1142,6 @@ def _fc2_kernel(
     FP32_DOT: tl.constexpr,  # fp32 operands (ieee): for the Triton interpreter, whose bf16 math is wrong
     SPLIT_K: tl.constexpr,  # 1: bf16 slot rows; > 1: fp32 partial rows per K split, summed in the combine
     X_PLANES: tl.constexpr = False,  # inter rows plane-major per BLOCK_K step (``_load_planes``; "sx4" tiles)
-    fold_ptr=None,  # FOLD_T > 0: as ``_fc1_kernel``'s
-    fold_base=0,
-    FOLD_T: tl.constexpr = 0,
-    SKIP_FOLDED: tl.constexpr = False,
 ):
     """FC2 for one ``[BLOCK_N, BLOCK_T]`` tile of ``out^T``; writes each pair's unweighted row.
 
@@ -1293,7 +1151,7 @@ def _fc2_kernel(
     pid_n = tl.program_id(0)
     pid_b = tl.program_id(1)
     pid_s = tl.program_id(2)
-    if _live_block(num_blocks_ptr, block_expert_ptr, pid_b, SKIP_FOLDED):
+    if pid_b < tl.load(num_blocks_ptr):
         expert, positions, pairs, token_mask = _routed_block(sorted_pairs_ptr, block_expert_ptr, pid_b, BLOCK_T)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rows_n = (offs_n % N).to(tl.int64)
@@ -1311,34 +1169,13 @@ def _fc2_kernel(
         if DEQUANT == DQ_SX_AUTO:
             n_first = pid_n * BLOCK_N
             shift = _sx_auto_shift(s_base, n_first, tl.minimum(n_first + BLOCK_N, N) - 1, 0, scale_tiles, False)
-        slot_base = slot_ptr + pid_s.to(tl.int64) * stride_split
-        if FOLD_T > 0:
-            tail, f_positions, f_pairs, fold_mask = _fold_block(sorted_pairs_ptr, fold_ptr, fold_base, pid_b, FOLD_T)
-            if tail >= 0:
-                acc_f = tl.zeros([BLOCK_N, FOLD_T], dtype=tl.float32)
-                acc, acc_f = _fold_steps(acc, acc_f, a_rows, inter_ptr + f_positions.to(tl.int64) * stride_inter,
-                                         w_base, s_base, rows_n, token_mask, fold_mask, k_first, k_steps, K,
-                                         stride_wn, scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT)
-                if DEQUANT == DQ_SX_AUTO:
-                    acc_f = acc_f * _pow2_f32(shift)
-                _store_slots(slot_base, f_pairs, acc_f, offs_n, fold_mask, N, stride_slot)
-            else:
-                acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
-                                 scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT, X_PLANES)
-        else:
-            acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
-                             scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT, X_PLANES)
+        acc = _fc2_steps(acc, a_rows, w_base, s_base, rows_n, token_mask, k_first, k_steps, K, stride_wn,
+                         scale_tiles, shift, BLOCK_N, BLOCK_K, EVEN_K, DEQUANT, FP32_DOT, X_PLANES)
         if DEQUANT == DQ_SX_AUTO:
             acc = acc * _pow2_f32(shift)
-        _store_slots(slot_base, pairs, acc, offs_n, token_mask, N, stride_slot)
-
-
-@triton.jit
-def _store_slots(slot_base, pairs, acc, offs_n, token_mask, N, stride_slot):
-    """FC2's ``acc`` [BLOCK_N, columns] into the slot rows of ``pairs`` (in the slot buffer's dtype)."""
-    safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)
-    out_ptrs = slot_base + safe_pairs[None, :] * stride_slot + offs_n[:, None]
-    tl.store(out_ptrs, acc.to(slot_base.dtype.element_ty), mask=token_mask[None, :] & (offs_n[:, None] < N))
+        safe_pairs = tl.where(token_mask, pairs, 0).to(tl.int64)
+        out_ptrs = slot_ptr + pid_s.to(tl.int64) * stride_split + safe_pairs[None, :] * stride_slot + offs_n[:, None]
+        tl.store(out_ptrs, acc.to(slot_ptr.dtype.element_ty), mask=token_mask[None, :] & (offs_n[:, None] < N))
 
 
 # v6 GEMV small-T path (``TritonMoEConfig.gemv``): the direct path's two launches without MMAs. At a handful of

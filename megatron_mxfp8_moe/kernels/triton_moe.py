@@ -218,14 +218,6 @@ class TritonMoEConfig:
     # Gluon FC2 took 628.9 us against the Triton FC2's 701.7, while the Gluon FC1 was no faster than "sx_auto"'s.
     # Needs ``fc2_gluon`` and the Triton FC1 (no ``fc1_gluon``).
     inter_planes: bool = False
-    # Session 39: the tail folded into the main tile. An expert with full ``block_t`` blocks and 1..tail.block_t pairs
-    # past them runs those pairs in its last block's programs, on the same dequantized weight tiles (a second, narrow
-    # MMA per K step: ``_fold_steps``), instead of a tail program that reads and dequantizes the expert's weights once
-    # more for them. Only experts with no full block (at most tail.block_t pairs) keep a tail program. Run 42 (one H100,
-    # 30b, 4096 tokens, squared ReLU): the tail tile's FC2 alone took 99.6 us of a 1314 us layer. Needs the Triton
-    # kernels on both tiles (K-ordered tokens: no "sx4" words, planes, Gluon or f8x2) and, gated, ``fc1_gate_merge``
-    # (checked per call).
-    fold_tail: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -242,11 +234,6 @@ class TritonMoEConfig:
             if t.step_scales != self.step_scales and _reads_x_split(t) and _reads_x_split(self):
                 raise ValueError(f"TritonMoEConfig: tail.step_scales {t.step_scales} differs from "
                                  f"{self.step_scales} on the split rows of x both read")
-        if self.fold_tail and (self.tail is None or any(
-                t.dequant in (*_WORD_MODES, "f8x2") or t.planes or t.fc1_gluon or t.fc2_gluon or t.fc1_f8x2
-                for t in (self, self.tail))):
-            raise ValueError("TritonMoEConfig: fold_tail=True needs a tail tile and the Triton kernels on K-ordered "
-                             f"tokens for both (no 'sx4' words, planes, Gluon or f8x2); got {self}")
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
@@ -888,10 +875,6 @@ TILES.update({f"{name[:8]}_gf{stages}{name[8:]}": dataclasses.replace(TILES[name
               for name, stages in (("x256w_sa_t32a", 2), ("x256m_sa_t32", 2), ("l128w_sa_t32a_s2", 3),
                                    ("l128m_sa_t32_s2", 3), ("l128w_sa_t64p2_s2_gt_sw", 3),
                                    ("l128m_sa_t64pu_s2_gt_sw", 3))})
-# Session 39: the MMA-bound defaults (the 176+ and 72-176 pairs-per-expert rows) with their tails folded into the
-# main tile (``fold_tail``), "_fold"
-TILES.update({f"{name}_fold": dataclasses.replace(TILES[name], fold_tail=True)
-              for name in ("x256w_sa_t32a", "x256m_sa_t32", "l128w_sa_t32a_s2", "l128m_sa_t32_s2")})
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -1174,16 +1157,12 @@ def routing_capacity(rows: int, topk: int, experts: int, block_t: int) -> tuple[
 
 def route_reference(
     routing_map: torch.Tensor, valid_tokens: int, *, experts: int, local_expert_offset: int, block_t: int,
-    tail_t: int = 0, fold: bool = False,
+    tail_t: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Pure-torch twin of the route kernels: (sorted_pairs, block_expert, num_blocks) on the CPU, laid out as
     ``route_layout``. With ``tail_t`` > 0, ``num_blocks`` is ``(blocks, tail_blocks)``: an expert's last 1..tail_t
     pairs past its full ``block_t`` blocks go to its tail block at ``max_sorted + i * tail_t`` (entry
     ``tail_block_offset + i`` of ``block_expert``), a larger remainder to one more ``block_t`` block.
-
-    With ``fold`` (``TritonMoEConfig.fold_tail``) ``block_expert`` also holds the fold table at ``fold_table_offset``:
-    per block the tail block it runs too (-1: none), the last block of each expert that has blocks and a tail; that
-    tail's entry in the tail table is -1.
 
     Pairs of one expert appear in ascending order, as the kernels place them: the tables are equal position by
     position.
@@ -1194,11 +1173,7 @@ def route_reference(
     valid_pairs = max(0, min(int(valid_tokens), rows)) * topk
     local = flat[:valid_pairs] - local_expert_offset
     sorted_pairs = torch.full((sorted_len,), -1, dtype=torch.int32)
-    fold_offset = fold_table_offset(rows, topk, experts, block_t, tail_t)
-    block_expert = torch.zeros(fold_offset + max_blocks if fold else tail_block_offset + (
-        min(experts, rows * topk) if tail_t else 0), dtype=torch.int32)
-    if fold:
-        block_expert[fold_offset:] = -1
+    block_expert = torch.zeros(tail_block_offset + (min(experts, rows * topk) if tail_t else 0), dtype=torch.int32)
     block = tail = 0
     for expert in range(experts):
         members = torch.nonzero(local == expert).flatten().to(torch.int32)
@@ -1212,9 +1187,6 @@ def route_reference(
         if in_blocks < count:
             sorted_pairs[max_sorted + tail * tail_t: max_sorted + tail * tail_t + rest] = members[in_blocks:]
             block_expert[tail_block_offset + tail] = expert
-            if fold and blocks:
-                block_expert[tail_block_offset + tail] = -1
-                block_expert[fold_offset + block - 1] = tail
             tail += 1
     return sorted_pairs, block_expert, ((block, tail) if tail_t else block)
 
@@ -1448,21 +1420,14 @@ def route_layout(rows: int, topk: int, experts: int, block_t: int, tail_t: int =
     return max_sorted, max_blocks, max_sorted + tail_blocks * tail_t, -(-max_blocks // 4) * 4
 
 
-def fold_table_offset(rows: int, topk: int, experts: int, block_t: int, tail_t: int) -> int:
-    """Where ``block_expert`` holds the fold table (``max_blocks`` entries; ``TritonMoEConfig.fold_tail``): after the
-    tail table, 16-byte aligned."""
-    _, _, _, tail_block_offset = route_layout(rows, topk, experts, block_t, tail_t)
-    return tail_block_offset + -(-min(experts, rows * topk) // 4) * 4
-
-
 def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, block_t, tail_t=0, warps=None,
-           in_registers=False, parallel_pairs=0, fold=False):
+           in_registers=False, parallel_pairs=0):
     """``(sorted_pairs [sorted_len], block_expert, num_blocks [8])`` int32 on the map's device (``route_layout``):
     pairs grouped by local expert, each expert padded to ``block_t`` positions, or with ``tail_t`` its last
     1..tail_t pairs in a tail block; ``num_blocks[0]`` / ``[4]`` count the blocks / tail blocks in use.
     ``route_reference`` is the torch twin. ``in_registers``: the one-program form without scratch
     (``TritonMoEConfig.route_in_registers``); ``parallel_pairs``: up to that many pairs from several programs
-    (``route_parallel_pairs``); ``fold``: the fold table too (``route_reference``, ``TritonMoEConfig.fold_tail``)."""
+    (``route_parallel_pairs``)."""
     import triton
 
     from . import _triton_moe_kernel as kernels
@@ -1471,14 +1436,12 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
     device = routing_map.device
     max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, block_t, tail_t)
     sorted_pairs = torch.empty(sorted_len, dtype=torch.int32, device=device)
-    fold = bool(fold and tail_t)
-    fold_offset = fold_table_offset(rows, topk, experts, block_t, tail_t) if fold else 0
-    block_expert = torch.empty(fold_offset + max_blocks if fold else tail_block_offset + (
-        min(experts, pairs) if tail_t else 0), dtype=torch.int32, device=device)
+    block_expert = torch.empty(tail_block_offset + (min(experts, pairs) if tail_t else 0), dtype=torch.int32,
+                               device=device)
     num_blocks = torch.empty(8, dtype=torch.int32, device=device)
     e_pow2 = _pow2_at_least(experts)
     tables = dict(E=experts, E_POW2=e_pow2, BLOCK_T=block_t, TAIL_T=tail_t,
-                  CHUNK_B=min(128, _pow2_at_least(max_blocks)), FOLD=fold)
+                  CHUNK_B=min(128, _pow2_at_least(max_blocks)))
     if pairs <= parallel_pairs:
         # at least 8 programs (16 tokens at top-8: 2 slices of pairs; run 40, 2 programs: 5.8 us against 3.8 for 8
         # at 64 tokens), those past the pairs only share the block table and the -1 fill
@@ -1489,8 +1452,7 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
         tables["CHUNK_B"] = min(_pow2_at_least(triton.cdiv(max_blocks, parts)), 4096 // max(block_t, tail_t))
         kernels._route_parallel_kernel[(parts,)](
             routing_map, valid_tokens, sorted_pairs, block_expert, num_blocks, rows, max_sorted, max_blocks,
-            tail_block_offset, min(experts, pairs) if tail_t else 0, fold_offset, local_expert_offset, TOPK=topk,
-            CHUNK=chunk,
+            tail_block_offset, min(experts, pairs) if tail_t else 0, local_expert_offset, TOPK=topk, CHUNK=chunk,
             SLICE=slice_pairs, **tables, num_warps=4 if chunk <= 1024 else 8)
         return sorted_pairs, block_expert, num_blocks
     one_program, chunk, n_chunks = route_launch_shape(pairs)
@@ -1499,7 +1461,7 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
                               f"exceed the route's int32 sort keys ({e_pow2 + 1} x {chunk} >= 2**31)")
     scratch = torch.empty(5 * n_chunks * e_pow2, dtype=torch.int32, device=device)
     if one_program:
-        layout = (rows, sorted_len, max_sorted, max_blocks, tail_block_offset, fold_offset, local_expert_offset)
+        layout = (rows, sorted_len, max_sorted, max_blocks, tail_block_offset, local_expert_offset)
         options = dict(TOPK=topk, CHUNK=chunk, **tables, num_warps=warps or (8 if chunk >= 512 else 4))
         if in_registers:
             kernels._route_in_registers_kernel[(1,)](routing_map, valid_tokens, sorted_pairs, block_expert,
@@ -1516,7 +1478,7 @@ def _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, 
     # lanes on 4 warps take 255 registers and spill 2.9 KB, on 16 warps 128 registers and no spill)
     kernels._route_plan_scatter_kernel[(n_chunks,)](
         routing_map, valid_tokens, sorted_pairs, scratch, block_expert, num_blocks, rows, n_chunks, max_sorted,
-        max_blocks, tail_block_offset, fold_offset, local_expert_offset, TOPK=topk, CHUNK=chunk,
+        max_blocks, tail_block_offset, local_expert_offset, TOPK=topk, CHUNK=chunk,
         CHUNKS_POW2=_pow2_at_least(n_chunks), **tables, num_warps=min(16, max(4, chunk // 512)),
     )
     return sorted_pairs, block_expert, num_blocks
@@ -1636,11 +1598,8 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
             _planes_into(x[:rows], planes, block_k)
         if x_split is not None:
             _split_into(x[:rows], *x_split)
-    if cfg.fold_tail and activation.gated and not cfg.fc1_gate_merge:
-        raise MXFP8InputError(f"config: fold_tail with the gated {activation.name} needs fc1_gate_merge (one FC1 MMA "
-                              "tile per program)")
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
-                   cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs, cfg.fold_tail)
+                   cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
     sorted_pairs, block_expert, num_blocks = route
     if side is not None:
         if tails_beside:
@@ -1653,19 +1612,14 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
             return x_split, inter[first:last]
         return x_planes[tile.fc1_block_k] if tile.planes else x, inter[first:last]
 
-    fold = {}
-    if cfg.fold_tail:  # the main launch also runs the folded tails: every position (and inter row) in reach
-        fold = dict(fold_ptr=block_expert[fold_table_offset(rows, topk, experts, cfg.block_t, tail_t):],
-                    fold_base=max_sorted, FOLD_T=tail_t)
-    _launch_mma(cfg, *operands(cfg, 0, sorted_len if fold else max_sorted), dims, weights, slots, route, max_blocks,
-                activation, topk, split_k, fold)
+    _launch_mma(cfg, *operands(cfg, 0, max_sorted), dims, weights, slots, route, max_blocks, activation, topk,
+                split_k)
     if tail_t:  # the tail blocks: narrower tiles over the second table (positions from max_sorted)
         tail = cfg.tail
         tail_route = (sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:])
         with torch.cuda.stream(side if tails_beside else None):
             _launch_mma(tail, *operands(tail, max_sorted, sorted_len), dims, weights, slots, tail_route,
-                        min(experts, rows * topk), activation, topk, split_k,
-                        dict(SKIP_FOLDED=True) if cfg.fold_tail else {})
+                        min(experts, rows * topk), activation, topk, split_k)
     if tails_beside:
         main.wait_stream(side)  # join before the combine reads every slot row
     _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
@@ -1800,16 +1754,13 @@ def _launch_gluon_f8x2_fc1(cfg, x_split, w, s1, s1_tiles, inter, route, grid_blo
                           split_out=split_out, step_scale=cfg.step_scales)
 
 
-def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activation, topk, split_k,
-                fold=None) -> None:
+def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activation, topk, split_k) -> None:
     """FC1 (+ activation) into ``inter`` rows by sorted position and FC2 into the pairs' ``slots`` rows, MMA tiles
     of ``cfg`` over the blocks of ``route`` = (sorted_pairs, block_expert, num_blocks) (``grid_blocks`` programs
     per n tile: the table's capacity; blocks past ``num_blocks[0]`` exit at once). ``dims`` = (hidden, n_out,
     inner); with ``cfg.planes`` ``x`` is ``planes_of(x, cfg.fc1_block_k)`` (with ``cfg.fc1_f8x2`` the split of x,
     ``split_rows_buffers``) and FC1 writes ``inter``'s rows plane-major for FC2 (``inter`` then has ``n_out`` rounded
-    up to ``cfg.fc2_block_k`` columns). ``fold``: the Triton kernels' fold arguments (``fold_tail``: fold_ptr,
-    fold_base and FOLD_T for the main launch, SKIP_FOLDED for the tail's)."""
-    fold = fold or {}
+    up to ``cfg.fc2_block_k`` columns)."""
     import triton
 
     from . import _triton_moe_kernel as kernels
@@ -1838,7 +1789,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
             BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
             EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.dot_mode,
             GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.inter_plane_k,
-            LAUNCH_DEPENDENTS=cfg.fc2_pdl, **fold, **cfg.launch_options(1),
+            LAUNCH_DEPENDENTS=cfg.fc2_pdl, **cfg.launch_options(1),
         )
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
         from ._gluon_fc2_kernel import launch_gluon_fc2
@@ -1855,7 +1806,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         slots.stride(1), slots.stride(0),
         BLOCK_N=cfg.fc2_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc2_block_k,
         EVEN_K=inner % cfg.fc2_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.dot_mode, SPLIT_K=split_k,
-        X_PLANES=cfg.planes, **fold, **cfg.launch_options(2),
+        X_PLANES=cfg.planes, **cfg.launch_options(2),
     )
 
 

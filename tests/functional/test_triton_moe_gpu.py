@@ -1470,34 +1470,3 @@ def test_gluon_fc2_behind_the_triton_fc1_matches_float64(name, case):
                                          ("l128w_sa_gf3_t32a_s2", 2048)])
 def test_cuda_graph_replay_with_the_gluon_fc2_behind_the_triton_fc1(name, tokens):
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), _GLUON_FC2_BEHIND_TRITON[name])
-
-
-# Session 39: the MMA-bound defaults with their tails folded into the main tile (``fold_tail``). Token counts where
-# folds happen (``_moe_inputs`` routes about 0.058 local pairs per token to each of 128 experts, 0.128 to each of 8):
-# about 265 pairs per expert for the 256-token tiles and 135 for the 128-token tiles, so a third to a half of the
-# experts fold a tail; the odd shape (8 experts, top-2) has K not a multiple of the K step and rows past N_OUT.
-_FOLDED = {"x256w_sa_t32a_fold": ("squared_relu", 4600, 2070), "x256m_sa_t32_fold": ("swiglu", 4600, 2070),
-           "l128w_sa_t32a_s2_fold": ("squared_relu", 2350, 1054), "l128m_sa_t32_s2_fold": ("swiglu", 2350, 1054)}
-
-
-@pytest.mark.parametrize("name", sorted(_FOLDED))
-@pytest.mark.parametrize("shape", ["30b", "235b", "odd"])
-def test_folded_tails_match_float64_and_the_tiles_they_fold(name, shape):
-    """Within BOUND of the float64 oracle, every row written, and within 2e-3 of the same tiles without folding (other
-    K steps and dequant on the folded pairs: equal values, possibly another rounding of the bf16 rows)."""
-    activation, tokens, odd_tokens = _FOLDED[name]
-    case = {"30b": (128, 8, 2048, 768, tokens), "235b": (128, 8, 4096, 1536, tokens),
-            "odd": (8, 2, 416, 224, odd_tokens)}[shape]
-    tile = TILES[name]
-    plain = dataclasses.replace(tile, fold_tail=False)
-    _assert_tiles_keep_bits(plain, tile, case, activation, same_bits=False)
-    experts, topk, hidden, inter, tokens = case
-    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
-    outs = _poisoned_outputs((plain, tile), fc1, fc2, x, probs, ids, valid_rows, activation)
-    assert relative_error(outs[1], outs[0]) <= 2e-3
-
-
-@pytest.mark.parametrize("name,tokens", [("x256w_sa_t32a_fold", 4096), ("x256m_sa_t32_fold", 4096),
-                                         ("l128w_sa_t32a_s2_fold", 2048)])
-def test_cuda_graph_replay_with_folded_tails(name, tokens):
-    _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), _FOLDED[name][0])
