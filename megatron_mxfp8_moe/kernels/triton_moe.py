@@ -212,12 +212,6 @@ class TritonMoEConfig:
     # the split's own error about 2x the 32-block one, 7.5e-6 with 100x outlier channels). Needs the Gluon f8x2
     # kernels on every split buffer the tile reads, and not ``fc1_split_out`` (its split writer makes 32-blocks).
     step_scales: bool = False
-    # Session 38 (prepared, compile-checked only): a Triton FC1 of any dequant mode (x read in K order, not ``planes``)
-    # writes its output rows plane-major per ``fc2_block_k`` step, so that the Gluon FC2 can follow it: "sx_auto" FC1
-    # tiles (the MMA-bound rows) with the Gluon FC2. Run 41 (one H100, 30b, 4096 tokens): at 128-token blocks the
-    # Gluon FC2 took 628.9 us against the Triton FC2's 701.7, while the Gluon FC1 was no faster than "sx_auto"'s.
-    # Needs ``fc2_gluon`` and the Triton FC1 (no ``fc1_gluon``).
-    inter_planes: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -247,17 +241,10 @@ class TritonMoEConfig:
         if self.planes and self.dequant not in _WORD_MODES:
             raise ValueError(f"TritonMoEConfig: planes is for the 'sx4' tiles (dequant {_WORD_MODES}), got "
                              f"dequant={self.dequant!r}")
-        if self.inter_planes and (self.planes or self.fc1_gluon or self.dequant == "f8x2" or not self.fc2_gluon):
-            raise ValueError("TritonMoEConfig: inter_planes=True is for a Triton FC1 reading x in K order before the "
-                             f"Gluon FC2 (planes=False, fc1_gluon=False, fc2_gluon=True, not f8x2); got planes="
-                             f"{self.planes}, fc1_gluon={self.fc1_gluon}, fc2_gluon={self.fc2_gluon}, "
-                             f"dequant={self.dequant!r}")
         if self.fc2_gluon and self.dequant != "f8x2" and not (
-                ((self.planes and self.dequant == "sx4") or self.inter_planes) and self.fc2_block_k == 128
-                and self.fc2_split_k == 1 and self.fc2_block_n % 64 == 0 and self.fc2_warps in (4, 8)
-                and self.fc2_stages >= 2):
-            raise ValueError("TritonMoEConfig: fc2_gluon needs planes=True and dequant='sx4' (or inter_planes), "
-                             "fc2_block_k=128, "
+                self.planes and self.dequant == "sx4" and self.fc2_block_k == 128 and self.fc2_split_k == 1
+                and self.fc2_block_n % 64 == 0 and self.fc2_warps in (4, 8) and self.fc2_stages >= 2):
+            raise ValueError("TritonMoEConfig: fc2_gluon needs planes=True, dequant='sx4', fc2_block_k=128, "
                              "fc2_split_k=1, fc2_block_n a multiple of 64, fc2_warps 4 or 8 and fc2_stages >= 2; got "
                              f"planes={self.planes}, dequant={self.dequant!r}, fc2_block_k={self.fc2_block_k}, "
                              f"fc2_split_k={self.fc2_split_k}, fc2_block_n={self.fc2_block_n}, "
@@ -364,12 +351,6 @@ class TritonMoEConfig:
         """``_mma``'s mode (the kernels' ``FP32_DOT``): 1 fp32 operands (interpreter), 2 bf16 with ``sync_dots``, 0
         bf16."""
         return 1 if self.fp32_dot else 2 if self.sync_dots else 0
-
-    @property
-    def inter_plane_k(self) -> int:
-        """The FC2 step depth per which the Triton FC1 writes its rows plane-major (``planes`` or ``inter_planes``),
-        else 0 (rows in K order)."""
-        return self.fc2_block_k if self.planes or self.inter_planes else 0
 
     @property
     def launch_tiles(self) -> tuple["TritonMoEConfig", ...]:
@@ -705,16 +686,15 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
                                 fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
-                                split_scales_t=False, step_scales=False, inter_planes=False)
+                                split_scales_t=False, step_scales=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
     """Whether ``cfg`` gives the bits of ``triton_form(cfg)``: no launch tile sums its FC2 on two chains, runs a Gluon
-    f8x2 FC1 (``fc1_f8x2``, or an "f8x2" tile's ``fc1_gluon``: it rounds its rows to bf16 before the split), splits
-    with one scale per 128 values (``step_scales``) or runs the Gluon FC2 behind an FC1 without planes
-    (``inter_planes``: the Triton form's FC2 then sums in K order, not by byte planes)."""
+    f8x2 FC1 (``fc1_f8x2``, or an "f8x2" tile's ``fc1_gluon``: it rounds its rows to bf16 before the split) or splits
+    with one scale per 128 values (``step_scales``)."""
     return all(t.fc2_chains == 1 and not t.fc1_f8x2 and not (t.dequant == "f8x2" and t.fc1_gluon)
-               and not t.step_scales and not t.inter_planes for t in cfg.launch_tiles)
+               and not t.step_scales for t in cfg.launch_tiles)
 
 
 def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -859,22 +839,6 @@ def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # Session 30 (run 33: bit-equal, no layer gain; tools/gpu_next.sh s30c): "_pdl", the default twins with each Gluon FC2 a
 # programmatic dependent launch of its FC1 (``fc2_pdl``; the same bits)
 TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON_TWINS.values()})
-
-# Session 38 (prepared, compile-checked only; tools/gpu_next.sh s39a): the MMA-bound defaults (72+ pairs per expert)
-# with the Gluon FC2 behind their "sx_auto" Triton FC1 (``inter_planes``), their tails unchanged: "_gf2", 256-token
-# blocks, the Gluon FC2 on 8 warps (128 rows) in 2 stages (Triton 3.6, sm_90: 255 registers, no spill; 3 stages would
-# take 240 KB of shared memory); "_gf3", 128-token blocks in 3 stages (169 registers). The Triton FC1s writing plane
-# columns compile with no spill in their K loops (x256w_sa's spills 71 words after it, in the store). Run 41 (one
-# H100, 30b, 4096 tokens): both FCs in Gluon on 128-token blocks were 4% slower than x256w_sa_t32a, but their FC2 was
-# 10% faster than the Triton FC2 at equal blocks (bench/NOTES_triton_moe.md, session 38).
-_GLUON_FC2_BEHIND_TRITON = dict(inter_planes=True, fc2_gluon=True, fc2_block_n=128, fc2_block_k=128, fc2_warps=8,
-                                fc2_maxnreg=None, scale_words=True)
-# (the 176+, 72-176 and 64-72 defaults; the name takes "_gf<stages>" after its "x256w_sa" / "l128m_sa" head)
-TILES.update({f"{name[:8]}_gf{stages}{name[8:]}": dataclasses.replace(TILES[name], fc2_stages=stages,
-                                                                     **_GLUON_FC2_BEHIND_TRITON)
-              for name, stages in (("x256w_sa_t32a", 2), ("x256m_sa_t32", 2), ("l128w_sa_t32a_s2", 3),
-                                   ("l128m_sa_t32_s2", 3), ("l128w_sa_t64p2_s2_gt_sw", 3),
-                                   ("l128m_sa_t64pu_s2_gt_sw", 3))})
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -1558,7 +1522,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         return
     tail_t = cfg.tail.block_t if cfg.tail is not None else 0
     max_sorted, max_blocks, sorted_len, tail_block_offset = route_layout(rows, topk, experts, cfg.block_t, tail_t)
-    inter_cols = max(triton.cdiv(n_out, t.inter_plane_k) * t.inter_plane_k if t.inter_plane_k else n_out
+    inter_cols = max(triton.cdiv(n_out, t.fc2_block_k) * t.fc2_block_k if t.planes else n_out
                      for t in cfg.launch_tiles)
     split_tiles = any(t.dequant == "f8x2" for t in cfg.launch_tiles)
     split_x = split_tiles or any(t.fc1_f8x2 for t in cfg.launch_tiles)
@@ -1788,7 +1752,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
             TOPK=topk, GATED=activation.gated, ACTIVATION=_ACTIVATION_CODE[activation],
             BLOCK_N=cfg.fc1_block_n, BLOCK_T=cfg.block_t, BLOCK_K=cfg.fc1_block_k,
             EVEN_K=hidden % cfg.fc1_block_k == 0, DEQUANT=cfg.dequant_code, FP32_DOT=cfg.dot_mode,
-            GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.inter_plane_k,
+            GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
             LAUNCH_DEPENDENTS=cfg.fc2_pdl, **cfg.launch_options(1),
         )
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]

@@ -1447,26 +1447,3 @@ def test_fc2_ring_keeps_the_bits(name, hidden, inter, tokens, scale_words):
     """``fc2_ring`` (and ``scale_words``) on the main tile: bit-equal to the tile, within BOUND of float64."""
     ring = dataclasses.replace(TILES[name], fc2_ring=True, scale_words=scale_words)
     _assert_tiles_keep_bits(TILES[name], ring, (128, 8, hidden, inter, tokens), "swiglu")
-
-
-# Session 38 (prepared; tools/gpu_next.sh s39a): the MMA-bound tiles with the Gluon FC2 behind their "sx_auto" Triton
-# FC1 (``inter_planes``): another FC2 summation order than the Triton FC2 (128-deep plane steps), so the float64
-# oracle and the Triton form's output within BOUND, not the bits
-_GLUON_FC2_BEHIND_TRITON = {"x256w_sa_gf2_t32a": "squared_relu", "x256m_sa_gf2_t32": "swiglu",
-                            "l128w_sa_gf3_t32a_s2": "squared_relu", "l128m_sa_gf3_t32_s2": "swiglu",
-                            "l128w_sa_gf3_t64p2_s2_gt_sw": "squared_relu", "l128m_sa_gf3_t64pu_s2_gt_sw": "swiglu"}
-
-
-@pytest.mark.parametrize("name", sorted(_GLUON_FC2_BEHIND_TRITON))
-@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 4096), (128, 8, 4096, 1536, 2048), (8, 2, 384, 384, 1500)],
-                         ids=["30b-T4096", "235b-T2048", "small-T1500"])
-def test_gluon_fc2_behind_the_triton_fc1_matches_float64(name, case):
-    tile = TILES[name]
-    assert tile.inter_planes and not same_bits_as_triton_form(tile)
-    _assert_tiles_keep_bits(triton_form(tile), tile, case, _GLUON_FC2_BEHIND_TRITON[name], same_bits=False)
-
-
-@pytest.mark.parametrize("name,tokens", [("x256w_sa_gf2_t32a", 4096), ("x256m_sa_gf2_t32", 4096),
-                                         ("l128w_sa_gf3_t32a_s2", 2048)])
-def test_cuda_graph_replay_with_the_gluon_fc2_behind_the_triton_fc1(name, tokens):
-    _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), _GLUON_FC2_BEHIND_TRITON[name])

@@ -21,8 +21,6 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     route_layout,
     route_reference,
     routing_capacity,
-    same_bits_as_triton_form,
-    triton_form,
     triton_moe_support,
     triton_mxfp8_moe,
 )
@@ -1662,80 +1660,3 @@ def test_gluon_f8x2_fc1_wiring_under_the_interpreter():
     assert result["err"] <= 1e-2 and result["err_triton"] <= 1e-2 and result["between"] <= 1e-2, result
     assert result["written"] and result["tail_zero"], result
     assert result["err_f1x"] <= 1e-2 and result["f1x_between"] <= 1e-2 and result["f1x_written"], result
-
-
-_INTER_PLANES_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
-    """
-    from megatron_mxfp8_moe.kernels import _gluon_fc2_kernel as gluon_fc2, triton_moe as host
-    from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, triton_mxfp8_moe
-
-    experts, topk, hidden, inner, tokens = 4, 2, 256, 256, 40
-    fc1, fc2, x, probs, ids = layer(5, experts, topk, hidden, inner, tokens)
-    w2 = fc2.dequantize().double()
-    valid = torch.tensor([tokens - 3], dtype=torch.int32)
-    # where K-ordered column c of a row sits in the plane-major layout of 128-deep steps (planes_of puts column
-    # stored[j] at position j)
-    stored = host.planes_of(torch.arange(inner, dtype=torch.float32)[None], 128)[0].long()
-    plane_col = torch.argsort(stored)
-    calls = []
-
-    def stand_in(inter, w, scales, scale_tiles, slots, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
-                 block_n, block_t, stages, num_warps, chains=1, overlap=True, scale_words=False, ring=False,
-                 one_factor=False, pdl=False):
-        # the kernel's contract in torch: each routed position's unweighted FC2 row, from its plane-major inter row
-        calls.append(dict(block_t=block_t, stages=stages, warps=num_warps, words=scale_words, cols=inter.shape[1],
-                          blocks=int(num_blocks[0])))
-        for b in range(int(num_blocks[0])):
-            for p in range(b * block_t, (b + 1) * block_t):
-                pair = int(sorted_pairs[p])
-                if pair >= 0:
-                    row = inter[p, :inner].double()[plane_col]  # K order: column c was stored at plane_col[c]
-                    slots[pair] = (w2[int(block_expert[b])] @ row).to(torch.bfloat16)
-
-    gluon_fc2.launch_gluon_fc2 = stand_in
-    host._gluon_problem = lambda *args: None  # the stand-in runs here; the real kernel needs a Hopper GPU
-    tail = TritonMoEConfig(16, 32, 64, 4, 1, 64, 64, 4, 1, dequant_fp32=True, fp32_dot=True)
-    plain = TritonMoEConfig(32, 32, 64, 4, 1, 64, 64, 4, 1, dequant_fp32=True, fp32_dot=True, tail=tail)
-    wired = dataclasses.replace(plain, inter_planes=True, fc2_gluon=True, fc2_block_n=128, fc2_block_k=128,
-                                fc2_warps=8, fc2_stages=2, scale_words=True)
-    outs = {}
-    for name, tile in (("plain", plain), ("wired", wired)):
-        out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, out=out, config=tile)
-        outs[name] = out
-    ref = moe_reference(x, fc1, fc2, probs, ids, "squared_relu", valid_tokens=valid)
-    print(json.dumps(dict(calls=calls, err=relative_error(outs["wired"], ref), err_plain=relative_error(outs["plain"], ref),
-                          between=relative_error(outs["wired"], outs["plain"]),
-                          written=bool(outs["wired"].isfinite().all()),
-                          tail_zero=bool((outs["wired"][int(valid):] == 0).all()))))
-    """
-)
-
-
-def test_triton_fc1_before_the_gluon_fc2_under_the_interpreter():
-    """``inter_planes`` (session 38): a Triton FC1 that reads x in K order writes its rows plane-major per 128-deep step
-    for the Gluon FC2. With a torch stand-in for ``launch_gluon_fc2`` (its contract: each routed position's FC2 row
-    from its plane-major inter row) the layer under the Triton interpreter gives the float64 oracle within 1e-2 and
-    the same tile with the Triton FC2 within 1e-2, every row written, rows past ``valid_tokens`` zero; the stand-in
-    ran once, on the main tile (the tail keeps its Triton FC2). Rows left in K order would reach the stand-in
-    scrambled."""
-    pytest.importorskip("triton")
-    result = _interpreter_json(["-c", _INTER_PLANES_WIRING_SCRIPT], timeout=900)
-    assert [(c["block_t"], c["stages"], c["warps"], c["words"]) for c in result["calls"]] == [(32, 2, 8, True)], result
-    assert result["calls"][0]["blocks"] > 0 and result["calls"][0]["cols"] == 256, result
-    assert result["err"] <= 1e-2 and result["err_plain"] <= 1e-2 and result["between"] <= 1e-2, result
-    assert result["written"] and result["tail_zero"], result
-
-
-def test_inter_planes_needs_a_triton_fc1_before_the_gluon_fc2():
-    base = TILES["x256w_sa"]
-    for bad in (dict(inter_planes=True),  # no Gluon FC2
-                dict(inter_planes=True, fc2_gluon=True, fc2_block_k=128, fc1_gluon=True),
-                dict(inter_planes=True, fc2_gluon=True, fc2_block_k=128, dequant="sx4", planes=True)):
-        with pytest.raises(ValueError, match="inter_planes"):
-            dataclasses.replace(base, **bad)
-    with pytest.raises(ValueError, match="fc2_gluon needs"):  # the Gluon FC2 without planes or inter_planes
-        dataclasses.replace(base, fc2_gluon=True, fc2_block_k=128)
-    tile = TILES["x256w_sa_gf2_t32a"]
-    assert tile.inter_planes and tile.fc2_gluon and tile.dequant == "sx_auto" and tile.tail == TILES["x256w_sa_t32a"].tail
-    assert not triton_form(tile).inter_planes and not same_bits_as_triton_form(tile)
