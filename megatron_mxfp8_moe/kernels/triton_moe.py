@@ -212,6 +212,16 @@ class TritonMoEConfig:
     # the split's own error about 2x the 32-block one, 7.5e-6 with 100x outlier channels). Needs the Gluon f8x2
     # kernels on every split buffer the tile reads, and not ``fc1_split_out`` (its split writer makes 32-blocks).
     step_scales: bool = False
+    # Session 39 (prepared, compile-checked only): FC2 as a warp-specialized mixed-input GEMM
+    # (``_gluon_ws_fc2_kernel``): a producer warpgroup copies each K step's fp8 weights and K-ordered inter rows by TMA
+    # and dequantizes the weights into shared memory; two consumer warpgroups run asynchronous wgmmas with both
+    # operands there, one step in flight. Run 42 (one H100): the Triton FC2 of the 256-token tiles is bound by each
+    # warpgroup's per-step chain (dequant, wgmma, wait), about a third of the tensor cores' rate. For the Triton tiles
+    # that read tokens in K order (no "sx4" words, planes, Gluon or f8x2 kernels): ``fc2_block_n`` 128 on
+    # ``fc2_warps`` 8, ``fc2_block_k`` 32 or 64, ``fc2_stages`` >= 2, ``block_t`` a multiple of 16 up to 256, no
+    # split-K; the FC1 and the tail are unchanged. The products and their order per output element are the Triton
+    # FC2's at the same K step, but bits are not claimed: held to the float64 oracle.
+    fc2_ws: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -228,6 +238,14 @@ class TritonMoEConfig:
             if t.step_scales != self.step_scales and _reads_x_split(t) and _reads_x_split(self):
                 raise ValueError(f"TritonMoEConfig: tail.step_scales {t.step_scales} differs from "
                                  f"{self.step_scales} on the split rows of x both read")
+        if self.fc2_ws and (self.direct or self.gemv or self.planes or self.fc2_gluon or self.dequant in (
+                *_WORD_MODES, "f8x2") or self.fc2_block_n != 128 or self.fc2_warps != 8
+                or self.fc2_block_k not in (32, 64) or self.fc2_stages < 2 or self.block_t % 16
+                or not 16 <= self.block_t <= 256 or self.fc2_split_k != 1):
+            raise ValueError("TritonMoEConfig: fc2_ws=True needs an MMA-path tile that reads tokens in K order (no "
+                             "planes, 'sx4', f8x2 or Gluon FC2), fc2_block_n=128 on fc2_warps=8, fc2_block_k 32 or 64, "
+                             "fc2_stages >= 2, block_t a multiple of 16 up to 256 and fc2_split_k=1; got "
+                             f"{self}")
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
@@ -686,15 +704,16 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
                                 fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
-                                split_scales_t=False, step_scales=False)
+                                split_scales_t=False, step_scales=False, fc2_ws=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
     """Whether ``cfg`` gives the bits of ``triton_form(cfg)``: no launch tile sums its FC2 on two chains, runs a Gluon
-    f8x2 FC1 (``fc1_f8x2``, or an "f8x2" tile's ``fc1_gluon``: it rounds its rows to bf16 before the split) or splits
-    with one scale per 128 values (``step_scales``)."""
+    f8x2 FC1 (``fc1_f8x2``, or an "f8x2" tile's ``fc1_gluon``: it rounds its rows to bf16 before the split), splits
+    with one scale per 128 values (``step_scales``) or runs the warp-specialized FC2 (``fc2_ws``: bits not claimed
+    before a GPU has compared them)."""
     return all(t.fc2_chains == 1 and not t.fc1_f8x2 and not (t.dequant == "f8x2" and t.fc1_gluon)
-               and not t.step_scales for t in cfg.launch_tiles)
+               and not t.step_scales and not t.fc2_ws for t in cfg.launch_tiles)
 
 
 def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -839,6 +858,11 @@ def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # Session 30 (run 33: bit-equal, no layer gain; tools/gpu_next.sh s30c): "_pdl", the default twins with each Gluon FC2 a
 # programmatic dependent launch of its FC1 (``fc2_pdl``; the same bits)
 TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON_TWINS.values()})
+
+# Session 39 (prepared, compile-checked only; tools/gpu_next.sh s40a): the MMA-bound defaults (72+ pairs per expert)
+# with the warp-specialized FC2 (``fc2_ws``) on their main tile, "_ws"; FC1s and tails unchanged
+TILES.update({f"{name}_ws": dataclasses.replace(TILES[name], fc2_ws=True)
+              for name in ("x256w_sa_t32a", "x256m_sa_t32", "l128w_sa_t32a_s2", "l128m_sa_t32_s2")})
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -1315,8 +1339,15 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
                    device: torch.device) -> Optional[Exception]:
     """None where ``cfg`` has no Gluon kernel or its Gluon kernels can run here on these stacks; else the error to
     raise (before any launch) when the caller chose ``cfg``."""
-    if not (cfg.fc1_gluon or cfg.fc2_gluon):
+    if not (cfg.fc1_gluon or cfg.fc2_gluon or cfg.fc2_ws):
         return None
+    if cfg.fc2_ws:
+        _, hidden, inner = fc2.data.shape
+        if inner % 16 or hidden % cfg.fc2_block_n:
+            return MXFP8InputError(f"fc2_ws: the FC2 stack {tuple(fc2.data.shape)} needs I % 16 == 0 (16-byte TMA rows) "
+                                   f"and H % fc2_block_n ({cfg.fc2_block_n}) == 0")
+        if not fc2.data.is_contiguous():
+            return MXFP8InputError("fc2_ws: the FC2 stack must be contiguous (a TMA descriptor over [E * H, I])")
     if cfg.fc1_gluon:
         hidden, n_out = fc1.data.shape[2], fc2.data.shape[2]  # FC1's output width: I, gated or not
         if hidden % 128 or n_out % cfg.fc1_block_n:
@@ -1334,7 +1365,7 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         if cfg.fc2_ring and inner // 128 % cfg.fc2_stages:
             return MXFP8InputError(f"fc2_ring: the FC2 stack {tuple(fc2.data.shape)} needs I a multiple of 128 * "
                                    f"fc2_stages ({128 * cfg.fc2_stages})")
-    for flag, name, weight in ((cfg.fc1_gluon, "fc1", fc1), (cfg.fc2_gluon, "fc2", fc2)):
+    for flag, name, weight in ((cfg.fc1_gluon, "fc1", fc1), (cfg.fc2_gluon, "fc2", fc2)):  # (fc2_ws: checked above)
         if flag and not (weight.data.is_contiguous() and weight.scale_bytes().is_contiguous()):
             return MXFP8InputError(f"{name}_gluon: the {name.upper()} stack and its scales must be contiguous (TMA "
                                    "descriptors)")
@@ -1344,10 +1375,11 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
                                    "start at a 4-byte aligned address (read as int32 words); got a storage offset "
                                    "that is not (copy the stack)")
     if device.type != "cuda":
-        return BackendUnavailableError("the Gluon kernels (fc1_gluon / fc2_gluon) run on a Hopper GPU only (Gluon "
-                                       "has no CPU interpreter)")
+        return BackendUnavailableError("the Gluon kernels (fc1_gluon / fc2_gluon / fc2_ws) run on a Hopper GPU only "
+                                       "(Gluon has no CPU interpreter)")
     try:
         from . import _gluon_f8x2_fc1_kernel, _gluon_f8x2_fc2_kernel, _gluon_fc1_kernel, _gluon_fc2_kernel  # noqa: F401
+        from . import _gluon_ws_fc2_kernel  # noqa: F401
     except ImportError as error:
         return BackendUnavailableError("fc1_gluon / fc2_gluon need Triton's Gluon dialect with its Hopper API "
                                        f"(triton.experimental.gluon; Triton 3.6 was tested): {error}")
@@ -1755,6 +1787,13 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
             GATE_MERGE=cfg.fc1_gate_merge, X_PLANES=cfg.planes, PLANE_K2=cfg.fc2_block_k if cfg.planes else 0,
             LAUNCH_DEPENDENTS=cfg.fc2_pdl, **cfg.launch_options(1),
         )
+    if cfg.fc2_ws:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
+        from ._gluon_ws_fc2_kernel import launch_gluon_ws_fc2
+
+        launch_gluon_ws_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
+                            block_t=cfg.block_t, block_k=cfg.fc2_block_k, stages=cfg.fc2_stages,
+                            num_warps=cfg.fc2_warps)
+        return
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
         from ._gluon_fc2_kernel import launch_gluon_fc2
 

@@ -518,3 +518,53 @@ def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():
     assert _registers(ptx) <= 128
     _, sass_words = _compile_fc1(*case, scale_words=True)
     assert k_loop_paths(sass)[0] < 0.9 * len(k_loop(sass_words))
+
+
+def _compile_ws_fc2(block_t, block_k, stages):
+    """The warp-specialized FC2 (session 39) compiled for sm_90 at 128 rows: ``(ptx, sass, shared bytes)``."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    from megatron_mxfp8_moe.kernels import _gluon_ws_fc2_kernel as kernel
+
+    w = torch.zeros(4 * 256, 1024, dtype=torch.float8_e4m3fn)  # descriptors only carry dtypes, blocks and layouts
+    inter = torch.zeros(4 * block_t, 1024, dtype=torch.bfloat16)
+    w_desc = TensorDescriptor.from_tensor(w, [128, block_k], gl.NVMMASharedLayout.get_default_for([128, block_k],
+                                                                                                 gl.float8e4nv))
+    a_desc = TensorDescriptor.from_tensor(inter, [block_t, block_k],
+                                          gl.NVMMASharedLayout.get_default_for([block_t, block_k], gl.bfloat16))
+    fn = kernel._fc2_ws_kernel
+    types = dict(w_desc=mangle_type(w_desc), a_desc=mangle_type(a_desc), s_ptr="*u8", slot_ptr="*bf16",
+                 sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N="i32", K="i32",
+                 stride_se="i32", scale_tiles="i32", stride_slot="i32")
+    constants = dict(BLOCK_N=128, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, DSTAGES=2, PRODUCER_WARPS=4,
+                     PRODUCER_REGS=152, num_warps=8)
+    signature = {name: types.get(name, "constexpr") for name in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, (name, kind) in enumerate(signature.items())
+             if kind.startswith("*") or name in ("N", "K", "stride_se", "stride_slot")}
+    source = GluonASTSource(fn=fn, signature=signature, attrs=attrs,
+                            constexprs={(fn.arg_names.index(k),): v for k, v in constants.items()})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8))
+    return compiled.asm["ptx"], disassemble(compiled.asm["cubin"]), compiled.metadata.shared
+
+
+@pytest.mark.parametrize("block_t,block_k,stages", [(256, 64, 3), (128, 64, 3), (256, 32, 4)])
+def test_warp_specialized_fc2_compiles_for_sm90(block_t, block_k, stages):
+    """``fc2_ws`` (session 39, not yet run on a GPU): one producer warpgroup beside two consumer warpgroups (384
+    threads, so 168 registers: a 64 x 256 wgmma's accumulator takes 128), no spill; the weights and the inter rows by
+    TMA; every wgmma with both operands in shared memory (no register-A operand, so no register hazard), one step's
+    wgmmas left in flight; each partition syncs its own warps only (named barriers of 256 and 128 threads); the stage
+    barriers fenced after init."""
+    ptx, sass, shared = _compile_ws_fc2(block_t, block_k, stages)
+    assert ".reqntid 384" in ptx and shared <= 227 * 1024
+    assert "0 bytes spill stores, 0 bytes spill loads" in _ptxas_report(ptx)
+    assert ptx.count("cp.async.bulk.tensor") >= 2 and "setmaxnreg" in ptx
+    mmas = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16 R\d+, (\S+),", sass)
+    assert len(mmas) == block_k // 16 and all(int(n) == block_t and a.startswith("gdesc") for n, a in mmas), mmas
+    assert "wgmma.wait_group.sync.aligned 1;" in ptx
+    assert {"bar.sync \t0, 256", "bar.sync \t2, 128"} <= set(re.findall(r"bar\.sync \t\d+, \d+", ptx))
+    _assert_barriers_fenced_after_init(ptx)

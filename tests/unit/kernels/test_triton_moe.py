@@ -21,6 +21,8 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     route_layout,
     route_reference,
     routing_capacity,
+    same_bits_as_triton_form,
+    triton_form,
     triton_moe_support,
     triton_mxfp8_moe,
 )
@@ -1660,3 +1662,85 @@ def test_gluon_f8x2_fc1_wiring_under_the_interpreter():
     assert result["err"] <= 1e-2 and result["err_triton"] <= 1e-2 and result["between"] <= 1e-2, result
     assert result["written"] and result["tail_zero"], result
     assert result["err_f1x"] <= 1e-2 and result["f1x_between"] <= 1e-2 and result["f1x_written"], result
+
+
+_WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
+    """
+    from megatron_mxfp8_moe.kernels import _gluon_ws_fc2_kernel as ws_fc2, triton_moe as host
+    from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, triton_mxfp8_moe
+
+    experts, topk, hidden, inner, tokens = 4, 2, 256, 96, 100  # about 40 pairs per expert: main blocks and tails
+    fc1, fc2, x, probs, ids = layer(6, experts, topk, hidden, inner, tokens)
+    w2 = fc2.dequantize().double()
+    valid = torch.tensor([tokens - 3], dtype=torch.int32)
+    calls = []
+
+    def stand_in(inter, w, scales, scale_tiles, slots, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
+                 block_n, block_t, block_k, stages, num_warps):
+        # the kernel's contract in torch: each routed position's unweighted FC2 row from its K-ordered inter row
+        calls.append(dict(block_n=block_n, block_t=block_t, block_k=block_k, stages=stages, warps=num_warps,
+                          cols=inter.shape[1], rows=inter.shape[0], blocks=int(num_blocks[0]), grid=grid_blocks,
+                          same_w=w.data_ptr() == fc2.data.data_ptr()))
+        for b in range(int(num_blocks[0])):
+            for p in range(b * block_t, (b + 1) * block_t):
+                pair = int(sorted_pairs[p])
+                if pair >= 0:
+                    slots[pair] = (w2[int(block_expert[b])] @ inter[p].double()).to(torch.bfloat16)
+
+    ws_fc2.launch_gluon_ws_fc2 = stand_in
+    host._gluon_problem = lambda *args: None  # the stand-in runs here; the real kernel needs a Hopper GPU
+    tail = TritonMoEConfig(16, 32, 64, 4, 1, 64, 64, 4, 1, dequant_fp32=True, fp32_dot=True)
+    plain = TritonMoEConfig(32, 32, 64, 4, 1, 128, 64, 8, 2, dequant_fp32=True, fp32_dot=True, tail=tail)
+    wired = dataclasses.replace(plain, fc2_ws=True)
+    outs = {}
+    for name, tile in (("plain", plain), ("wired", wired)):
+        out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
+        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, out=out, config=tile)
+        outs[name] = out
+    ref = moe_reference(x, fc1, fc2, probs, ids, "squared_relu", valid_tokens=valid)
+    print(json.dumps(dict(calls=calls, err=relative_error(outs["wired"], ref), err_plain=relative_error(outs["plain"], ref),
+                          between=relative_error(outs["wired"], outs["plain"]),
+                          written=bool(outs["wired"].isfinite().all()),
+                          tail_zero=bool((outs["wired"][int(valid):] == 0).all()))))
+    """
+)
+
+
+def test_warp_specialized_fc2_wiring_under_the_interpreter():
+    """``fc2_ws`` (session 39): the main tile's FC2 goes to ``launch_gluon_ws_fc2`` with the tile's FC2 shape, the
+    K-ordered inter rows of the main blocks, the FC2 stack in place and the route's tables; the tail keeps its Triton
+    FC2. With a torch stand-in for the kernel (its contract) the layer under the Triton interpreter gives the float64
+    oracle within 1e-2 and the same tile without ``fc2_ws`` within 1e-2, every row written, rows past
+    ``valid_tokens`` zero."""
+    pytest.importorskip("triton")
+    result = _interpreter_json(["-c", _WS_FC2_WIRING_SCRIPT], timeout=900)
+    assert len(result["calls"]) == 1, result
+    call = result["calls"][0]
+    assert (call["block_n"], call["block_t"], call["block_k"], call["stages"], call["warps"]) == (128, 32, 64, 2, 8)
+    assert call["cols"] == 96 and call["same_w"] and 0 < call["blocks"] <= call["grid"], call
+    assert call["rows"] == call["grid"] * 32, call  # the main blocks' rows only (the tail's follow them)
+    assert result["err"] <= 1e-2 and result["err_plain"] <= 1e-2 and result["between"] <= 1e-2, result
+    assert result["written"] and result["tail_zero"], result
+
+
+def test_warp_specialized_fc2_is_checked():
+    base = TILES["x256w_sa_t32a"]
+    for bad in (dict(fc2_block_n=64), dict(fc2_warps=4), dict(fc2_block_k=128), dict(fc2_stages=1),
+                dict(fc2_split_k=2, tail=None), dict(dequant="sx4"), dict(block_t=24, tail=None)):
+        with pytest.raises(ValueError, match="fc2_ws"):
+            dataclasses.replace(base, fc2_ws=True, **bad)
+    for name in ("x256w_sa_t32a", "x256m_sa_t32", "l128w_sa_t32a_s2", "l128m_sa_t32_s2"):
+        tile = TILES[name + "_ws"]
+        assert tile == dataclasses.replace(TILES[name], fc2_ws=True) and tile.tail == TILES[name].tail
+        assert triton_form(tile) == TILES[name] and not same_bits_as_triton_form(tile)
+    # a stack the kernel cannot take: a clear error before any launch, naming the requirement
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    fc1 = quantize_mxfp8(random_weights((2, 64, 96), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((2, 96, 64), scale=0.1), backend="reference")
+    problem = triton_moe._gluon_problem(TILES["x256w_sa_t32a_ws"], fc1, fc2, torch.device("cuda"))
+    assert isinstance(problem, MXFP8InputError) and "H % fc2_block_n" in str(problem)
+    fc1 = quantize_mxfp8(random_weights((2, 64, 128), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((2, 128, 64), scale=0.1), backend="reference")
+    problem = triton_moe._gluon_problem(TILES["x256w_sa_t32a_ws"], fc1, fc2, torch.device("cpu"))
+    assert "Hopper GPU" in str(problem)
