@@ -1378,8 +1378,13 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         return BackendUnavailableError("the Gluon kernels (fc1_gluon / fc2_gluon / fc2_ws) run on a Hopper GPU only "
                                        "(Gluon has no CPU interpreter)")
     try:
-        from . import _gluon_f8x2_fc1_kernel, _gluon_f8x2_fc2_kernel, _gluon_fc1_kernel, _gluon_fc2_kernel  # noqa: F401
-        from . import _gluon_ws_fc2_kernel  # noqa: F401
+        from . import (  # noqa: F401
+            _gluon_f8x2_fc1_kernel,
+            _gluon_f8x2_fc2_kernel,
+            _gluon_fc1_kernel,
+            _gluon_fc2_kernel,
+            _gluon_ws_fc2_kernel,  # noqa: F401
+        )
     except ImportError as error:
         return BackendUnavailableError("fc1_gluon / fc2_gluon need Triton's Gluon dialect with its Hopper API "
                                        f"(triton.experimental.gluon; Triton 3.6 was tested): {error}")
