@@ -1029,28 +1029,38 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
-  s40a)
-    # prepared in session 39 (for session 40; about 9 device minutes): the warp-specialized FC2 (fc2_ws, "_ws" twins
-    # of the MMA-bound defaults; compile-checked only). A smoke test first (a deadlocked pipeline would hang: the
-    # timeout ends it), then layer probes against the defaults (alternating, both activations and shapes, 4096 and
-    # 2048 tokens), a per-kernel profile at 4096 (30b, squared ReLU) and the GPU tests
-    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "warp_specialized_fc2_matches_float64 and odd and x256w" > $OUT/smoke.log 2>&1
-    echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
-    if grep -q "1 passed" $OUT/smoke.log; then
-      for case in 4096:squared_relu 4096:swiglu 2048:squared_relu 2048:swiglu; do
-        T=${case%%:*}; act=${case#*:}
-        D=$(default_tile $T $act)
-        for shape in qwen3-30b-a3b qwen3-235b-a22b; do
-          timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens $T --activation $act \
-            --configs "$D,${D}_ws,$D,${D}_ws" >> $OUT/probe.jsonl 2>> $OUT/probe.err
-        done
+  s40a|s40b)
+    # prepared in session 39 (for session 40; two calls of about 8 and 6 device minutes): the warp-specialized FCs
+    # (fc2_ws "_ws" on the MMA-bound defaults, fc1_ws "_ws1" and both "_wsb" on the squared-ReLU ones; compile-checked
+    # only). s40a: a smoke test of each under a timeout (a pipeline that deadlocks hangs), layer probes at 4096 tokens
+    # against the defaults (alternating, both activations and shapes), a per-kernel profile (30b, squared ReLU);
+    # s40b: probes at 2048 tokens and the GPU tests
+    if [ "$1" = s40a ]; then
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+        -k "warp_specialized_fc2_matches_float64 and odd and x256w_sa_t32a_ws and not ws1" \
+        > $OUT/smoke.log 2>&1
+      echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
+      grep -q "2 passed" $OUT/smoke.log || exit 0
+      CASES="4096:squared_relu:ws,ws1,wsb 4096:swiglu:ws"
+    else
+      CASES="2048:squared_relu:ws,wsb 2048:swiglu:ws"
+    fi
+    for case in $CASES; do
+      T=${case%%:*}; rest=${case#*:}; act=${rest%%:*}; forms=${rest#*:}
+      D=$(default_tile $T $act)
+      C=$D; for f in ${forms//,/ }; do C="$C,${D}_$f"; done
+      for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+        timeout 150 python3 bench/triton_moe_probe.py --shape $shape --tokens $T --activation $act \
+          --configs "$C,$C" >> $OUT/probe.jsonl 2>> $OUT/probe.err
       done
-      layer_probe_summary 22
+    done
+    layer_probe_summary 22
+    if [ "$1" = s40a ]; then
       timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 4096 --activation squared_relu \
-        --configs "x256w_sa_t32a,x256w_sa_t32a_ws" > $OUT/profile.jsonl 2> $OUT/profile.err
+        --configs "x256w_sa_t32a,x256w_sa_t32a_wsb" > $OUT/profile.jsonl 2> $OUT/profile.err
       profile_summary
-      moe_gpu_tests 200 "warp_specialized"
+    else
+      moe_gpu_tests 250 "warp_specialized"
     fi ;;
   s39b|s39c)
     # session 39: the MMA-bound defaults against their "_fold" twins (the tail folded into the main tile, fold_tail),

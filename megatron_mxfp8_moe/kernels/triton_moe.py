@@ -213,7 +213,7 @@ class TritonMoEConfig:
     # kernels on every split buffer the tile reads, and not ``fc1_split_out`` (its split writer makes 32-blocks).
     step_scales: bool = False
     # Session 39 (prepared, compile-checked only): FC2 as a warp-specialized mixed-input GEMM
-    # (``_gluon_ws_fc2_kernel``): a producer warpgroup copies each K step's fp8 weights and K-ordered inter rows by TMA
+    # (``_gluon_ws_kernel``): a producer warpgroup copies each K step's fp8 weights and K-ordered inter rows by TMA
     # and dequantizes the weights into shared memory; two consumer warpgroups run asynchronous wgmmas with both
     # operands there, one step in flight. Run 42 (one H100): the Triton FC2 of the 256-token tiles is bound by each
     # warpgroup's per-step chain (dequant, wgmma, wait), about a third of the tensor cores' rate. For the Triton tiles
@@ -222,6 +222,11 @@ class TritonMoEConfig:
     # split-K; the FC1 and the tail are unchanged. The products and their order per output element are the Triton
     # FC2's at the same K step, but bits are not claimed: held to the float64 oracle.
     fc2_ws: bool = False
+    # Session 39 (prepared, compile-checked only): FC1 the same way (``_gluon_ws_kernel._fc1_ws_kernel``), for ungated
+    # activations: the producer gathers the block's token rows by cp.async (no TMA box) beside the weights' TMA copies;
+    # ``fc1_block_n`` 128 on ``fc1_warps`` 8, ``fc1_block_k`` 32 or 64, ``fc1_stages`` >= 2, no ``fc1_gate_merge``;
+    # ``fc1_maxnreg`` is ignored. Held to the float64 oracle.
+    fc1_ws: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -238,6 +243,14 @@ class TritonMoEConfig:
             if t.step_scales != self.step_scales and _reads_x_split(t) and _reads_x_split(self):
                 raise ValueError(f"TritonMoEConfig: tail.step_scales {t.step_scales} differs from "
                                  f"{self.step_scales} on the split rows of x both read")
+        if self.fc1_ws and (self.direct or self.gemv or self.planes or self.fc1_gluon or self.fc1_f8x2
+                            or self.dequant in (*_WORD_MODES, "f8x2") or self.fc1_gate_merge
+                            or self.fc1_block_n != 128 or self.fc1_warps != 8 or self.fc1_block_k not in (32, 64)
+                            or self.fc1_stages < 2 or self.block_t % 16 or not 16 <= self.block_t <= 256):
+            raise ValueError("TritonMoEConfig: fc1_ws=True needs an MMA-path tile that reads tokens in K order (no "
+                             "planes, 'sx4', f8x2 or Gluon FC1, no fc1_gate_merge), fc1_block_n=128 on fc1_warps=8, "
+                             "fc1_block_k 32 or 64, fc1_stages >= 2 and block_t a multiple of 16 up to 256; got "
+                             f"{self}")
         if self.fc2_ws and (self.direct or self.gemv or self.planes or self.fc2_gluon or self.dequant in (
                 *_WORD_MODES, "f8x2") or self.fc2_block_n != 128 or self.fc2_warps != 8
                 or self.fc2_block_k not in (32, 64) or self.fc2_stages < 2 or self.block_t % 16
@@ -704,16 +717,16 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
                                 fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
-                                split_scales_t=False, step_scales=False, fc2_ws=False)
+                                split_scales_t=False, step_scales=False, fc2_ws=False, fc1_ws=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
     """Whether ``cfg`` gives the bits of ``triton_form(cfg)``: no launch tile sums its FC2 on two chains, runs a Gluon
     f8x2 FC1 (``fc1_f8x2``, or an "f8x2" tile's ``fc1_gluon``: it rounds its rows to bf16 before the split), splits
-    with one scale per 128 values (``step_scales``) or runs the warp-specialized FC2 (``fc2_ws``: bits not claimed
-    before a GPU has compared them)."""
+    with one scale per 128 values (``step_scales``) or runs a warp-specialized FC (``fc1_ws`` / ``fc2_ws``: bits not
+    claimed before a GPU has compared them)."""
     return all(t.fc2_chains == 1 and not t.fc1_f8x2 and not (t.dequant == "f8x2" and t.fc1_gluon)
-               and not t.step_scales and not t.fc2_ws for t in cfg.launch_tiles)
+               and not t.step_scales and not t.fc2_ws and not t.fc1_ws for t in cfg.launch_tiles)
 
 
 def _synced(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -863,6 +876,9 @@ TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON
 # with the warp-specialized FC2 (``fc2_ws``) on their main tile, "_ws"; FC1s and tails unchanged
 TILES.update({f"{name}_ws": dataclasses.replace(TILES[name], fc2_ws=True)
               for name in ("x256w_sa_t32a", "x256m_sa_t32", "l128w_sa_t32a_s2", "l128m_sa_t32_s2")})
+# and for squared ReLU (ungated) the warp-specialized FC1 (``fc1_ws``) alone, "_ws1", and both FCs, "_wsb"
+TILES.update({f"{name}_{suffix}": dataclasses.replace(TILES[name], fc1_ws=True, fc2_ws=suffix == "wsb")
+              for name in ("x256w_sa_t32a", "l128w_sa_t32a_s2") for suffix in ("ws1", "wsb")})
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -1339,8 +1355,16 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
                    device: torch.device) -> Optional[Exception]:
     """None where ``cfg`` has no Gluon kernel or its Gluon kernels can run here on these stacks; else the error to
     raise (before any launch) when the caller chose ``cfg``."""
-    if not (cfg.fc1_gluon or cfg.fc2_gluon or cfg.fc2_ws):
+    if not (cfg.fc1_gluon or cfg.fc2_gluon or cfg.fc2_ws or cfg.fc1_ws):
         return None
+    if cfg.fc1_ws:
+        hidden, n_out = fc1.data.shape[2], fc2.data.shape[2]
+        if fc1.data.shape[1] != n_out:
+            return MXFP8InputError(f"fc1_ws: the warp-specialized FC1 takes ungated activations only (FC1 rows = I); "
+                                   f"got the FC1 stack {tuple(fc1.data.shape)} for I {n_out}")
+        if hidden % 16 or not fc1.data.is_contiguous():
+            return MXFP8InputError(f"fc1_ws: the FC1 stack {tuple(fc1.data.shape)} must be contiguous with H % 16 == 0 "
+                                   "(a TMA descriptor over [E * N1, H] with 16-byte rows)")
     if cfg.fc2_ws:
         _, hidden, inner = fc2.data.shape
         if inner % 16 or hidden % cfg.fc2_block_n:
@@ -1383,7 +1407,7 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
             _gluon_f8x2_fc2_kernel,
             _gluon_fc1_kernel,
             _gluon_fc2_kernel,
-            _gluon_ws_fc2_kernel,  # noqa: F401
+            _gluon_ws_kernel,  # noqa: F401
         )
     except ImportError as error:
         return BackendUnavailableError("fc1_gluon / fc2_gluon need Triton's Gluon dialect with its Hopper API "
@@ -1599,6 +1623,10 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
             _planes_into(x[:rows], planes, block_k)
         if x_split is not None:
             _split_into(x[:rows], *x_split)
+    if any(t.fc1_ws for t in cfg.launch_tiles) and (x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16):
+        raise MXFP8InputError(f"x: the warp-specialized FC1 (fc1_ws) copies x rows by cp.async in 16-byte pieces; the "
+                              f"rows must be 16-byte aligned (strides {tuple(x.stride())}, address {x.data_ptr()}; "
+                              "copy x)")
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
                    cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
     sorted_pairs, block_expert, num_blocks = route
@@ -1771,7 +1799,14 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         return
     fc1, fc2, s1, s2, (s1_stride, s1_tiles), (s2_stride, s2_tiles) = weights
     hidden, n_out, inner = dims
-    if cfg.fc1_f8x2:  # checked by _gluon_problem before any launch; x is the split (e4m3, scales) of x
+    if cfg.fc1_ws:  # checked by _gluon_problem (and x's alignment by _launch) before any launch
+        from ._gluon_ws_kernel import launch_gluon_ws_fc1
+
+        launch_gluon_ws_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out,
+                            activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
+                            block_t=cfg.block_t, block_k=cfg.fc1_block_k, stages=cfg.fc1_stages,
+                            num_warps=cfg.fc1_warps)
+    elif cfg.fc1_f8x2:  # checked by _gluon_problem before any launch; x is the split (e4m3, scales) of x
         _launch_gluon_f8x2_fc1(cfg, x, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
     elif cfg.fc1_gluon:  # checked by _gluon_problem before any launch
         from ._gluon_fc1_kernel import launch_gluon_fc1
@@ -1793,7 +1828,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
             LAUNCH_DEPENDENTS=cfg.fc2_pdl, **cfg.launch_options(1),
         )
     if cfg.fc2_ws:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
-        from ._gluon_ws_fc2_kernel import launch_gluon_ws_fc2
+        from ._gluon_ws_kernel import launch_gluon_ws_fc2
 
         launch_gluon_ws_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                             block_t=cfg.block_t, block_k=cfg.fc2_block_k, stages=cfg.fc2_stages,

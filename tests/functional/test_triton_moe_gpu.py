@@ -1453,7 +1453,8 @@ def test_fc2_ring_keeps_the_bits(name, hidden, inter, tokens, scale_words):
 # with main blocks for both tile sizes, and an odd shape (8 experts, top-2, I = 224: a partial last K step, zero-filled
 # by TMA).
 _WS_FC2 = {"x256w_sa_t32a_ws": "squared_relu", "x256m_sa_t32_ws": "swiglu", "l128w_sa_t32a_s2_ws": "squared_relu",
-           "l128m_sa_t32_s2_ws": "swiglu"}
+           "l128m_sa_t32_s2_ws": "swiglu", "x256w_sa_t32a_ws1": "squared_relu", "x256w_sa_t32a_wsb": "squared_relu",
+           "l128w_sa_t32a_s2_ws1": "squared_relu", "l128w_sa_t32a_s2_wsb": "squared_relu"}  # (and fc1_ws: "_ws1", "_wsb")
 
 
 @pytest.mark.parametrize("name", sorted(_WS_FC2))
@@ -1470,6 +1471,7 @@ def test_warp_specialized_fc2_matches_float64(name, case):
     assert relative_error(outs[1], outs[0]) <= 2e-3
 
 
-@pytest.mark.parametrize("name,tokens", [("x256w_sa_t32a_ws", 4096), ("l128m_sa_t32_s2_ws", 2048)])
+@pytest.mark.parametrize("name,tokens", [("x256w_sa_t32a_ws", 4096), ("l128m_sa_t32_s2_ws", 2048),
+                                         ("x256w_sa_t32a_wsb", 4096)])
 def test_cuda_graph_replay_with_the_warp_specialized_fc2(name, tokens):
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), _WS_FC2[name])

@@ -1666,7 +1666,7 @@ def test_gluon_f8x2_fc1_wiring_under_the_interpreter():
 
 _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
     """
-    from megatron_mxfp8_moe.kernels import _gluon_ws_fc2_kernel as ws_fc2, triton_moe as host
+    from megatron_mxfp8_moe.kernels import _gluon_ws_kernel as ws_fc2, triton_moe as host
     from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, triton_mxfp8_moe
 
     experts, topk, hidden, inner, tokens = 4, 2, 256, 96, 100  # about 40 pairs per expert: main blocks and tails
@@ -1687,40 +1687,68 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
                 if pair >= 0:
                     slots[pair] = (w2[int(block_expert[b])] @ inter[p].double()).to(torch.bfloat16)
 
+    w1 = fc1.dequantize().double()
+    fc1_calls = []
+
+    def fc1_stand_in(x_in, w, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
+                     n_out, activation, topk, block_n, block_t, block_k, stages, num_warps):
+        # FC1's contract: each routed position's activated row (squared ReLU) from its token's x row, in K order
+        fc1_calls.append(dict(block_n=block_n, block_t=block_t, block_k=block_k, stages=stages, warps=num_warps,
+                              n_out=n_out, topk=topk, rows=inter.shape[0], same_w=w.data_ptr() == fc1.data.data_ptr()))
+        for b in range(int(num_blocks[0])):
+            for p in range(b * block_t, (b + 1) * block_t):
+                pair = int(sorted_pairs[p])
+                if pair >= 0:
+                    h = w1[int(block_expert[b])] @ x_in[pair // topk].double()
+                    inter[p, :n_out] = (torch.relu(h) ** 2).to(torch.bfloat16)
+
     ws_fc2.launch_gluon_ws_fc2 = stand_in
-    host._gluon_problem = lambda *args: None  # the stand-in runs here; the real kernel needs a Hopper GPU
+    ws_fc2.launch_gluon_ws_fc1 = fc1_stand_in
+    host._gluon_problem = lambda *args: None  # the stand-ins run here; the real kernels need a Hopper GPU
     tail = TritonMoEConfig(16, 32, 64, 4, 1, 64, 64, 4, 1, dequant_fp32=True, fp32_dot=True)
-    plain = TritonMoEConfig(32, 32, 64, 4, 1, 128, 64, 8, 2, dequant_fp32=True, fp32_dot=True, tail=tail)
-    wired = dataclasses.replace(plain, fc2_ws=True)
-    outs = {}
-    for name, tile in (("plain", plain), ("wired", wired)):
+    plain = TritonMoEConfig(32, 128, 64, 8, 2, 128, 64, 8, 2, dequant_fp32=True, fp32_dot=True, tail=tail)
+    ref = moe_reference(x, fc1, fc2, probs, ids, "squared_relu", valid_tokens=valid)
+    result, outs = {}, {}
+    for name, tile in (("plain", plain), ("fc2", dataclasses.replace(plain, fc2_ws=True)),
+                       ("fc1", dataclasses.replace(plain, fc1_ws=True)),
+                       ("both", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True))):
+        calls.clear()
+        fc1_calls.clear()
         out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, out=out, config=tile)
         outs[name] = out
-    ref = moe_reference(x, fc1, fc2, probs, ids, "squared_relu", valid_tokens=valid)
-    print(json.dumps(dict(calls=calls, err=relative_error(outs["wired"], ref), err_plain=relative_error(outs["plain"], ref),
-                          between=relative_error(outs["wired"], outs["plain"]),
-                          written=bool(outs["wired"].isfinite().all()),
-                          tail_zero=bool((outs["wired"][int(valid):] == 0).all()))))
+        result[name] = dict(calls=list(calls), fc1_calls=list(fc1_calls), err=relative_error(out, ref),
+                            between=relative_error(out, outs["plain"]), written=bool(out.isfinite().all()),
+                            tail_zero=bool((out[int(valid):] == 0).all()))
+    print(json.dumps(result))
     """
 )
 
 
-def test_warp_specialized_fc2_wiring_under_the_interpreter():
-    """``fc2_ws`` (session 39): the main tile's FC2 goes to ``launch_gluon_ws_fc2`` with the tile's FC2 shape, the
-    K-ordered inter rows of the main blocks, the FC2 stack in place and the route's tables; the tail keeps its Triton
-    FC2. With a torch stand-in for the kernel (its contract) the layer under the Triton interpreter gives the float64
-    oracle within 1e-2 and the same tile without ``fc2_ws`` within 1e-2, every row written, rows past
+def test_warp_specialized_fcs_wiring_under_the_interpreter():
+    """``fc2_ws`` / ``fc1_ws`` (session 39): the main tile's FC2 goes to ``launch_gluon_ws_fc2`` with the tile's FC2
+    shape, the K-ordered inter rows of the main blocks, the FC2 stack in place and the route's tables; its FC1 to
+    ``launch_gluon_ws_fc1`` with x, the FC1 stack in place and the same inter rows; the tail keeps its Triton FCs.
+    With torch stand-ins for the kernels (their contracts) the layer under the Triton interpreter gives the float64
+    oracle within 1e-2 and the Triton tile within 1e-2 with either or both, every row written, rows past
     ``valid_tokens`` zero."""
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _WS_FC2_WIRING_SCRIPT], timeout=900)
-    assert len(result["calls"]) == 1, result
-    call = result["calls"][0]
-    assert (call["block_n"], call["block_t"], call["block_k"], call["stages"], call["warps"]) == (128, 32, 64, 2, 8)
-    assert call["cols"] == 96 and call["same_w"] and 0 < call["blocks"] <= call["grid"], call
-    assert call["rows"] == call["grid"] * 32, call  # the main blocks' rows only (the tail's follow them)
-    assert result["err"] <= 1e-2 and result["err_plain"] <= 1e-2 and result["between"] <= 1e-2, result
-    assert result["written"] and result["tail_zero"], result
+    assert result["plain"]["calls"] == result["plain"]["fc1_calls"] == [], result["plain"]
+    for name in ("fc2", "fc1", "both"):
+        run = result[name]
+        assert len(run["calls"]) == (name != "fc1") and len(run["fc1_calls"]) == (name != "fc2"), (name, run)
+        for call in run["calls"]:
+            assert (call["block_n"], call["block_t"], call["block_k"], call["stages"], call["warps"]) == (128, 32, 64,
+                                                                                                         2, 8)
+            assert call["cols"] == 96 and call["same_w"] and 0 < call["blocks"] <= call["grid"], call
+            assert call["rows"] == call["grid"] * 32, call  # the main blocks' rows only (the tail's follow them)
+        for call in run["fc1_calls"]:
+            assert (call["block_n"], call["block_t"], call["block_k"], call["stages"], call["warps"]) == (128, 32, 64,
+                                                                                                         2, 8)
+            assert (call["n_out"], call["topk"]) == (96, 2) and call["same_w"], call
+        assert run["err"] <= 1e-2 and run["between"] <= 1e-2 and run["written"] and run["tail_zero"], (name, run)
+    assert result["plain"]["err"] <= 1e-2
 
 
 def test_warp_specialized_fc2_is_checked():
@@ -1729,6 +1757,14 @@ def test_warp_specialized_fc2_is_checked():
                 dict(fc2_split_k=2, tail=None), dict(dequant="sx4"), dict(block_t=24, tail=None)):
         with pytest.raises(ValueError, match="fc2_ws"):
             dataclasses.replace(base, fc2_ws=True, **bad)
+    for bad in (dict(fc1_block_n=64), dict(fc1_warps=4), dict(fc1_block_k=128), dict(fc1_stages=1),
+                dict(fc1_gate_merge=True), dict(dequant="sx4"), dict(block_t=24, tail=None)):
+        with pytest.raises(ValueError, match="fc1_ws"):
+            dataclasses.replace(base, fc1_ws=True, **bad)
+    for name in ("x256w_sa_t32a", "l128w_sa_t32a_s2"):
+        assert TILES[name + "_ws1"] == dataclasses.replace(TILES[name], fc1_ws=True)
+        assert TILES[name + "_wsb"] == dataclasses.replace(TILES[name], fc1_ws=True, fc2_ws=True)
+        assert triton_form(TILES[name + "_wsb"]) == TILES[name]
     for name in ("x256w_sa_t32a", "x256m_sa_t32", "l128w_sa_t32a_s2", "l128m_sa_t32_s2"):
         tile = TILES[name + "_ws"]
         assert tile == dataclasses.replace(TILES[name], fc2_ws=True) and tile.tail == TILES[name].tail
@@ -1744,3 +1780,6 @@ def test_warp_specialized_fc2_is_checked():
     fc2 = quantize_mxfp8(random_weights((2, 128, 64), scale=0.1), backend="reference")
     problem = triton_moe._gluon_problem(TILES["x256w_sa_t32a_ws"], fc1, fc2, torch.device("cpu"))
     assert "Hopper GPU" in str(problem)
+    gated = quantize_mxfp8(random_weights((2, 128, 128), scale=0.1), backend="reference")  # [gate; up] rows: 2 I
+    problem = triton_moe._gluon_problem(TILES["x256w_sa_t32a_ws1"], gated, fc2, torch.device("cuda"))
+    assert isinstance(problem, MXFP8InputError) and "ungated" in str(problem)

@@ -1,0 +1,316 @@
+"""FC2 of the MMA-bound rows as a warp-specialized mixed-input GEMM in Gluon (session 39; prepared, compile-checked).
+
+Run 42 showed the Triton FC2 of the 256-token tiles bound by each K step's chain (weights in, dequant, wgmma, wait) in
+each warpgroup, about a third of the tensor cores' rate. Here three partitions of one CTA run that chain as a
+pipeline instead:
+
+- producer (``PRODUCER_WARPS`` warps, one warpgroup): TMA copies of each K step's fp8 weight tile ``[BLOCK_N,
+  BLOCK_K]`` and token tile ``[BLOCK_T, BLOCK_K]`` (the FC1 rows of the block's positions, K order: one box, no
+  gather) into a ring of ``STAGES`` stages (one ``ready`` mbarrier each), and the dequant: each weight tile from
+  shared memory to registers, times its E8M0 scales (exact in fp32, then bf16: the values of the Triton kernels'
+  "cvt" / "fp32" modes), into a second ring of ``DSTAGES`` bf16 tiles in the wgmma's shared layout;
+- consumer (the kernel's ``num_warps``, 2 warpgroups for 128 rows): asynchronous wgmmas with both operands in shared
+  memory, one step in flight while the next is issued, then the epilogue into the pairs' slot rows.
+
+Both rings hand slots back through ``empty`` mbarriers: a weight stage is free once the dequant has read it and the
+consumer's MMA that read its tokens has retired (2 arrivals), a bf16 stage once that MMA has retired. Other values
+in the same order per output element as the Triton FC2 with ``dequant="cvt"`` at the same K step (fp32 accumulation
+of the same bf16 products), so the float64 oracle applies; bits are not claimed.
+
+Layouts: weights ``[E, H, I]`` fp8 e4m3 seen as ``[E * H, I]``; inter rows ``[positions, I]`` bf16 in K order; scales
+``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; out: each pair's unweighted bf16 row of ``slots`` ``[pairs, H]``.
+Hopper only (sm_90 wgmma, TMA); Triton 3.6's Gluon (``gl.warp_specialize``). One producer warpgroup beside the two
+consumer warpgroups (384 threads, at most 168 registers each, which the 128-register accumulator of a 64 x 256 wgmma
+needs: with a separate loader warp the kernel took 512 threads, and ptxas refused the wgmma at 128 registers).
+Compile (Triton 3.6, sm_90, CPU): 168 registers, no spill, 152 KiB of shared memory at the defaults. Not yet run on
+a GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ._gluon_fc2_kernel import stage_barriers, wgmma_layout
+from ._triton_moe_kernel import _activate
+
+# the barrier among the warps of one partition (a named barrier there): ``gl.thread_barrier`` in Triton 3.6,
+# ``gl.barrier`` from 3.7
+_partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
+
+@gluon.jit
+def _issue(w_desc, a_desc, w8_smem, x_smem, ready, empty, k, w_row, a_row, STAGES: gl.constexpr,
+           BLOCK_K: gl.constexpr):
+    """K step k's weight and token tiles by TMA into stage ``k % STAGES``, once that stage is free."""
+    st = k % STAGES
+    mbarrier.wait(empty.index(st), ((k // STAGES) & 1) ^ 1)  # the first turn passes: no earlier phase to wait for
+    mbarrier.expect(ready.index(st), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(w_desc, [w_row, k * BLOCK_K], ready.index(st), w8_smem.index(st))
+    tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K], ready.index(st), x_smem.index(st))
+
+
+@gluon.constexpr_function
+def _block_layout(warps):
+    """The producer's register layout of one 32-value scale block column ``[BLOCK_N, 32]`` of a weight tile: a
+    thread holds one row's 32 values (one E8M0 scale)."""
+    return gl.BlockedLayout(size_per_thread=[1, 32], threads_per_warp=[32, 1], warps_per_cta=[warps, 1],
+                            order=[1, 0])
+
+
+@gluon.jit
+def _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, s_base, row_offs, STAGES: gl.constexpr,
+                  DSTAGES: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+    """Step k's fp8 weight tile (its stage of the copy ring) times its E8M0 scales (``row_offs`` [BLOCK_N] into the
+    expert's 128x4 layout at ``s_base``) into the bf16 ring, one 32-value scale block at a time (32 values per thread
+    live, not the tile's 64); frees the fp8 stage for the copies (1 of its 2 arrivals) and hands the bf16 tile to the
+    consumer."""
+    layout: gl.constexpr = _block_layout(PRODUCER_WARPS)
+    st = k % STAGES
+    d = k % DSTAGES
+    mbarrier.wait(ready.index(st), (k // STAGES) & 1)
+    mbarrier.wait(deq_empty.index(d), ((k // DSTAGES) & 1) ^ 1)
+    for b in gl.static_range(BLOCK_K // 32):
+        c = k * (BLOCK_K // 32) + b
+        s = gl.load(s_base + row_offs + ((c // 4) * 512 + c % 4)).to(gl.int32)
+        # 2 ** (s - 127) in fp32: the exponent field, or the subnormal 2 ** -127 for byte 0
+        scale = gl.where(s == 0, 0x00400000, s << 23).to(gl.float32, bitcast=True)
+        w = w8_smem.index(st).slice(32 * b, 32, 1).load(layout).to(gl.float32)
+        wb_smem.index(d).slice(32 * b, 32, 1).store((w * scale[:, None]).to(gl.bfloat16))
+    fence_async_shared()  # the generic-proxy stores, visible to the wgmma's async proxy
+    _partition_barrier()  # every warp of the partition has read the fp8 stage and written the bf16 tile
+    mbarrier.arrive(empty.index(st))
+    mbarrier.arrive(deq_ready.index(d))
+
+
+@gluon.jit
+def _scale_rows_of(n_first, scale_tiles, BLOCK_N: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+    """``row_offs`` of ``_dequant_step`` for the weight rows ``[n_first, n_first + BLOCK_N)``."""
+    rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, _block_layout(PRODUCER_WARPS)))
+    return (rows // 128) * (scale_tiles * 512) + (rows % 32) * 16 + ((rows % 128) // 32) * 4
+
+
+@gluon.jit
+def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, ready, empty, deq_ready, deq_empty, w_row, a_row,
+                  s_base, n_first, steps, scale_tiles, STAGES: gl.constexpr, DSTAGES: gl.constexpr,
+                  BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+    """FC2's producer: the weight and inter-row copies by TMA ``STAGES - 1`` steps ahead, and the dequant."""
+    row_offs = _scale_rows_of(n_first, scale_tiles, BLOCK_N, PRODUCER_WARPS)
+    for i in gl.static_range(STAGES - 1):
+        if i < steps:
+            _issue(w_desc, a_desc, w8_smem, x_smem, ready, empty, i, w_row, a_row, STAGES, BLOCK_K)
+    for k in range(steps):
+        _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, s_base, row_offs, STAGES, DSTAGES,
+                      BLOCK_K, PRODUCER_WARPS)
+        # only now the copy into step k - 1's stage: the consumer frees it after step k's MMA, which needs the tile
+        # just stored (issued before it, this wait would never end)
+        if k + STAGES - 1 < steps:
+            _issue(w_desc, a_desc, w8_smem, x_smem, ready, empty, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K)
+
+
+@gluon.jit
+def _issue_gathered(w_desc, w8_smem, x_smem, ready, empty, x_ptr, x_offs, live_rows, cols, k, K, w_row,
+                    STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
+    """FC1's K step k into stage ``k % STAGES`` once it is free: the weight tile by TMA, the block's token rows by
+    cp.async (gathered: no TMA box), each producer thread's copies counted by the stage's mbarrier once landed."""
+    st = k % STAGES
+    mbarrier.wait(empty.index(st), ((k // STAGES) & 1) ^ 1)
+    mbarrier.expect(ready.index(st), w_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(w_desc, [w_row, k * BLOCK_K], ready.index(st), w8_smem.index(st))
+    async_copy.async_copy_global_to_shared(x_smem.index(st), x_ptr + (x_offs + k * BLOCK_K),
+                                           mask=live_rows & (k * BLOCK_K + cols < K)[None, :])
+    # one expected arrival per thread, once its copies have landed (no count increment: see _gluon_fc1_kernel)
+    async_copy.mbarrier_arrive(ready.index(st), increment_count=False)
+
+
+@gluon.jit
+def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, ready, empty, deq_ready,
+                  deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, TOPK: gl.constexpr,
+                  STAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
+                  BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+    """FC1's producer: the weight copies by TMA and the gathered token rows (sorted position -> pair -> token row of
+    x; padding positions copy nothing: zeros) by cp.async ``STAGES - 1`` steps ahead, and the dequant."""
+    copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // (BLOCK_K // 8),
+                                                                                             BLOCK_K // 8],
+                                                 warps_per_cta=[PRODUCER_WARPS, 1], order=[1, 0])
+    positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, copy_layout))
+    pairs = gl.load(sorted_pairs_ptr + positions)
+    tokens = gl.where(pairs >= 0, pairs // TOPK, 0)
+    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, copy_layout))
+    # int32 element offsets (the launcher checks that x fits), pointers made per copy: half the live registers
+    x_offs = tokens[:, None] * stride_x + cols[None, :]
+    live_rows = (pairs >= 0)[:, None]
+    row_offs = _scale_rows_of(n_first, scale_tiles, BLOCK_N, PRODUCER_WARPS)
+    for i in gl.static_range(STAGES - 1):
+        if i < steps:
+            _issue_gathered(w_desc, w8_smem, x_smem, ready, empty, x_ptr, x_offs, live_rows, cols, i, K, w_row,
+                            STAGES, BLOCK_K)
+    for k in range(steps):
+        _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, s_base, row_offs, STAGES, DSTAGES,
+                      BLOCK_K, PRODUCER_WARPS)
+        if k + STAGES - 1 < steps:  # (after the dequant: _fc2_producer says why)
+            _issue_gathered(w_desc, w8_smem, x_smem, ready, empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1,
+                            K, w_row, STAGES, BLOCK_K)
+
+
+@gluon.jit
+def _mma_partition(wb_smem, x_smem, ready, empty, deq_ready, deq_empty, steps, STAGES: gl.constexpr,
+                   DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, num_warps: gl.constexpr):
+    """Consumer: step k's wgmma on the bf16 weights and the tokens, one step left in flight; releases step k - 1's
+    stages after its MMA retires. Returns ``(acc,)``, the fp32 accumulator ``[BLOCK_N, BLOCK_T]``."""
+    mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
+    acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+    for k in range(steps):
+        st = k % STAGES
+        d = k % DSTAGES
+        mbarrier.wait(deq_ready.index(d), (k // DSTAGES) & 1)
+        mbarrier.wait(ready.index(st), (k // STAGES) & 1)  # the tokens' bytes (long complete): their visibility
+        fence_async_shared()  # FC1's tokens come by cp.async (generic proxy); the wgmma reads through the async proxy
+        acc = warpgroup_mma(wb_smem.index(d), x_smem.index(st).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        if k > 0:  # step k - 1's MMA has retired in every warpgroup: its two stages are free
+            _partition_barrier()
+            mbarrier.arrive(deq_empty.index((k - 1) % DSTAGES))
+            mbarrier.arrive(empty.index((k - 1) % STAGES))
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    return (acc,)  # warp_specialize takes the default partition's results as a tuple
+
+
+@gluon.jit
+def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
+                   stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
+                   BLOCK_K: gl.constexpr, STAGES: gl.constexpr, DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                   PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    pid_n = gl.program_id(0)
+    pid_b = gl.program_id(1)
+    # no branch around the warp-specialized region (ptxas then keeps the whole kernel at the launch's register
+    # count): a block past num_blocks runs 0 steps and stores nothing
+    live = pid_b < gl.load(num_blocks_ptr)
+    expert = gl.load(block_expert_ptr + pid_b)
+    w8_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_T, BLOCK_K], a_desc.layout)
+    wb_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], gl.bfloat16)
+    wb_smem = gl.allocate_shared_memory(gl.bfloat16, [DSTAGES, BLOCK_N, BLOCK_K], wb_layout)
+    ready = stage_barriers(STAGES, 1)
+    empty = stage_barriers(STAGES, 2)  # the dequant's read of the weights, the consumer's of the tokens
+    deq_ready = stage_barriers(DSTAGES, 1)
+    deq_empty = stage_barriers(DSTAGES, 1)
+    n_first = pid_n * BLOCK_N
+    steps = gl.where(live, gl.cdiv(K, BLOCK_K), 0)
+    s_base = s_ptr + expert.to(gl.int64) * stride_se
+    acc = gl.warp_specialize([
+        (_mma_partition, (wb_smem, x_smem, ready, empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
+                          BLOCK_T, num_warps)),
+        (_fc2_producer, (w_desc, a_desc, w8_smem, x_smem, wb_smem, ready, empty, deq_ready, deq_empty,
+                         expert * N + n_first, pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, STAGES, DSTAGES,
+                         BLOCK_N, BLOCK_K, PRODUCER_WARPS)),
+    ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
+    mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
+    positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
+    pairs = gl.load(sorted_pairs_ptr + positions)
+    offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+    keep = (pairs >= 0) & live
+    ptrs = slot_ptr + gl.where(keep, pairs, 0).to(gl.int64)[None, :] * stride_slot + offs_n[:, None]
+    gl.store(ptrs, acc.to(gl.bfloat16), mask=keep[None, :] & (offs_n < N)[:, None])
+
+
+@gluon.jit
+def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N_OUT, N1, K,
+                   stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
+                   BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
+                   DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                   num_warps: gl.constexpr):
+    pid_n = gl.program_id(0)
+    pid_b = gl.program_id(1)
+    live = pid_b < gl.load(num_blocks_ptr)  # no branch around the warp-specialized region (``_fc2_ws_kernel``)
+    expert = gl.load(block_expert_ptr + pid_b)
+    w8_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+    x_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_K], gl.bfloat16)
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_T, BLOCK_K], x_layout)
+    wb_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], gl.bfloat16)
+    wb_smem = gl.allocate_shared_memory(gl.bfloat16, [DSTAGES, BLOCK_N, BLOCK_K], wb_layout)
+    ready = stage_barriers(STAGES, 1 + 32 * PRODUCER_WARPS)  # the expect, every producer thread's cp.async copies
+    empty = stage_barriers(STAGES, 2)
+    deq_ready = stage_barriers(DSTAGES, 1)
+    deq_empty = stage_barriers(DSTAGES, 1)
+    n_first = pid_n * BLOCK_N
+    steps = gl.where(live, gl.cdiv(K, BLOCK_K), 0)
+    s_base = s_ptr + expert.to(gl.int64) * stride_se
+    acc = gl.warp_specialize([
+        (_mma_partition, (wb_smem, x_smem, ready, empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
+                          BLOCK_T, num_warps)),
+        (_fc1_producer, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, ready, empty, deq_ready,
+                         deq_empty, expert * N1 + n_first, pid_b, s_base, n_first, steps, K, scale_tiles, TOPK,
+                         STAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS)),
+    ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
+    mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
+    h = _activate(acc, acc, ACTIVATION)  # ungated: the activation of the one accumulator
+    positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
+    keep = (gl.load(sorted_pairs_ptr + positions) >= 0) & live
+    offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+    # int32 offsets (the launcher checks that inter fits): 64-bit pointers for 128 values spill in this epilogue
+    ptrs = inter_ptr + (positions[None, :] * stride_inter + offs_n[:, None])
+    gl.store(ptrs, h.to(gl.bfloat16), mask=keep[None, :] & (offs_n < N_OUT)[:, None])
+
+
+def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int, inter: torch.Tensor,
+                        sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor,
+                        grid_blocks: int, *, n_out: int, activation: int, topk: int, block_n: int = 128,
+                        block_t: int = 256, block_k: int = 64, stages: int = 3, dstages: int = 2,
+                        num_warps: int = 8, producer_warps: int = 4, producer_regs: int = 152) -> None:
+    """One ``_fc1_ws_kernel`` launch (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple of 8, 16-byte
+    aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as ``launch_gluon_ws_fc2``'s,
+    ``inter`` ``[positions, n_out]`` bf16 rows by sorted position in K order; ``activation`` the Triton kernels' code.
+    Needs H a multiple of 16 (TMA rows) and ``block_k`` a multiple of 32."""
+    experts, n1, hidden = w.shape
+    if hidden % 16 or block_k % 32:
+        raise ValueError(f"launch_gluon_ws_fc1: needs H % 16 == 0 and block_k % 32 == 0; got H {hidden}, block_k "
+                         f"{block_k}")
+    if x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
+        raise ValueError(f"launch_gluon_ws_fc1: x rows must be 16-byte aligned (cp.async): strides {tuple(x.stride())}, "
+                         f"address {x.data_ptr()}")
+    for name, t in (("x", x), ("inter", inter)):
+        if t.shape[0] * t.stride(0) >= 2 ** 31:
+            raise ValueError(f"launch_gluon_ws_fc1: {name} {tuple(t.shape)} (row stride {t.stride(0)}) is past int32 "
+                             "offsets")
+    w_desc = TensorDescriptor.from_tensor(w.view(experts * n1, hidden), [block_n, block_k],
+                                          gl.NVMMASharedLayout.get_default_for([block_n, block_k], gl.float8e4nv))
+    _fc1_ws_kernel[(triton.cdiv(n_out, block_n), grid_blocks)](
+        w_desc, x, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden, x.stride(0),
+        scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
+        BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps,
+        PRODUCER_REGS=producer_regs, num_warps=num_warps)
+
+
+def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
+                        slots: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
+                        num_blocks: torch.Tensor, grid_blocks: int, *, block_n: int = 128, block_t: int = 256,
+                        block_k: int = 64, stages: int = 3, dstages: int = 2, num_warps: int = 8,
+                        producer_warps: int = 4, producer_regs: int = 152) -> None:
+    """One ``_fc2_ws_kernel`` launch over ``grid_blocks`` token blocks of ``block_t`` positions (blocks past
+    ``num_blocks[0]`` exit): ``inter`` ``[positions, I]`` bf16 in K order (row stride a multiple of 8), ``w`` ``[E, H,
+    I]`` fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16.
+    Needs I a multiple of 16 (TMA rows), ``block_k`` a multiple of 32 and H a multiple of ``block_n``."""
+    experts, hidden, inner = w.shape
+    if inner % 16 or block_k % 32 or hidden % block_n:
+        raise ValueError(f"launch_gluon_ws_fc2: needs I % 16 == 0, block_k % 32 == 0 and H % block_n == 0; got I "
+                         f"{inner}, block_k {block_k}, H {hidden}, block_n {block_n}")
+    w_desc = TensorDescriptor.from_tensor(w.view(experts * hidden, inner), [block_n, block_k],
+                                          gl.NVMMASharedLayout.get_default_for([block_n, block_k], gl.float8e4nv))
+    a_desc = TensorDescriptor.from_tensor(inter, [block_t, block_k],
+                                          gl.NVMMASharedLayout.get_default_for([block_t, block_k], gl.bfloat16))
+    _fc2_ws_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
+        w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
+        scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,
+        DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, num_warps=num_warps)
