@@ -1037,7 +1037,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # s40b: probes at 2048 tokens and the GPU tests
     if [ "$1" = s40a ]; then
       timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-        -k "warp_specialized_fc2_matches_float64 and odd and x256w_sa_t32a_ws and not ws1" \
+        -k "warp_specialized_fcs_match_float64 and odd and x256w_sa_t32a_ws and not ws1" \
         > $OUT/smoke.log 2>&1
       echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
       grep -q "2 passed" $OUT/smoke.log || exit 0

@@ -1452,26 +1452,26 @@ def test_fc2_ring_keeps_the_bits(name, hidden, inter, tokens, scale_words):
 # Session 39 (prepared; not yet run on a GPU): the MMA-bound defaults with the warp-specialized FC2 (``fc2_ws``). Cases
 # with main blocks for both tile sizes, and an odd shape (8 experts, top-2, I = 224: a partial last K step, zero-filled
 # by TMA).
-_WS_FC2 = {"x256w_sa_t32a_ws": "squared_relu", "x256m_sa_t32_ws": "swiglu", "l128w_sa_t32a_s2_ws": "squared_relu",
+_WS_TILES = {"x256w_sa_t32a_ws": "squared_relu", "x256m_sa_t32_ws": "swiglu", "l128w_sa_t32a_s2_ws": "squared_relu",
            "l128m_sa_t32_s2_ws": "swiglu", "x256w_sa_t32a_ws1": "squared_relu", "x256w_sa_t32a_wsb": "squared_relu",
            "l128w_sa_t32a_s2_ws1": "squared_relu", "l128w_sa_t32a_s2_wsb": "squared_relu"}  # (and fc1_ws: "_ws1", "_wsb")
 
 
-@pytest.mark.parametrize("name", sorted(_WS_FC2))
+@pytest.mark.parametrize("name", sorted(_WS_TILES))
 @pytest.mark.parametrize("case", [(128, 8, 2048, 768, 4096), (128, 8, 4096, 1536, 2048), (8, 2, 384, 224, 1500)],
                          ids=["30b-T4096", "235b-T2048", "odd-T1500"])
-def test_warp_specialized_fc2_matches_float64(name, case):
+def test_warp_specialized_fcs_match_float64(name, case):
     """Within BOUND of the float64 oracle, every row written, nothing past ``rows``, zeros past ``valid_tokens``, and
     within 2e-3 of the Triton FC2 (``triton_form``: the same products per output element)."""
     tile = TILES[name]
-    _assert_tiles_keep_bits(triton_form(tile), tile, case, _WS_FC2[name], same_bits=False)
+    _assert_tiles_keep_bits(triton_form(tile), tile, case, _WS_TILES[name], same_bits=False)
     experts, topk, hidden, inter, tokens = case
-    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, _WS_FC2[name])
-    outs = _poisoned_outputs((triton_form(tile), tile), fc1, fc2, x, probs, ids, valid_rows, _WS_FC2[name])
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, _WS_TILES[name])
+    outs = _poisoned_outputs((triton_form(tile), tile), fc1, fc2, x, probs, ids, valid_rows, _WS_TILES[name])
     assert relative_error(outs[1], outs[0]) <= 2e-3
 
 
 @pytest.mark.parametrize("name,tokens", [("x256w_sa_t32a_ws", 4096), ("l128m_sa_t32_s2_ws", 2048),
                                          ("x256w_sa_t32a_wsb", 4096)])
-def test_cuda_graph_replay_with_the_warp_specialized_fc2(name, tokens):
-    _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), _WS_FC2[name])
+def test_cuda_graph_replay_with_the_warp_specialized_fcs(name, tokens):
+    _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), _WS_TILES[name])
