@@ -306,6 +306,18 @@ split_probe() {
   timeout "$1" python3 bench/split_rows_probe.py > $OUT/split.jsonl 2> $OUT/split.err; tail -2 $OUT/split.err
   python3 -c "import json,sys; [print(r['rows'], r['k'], int(r['scales_t']), r['variant'], r['us'], r['same_bits']) for r in map(json.loads, open(sys.argv[1]))]" $OUT/split.jsonl
 }
+# twin_probes SECONDS TOKENS ACTIVATION SUFFIXES: layer probes (bench/triton_moe_probe.py) on both shapes of
+# choose_config's pick D at TOKENS and its twins D_<suffix> (SUFFIXES comma-separated), all twice in a row
+# ("D,D_a,D_b,D,D_a,D_b"), into $OUT/probe.jsonl
+twin_probes() {
+  local D C f shape
+  D=$(default_tile $2 $3)
+  C=$D; for f in ${4//,/ }; do C="$C,${D}_$f"; done
+  for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+    timeout "$1" python3 bench/triton_moe_probe.py --shape $shape --tokens $2 --activation $3 \
+      --configs "$C,$C" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+  done
+}
 # profile_summary: one line per per-kernel profile of $OUT/profile.jsonl (triton_moe_probe.py --profile): shape,
 # activation, tokens, the config's last 30 characters, the kernels' CUDA times
 profile_summary() {
@@ -1045,15 +1057,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     else
       CASES="2048:squared_relu:ws,wsb 2048:swiglu:ws"
     fi
-    for case in $CASES; do
-      T=${case%%:*}; rest=${case#*:}; act=${rest%%:*}; forms=${rest#*:}
-      D=$(default_tile $T $act)
-      C=$D; for f in ${forms//,/ }; do C="$C,${D}_$f"; done
-      for shape in qwen3-30b-a3b qwen3-235b-a22b; do
-        timeout 150 python3 bench/triton_moe_probe.py --shape $shape --tokens $T --activation $act \
-          --configs "$C,$C" >> $OUT/probe.jsonl 2>> $OUT/probe.err
-      done
-    done
+    for case in $CASES; do twin_probes 150 ${case//:/ }; done
     layer_probe_summary 22
     if [ "$1" = s40a ]; then
       timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 4096 --activation squared_relu \
@@ -1070,14 +1074,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # Ran as run 42 calls 2-3 (one H100): every "_fold" tile slower or within the spread, 15 GPU tests passed; removed
     # afterwards (bench/results/run42/fold_tail.patch), so these modes no longer run as written
     if [ "$1" = s39b ]; then CASES="4096:squared_relu 4096:swiglu"; else CASES="2048:squared_relu 2048:swiglu 4096:swiglu"; fi
-    for case in $CASES; do
-      T=${case%%:*}; act=${case#*:}
-      D=$(default_tile $T $act)
-      for shape in qwen3-30b-a3b qwen3-235b-a22b; do
-        timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens $T --activation $act \
-          --configs "$D,${D}_fold,$D,${D}_fold" >> $OUT/probe.jsonl 2>> $OUT/probe.err
-      done
-    done
+    for case in $CASES; do twin_probes 100 ${case//:/ } fold; done
     layer_probe_summary 22
     if [ "$1" = s39b ]; then
       timeout 60 python3 bench/triton_moe_probe.py --profile --tokens 4096 --activation squared_relu \

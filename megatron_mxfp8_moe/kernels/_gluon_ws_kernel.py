@@ -188,27 +188,39 @@ def _mma_partition(wb_smem, x_smem, ready, empty, deq_ready, deq_empty, steps, S
 
 
 @gluon.jit
+def _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K: gl.constexpr):
+    """``(live, expert, steps, s_base)`` of token block ``pid_b``. There is no branch around the warp-specialized
+    region (inside one, ptxas held the whole kernel to the launch's register count and refused the wgmma): a block
+    past ``num_blocks[0]`` runs 0 K steps and stores nothing."""
+    live = pid_b < gl.load(num_blocks_ptr)
+    expert = gl.load(block_expert_ptr + pid_b)
+    return live, expert, gl.where(live, gl.cdiv(K, BLOCK_K), 0), s_ptr + expert.to(gl.int64) * stride_se
+
+
+@gluon.jit
+def _weight_rings(w_desc, STAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr):
+    """The weights' two rings and their barriers: the fp8 stages ``[STAGES, BLOCK_N, BLOCK_K]`` (TMA's layout), the
+    bf16 stages ``[DSTAGES, BLOCK_N, BLOCK_K]`` (the wgmma's), ``empty`` (2 arrivals: the producer's read of the
+    weights, the consumer's retired MMA on the stage's tokens), ``deq_ready`` and ``deq_empty``."""
+    w8_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+    wb_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], gl.bfloat16)
+    wb_smem = gl.allocate_shared_memory(gl.bfloat16, [DSTAGES, BLOCK_N, BLOCK_K], wb_layout)
+    return (w8_smem, wb_smem, stage_barriers(STAGES, 2), stage_barriers(DSTAGES, 1),
+            stage_barriers(DSTAGES, 1))
+
+
+@gluon.jit
 def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                    stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr, DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
                    PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
-    # no branch around the warp-specialized region (ptxas then keeps the whole kernel at the launch's register
-    # count): a block past num_blocks runs 0 steps and stores nothing
-    live = pid_b < gl.load(num_blocks_ptr)
-    expert = gl.load(block_expert_ptr + pid_b)
-    w8_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+    live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_T, BLOCK_K], a_desc.layout)
-    wb_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], gl.bfloat16)
-    wb_smem = gl.allocate_shared_memory(gl.bfloat16, [DSTAGES, BLOCK_N, BLOCK_K], wb_layout)
     ready = stage_barriers(STAGES, 1)
-    empty = stage_barriers(STAGES, 2)  # the dequant's read of the weights, the consumer's of the tokens
-    deq_ready = stage_barriers(DSTAGES, 1)
-    deq_empty = stage_barriers(DSTAGES, 1)
+    w8_smem, wb_smem, empty, deq_ready, deq_empty = _weight_rings(w_desc, STAGES, DSTAGES, BLOCK_N, BLOCK_K)
     n_first = pid_n * BLOCK_N
-    steps = gl.where(live, gl.cdiv(K, BLOCK_K), 0)
-    s_base = s_ptr + expert.to(gl.int64) * stride_se
     acc = gl.warp_specialize([
         (_mma_partition, (wb_smem, x_smem, ready, empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
                           BLOCK_T, num_warps)),
@@ -233,20 +245,12 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
                    num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
-    live = pid_b < gl.load(num_blocks_ptr)  # no branch around the warp-specialized region (``_fc2_ws_kernel``)
-    expert = gl.load(block_expert_ptr + pid_b)
-    w8_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+    live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
     x_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_K], gl.bfloat16)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_T, BLOCK_K], x_layout)
-    wb_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], gl.bfloat16)
-    wb_smem = gl.allocate_shared_memory(gl.bfloat16, [DSTAGES, BLOCK_N, BLOCK_K], wb_layout)
     ready = stage_barriers(STAGES, 1 + 32 * PRODUCER_WARPS)  # the expect, every producer thread's cp.async copies
-    empty = stage_barriers(STAGES, 2)
-    deq_ready = stage_barriers(DSTAGES, 1)
-    deq_empty = stage_barriers(DSTAGES, 1)
+    w8_smem, wb_smem, empty, deq_ready, deq_empty = _weight_rings(w_desc, STAGES, DSTAGES, BLOCK_N, BLOCK_K)
     n_first = pid_n * BLOCK_N
-    steps = gl.where(live, gl.cdiv(K, BLOCK_K), 0)
-    s_base = s_ptr + expert.to(gl.int64) * stride_se
     acc = gl.warp_specialize([
         (_mma_partition, (wb_smem, x_smem, ready, empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
                           BLOCK_T, num_warps)),
