@@ -1,29 +1,32 @@
-"""FC2 of the MMA-bound rows as a warp-specialized mixed-input GEMM in Gluon (session 39; prepared, compile-checked).
+"""FC1 (ungated) and FC2 of the MMA-bound rows as warp-specialized mixed-input GEMMs in Gluon (session 39; prepared,
+compile-checked, not yet run on a GPU).
 
-Run 42 showed the Triton FC2 of the 256-token tiles bound by each K step's chain (weights in, dequant, wgmma, wait) in
-each warpgroup, about a third of the tensor cores' rate. Here three partitions of one CTA run that chain as a
+Run 42 showed the Triton FCs of the 256-token tiles bound by each K step's chain (weights in, dequant, wgmma, wait)
+in each warpgroup, about a third of the tensor cores' rate. Here two partitions of one CTA run that chain as a
 pipeline instead:
 
-- producer (``PRODUCER_WARPS`` warps, one warpgroup): TMA copies of each K step's fp8 weight tile ``[BLOCK_N,
-  BLOCK_K]`` and token tile ``[BLOCK_T, BLOCK_K]`` (the FC1 rows of the block's positions, K order: one box, no
-  gather) into a ring of ``STAGES`` stages (one ``ready`` mbarrier each), and the dequant: each weight tile from
-  shared memory to registers, times its E8M0 scales (exact in fp32, then bf16: the values of the Triton kernels'
-  "cvt" / "fp32" modes), into a second ring of ``DSTAGES`` bf16 tiles in the wgmma's shared layout;
+- producer (``PRODUCER_WARPS`` warps, one warpgroup): each K step's fp8 weight tile ``[BLOCK_N, BLOCK_K]`` by TMA and
+  its token tile ``[BLOCK_T, BLOCK_K]`` into a ring of ``STAGES`` stages (one ``ready`` mbarrier each): for FC2 the
+  FC1 rows of the block's positions by TMA (K order: one box), for FC1 the block's token rows of x gathered by
+  cp.async (sorted position -> pair -> token: no TMA box); and the dequant: each weight tile from shared memory to
+  registers, times its E8M0 scales (exact in fp32, then bf16: the values of the Triton kernels' "cvt" / "fp32"
+  modes), into a second ring of ``DSTAGES`` bf16 tiles in the wgmma's shared layout;
 - consumer (the kernel's ``num_warps``, 2 warpgroups for 128 rows): asynchronous wgmmas with both operands in shared
-  memory, one step in flight while the next is issued, then the epilogue into the pairs' slot rows.
+  memory, one step in flight while the next is issued, then the epilogue (FC1: the activation into the inter rows by
+  position; FC2: the pairs' slot rows).
 
-Both rings hand slots back through ``empty`` mbarriers: a weight stage is free once the dequant has read it and the
-consumer's MMA that read its tokens has retired (2 arrivals), a bf16 stage once that MMA has retired. Other values
-in the same order per output element as the Triton FC2 with ``dequant="cvt"`` at the same K step (fp32 accumulation
-of the same bf16 products), so the float64 oracle applies; bits are not claimed.
+Both rings hand slots back through mbarriers: a weight stage is free once the producer has read it and the
+consumer's MMA that read its tokens has retired (``empty``: 2 arrivals), a bf16 stage once that MMA has retired. The
+same bf16 products in the same order per output element as the Triton FCs with ``dequant="cvt"`` at the same K step
+(fp32 accumulation), so the float64 oracle applies; bits are not claimed.
 
-Layouts: weights ``[E, H, I]`` fp8 e4m3 seen as ``[E * H, I]``; inter rows ``[positions, I]`` bf16 in K order; scales
-``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; out: each pair's unweighted bf16 row of ``slots`` ``[pairs, H]``.
+Layouts: weights ``[E, N1, H]`` (FC1) / ``[E, H, I]`` (FC2) fp8 e4m3 seen as 2-D ``[E * rows, K]``; x ``[R, H]`` bf16;
+inter rows ``[positions, I]`` bf16 in K order; scales ``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; FC2's out:
+each pair's unweighted bf16 row of ``slots`` ``[pairs, H]``.
 Hopper only (sm_90 wgmma, TMA); Triton 3.6's Gluon (``gl.warp_specialize``). One producer warpgroup beside the two
 consumer warpgroups (384 threads, at most 168 registers each, which the 128-register accumulator of a 64 x 256 wgmma
 needs: with a separate loader warp the kernel took 512 threads, and ptxas refused the wgmma at 128 registers).
-Compile (Triton 3.6, sm_90, CPU): 168 registers, no spill, 152 KiB of shared memory at the defaults. Not yet run on
-a GPU.
+Compile (Triton 3.6, sm_90, CPU): 168 registers, no spill, 152 KiB of shared memory at the defaults.
 """
 
 from __future__ import annotations
