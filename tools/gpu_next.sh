@@ -1053,7 +1053,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
         > $OUT/smoke.log 2>&1
       echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
       grep -q "2 passed" $OUT/smoke.log || exit 0
-      CASES="4096:squared_relu:ws,ws1,wsb 4096:swiglu:ws"
+      CASES="4096:squared_relu:ws,ws1,wsb,wsb_k32 4096:swiglu:ws"
     else
       CASES="2048:squared_relu:ws,wsb 2048:swiglu:ws"
     fi

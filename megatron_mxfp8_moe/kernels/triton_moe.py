@@ -879,6 +879,10 @@ TILES.update({f"{name}_ws": dataclasses.replace(TILES[name], fc2_ws=True)
 # and for squared ReLU (ungated) the warp-specialized FC1 (``fc1_ws``) alone, "_ws1", and both FCs, "_wsb"
 TILES.update({f"{name}_{suffix}": dataclasses.replace(TILES[name], fc1_ws=True, fc2_ws=suffix == "wsb")
               for name in ("x256w_sa_t32a", "l128w_sa_t32a_s2") for suffix in ("ws1", "wsb")})
+# and "_wsb_k32": both at 32-deep K steps in 4 stages (a second point for the first GPU probes: half the shared memory
+# per stage, twice the handoffs)
+TILES["x256w_sa_t32a_wsb_k32"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], fc1_block_k=32, fc1_stages=4,
+                                                     fc2_block_k=32, fc2_stages=4)
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:

@@ -1765,6 +1765,7 @@ def test_warp_specialized_fc2_is_checked():
         assert TILES[name + "_ws1"] == dataclasses.replace(TILES[name], fc1_ws=True)
         assert TILES[name + "_wsb"] == dataclasses.replace(TILES[name], fc1_ws=True, fc2_ws=True)
         assert triton_form(TILES[name + "_wsb"]) == TILES[name]
+    assert TILES["x256w_sa_t32a_wsb_k32"].fc1_block_k == TILES["x256w_sa_t32a_wsb_k32"].fc2_block_k == 32
     for name in ("x256w_sa_t32a", "x256m_sa_t32", "l128w_sa_t32a_s2", "l128m_sa_t32_s2"):
         tile = TILES[name + "_ws"]
         assert tile == dataclasses.replace(TILES[name], fc2_ws=True) and tile.tail == TILES[name].tail
