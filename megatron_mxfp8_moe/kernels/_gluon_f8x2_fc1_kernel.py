@@ -34,7 +34,6 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._gluon_f8x2_fc2_kernel import (
     SKIP_SPLIT_ROWS,
@@ -45,7 +44,7 @@ from ._gluon_f8x2_fc2_kernel import (
     f8x2_mma_layout,
 )
 from ._gluon_fc1_kernel import _gathered_rows
-from ._gluon_fc2_kernel import stage_barriers
+from ._gluon_fc2_kernel import nvmma_descriptor, stage_barriers
 from ._triton_f8x2_kernel import _split_cols, _split_scale, _split_terms
 from ._triton_moe_kernel import _activate, _plane_cols, _scale_rows
 
@@ -228,8 +227,7 @@ def launch_gluon_f8x2_fc1(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
     (``split_rows_buffers(..., group=128)``)."""
     experts, n1, hidden = w.shape
     flat = w.view(experts * n1, hidden)
-    w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
-                                          gl.NVMMASharedLayout.get_default_for([block_n, 128], gl.float8e4nv))
+    w_desc = nvmma_descriptor(flat, [block_n, 128])
     x_layout = gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv)
     n_out = n1 // 2 if gated else n1
     grid = (triton.cdiv(n_out, block_n), grid_blocks)

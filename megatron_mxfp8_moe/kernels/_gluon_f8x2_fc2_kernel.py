@@ -36,9 +36,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_fc2_kernel import stage_barriers
+from ._gluon_fc2_kernel import nvmma_descriptor, stage_barriers
 from ._triton_moe_kernel import _e8m0_f32, _scale_rows
 
 # ``TIMING_SKIP`` flags of the f8x2 Gluon FC2 / FC1 (session 34, for timing probes only; 0 in the layer): leave out
@@ -210,10 +209,8 @@ def launch_gluon_f8x2_fc2(q: torch.Tensor, qs: torch.Tensor, w: torch.Tensor, sc
     one scale per 128-value step (``split_rows_buffers(..., group=128)``)."""
     experts, hidden, inner = w.shape
     flat = w.view(experts * hidden, inner)
-    w_desc = TensorDescriptor.from_tensor(flat, [block_n, 128],
-                                          gl.NVMMASharedLayout.get_default_for([block_n, 128], gl.float8e4nv))
-    x_desc = TensorDescriptor.from_tensor(q, [block_t, 128],
-                                          gl.NVMMASharedLayout.get_default_for([block_t, 128], gl.float8e4nv))
+    w_desc = nvmma_descriptor(flat, [block_n, 128])
+    x_desc = nvmma_descriptor(q, [block_t, 128])
     _f8x2_fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, x_desc, qs, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, qs.stride(0),
         qs.stride(1), scales.stride(0), scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t,

@@ -34,7 +34,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     tma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from ._gluon_fc2_kernel import (
@@ -42,6 +41,7 @@ from ._gluon_fc2_kernel import (
     _scales_below_2_pow_1,
     _step_scales,
     _word_selectors,
+    nvmma_descriptor,
     stage_barriers,
     wgmma_layout,
 )
@@ -229,8 +229,7 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     experts, n1, hidden = w.shape
     q = GLUON_FC1_BLOCK_K // 4
     words = w.view(torch.uint8).view(experts * n1, hidden).view(torch.int32)
-    w_desc = TensorDescriptor.from_tensor(words, [block_n, q],
-                                          gl.NVMMASharedLayout.get_default_for([block_n, q], gl.int32))
+    w_desc = nvmma_descriptor(words, [block_n, q])
     x_layout = gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16)
     _fc1_gluon_kernel[(triton.cdiv(n_out, block_n), grid_blocks)](
         w_desc, x_planes, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden,

@@ -49,6 +49,16 @@ def wgmma_layout(block_t, num_warps):
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, block_t, 16])
 
 
+_GL_DTYPES = {torch.int32: gl.int32, torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}
+
+
+def nvmma_descriptor(tensor: torch.Tensor, block: list) -> TensorDescriptor:
+    """A TMA descriptor over the 2-D ``tensor`` copying ``block`` boxes into the default NVMMA shared layout of its
+    dtype (int32 words, bf16 or fp8 e4m3): the layout the wgmmas read."""
+    return TensorDescriptor.from_tensor(tensor, block,
+                                        gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[tensor.dtype]))
+
+
 @gluon.jit
 def stage_barriers(STAGES: gl.constexpr, count: gl.constexpr):
     """One mbarrier per stage of a copy ring, each expecting ``count`` arrivals per phase, initialised and made
@@ -412,10 +422,8 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
     experts, hidden, inner = w.shape
     q = GLUON_FC2_BLOCK_K // 4
     words = w.view(torch.uint8).view(experts * hidden, inner).view(torch.int32)
-    w_desc = TensorDescriptor.from_tensor(words, [block_n, q],
-                                          gl.NVMMASharedLayout.get_default_for([block_n, q], gl.int32))
-    a_desc = TensorDescriptor.from_tensor(inter, [block_t, q],
-                                          gl.NVMMASharedLayout.get_default_for([block_t, q], gl.bfloat16))
+    w_desc = nvmma_descriptor(words, [block_n, q])
+    a_desc = nvmma_descriptor(inter, [block_t, q])
     _fc2_gluon_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=GLUON_FC2_BLOCK_K, STAGES=stages,

@@ -43,9 +43,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._gluon_fc2_kernel import stage_barriers, wgmma_layout
+from ._gluon_fc2_kernel import nvmma_descriptor, stage_barriers, wgmma_layout
 from ._triton_moe_kernel import _activate
 
 # the barrier among the warps of one partition (a named barrier there): ``gl.thread_barrier`` in Triton 3.6,
@@ -271,6 +270,18 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
     gl.store(ptrs, h.to(gl.bfloat16), mask=keep[None, :] & (offs_n < N_OUT)[:, None])
 
 
+def gathered_rows_problem(x: torch.Tensor, inter: torch.Tensor) -> str:
+    """Why ``_fc1_ws_kernel`` cannot take ``x`` / ``inter`` (its cp.async copies x rows in 16-byte pieces, its gather
+    and epilogue use int32 element offsets), or "" where it can."""
+    if x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
+        return (f"x rows must be 16-byte aligned (cp.async): strides {tuple(x.stride())}, address {x.data_ptr()}; "
+                "copy x")
+    for name, t in (("x", x), ("inter", inter)):
+        if t.shape[0] * t.stride(0) >= 2 ** 31:
+            return f"{name} {tuple(t.shape)} (row stride {t.stride(0)}) is past int32 offsets"
+    return ""
+
+
 def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int, inter: torch.Tensor,
                         sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor,
                         grid_blocks: int, *, n_out: int, activation: int, topk: int, block_n: int = 128,
@@ -284,15 +295,10 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
     if hidden % 16 or block_k % 32:
         raise ValueError(f"launch_gluon_ws_fc1: needs H % 16 == 0 and block_k % 32 == 0; got H {hidden}, block_k "
                          f"{block_k}")
-    if x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
-        raise ValueError(f"launch_gluon_ws_fc1: x rows must be 16-byte aligned (cp.async): strides {tuple(x.stride())}, "
-                         f"address {x.data_ptr()}")
-    for name, t in (("x", x), ("inter", inter)):
-        if t.shape[0] * t.stride(0) >= 2 ** 31:
-            raise ValueError(f"launch_gluon_ws_fc1: {name} {tuple(t.shape)} (row stride {t.stride(0)}) is past int32 "
-                             "offsets")
-    w_desc = TensorDescriptor.from_tensor(w.view(experts * n1, hidden), [block_n, block_k],
-                                          gl.NVMMASharedLayout.get_default_for([block_n, block_k], gl.float8e4nv))
+    problem = gathered_rows_problem(x, inter)
+    if problem:
+        raise ValueError(f"launch_gluon_ws_fc1: {problem}")
+    w_desc = nvmma_descriptor(w.view(experts * n1, hidden), [block_n, block_k])
     _fc1_ws_kernel[(triton.cdiv(n_out, block_n), grid_blocks)](
         w_desc, x, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden, x.stride(0),
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
@@ -313,10 +319,8 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     if inner % 16 or block_k % 32 or hidden % block_n:
         raise ValueError(f"launch_gluon_ws_fc2: needs I % 16 == 0, block_k % 32 == 0 and H % block_n == 0; got I "
                          f"{inner}, block_k {block_k}, H {hidden}, block_n {block_n}")
-    w_desc = TensorDescriptor.from_tensor(w.view(experts * hidden, inner), [block_n, block_k],
-                                          gl.NVMMASharedLayout.get_default_for([block_n, block_k], gl.float8e4nv))
-    a_desc = TensorDescriptor.from_tensor(inter, [block_t, block_k],
-                                          gl.NVMMASharedLayout.get_default_for([block_t, block_k], gl.bfloat16))
+    w_desc = nvmma_descriptor(w.view(experts * hidden, inner), [block_n, block_k])
+    a_desc = nvmma_descriptor(inter, [block_t, block_k])
     _fc2_ws_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,

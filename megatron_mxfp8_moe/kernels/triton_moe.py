@@ -243,22 +243,9 @@ class TritonMoEConfig:
             if t.step_scales != self.step_scales and _reads_x_split(t) and _reads_x_split(self):
                 raise ValueError(f"TritonMoEConfig: tail.step_scales {t.step_scales} differs from "
                                  f"{self.step_scales} on the split rows of x both read")
-        if self.fc1_ws and (self.direct or self.gemv or self.planes or self.fc1_gluon or self.fc1_f8x2
-                            or self.dequant in (*_WORD_MODES, "f8x2") or self.fc1_gate_merge
-                            or self.fc1_block_n != 128 or self.fc1_warps != 8 or self.fc1_block_k not in (32, 64)
-                            or self.fc1_stages < 2 or self.block_t % 16 or not 16 <= self.block_t <= 256):
-            raise ValueError("TritonMoEConfig: fc1_ws=True needs an MMA-path tile that reads tokens in K order (no "
-                             "planes, 'sx4', f8x2 or Gluon FC1, no fc1_gate_merge), fc1_block_n=128 on fc1_warps=8, "
-                             "fc1_block_k 32 or 64, fc1_stages >= 2 and block_t a multiple of 16 up to 256; got "
-                             f"{self}")
-        if self.fc2_ws and (self.direct or self.gemv or self.planes or self.fc2_gluon or self.dequant in (
-                *_WORD_MODES, "f8x2") or self.fc2_block_n != 128 or self.fc2_warps != 8
-                or self.fc2_block_k not in (32, 64) or self.fc2_stages < 2 or self.block_t % 16
-                or not 16 <= self.block_t <= 256 or self.fc2_split_k != 1):
-            raise ValueError("TritonMoEConfig: fc2_ws=True needs an MMA-path tile that reads tokens in K order (no "
-                             "planes, 'sx4', f8x2 or Gluon FC2), fc2_block_n=128 on fc2_warps=8, fc2_block_k 32 or 64, "
-                             "fc2_stages >= 2, block_t a multiple of 16 up to 256 and fc2_split_k=1; got "
-                             f"{self}")
+        for fc in (1, 2):
+            if getattr(self, f"fc{fc}_ws"):
+                self._check_ws(fc)
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
@@ -351,6 +338,24 @@ class TritonMoEConfig:
         if self.gemv and not self.direct and self.block_t != 1:
             raise ValueError(f"TritonMoEConfig: the routed GEMV path (gemv without direct) runs one pair per "
                              f"program and needs block_t=1, got block_t={self.block_t}")
+
+    def _check_ws(self, fc: int) -> None:
+        """``fc1_ws`` / ``fc2_ws`` (``_gluon_ws_kernel``): an MMA-path tile that reads tokens in K order, the kernel's
+        128 rows on 8 warps (two consumer warpgroups), 32- or 64-deep steps in 2 or more stages, ``block_t`` a multiple
+        of 16 up to 256 (one wgmma's N); FC1 without its Gluon / f8x2 kernels or ``fc1_gate_merge``, FC2 without its
+        Gluon kernel or split-K."""
+        block_n, warps, block_k, stages = (getattr(self, f"fc{fc}_{field}")
+                                           for field in ("block_n", "warps", "block_k", "stages"))
+        if fc == 1:
+            own, needs = self.fc1_gluon or self.fc1_f8x2 or self.fc1_gate_merge, "f8x2 or Gluon FC1, no fc1_gate_merge"
+        else:
+            own, needs = self.fc2_gluon or self.fc2_split_k != 1, "f8x2 or Gluon FC2, fc2_split_k=1"
+        if (own or self.direct or self.gemv or self.planes or self.dequant in (*_WORD_MODES, "f8x2")
+                or block_n != 128 or warps != 8 or block_k not in (32, 64) or stages < 2 or self.block_t % 16
+                or not 16 <= self.block_t <= 256):
+            raise ValueError(f"TritonMoEConfig: fc{fc}_ws=True needs an MMA-path tile that reads tokens in K order (no "
+                             f"planes, 'sx4', {needs}), fc{fc}_block_n=128 on fc{fc}_warps=8, fc{fc}_block_k 32 or "
+                             f"64, fc{fc}_stages >= 2 and block_t a multiple of 16 up to 256; got {self}")
 
     def _check_f8x2(self) -> None:
         """``dequant="f8x2"`` is an MMA-path tile of its own (``_triton_f8x2_kernel.py``; FC2 optionally in Gluon, and
@@ -1403,15 +1408,15 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
                                    "start at a 4-byte aligned address (read as int32 words); got a storage offset "
                                    "that is not (copy the stack)")
     if device.type != "cuda":
-        return BackendUnavailableError("the Gluon kernels (fc1_gluon / fc2_gluon / fc2_ws) run on a Hopper GPU only "
-                                       "(Gluon has no CPU interpreter)")
+        return BackendUnavailableError("the Gluon kernels (fc1_gluon / fc2_gluon / fc1_ws / fc2_ws) run on a Hopper "
+                                       "GPU only (Gluon has no CPU interpreter)")
     try:
         from . import (  # noqa: F401
             _gluon_f8x2_fc1_kernel,
             _gluon_f8x2_fc2_kernel,
             _gluon_fc1_kernel,
             _gluon_fc2_kernel,
-            _gluon_ws_kernel,  # noqa: F401
+            _gluon_ws_kernel,
         )
     except ImportError as error:
         return BackendUnavailableError("fc1_gluon / fc2_gluon need Triton's Gluon dialect with its Hopper API "
@@ -1627,10 +1632,13 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
             _planes_into(x[:rows], planes, block_k)
         if x_split is not None:
             _split_into(x[:rows], *x_split)
-    if any(t.fc1_ws for t in cfg.launch_tiles) and (x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16):
-        raise MXFP8InputError(f"x: the warp-specialized FC1 (fc1_ws) copies x rows by cp.async in 16-byte pieces; the "
-                              f"rows must be 16-byte aligned (strides {tuple(x.stride())}, address {x.data_ptr()}; "
-                              "copy x)")
+    for tile, rows_of_tile in ((cfg, inter[:max_sorted]), (cfg.tail, inter[max_sorted:])):
+        if tile is not None and tile.fc1_ws:  # the launcher's own check, before any launch
+            from ._gluon_ws_kernel import gathered_rows_problem
+
+            problem = gathered_rows_problem(x, rows_of_tile)
+            if problem:
+                raise MXFP8InputError(f"fc1_ws: {problem}")
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
                    cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
     sorted_pairs, block_expert, num_blocks = route

@@ -525,19 +525,15 @@ def _compile_ws(fc, block_t, block_k, stages):
     sass, shared bytes)``."""
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
 
     from megatron_mxfp8_moe.kernels import _gluon_ws_kernel as kernel
+    from megatron_mxfp8_moe.kernels._gluon_fc2_kernel import nvmma_descriptor
 
     w = torch.zeros(4 * 256, 1024, dtype=torch.float8_e4m3fn)  # descriptors only carry dtypes, blocks and layouts
-    inter = torch.zeros(4 * block_t, 1024, dtype=torch.bfloat16)
-    w_desc = TensorDescriptor.from_tensor(w, [128, block_k], gl.NVMMASharedLayout.get_default_for([128, block_k],
-                                                                                                 gl.float8e4nv))
-    a_desc = TensorDescriptor.from_tensor(inter, [block_t, block_k],
-                                          gl.NVMMASharedLayout.get_default_for([block_t, block_k], gl.bfloat16))
+    w_desc = nvmma_descriptor(w, [128, block_k])
+    a_desc = nvmma_descriptor(torch.zeros(4 * block_t, 1024, dtype=torch.bfloat16), [block_t, block_k])
     constants = dict(BLOCK_N=128, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, DSTAGES=2, PRODUCER_WARPS=4,
                      PRODUCER_REGS=152, num_warps=8)
     if fc == 1:
