@@ -1632,11 +1632,11 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
             _planes_into(x[:rows], planes, block_k)
         if x_split is not None:
             _split_into(x[:rows], *x_split)
-    for tile, rows_of_tile in ((cfg, inter[:max_sorted]), (cfg.tail, inter[max_sorted:])):
+    for tile, first, last in ((cfg, 0, max_sorted), (cfg.tail, max_sorted, sorted_len)):
         if tile is not None and tile.fc1_ws:  # the launcher's own check, before any launch
             from ._gluon_ws_kernel import gathered_rows_problem
 
-            problem = gathered_rows_problem(x, rows_of_tile)
+            problem = gathered_rows_problem(x, inter[first:last])
             if problem:
                 raise MXFP8InputError(f"fc1_ws: {problem}")
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
