@@ -1041,7 +1041,22 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
-  s40a|s40b)
+  s40b)
+    # session 40, call 3 (after call 2 ran s40a: the "_ws" tiles correct, 3 smoke tests passed, and 0-11% slower at
+    # 4096 tokens; profile 30b: the ws FC1 632.3 us, the ws FC2 585.2 against the Triton FCs' 611.9 / 641.9 with their
+    # tails): ncu (full set) of the Triton FCs of the default and of the ws FCs (30b, squared ReLU, 4096 tokens), and
+    # probes of the rings at 4 stages ("_s4")
+    for cfg in x256w_sa_t32a x256w_sa_t32a_wsb; do
+      timeout 150 ncu --clock-control none --kernel-name regex:"_fc[12]_" --launch-skip 4 --launch-count 4 --set full \
+        --print-details all python3 bench/triton_moe_probe.py --tokens 4096 --activation squared_relu --configs $cfg \
+        --once > $OUT/ncu_$cfg.txt 2>&1
+      echo "ncu rc=$?" >> $OUT/ncu_$cfg.txt
+      grep -n "  _fc\|Duration\|Compute (SM) Throughput\|Memory Throughput\|L2 Cache Throughput\|L1/TEX Cache Throughput\|Warp Cycles Per Issued\|Issue Slots Busy\|Registers Per\|Achieved Occupancy" \
+        $OUT/ncu_$cfg.txt | head -60
+    done
+    twin_probes 150 4096 squared_relu ws,wsb,ws_s4,wsb_s4
+    layer_probe_summary 20 ;;
+  s40a|s40c)
     # prepared in session 39 (for session 40; two calls of about 8 and 6 device minutes): the warp-specialized FCs
     # (fc2_ws "_ws" on the MMA-bound defaults, fc1_ws "_ws1" and both "_wsb" on the squared-ReLU ones; compile-checked
     # only). s40a: a smoke test of each under a timeout (a pipeline that deadlocks hangs), layer probes at 4096 tokens
@@ -1052,10 +1067,10 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
         -k "warp_specialized_fcs_match_float64 and odd and x256w_sa_t32a_ws and not ws1" \
         > $OUT/smoke.log 2>&1
       echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
-      grep -q "2 passed" $OUT/smoke.log || exit 0
+      grep -q " passed" $OUT/smoke.log && ! grep -qE "[0-9]+ (failed|errors?)" $OUT/smoke.log || exit 0
       CASES="4096:squared_relu:ws,ws1,wsb,wsb_k32 4096:swiglu:ws"
     else
-      CASES="2048:squared_relu:ws,wsb 2048:swiglu:ws"
+      CASES="2048:squared_relu:ws,wsb 2048:swiglu:ws"  # (s40c)
     fi
     for case in $CASES; do twin_probes 150 ${case//:/ }; done
     layer_probe_summary 22

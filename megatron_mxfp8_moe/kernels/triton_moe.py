@@ -888,6 +888,10 @@ TILES.update({f"{name}_{suffix}": dataclasses.replace(TILES[name], fc1_ws=True, 
 # per stage, twice the handoffs)
 TILES["x256w_sa_t32a_wsb_k32"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], fc1_block_k=32, fc1_stages=4,
                                                      fc2_block_k=32, fc2_stages=4)
+# Session 40 (run 43 call 2: the "_ws" / "_wsb" tiles correct but no faster at 4096 tokens): "_s4", their rings at 4
+# stages (192 KiB of shared memory at 256 tokens): one more step of copies in flight, to see whether the copies limit
+TILES["x256w_sa_t32a_ws_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_ws"], fc2_stages=4)
+TILES["x256w_sa_t32a_wsb_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], fc1_stages=4, fc2_stages=4)
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
