@@ -1041,6 +1041,22 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s40d)
+    # session 40, call 4 (after s40b's ncu: the ws FCs' tensor pipe 34-36% active, warps stalled on long scoreboard
+    # 63% of their cycles, one CTA per SM): the producer's scale loads one K step ahead (``_scale_word``). Smoke tests,
+    # probes at 4096 tokens (squared ReLU, both shapes), ncu of the ws FCs (tensor pipe, stalls)
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "warp_specialized_fcs_match_float64 and odd and x256w" > $OUT/smoke.log 2>&1
+    echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
+    grep -q " passed" $OUT/smoke.log && ! grep -qE "[0-9]+ (failed|errors?)" $OUT/smoke.log || exit 0
+    twin_probes 150 4096 squared_relu ws,wsb,ws_s4,wsb_s4
+    layer_probe_summary 20
+    timeout 150 ncu --clock-control none --kernel-name regex:"_fc[12]_ws" --launch-skip 2 --launch-count 2 --set full \
+      python3 bench/triton_moe_probe.py --tokens 4096 --activation squared_relu --configs x256w_sa_t32a_wsb_s4 \
+      --once > $OUT/ncu_wsb_s4.txt 2>&1
+    echo "ncu rc=$?" >> $OUT/ncu_wsb_s4.txt
+    grep -n "  _fc\|Duration  \|Pipe Tensor Cycles Active\|Stall Long Scoreboard\|Stall Wait  \|Stall Barrier  \|Issue Slots Busy" \
+      $OUT/ncu_wsb_s4.txt | head -30 ;;
   s40b)
     # session 40, call 3 (after call 2 ran s40a: the "_ws" tiles correct, 3 smoke tests passed, and 0-11% slower at
     # 4096 tokens; profile 30b: the ws FC1 632.3 us, the ws FC2 585.2 against the Triton FCs' 611.9 / 641.9 with their

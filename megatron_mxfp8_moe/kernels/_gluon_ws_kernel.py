@@ -72,12 +72,21 @@ def _block_layout(warps):
 
 
 @gluon.jit
-def _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, s_base, row_offs, STAGES: gl.constexpr,
+def _scale_word(s_base, row_offs, k, steps, BLOCK_K: gl.constexpr):
+    """The int32 word [BLOCK_N] of each weight row's 4 E8M0 scales (128 values of K, the 128x4 layout's 4 bytes) that
+    holds K step k's (``BLOCK_K`` <= 128: one word per step); 0 past the last step."""
+    c = k * (BLOCK_K // 32)
+    return gl.load((s_base + row_offs + (c // 4) * 512).to(gl.pointer_type(gl.int32), bitcast=True),
+                   mask=(row_offs >= 0) & (k < steps), other=0)
+
+
+@gluon.jit
+def _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, word, STAGES: gl.constexpr,
                   DSTAGES: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
-    """Step k's fp8 weight tile (its stage of the copy ring) times its E8M0 scales (``row_offs`` [BLOCK_N] into the
-    expert's 128x4 layout at ``s_base``) into the bf16 ring, one 32-value scale block at a time (32 values per thread
-    live, not the tile's 64); frees the fp8 stage for the copies (1 of its 2 arrivals) and hands the bf16 tile to the
-    consumer."""
+    """Step k's fp8 weight tile (its stage of the copy ring) times its E8M0 scales (``word``: ``_scale_word`` of step
+    k, loaded a step ahead so that its latency is off this chain) into the bf16 ring, one 32-value scale block at a
+    time (32 values per thread live, not the tile's 64); frees the fp8 stage for the copies (1 of its 2 arrivals) and
+    hands the bf16 tile to the consumer."""
     layout: gl.constexpr = _block_layout(PRODUCER_WARPS)
     st = k % STAGES
     d = k % DSTAGES
@@ -85,7 +94,7 @@ def _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, s_bas
     mbarrier.wait(deq_empty.index(d), ((k // DSTAGES) & 1) ^ 1)
     for b in gl.static_range(BLOCK_K // 32):
         c = k * (BLOCK_K // 32) + b
-        s = gl.load(s_base + row_offs + ((c // 4) * 512 + c % 4)).to(gl.int32)
+        s = (word >> (8 * (c % 4))) & 0xFF
         # 2 ** (s - 127) in fp32: the exponent field, or the subnormal 2 ** -127 for byte 0
         scale = gl.where(s == 0, 0x00400000, s << 23).to(gl.float32, bitcast=True)
         w = w8_smem.index(st).slice(32 * b, 32, 1).load(layout).to(gl.float32)
@@ -112,9 +121,12 @@ def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, ready, empty, deq_re
     for i in gl.static_range(STAGES - 1):
         if i < steps:
             _issue(w_desc, a_desc, w8_smem, x_smem, ready, empty, i, w_row, a_row, STAGES, BLOCK_K)
+    word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, s_base, row_offs, STAGES, DSTAGES,
-                      BLOCK_K, PRODUCER_WARPS)
+        next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)  # in flight during step k
+        _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, word, STAGES, DSTAGES, BLOCK_K,
+                      PRODUCER_WARPS)
+        word = next_word
         # only now the copy into step k - 1's stage: the consumer frees it after step k's MMA, which needs the tile
         # just stored (issued before it, this wait would never end)
         if k + STAGES - 1 < steps:
@@ -158,9 +170,12 @@ def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb
         if i < steps:
             _issue_gathered(w_desc, w8_smem, x_smem, ready, empty, x_ptr, x_offs, live_rows, cols, i, K, w_row,
                             STAGES, BLOCK_K)
+    word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, s_base, row_offs, STAGES, DSTAGES,
-                      BLOCK_K, PRODUCER_WARPS)
+        next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)  # in flight during step k
+        _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, word, STAGES, DSTAGES, BLOCK_K,
+                      PRODUCER_WARPS)
+        word = next_word
         if k + STAGES - 1 < steps:  # (after the dequant: _fc2_producer says why)
             _issue_gathered(w_desc, w8_smem, x_smem, ready, empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1,
                             K, w_row, STAGES, BLOCK_K)
