@@ -405,7 +405,7 @@ case "${1:-}" in
     tail -3 $OUT/verify_tests.log; grep '^{' $OUT/probe.jsonl ;;
   ncu64)
     # one warm-up and one profiled call each (triton_moe_probe.py --once); the text report comes back in $OUT
-    timeout ${NCU_TIMEOUT:-500} ncu --export $OUT/ncu_s16k_64 --kernel-name regex:"_fc[12]_kernel" --launch-skip 2 --launch-count 2 --set full --print-details all \
+    timeout ${NCU_TIMEOUT:-500} ncu --export $OUT/ncu_s16k_64 --kernel-name regex:"_fc[12]_kernel" --launch-skip 2 --launch-count 2 --set full \
       --print-details all python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 64 \
       --configs s16k_sx_r --once > $OUT/ncu_s16k_64.txt 2>&1
     echo "ncu rc=$?" >> $OUT/ncu_s16k_64.txt
@@ -1398,7 +1398,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # tokens, run 36: the f8x2 FC1 102.1 us, the dequantizing Gluon FC2 on 64 rows 116.1, the f8x2 FC2 on 128 rows
     # 117.2): ncu (full set) of both FCs of the default and of "s16_f8q_s2_gf_g1_f128" (the f8x2 FC2 on 128 rows)
     for cfg in $(default_tile 64 squared_relu) s16_f8q_s2_gf_g1_f128; do
-      timeout 120 ncu --clock-control none --kernel-name regex:"_fc[12]_" --launch-skip 2 --launch-count 2 --set full --print-details all \
+      timeout 120 ncu --clock-control none --kernel-name regex:"_fc[12]_" --launch-skip 2 --launch-count 2 --set full \
         --print-details all python3 bench/triton_moe_probe.py --tokens 64 --activation squared_relu --configs $cfg \
         --once > $OUT/ncu_$cfg.txt 2>&1
       echo "ncu rc=$?" >> $OUT/ncu_$cfg.txt
