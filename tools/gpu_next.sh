@@ -1041,6 +1041,19 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s40e)
+    # session 40, call 5: the weight ring split from the token ring (weights 2 * STAGES steps ahead, freed by the
+    # producer itself; after s40d: the scale words a step ahead took the ws FC1 635 -> 534 us, FC2 593 -> 513, and
+    # "_wsb_s4" 6-8% ahead of the default on 235b). Smoke tests, probes at 4096 tokens (squared ReLU; SwiGLU "_ws"),
+    # the GPU tests
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "warp_specialized_fcs_match_float64 and odd and x256w" > $OUT/smoke.log 2>&1
+    echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
+    grep -q " passed" $OUT/smoke.log && ! grep -qE "[0-9]+ (failed|errors?)" $OUT/smoke.log || exit 0
+    twin_probes 150 4096 squared_relu ws,wsb,ws_s4,wsb_s4
+    twin_probes 90 4096 swiglu ws
+    layer_probe_summary 20
+    moe_gpu_tests 240 "warp_specialized" ;;
   s40d)
     # session 40, call 4 (after s40b's ncu: the ws FCs' tensor pipe 34-36% active, warps stalled on long scoreboard
     # 63% of their cycles, one CTA per SM): the producer's scale loads one K step ahead (``_scale_word``). Smoke tests,

@@ -1,24 +1,25 @@
-"""FC1 (ungated) and FC2 of the MMA-bound rows as warp-specialized mixed-input GEMMs in Gluon (session 39; prepared,
-compile-checked, not yet run on a GPU).
+"""FC1 (ungated) and FC2 of the MMA-bound rows as warp-specialized mixed-input GEMMs in Gluon (session 39; opt-in,
+``fc1_ws`` / ``fc2_ws``; first run on a GPU in session 40, run 43).
 
 Run 42 showed the Triton FCs of the 256-token tiles bound by each K step's chain (weights in, dequant, wgmma, wait)
 in each warpgroup, about a third of the tensor cores' rate. Here two partitions of one CTA run that chain as a
 pipeline instead:
 
-- producer (``PRODUCER_WARPS`` warps, one warpgroup): each K step's fp8 weight tile ``[BLOCK_N, BLOCK_K]`` by TMA and
-  its token tile ``[BLOCK_T, BLOCK_K]`` into a ring of ``STAGES`` stages (one ``ready`` mbarrier each): for FC2 the
-  FC1 rows of the block's positions by TMA (K order: one box), for FC1 the block's token rows of x gathered by
-  cp.async (sorted position -> pair -> token: no TMA box); and the dequant: each weight tile from shared memory to
-  registers, times its E8M0 scales (exact in fp32, then bf16: the values of the Triton kernels' "cvt" / "fp32"
-  modes), into a second ring of ``DSTAGES`` bf16 tiles in the wgmma's shared layout;
+- producer (``PRODUCER_WARPS`` warps, one warpgroup): each K step's fp8 weight tile ``[BLOCK_N, BLOCK_K]`` by TMA into
+  a ring of ``WSTAGES`` stages (``w_ready``), ``WSTAGES`` steps ahead, and its token tile ``[BLOCK_T, BLOCK_K]`` into a
+  ring of ``STAGES`` (``x_ready`` / ``x_empty``), ``STAGES - 1`` ahead: for FC2 the FC1 rows of the block's positions
+  by TMA (K order: one box), for FC1 the block's token rows of x gathered by cp.async (sorted position -> pair ->
+  token: no TMA box); and the dequant: each weight tile from shared memory to registers, times its E8M0 scales (each
+  row's scale word loaded a step ahead; exact in fp32, then bf16: the values of the Triton kernels' "cvt" / "fp32"
+  modes), into a third ring of ``DSTAGES`` bf16 tiles in the wgmma's shared layout (``deq_ready`` / ``deq_empty``);
 - consumer (the kernel's ``num_warps``, 2 warpgroups for 128 rows): asynchronous wgmmas with both operands in shared
   memory, one step in flight while the next is issued, then the epilogue (FC1: the activation into the inter rows by
   position; FC2: the pairs' slot rows).
 
-Both rings hand slots back through mbarriers: a weight stage is free once the producer has read it and the
-consumer's MMA that read its tokens has retired (``empty``: 2 arrivals), a bf16 stage once that MMA has retired. The
-same bf16 products in the same order per output element as the Triton FCs with ``dequant="cvt"`` at the same K step
-(fp32 accumulation), so the float64 oracle applies; bits are not claimed.
+A weight stage is free once the producer has read it (no barrier: the producer reuses it itself), a token stage and
+a bf16 stage once the consumer's MMA that read them has retired. The same bf16 products in the same order per output
+element as the Triton FCs with ``dequant="cvt"`` at the same K step (fp32 accumulation), so the float64 oracle
+applies; bits are not claimed.
 
 Layouts: weights ``[E, N1, H]`` (FC1) / ``[E, H, I]`` (FC2) fp8 e4m3 seen as 2-D ``[E * rows, K]``; x ``[R, H]`` bf16;
 inter rows ``[positions, I]`` bf16 in K order; scales ``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; FC2's out:
@@ -26,7 +27,7 @@ each pair's unweighted bf16 row of ``slots`` ``[pairs, H]``.
 Hopper only (sm_90 wgmma, TMA); Triton 3.6's Gluon (``gl.warp_specialize``). One producer warpgroup beside the two
 consumer warpgroups (384 threads, at most 168 registers each, which the 128-register accumulator of a 64 x 256 wgmma
 needs: with a separate loader warp the kernel took 512 threads, and ptxas refused the wgmma at 128 registers).
-Compile (Triton 3.6, sm_90, CPU): 168 registers, no spill, 152 KiB of shared memory at the defaults.
+Compile (Triton 3.6, sm_90, CPU): 168 registers, no spill; shared memory ``triton_moe.ws_shared_bytes``.
 """
 
 from __future__ import annotations
@@ -53,14 +54,22 @@ _partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 
 @gluon.jit
-def _issue(w_desc, a_desc, w8_smem, x_smem, ready, empty, k, w_row, a_row, STAGES: gl.constexpr,
-           BLOCK_K: gl.constexpr):
-    """K step k's weight and token tiles by TMA into stage ``k % STAGES``, once that stage is free."""
+def _issue_weights(w_desc, w8_smem, w_ready, k, w_row, WSTAGES: gl.constexpr, BLOCK_K: gl.constexpr):
+    """K step k's fp8 weight tile by TMA into stage ``k % WSTAGES`` of the weight ring. No wait: only the producer
+    reads that ring, and it has read the stage's last tile (step k - WSTAGES) before it issues this copy."""
+    st = k % WSTAGES
+    mbarrier.expect(w_ready.index(st), w_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(w_desc, [w_row, k * BLOCK_K], w_ready.index(st), w8_smem.index(st))
+
+
+@gluon.jit
+def _issue_rows(a_desc, x_smem, x_ready, x_empty, k, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
+    """K step k's token tile (FC2: the inter rows, one TMA box) into stage ``k % STAGES`` of the token ring, once
+    the consumer's MMA on that stage's last tile has retired."""
     st = k % STAGES
-    mbarrier.wait(empty.index(st), ((k // STAGES) & 1) ^ 1)  # the first turn passes: no earlier phase to wait for
-    mbarrier.expect(ready.index(st), w_desc.block_type.nbytes + a_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(w_desc, [w_row, k * BLOCK_K], ready.index(st), w8_smem.index(st))
-    tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K], ready.index(st), x_smem.index(st))
+    mbarrier.wait(x_empty.index(st), ((k // STAGES) & 1) ^ 1)  # the first turn passes: no earlier phase to wait for
+    mbarrier.expect(x_ready.index(st), a_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K], x_ready.index(st), x_smem.index(st))
 
 
 @gluon.constexpr_function
@@ -81,16 +90,16 @@ def _scale_word(s_base, row_offs, k, steps, BLOCK_K: gl.constexpr):
 
 
 @gluon.jit
-def _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, word, STAGES: gl.constexpr,
+def _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, WSTAGES: gl.constexpr,
                   DSTAGES: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
     """Step k's fp8 weight tile (its stage of the copy ring) times its E8M0 scales (``word``: ``_scale_word`` of step
     k, loaded a step ahead so that its latency is off this chain) into the bf16 ring, one 32-value scale block at a
-    time (32 values per thread live, not the tile's 64); frees the fp8 stage for the copies (1 of its 2 arrivals) and
-    hands the bf16 tile to the consumer."""
+    time (32 values per thread live, not the tile's 64), and hands the bf16 tile to the consumer; the fp8 stage is
+    free for the next copy when this returns (every producer warp has read it)."""
     layout: gl.constexpr = _block_layout(PRODUCER_WARPS)
-    st = k % STAGES
+    st = k % WSTAGES
     d = k % DSTAGES
-    mbarrier.wait(ready.index(st), (k // STAGES) & 1)
+    mbarrier.wait(w_ready.index(st), (k // WSTAGES) & 1)
     mbarrier.wait(deq_empty.index(d), ((k // DSTAGES) & 1) ^ 1)
     for b in gl.static_range(BLOCK_K // 32):
         c = k * (BLOCK_K // 32) + b
@@ -101,7 +110,6 @@ def _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, word,
         wb_smem.index(d).slice(32 * b, 32, 1).store((w * scale[:, None]).to(gl.bfloat16))
     fence_async_shared()  # the generic-proxy stores, visible to the wgmma's async proxy
     _partition_barrier()  # every warp of the partition has read the fp8 stage and written the bf16 tile
-    mbarrier.arrive(empty.index(st))
     mbarrier.arrive(deq_ready.index(d))
 
 
@@ -113,48 +121,52 @@ def _scale_rows_of(n_first, scale_tiles, BLOCK_N: gl.constexpr, PRODUCER_WARPS: 
 
 
 @gluon.jit
-def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, ready, empty, deq_ready, deq_empty, w_row, a_row,
-                  s_base, n_first, steps, scale_tiles, STAGES: gl.constexpr, DSTAGES: gl.constexpr,
-                  BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
-    """FC2's producer: the weight and inter-row copies by TMA ``STAGES - 1`` steps ahead, and the dequant."""
+def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty, w_row,
+                  a_row, s_base, n_first, steps, scale_tiles, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
+                  DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+    """FC2's producer: the weight copies by TMA ``WSTAGES`` steps ahead, the inter rows' ``STAGES - 1``, and the
+    dequant."""
     row_offs = _scale_rows_of(n_first, scale_tiles, BLOCK_N, PRODUCER_WARPS)
+    for i in gl.static_range(WSTAGES):
+        if i < steps:
+            _issue_weights(w_desc, w8_smem, w_ready, i, w_row, WSTAGES, BLOCK_K)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
-            _issue(w_desc, a_desc, w8_smem, x_smem, ready, empty, i, w_row, a_row, STAGES, BLOCK_K)
+            _issue_rows(a_desc, x_smem, x_ready, x_empty, i, a_row, STAGES, BLOCK_K)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
         next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)  # in flight during step k
-        _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, word, STAGES, DSTAGES, BLOCK_K,
+        _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, WSTAGES, DSTAGES, BLOCK_K,
                       PRODUCER_WARPS)
         word = next_word
-        # only now the copy into step k - 1's stage: the consumer frees it after step k's MMA, which needs the tile
+        if k + WSTAGES < steps:  # into the weight stage just read
+            _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, w_row, WSTAGES, BLOCK_K)
+        # only now the rows into step k - 1's stage: the consumer frees it after step k's MMA, which needs the tile
         # just stored (issued before it, this wait would never end)
         if k + STAGES - 1 < steps:
-            _issue(w_desc, a_desc, w8_smem, x_smem, ready, empty, k + STAGES - 1, w_row, a_row, STAGES, BLOCK_K)
+            _issue_rows(a_desc, x_smem, x_ready, x_empty, k + STAGES - 1, a_row, STAGES, BLOCK_K)
 
 
 @gluon.jit
-def _issue_gathered(w_desc, w8_smem, x_smem, ready, empty, x_ptr, x_offs, live_rows, cols, k, K, w_row,
-                    STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
-    """FC1's K step k into stage ``k % STAGES`` once it is free: the weight tile by TMA, the block's token rows by
-    cp.async (gathered: no TMA box), each producer thread's copies counted by the stage's mbarrier once landed."""
+def _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k, K, STAGES: gl.constexpr,
+                    BLOCK_K: gl.constexpr):
+    """FC1's token rows of K step k into stage ``k % STAGES`` of the token ring once it is free, by cp.async
+    (gathered: no TMA box), each producer thread's copies counted by the stage's mbarrier once landed."""
     st = k % STAGES
-    mbarrier.wait(empty.index(st), ((k // STAGES) & 1) ^ 1)
-    mbarrier.expect(ready.index(st), w_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(w_desc, [w_row, k * BLOCK_K], ready.index(st), w8_smem.index(st))
+    mbarrier.wait(x_empty.index(st), ((k // STAGES) & 1) ^ 1)
     async_copy.async_copy_global_to_shared(x_smem.index(st), x_ptr + (x_offs + k * BLOCK_K),
                                            mask=live_rows & (k * BLOCK_K + cols < K)[None, :])
     # one expected arrival per thread, once its copies have landed (no count increment: see _gluon_fc1_kernel)
-    async_copy.mbarrier_arrive(ready.index(st), increment_count=False)
+    async_copy.mbarrier_arrive(x_ready.index(st), increment_count=False)
 
 
 @gluon.jit
-def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, ready, empty, deq_ready,
-                  deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, TOPK: gl.constexpr,
-                  STAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
-                  BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
-    """FC1's producer: the weight copies by TMA and the gathered token rows (sorted position -> pair -> token row of
-    x; padding positions copy nothing: zeros) by cp.async ``STAGES - 1`` steps ahead, and the dequant."""
+def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty,
+                  deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, TOPK: gl.constexpr,
+                  STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+    """FC1's producer: the weight copies by TMA ``WSTAGES`` steps ahead, the gathered token rows (sorted position ->
+    pair -> token row of x; padding positions copy nothing: zeros) by cp.async ``STAGES - 1``, and the dequant."""
     copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // (BLOCK_K // 8),
                                                                                              BLOCK_K // 8],
                                                  warps_per_cta=[PRODUCER_WARPS, 1], order=[1, 0])
@@ -166,23 +178,27 @@ def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb
     x_offs = tokens[:, None] * stride_x + cols[None, :]
     live_rows = (pairs >= 0)[:, None]
     row_offs = _scale_rows_of(n_first, scale_tiles, BLOCK_N, PRODUCER_WARPS)
+    for i in gl.static_range(WSTAGES):
+        if i < steps:
+            _issue_weights(w_desc, w8_smem, w_ready, i, w_row, WSTAGES, BLOCK_K)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
-            _issue_gathered(w_desc, w8_smem, x_smem, ready, empty, x_ptr, x_offs, live_rows, cols, i, K, w_row,
-                            STAGES, BLOCK_K)
+            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, K, STAGES, BLOCK_K)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
         next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)  # in flight during step k
-        _dequant_step(k, w8_smem, wb_smem, ready, empty, deq_ready, deq_empty, word, STAGES, DSTAGES, BLOCK_K,
+        _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, WSTAGES, DSTAGES, BLOCK_K,
                       PRODUCER_WARPS)
         word = next_word
+        if k + WSTAGES < steps:  # into the weight stage just read
+            _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, w_row, WSTAGES, BLOCK_K)
         if k + STAGES - 1 < steps:  # (after the dequant: _fc2_producer says why)
-            _issue_gathered(w_desc, w8_smem, x_smem, ready, empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1,
-                            K, w_row, STAGES, BLOCK_K)
+            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1, K, STAGES,
+                            BLOCK_K)
 
 
 @gluon.jit
-def _mma_partition(wb_smem, x_smem, ready, empty, deq_ready, deq_empty, steps, STAGES: gl.constexpr,
+def _mma_partition(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES: gl.constexpr,
                    DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, num_warps: gl.constexpr):
     """Consumer: step k's wgmma on the bf16 weights and the tokens, one step left in flight; releases step k - 1's
     stages after its MMA retires. Returns ``(acc,)``, the fp32 accumulator ``[BLOCK_N, BLOCK_T]``."""
@@ -192,14 +208,14 @@ def _mma_partition(wb_smem, x_smem, ready, empty, deq_ready, deq_empty, steps, S
         st = k % STAGES
         d = k % DSTAGES
         mbarrier.wait(deq_ready.index(d), (k // DSTAGES) & 1)
-        mbarrier.wait(ready.index(st), (k // STAGES) & 1)  # the tokens' bytes (long complete): their visibility
+        mbarrier.wait(x_ready.index(st), (k // STAGES) & 1)
         fence_async_shared()  # FC1's tokens come by cp.async (generic proxy); the wgmma reads through the async proxy
         acc = warpgroup_mma(wb_smem.index(d), x_smem.index(st).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
         if k > 0:  # step k - 1's MMA has retired in every warpgroup: its two stages are free
             _partition_barrier()
             mbarrier.arrive(deq_empty.index((k - 1) % DSTAGES))
-            mbarrier.arrive(empty.index((k - 1) % STAGES))
+            mbarrier.arrive(x_empty.index((k - 1) % STAGES))
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     return (acc,)  # warp_specialize takes the default partition's results as a tuple
 
@@ -215,35 +231,37 @@ def _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOC
 
 
 @gluon.jit
-def _weight_rings(w_desc, STAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr):
-    """The weights' two rings and their barriers: the fp8 stages ``[STAGES, BLOCK_N, BLOCK_K]`` (TMA's layout), the
-    bf16 stages ``[DSTAGES, BLOCK_N, BLOCK_K]`` (the wgmma's), ``empty`` (2 arrivals: the producer's read of the
-    weights, the consumer's retired MMA on the stage's tokens), ``deq_ready`` and ``deq_empty``."""
-    w8_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+def _weight_rings(w_desc, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BLOCK_K: gl.constexpr):
+    """The weights' two rings and their barriers: the fp8 stages ``[WSTAGES, BLOCK_N, BLOCK_K]`` (TMA's layout) with
+    ``w_ready``, the bf16 stages ``[DSTAGES, BLOCK_N, BLOCK_K]`` (the wgmma's) with ``deq_ready`` and
+    ``deq_empty``."""
+    w8_smem = gl.allocate_shared_memory(gl.float8e4nv, [WSTAGES, BLOCK_N, BLOCK_K], w_desc.layout)
     wb_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], gl.bfloat16)
     wb_smem = gl.allocate_shared_memory(gl.bfloat16, [DSTAGES, BLOCK_N, BLOCK_K], wb_layout)
-    return (w8_smem, wb_smem, stage_barriers(STAGES, 2), stage_barriers(DSTAGES, 1),
+    return (w8_smem, wb_smem, stage_barriers(WSTAGES, 1), stage_barriers(DSTAGES, 1),
             stage_barriers(DSTAGES, 1))
 
 
 @gluon.jit
 def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                    stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
-                   BLOCK_K: gl.constexpr, STAGES: gl.constexpr, DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                   PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                   BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr,
+                   PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_T, BLOCK_K], a_desc.layout)
-    ready = stage_barriers(STAGES, 1)
-    w8_smem, wb_smem, empty, deq_ready, deq_empty = _weight_rings(w_desc, STAGES, DSTAGES, BLOCK_N, BLOCK_K)
+    x_ready = stage_barriers(STAGES, 1)  # the expect (TMA)
+    x_empty = stage_barriers(STAGES, 1)
+    w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _weight_rings(w_desc, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K)
     n_first = pid_n * BLOCK_N
     acc = gl.warp_specialize([
-        (_mma_partition, (wb_smem, x_smem, ready, empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
+        (_mma_partition, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
                           BLOCK_T, num_warps)),
-        (_fc2_producer, (w_desc, a_desc, w8_smem, x_smem, wb_smem, ready, empty, deq_ready, deq_empty,
-                         expert * N + n_first, pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, STAGES, DSTAGES,
-                         BLOCK_N, BLOCK_K, PRODUCER_WARPS)),
+        (_fc2_producer, (w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
+                         expert * N + n_first, pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, STAGES, WSTAGES,
+                         DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
     mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
     positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
@@ -258,22 +276,23 @@ def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expe
 def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N_OUT, N1, K,
                    stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
                    BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-                   DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                   num_warps: gl.constexpr):
+                   WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                   PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
     x_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_K], gl.bfloat16)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_T, BLOCK_K], x_layout)
-    ready = stage_barriers(STAGES, 1 + 32 * PRODUCER_WARPS)  # the expect, every producer thread's cp.async copies
-    w8_smem, wb_smem, empty, deq_ready, deq_empty = _weight_rings(w_desc, STAGES, DSTAGES, BLOCK_N, BLOCK_K)
+    x_ready = stage_barriers(STAGES, 32 * PRODUCER_WARPS)  # every producer thread's cp.async copies
+    x_empty = stage_barriers(STAGES, 1)
+    w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _weight_rings(w_desc, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K)
     n_first = pid_n * BLOCK_N
     acc = gl.warp_specialize([
-        (_mma_partition, (wb_smem, x_smem, ready, empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
+        (_mma_partition, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
                           BLOCK_T, num_warps)),
-        (_fc1_producer, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, ready, empty, deq_ready,
-                         deq_empty, expert * N1 + n_first, pid_b, s_base, n_first, steps, K, scale_tiles, TOPK,
-                         STAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS)),
+        (_fc1_producer, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
+                         x_empty, deq_ready, deq_empty, expert * N1 + n_first, pid_b, s_base, n_first, steps, K,
+                         scale_tiles, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
     mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
     h = _activate(acc, acc, ACTIVATION)  # ungated: the activation of the one accumulator
@@ -302,7 +321,8 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
                         grid_blocks: int, *, n_out: int, activation: int, topk: int, block_n: int = 128,
                         block_t: int = 256, block_k: int = 64, stages: int = 3, dstages: int = 2,
                         num_warps: int = 8, producer_warps: int = 4, producer_regs: int = 152) -> None:
-    """One ``_fc1_ws_kernel`` launch (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple of 8, 16-byte
+    """One ``_fc1_ws_kernel`` launch (``stages`` token stages, twice as many weight stages:
+    ``ws_shared_bytes``) (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple of 8, 16-byte
     aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as ``launch_gluon_ws_fc2``'s,
     ``inter`` ``[positions, n_out]`` bf16 rows by sorted position in K order; ``activation`` the Triton kernels' code.
     Needs H a multiple of 16 (TMA rows) and ``block_k`` a multiple of 32."""
@@ -317,8 +337,8 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
     _fc1_ws_kernel[(triton.cdiv(n_out, block_n), grid_blocks)](
         w_desc, x, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden, x.stride(0),
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
-        BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps,
-        PRODUCER_REGS=producer_regs, num_warps=num_warps)
+        BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=2 * stages, DSTAGES=dstages,
+        PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, num_warps=num_warps)
 
 
 def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
@@ -326,7 +346,7 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                         num_blocks: torch.Tensor, grid_blocks: int, *, block_n: int = 128, block_t: int = 256,
                         block_k: int = 64, stages: int = 3, dstages: int = 2, num_warps: int = 8,
                         producer_warps: int = 4, producer_regs: int = 152) -> None:
-    """One ``_fc2_ws_kernel`` launch over ``grid_blocks`` token blocks of ``block_t`` positions (blocks past
+    """One ``_fc2_ws_kernel`` launch (``stages`` token stages, twice as many weight stages) over ``grid_blocks`` token blocks of ``block_t`` positions (blocks past
     ``num_blocks[0]`` exit): ``inter`` ``[positions, I]`` bf16 in K order (row stride a multiple of 8), ``w`` ``[E, H,
     I]`` fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16.
     Needs I a multiple of 16 (TMA rows), ``block_k`` a multiple of 32 and H a multiple of ``block_n``."""
@@ -339,4 +359,5 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     _fc2_ws_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,
-        DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, num_warps=num_warps)
+        WSTAGES=2 * stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs,
+        num_warps=num_warps)

@@ -352,10 +352,11 @@ class TritonMoEConfig:
             own, needs = self.fc2_gluon or self.fc2_split_k != 1, "f8x2 or Gluon FC2, fc2_split_k=1"
         if (own or self.direct or self.gemv or self.planes or self.dequant in (*_WORD_MODES, "f8x2")
                 or block_n != 128 or warps != 8 or block_k not in (32, 64) or stages < 2 or self.block_t % 16
-                or not 16 <= self.block_t <= 256):
+                or not 16 <= self.block_t <= 256 or ws_shared_bytes(self.block_t, block_k, stages) > 227 * 1024):
             raise ValueError(f"TritonMoEConfig: fc{fc}_ws=True needs an MMA-path tile that reads tokens in K order (no "
                              f"planes, 'sx4', {needs}), fc{fc}_block_n=128 on fc{fc}_warps=8, fc{fc}_block_k 32 or "
-                             f"64, fc{fc}_stages >= 2 and block_t a multiple of 16 up to 256; got {self}")
+                             f"64, fc{fc}_stages >= 2, block_t a multiple of 16 up to 256 and rings within 227 KiB "
+                             f"of shared memory (ws_shared_bytes); got {self}")
 
     def _check_f8x2(self) -> None:
         """``dequant="f8x2"`` is an MMA-path tile of its own (``_triton_f8x2_kernel.py``; FC2 optionally in Gluon, and
@@ -866,6 +867,12 @@ TILES.update({f"{twin}_of": _one_factored(TILES[twin]) for twin in _GLUON_TWINS.
 # instructions against 1151 with scale words)
 for _twin in ("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw"):
     TILES[f"{_twin}_of"] = dataclasses.replace(TILES[f"{_twin}_of"], fc1_maxnreg=128)
+
+
+def ws_shared_bytes(block_t: int, block_k: int, stages: int, dstages: int = 2, block_n: int = 128) -> int:
+    """Shared memory of one ``_gluon_ws_kernel`` program's rings: ``stages`` bf16 token tiles ``[block_t, block_k]``,
+    ``2 * stages`` fp8 weight tiles and ``dstages`` bf16 weight tiles ``[block_n, block_k]``."""
+    return stages * block_t * block_k * 2 + 2 * stages * block_n * block_k + dstages * block_n * block_k * 2
 
 
 def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
