@@ -1041,6 +1041,15 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s40f)
+    # session 40, call 6: "_wsb_s4" as the squared-ReLU default from 176 pairs per expert (after s40e: 7.5-8.6% faster
+    # on 235b at 4096 tokens, a tie on 30b). Its GPU tests (float64, graph replay, the default and its fallback on an
+    # unaligned x), then bench/moe_layer.py at 4096 tokens (both shapes, against mcore / vllm BF16 in the same run)
+    moe_gpu_tests 200 "(warp_specialized and wsb_s4) or default_from_176"
+    mkdir -p $OUT/moe
+    timeout 300 python3 bench/moe_layer.py --tokens 4096 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    echo "moe rc=$?" >> $OUT/moe_bench.log
+    tail -12 $OUT/moe_bench.log ;;
   s40e)
     # session 40, call 5: the weight ring split from the token ring (weights 2 * STAGES steps ahead, freed by the
     # producer itself; after s40d: the scale words a step ahead took the ws FC1 635 -> 534 us, FC2 593 -> 513, and

@@ -304,15 +304,15 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
     gl.store(ptrs, h.to(gl.bfloat16), mask=keep[None, :] & (offs_n < N_OUT)[:, None])
 
 
-def gathered_rows_problem(x: torch.Tensor, inter: torch.Tensor) -> str:
-    """Why ``_fc1_ws_kernel`` cannot take ``x`` / ``inter`` (its cp.async copies x rows in 16-byte pieces, its gather
-    and epilogue use int32 element offsets), or "" where it can."""
+def gathered_rows_problem(x: torch.Tensor, inter_elements: int) -> str:
+    """Why ``_fc1_ws_kernel`` cannot take ``x`` and an inter buffer of ``inter_elements`` (rows times row stride; its
+    cp.async copies x rows in 16-byte pieces, its gather and epilogue use int32 element offsets), or "" where it
+    can."""
     if x.stride(1) != 1 or x.stride(0) % 8 or x.data_ptr() % 16:
         return (f"x rows must be 16-byte aligned (cp.async): strides {tuple(x.stride())}, address {x.data_ptr()}; "
                 "copy x")
-    for name, t in (("x", x), ("inter", inter)):
-        if t.shape[0] * t.stride(0) >= 2 ** 31:
-            return f"{name} {tuple(t.shape)} (row stride {t.stride(0)}) is past int32 offsets"
+    if x.shape[0] * x.stride(0) >= 2 ** 31 or inter_elements >= 2 ** 31:
+        return f"x {tuple(x.shape)} (row stride {x.stride(0)}) or {inter_elements} inter values are past int32 offsets"
     return ""
 
 
@@ -330,7 +330,7 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
     if hidden % 16 or block_k % 32:
         raise ValueError(f"launch_gluon_ws_fc1: needs H % 16 == 0 and block_k % 32 == 0; got H {hidden}, block_k "
                          f"{block_k}")
-    problem = gathered_rows_problem(x, inter)
+    problem = gathered_rows_problem(x, inter.shape[0] * inter.stride(0))
     if problem:
         raise ValueError(f"launch_gluon_ws_fc1: {problem}")
     w_desc = nvmma_descriptor(w.view(experts * n1, hidden), [block_n, block_k])

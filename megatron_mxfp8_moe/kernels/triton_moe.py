@@ -899,6 +899,12 @@ TILES["x256w_sa_t32a_wsb_k32"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"],
 # stages (192 KiB of shared memory at 256 tokens): one more step of copies in flight, to see whether the copies limit
 TILES["x256w_sa_t32a_ws_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_ws"], fc2_stages=4)
 TILES["x256w_sa_t32a_wsb_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], fc1_stages=4, fc2_stages=4)
+# Session 40 (run 43 call 5, one H100, the weight ring split from the token ring, squared ReLU, 4096 tokens, us per
+# layer, the default / "_wsb_s4" per pair of runs): 235b 4938.2 / 4565.7 and 5010.1 / 4580.4 (7.5-8.6% faster), 30b
+# 1331.8 / 1312.8 and 1328.7 / 1334.8 (a tie); "_ws" (FC2 only) 3.3-4.6% / 1.6-2.3% faster; SwiGLU "_ws" 0-5% slower.
+# So from 176 pairs per expert the squared-ReLU pick is "_wsb_s4" where H and I tile by 128 (``GLUON_ENV`` as for the
+# Gluon twins; not in ``_GLUON_TWINS``: its bits are not the Triton tile's, it is held to the float64 oracle).
+_WS_TWINS = {"x256w_sa_t32a": "x256w_sa_t32a_wsb_s4"}
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -960,7 +966,8 @@ TILES.update({f"{name}_g128": map_launch_tiles(
 # "_f1q"; since sessions 32 / 33 the 1.5-16 twins of both activations run the Gluon f8x2 FC1 ("_f1x" / "_f1xt", above).
 _GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2",
                                "m32l4_sx4p_m_s2", "m32k_sx4p_f4_s2", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2",
-                               "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2"})
+                               "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2",
+                               "x256w_sa_t32a"})
 # Environment switch for the Gluon twins (``_GLUON_TWINS``), used where H and I are multiples of 128: unset, empty
 # or "auto" (the default): the twins of ``_GLUON_BY_DEFAULT`` only, and only with the Triton that ran them on a GPU
 # (``_GPU_TESTED_TRITON``; other versions compile them in the CPU tests at most); "1" / true / yes / on / all: every
@@ -993,15 +1000,17 @@ def _gpu_tested_triton() -> bool:
 
 
 def _tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
-    """``TILES[name]`` (a Triton tile), or where H and I tile by 128 its Gluon twin (``_GLUON_TWINS``): with
+    """``TILES[name]`` (a Triton tile), or where H and I tile by 128 its Gluon twin (``_GLUON_TWINS``, or
+    ``_WS_TWINS``: the warp-specialized FCs): with
     ``gluon`` True every twin, False none, None as ``gluon_policy()`` says (by default those of
     ``_GLUON_BY_DEFAULT``, and only with the GPU-tested Triton)."""
-    if hidden % 128 or intermediate % 128 or name not in _GLUON_TWINS or gluon is False:
+    twins = _WS_TWINS if name in _WS_TWINS else _GLUON_TWINS
+    if hidden % 128 or intermediate % 128 or name not in twins or gluon is False:
         return TILES[name]
     if gluon is None:
         policy = gluon_policy()
         gluon = policy == "all" or (policy == "auto" and name in _GLUON_BY_DEFAULT and _gpu_tested_triton())
-    return TILES[_GLUON_TWINS[name]] if gluon else TILES[name]
+    return TILES[twins[name]] if gluon else TILES[name]
 
 
 # Pairs per expert below which the routed GEMV q1 runs rather than the 16-token Gluon twins with the f8x2 FC1.
@@ -1160,7 +1169,8 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
     if pairs_per_expert < 72:
         return _tile("l128m_sa_t64pu_s2" if gated else "l128w_sa_t64p2_s2", hidden, intermediate, gluon)
     if not gated:
-        return TILES["l128w_sa_t32a_s2" if pairs_per_expert < 176 else "x256w_sa_t32a"]
+        return (TILES["l128w_sa_t32a_s2"] if pairs_per_expert < 176
+                else _tile("x256w_sa_t32a", hidden, intermediate, gluon))  # (its twin: the ws FCs, session 40)
     return TILES["l128m_sa_t32_s2" if pairs_per_expert < 176 else "x256m_sa_t32"]
 
 
@@ -1359,6 +1369,12 @@ def triton_mxfp8_moe(
                                       f"start at 4-byte aligned addresses (strides {tuple(data.stride())}, address "
                                       f"{data.data_ptr()}; copy the stack)")
     problem = next(filter(None, (_gluon_problem(tile, fc1, fc2, x.device) for tile in cfg.launch_tiles)), None)
+    if problem is None and any(tile.fc1_ws for tile in cfg.launch_tiles):  # x and inter: _launch checks them again
+        from ._gluon_ws_kernel import gathered_rows_problem
+
+        sorted_len = route_layout(rows, topk, experts, cfg.block_t, cfg.tail.block_t if cfg.tail else 0)[2]
+        reason = gathered_rows_problem(x, sorted_len * inner)  # inter: [sorted_len, I] (no planes with fc1_ws)
+        problem = MXFP8InputError(f"fc1_ws: {reason}") if reason else None
     if problem is not None:
         if config is not None:
             raise problem
@@ -1647,7 +1663,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
         if tile is not None and tile.fc1_ws:  # the launcher's own check, before any launch
             from ._gluon_ws_kernel import gathered_rows_problem
 
-            problem = gathered_rows_problem(x, inter[first:last])
+            problem = gathered_rows_problem(x, (last - first) * inter.stride(0))
             if problem:
                 raise MXFP8InputError(f"fc1_ws: {problem}")
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,

@@ -1474,6 +1474,27 @@ def test_warp_specialized_fcs_match_float64(name, case):
 
 
 @pytest.mark.parametrize("name,tokens", [("x256w_sa_t32a_ws", 4096), ("l128m_sa_t32_s2_ws", 2048),
-                                         ("x256w_sa_t32a_wsb", 4096)])
+                                         ("x256w_sa_t32a_wsb", 4096), ("x256w_sa_t32a_wsb_s4", 4096)])
 def test_cuda_graph_replay_with_the_warp_specialized_fcs(name, tokens):
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), _WS_TILES[name])
+
+
+def test_squared_relu_default_from_176_pairs_runs_the_ws_fcs_and_falls_back_on_unaligned_x():
+    """Session 40: from 176 pairs per expert the squared-ReLU default is "_wsb_s4" (both FCs warp-specialized); an x
+    whose rows are not 16-byte aligned (cp.async) runs its Triton tile instead, the same bits, and that x with the ws
+    tile named raises before any launch."""
+    experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 4096
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, "squared_relu")
+    ws = TILES["x256w_sa_t32a_wsb_s4"]
+    assert choose_config(tokens, hidden, inter, gated=False, topk=topk, experts=experts) is ws
+    default, named = _poisoned_outputs((None, ws), fc1, fc2, x, probs, ids, valid_rows, "squared_relu")
+    assert torch.equal(default, named)
+    ref = _reference(x, fc1, fc2, probs, ids, "squared_relu", 3, valid_rows, tokens)
+    assert relative_error(default, ref) <= BOUND
+    shifted = torch.empty(x.numel() + 1, device="cuda", dtype=x.dtype)[1:].view_as(x)  # rows 2 bytes off
+    shifted.copy_(x)
+    fallback, triton_tile = _poisoned_outputs((None, TILES["x256w_sa_t32a"]), fc1, fc2, shifted, probs, ids,
+                                              valid_rows, "squared_relu")
+    assert torch.equal(fallback, triton_tile) and relative_error(fallback, ref) <= BOUND
+    with pytest.raises(MXFP8InputError, match="fc1_ws: x rows must be 16-byte aligned"):
+        _poisoned_outputs((ws,), fc1, fc2, shifted, probs, ids, valid_rows, "squared_relu")

@@ -83,7 +83,8 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
     for base in bases:  # "auto" (the default): all these twins (the 32-token ones since session 26)
         expected = gluon != "0"
         assert any(t.fc1_gluon or t.fc2_gluon for t in triton_moe._tile(base, 2048, 768).launch_tiles) == expected
-    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "x256m_sa_t32", "x256w_sa_t32a"} | gluon_able <= picked
+    squared_256 = "x256w_sa_t32a" if gluon == "0" else "x256w_sa_t32a_wsb_s4"  # the ws FCs' twin (session 40)
+    assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1", "x256m_sa_t32", squared_256} | gluon_able <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
     capped = dataclasses.replace(tile, fc2_maxnreg=128)
