@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s41a     # for session 41: the full benchmark and the demo on an H200 with session 40's
+#                                   # squared-ReLU default from 176 pairs per expert (warp-specialized FCs), the rest
+#                                   # of the ws GPU tests
 #   bash tools/gpu_next.sh s25g     # session 25, call 8: s25f's refit benchmark and timeline again (call 7's host was slow)
 #   bash tools/gpu_next.sh s25f     # session 25, call 7: one pointer + slot table per table launch: refit GPU tests,
 #                                   # refit benchmark, timeline
@@ -1041,6 +1044,13 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
       echo "pytest ($k) rc=$?" >> $OUT/tests_triton_f8x2.log
     done
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
+  s41a)
+    # for session 41 (one call, about 8 device minutes; on an H200, where 2a's run 40 ran): the full benchmark and the
+    # demo with session 40's squared-ReLU default from 176 pairs per expert ("_wsb_s4", measured on an H100 only), then
+    # the ws GPU tests that run 43 did not reach (the 2048- and 4096-token cases of the other ws tiles)
+    echo "$(nvidia-smi --query-gpu=name --format=csv,noheader)" > $OUT/log.txt
+    moe_bench_and_demo 300 $OUT/log.txt
+    moe_gpu_tests 200 "warp_specialized and not odd and not wsb_s4" ;;
   s40f)
     # session 40, call 6: "_wsb_s4" as the squared-ReLU default from 176 pairs per expert (after s40e: 7.5-8.6% faster
     # on 235b at 4096 tokens, a tie on 30b). Its GPU tests (float64, graph replay, the default and its fallback on an
@@ -1095,11 +1105,12 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 150 4096 squared_relu ws,wsb,ws_s4,wsb_s4
     layer_probe_summary 20 ;;
   s40a|s40c)
-    # prepared in session 39 (for session 40; two calls of about 8 and 6 device minutes): the warp-specialized FCs
+    # (ran as run 43 calls 1-2 (s40a, H200); s40c did not run: call 7 probed 2048 tokens by hand, the tests ran in
+    # s40e / s40f) prepared in session 39 (for session 40; two calls of about 8 and 6 device minutes): the ws FCs
     # (fc2_ws "_ws" on the MMA-bound defaults, fc1_ws "_ws1" and both "_wsb" on the squared-ReLU ones; compile-checked
     # only). s40a: a smoke test of each under a timeout (a pipeline that deadlocks hangs), layer probes at 4096 tokens
     # against the defaults (alternating, both activations and shapes), a per-kernel profile (30b, squared ReLU);
-    # s40b: probes at 2048 tokens and the GPU tests
+    # s40c (first named s40b): probes at 2048 tokens and the GPU tests
     if [ "$1" = s40a ]; then
       timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
         -k "warp_specialized_fcs_match_float64 and odd and x256w_sa_t32a_ws and not ws1" \

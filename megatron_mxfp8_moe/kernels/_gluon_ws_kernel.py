@@ -346,10 +346,11 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                         num_blocks: torch.Tensor, grid_blocks: int, *, block_n: int = 128, block_t: int = 256,
                         block_k: int = 64, stages: int = 3, dstages: int = 2, num_warps: int = 8,
                         producer_warps: int = 4, producer_regs: int = 152) -> None:
-    """One ``_fc2_ws_kernel`` launch (``stages`` token stages, twice as many weight stages) over ``grid_blocks`` token blocks of ``block_t`` positions (blocks past
-    ``num_blocks[0]`` exit): ``inter`` ``[positions, I]`` bf16 in K order (row stride a multiple of 8), ``w`` ``[E, H,
-    I]`` fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16.
-    Needs I a multiple of 16 (TMA rows), ``block_k`` a multiple of 32 and H a multiple of ``block_n``."""
+    """One ``_fc2_ws_kernel`` launch (``stages`` token stages, twice as many weight stages) over ``grid_blocks``
+    token blocks of ``block_t`` positions (blocks past ``num_blocks[0]`` exit): ``inter`` ``[positions, I]`` bf16 in K
+    order (row stride a multiple of 8), ``w`` ``[E, H, I]`` fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with
+    ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16. Needs I a multiple of 16 (TMA rows), ``block_k`` a
+    multiple of 32 and H a multiple of ``block_n``."""
     experts, hidden, inner = w.shape
     if inner % 16 or block_k % 32 or hidden % block_n:
         raise ValueError(f"launch_gluon_ws_fc2: needs I % 16 == 0, block_k % 32 == 0 and H % block_n == 0; got I "

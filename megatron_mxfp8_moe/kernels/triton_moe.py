@@ -212,7 +212,7 @@ class TritonMoEConfig:
     # the split's own error about 2x the 32-block one, 7.5e-6 with 100x outlier channels). Needs the Gluon f8x2
     # kernels on every split buffer the tile reads, and not ``fc1_split_out`` (its split writer makes 32-blocks).
     step_scales: bool = False
-    # Session 39 (prepared, compile-checked only): FC2 as a warp-specialized mixed-input GEMM
+    # Session 39 (run on a GPU in session 40, run 43): FC2 as a warp-specialized mixed-input GEMM
     # (``_gluon_ws_kernel``): a producer warpgroup copies each K step's fp8 weights and K-ordered inter rows by TMA
     # and dequantizes the weights into shared memory; two consumer warpgroups run asynchronous wgmmas with both
     # operands there, one step in flight. Run 42 (one H100): the Triton FC2 of the 256-token tiles is bound by each
@@ -222,8 +222,9 @@ class TritonMoEConfig:
     # split-K; the FC1 and the tail are unchanged. The products and their order per output element are the Triton
     # FC2's at the same K step, but bits are not claimed: held to the float64 oracle.
     fc2_ws: bool = False
-    # Session 39 (prepared, compile-checked only): FC1 the same way (``_gluon_ws_kernel._fc1_ws_kernel``), for ungated
-    # activations: the producer gathers the block's token rows by cp.async (no TMA box) beside the weights' TMA copies;
+    # Session 39 (run in session 40; both on the squared-ReLU default from 176 pairs per expert, "_wsb_s4"): FC1 the
+    # same way (``_gluon_ws_kernel._fc1_ws_kernel``), for ungated activations: the producer gathers the block's token
+    # rows by cp.async (no TMA box) beside the weights' TMA copies;
     # ``fc1_block_n`` 128 on ``fc1_warps`` 8, ``fc1_block_k`` 32 or 64, ``fc1_stages`` >= 2, no ``fc1_gate_merge``;
     # ``fc1_maxnreg`` is ignored. Held to the float64 oracle.
     fc1_ws: bool = False
@@ -884,8 +885,8 @@ def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
 # programmatic dependent launch of its FC1 (``fc2_pdl``; the same bits)
 TILES.update({f"{twin}_pdl": _dependent_launched(TILES[twin]) for twin in _GLUON_TWINS.values()})
 
-# Session 39 (prepared, compile-checked only; tools/gpu_next.sh s40a): the MMA-bound defaults (72+ pairs per expert)
-# with the warp-specialized FC2 (``fc2_ws``) on their main tile, "_ws"; FC1s and tails unchanged
+# Session 39 (first run in session 40, run 43: tools/gpu_next.sh s40a-s40f): the MMA-bound defaults (72+ pairs per
+# expert) with the warp-specialized FC2 (``fc2_ws``) on their main tile, "_ws"; FC1s and tails unchanged
 TILES.update({f"{name}_ws": dataclasses.replace(TILES[name], fc2_ws=True)
               for name in ("x256w_sa_t32a", "x256m_sa_t32", "l128w_sa_t32a_s2", "l128m_sa_t32_s2")})
 # and for squared ReLU (ungated) the warp-specialized FC1 (``fc1_ws``) alone, "_ws1", and both FCs, "_wsb"

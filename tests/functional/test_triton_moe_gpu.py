@@ -1449,7 +1449,7 @@ def test_fc2_ring_keeps_the_bits(name, hidden, inter, tokens, scale_words):
     _assert_tiles_keep_bits(TILES[name], ring, (128, 8, hidden, inter, tokens), "swiglu")
 
 
-# Session 39 (prepared; not yet run on a GPU): the MMA-bound defaults with the warp-specialized FC2 (``fc2_ws``). Cases
+# Session 39 (first run in session 40, run 43): the MMA-bound defaults with the warp-specialized FC2 (``fc2_ws``). Cases
 # with main blocks for both tile sizes, and an odd shape (8 experts, top-2, I = 224: a partial last K step, zero-filled
 # by TMA).
 _WS_TILES = {"x256w_sa_t32a_ws": "squared_relu", "x256m_sa_t32_ws": "swiglu", "l128w_sa_t32a_s2_ws": "squared_relu",

@@ -562,7 +562,7 @@ def _compile_ws(fc, block_t, block_k, stages):
                                                         (2, 256, 64, 4), (1, 256, 64, 3), (1, 128, 64, 3),
                                                         (1, 256, 32, 4), (1, 256, 64, 4)])
 def test_warp_specialized_fcs_compile_for_sm90(fc, block_t, block_k, stages):
-    """``fc2_ws`` / ``fc1_ws`` (session 39, not yet run on a GPU): one producer warpgroup beside two consumer
+    """``fc2_ws`` / ``fc1_ws`` (session 39; GPU-tested since session 40): one producer warpgroup beside two consumer
     warpgroups (384 threads, so 168 registers: a 64 x 256 wgmma's accumulator takes 128); the weights by TMA, FC2's
     inter rows by TMA, FC1's gathered x rows by cp.async counted by the stage's mbarrier; every wgmma with both
     operands in shared memory (no register-A operand, so no register hazard), one step's wgmmas left in flight; each
