@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s41a     # for session 41: the full benchmark and the demo on an H200 with session 40's
-#                                   # squared-ReLU default from 176 pairs per expert (warp-specialized FCs), the rest
-#                                   # of the ws GPU tests
+#                                   # squared-ReLU default from 176 pairs per expert (warp-specialized FCs); "_sx"
+#                                   # (ws_sx) smoke cases and probes at 4096
+#   bash tools/gpu_next.sh s41b     # then the rest of the ws GPU tests, "_sx" included
 #   bash tools/gpu_next.sh s25g     # session 25, call 8: s25f's refit benchmark and timeline again (call 7's host was slow)
 #   bash tools/gpu_next.sh s25f     # session 25, call 7: one pointer + slot table per table launch: refit GPU tests,
 #                                   # refit benchmark, timeline
@@ -1046,11 +1047,21 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     grep "passed\|failed\|rc=\|^FAILED" $OUT/tests_triton_f8x2.log | tail -12 ;;
   s41a)
     # for session 41 (one call, about 8 device minutes; on an H200, where 2a's run 40 ran): the full benchmark and the
-    # demo with session 40's squared-ReLU default from 176 pairs per expert ("_wsb_s4", measured on an H100 only), then
-    # the ws GPU tests that run 43 did not reach (the 2048- and 4096-token cases of the other ws tiles)
+    # demo with session 40's squared-ReLU default from 176 pairs per expert ("_wsb_s4", measured on an H100 only); then
+    # "_sx" (session 40, prepared after the calls, compile-checked only: the ws producers' dequant by moving bits,
+    # ``ws_sx``): its smoke cases, probes against the defaults at 4096 tokens (s41b: the remaining ws GPU tests)
     echo "$(nvidia-smi --query-gpu=name --format=csv,noheader)" > $OUT/log.txt
     moe_bench_and_demo 300 $OUT/log.txt
-    moe_gpu_tests 200 "warp_specialized and not odd and not wsb_s4" ;;
+    timeout 100 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+      -k "warp_specialized_fcs_match_float64 and odd and _sx" > $OUT/smoke.log 2>&1
+    echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
+    grep -q " passed" $OUT/smoke.log && ! grep -qE "[0-9]+ (failed|errors?)" $OUT/smoke.log || exit 0
+    twin_probes 120 4096 squared_relu sx
+    twin_probes 80 4096 swiglu ws,ws_sx
+    layer_probe_summary 22 ;;
+  s41b)
+    # for session 41, after s41a: the ws GPU tests that run 43 did not reach, and those of "_sx"
+    moe_gpu_tests 400 "warp_specialized and not odd and not (wsb_s4 and not sx)" ;;
   s40f)
     # session 40, call 6: "_wsb_s4" as the squared-ReLU default from 176 pairs per expert (after s40e: 7.5-8.6% faster
     # on 235b at 4096 tokens, a tie on 30b). Its GPU tests (float64, graph replay, the default and its fallback on an

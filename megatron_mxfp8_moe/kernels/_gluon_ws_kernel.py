@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ._gluon_fc2_kernel import nvmma_descriptor, stage_barriers, wgmma_layout
+from ._gluon_fc2_kernel import _scales_below_2_pow_1, nvmma_descriptor, stage_barriers, wgmma_layout
 from ._triton_moe_kernel import _activate
 
 # the barrier among the warps of one partition (a named barrier there): ``gl.thread_barrier`` in Triton 3.6,
@@ -90,8 +90,54 @@ def _scale_word(s_base, row_offs, k, steps, BLOCK_K: gl.constexpr):
 
 
 @gluon.jit
-def _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, WSTAGES: gl.constexpr,
-                  DSTAGES: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+def _fp8x2_sx_bits(w):
+    """fp8 e4m3 -> the bf16 ``e4m3 * 2 ** -120`` by moving bits, 2 bytes per asm instance (a thread's neighbours
+    along K): sign-extending ``prmt`` into two 16-bit lanes, shift by 4, mask (the Triton kernels' ``_fp8_sx_to_bf16``:
+    3 instructions per 2 weights where the fp32 convert takes 5). Exact for every byte but the NaNs."""
+    return gl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 t;
+        cvt.u32.u16 t, $1;
+        prmt.b32 t, t, 0, 0x9180;
+        shl.b32 t, t, 4;
+        and.b32 $0, t, 0x87F087F0;
+        }
+        """,
+        constraints="=r,h",
+        args=[w.to(gl.uint8, bitcast=True)],
+        dtype=gl.bfloat16,
+        is_pure=True,
+        pack=2,
+    )
+
+
+@gluon.jit
+def _dequant_block(w, s, one, SX: gl.constexpr):
+    """One 32-value scale block ``w`` ``[BLOCK_N, 32]`` fp8 times ``2 ** (s - 127)`` (``s`` its rows' E8M0 bytes,
+    int32) as bf16, the exact product rounded once. ``SX`` False: fp32 convert and multiply, then bf16. ``SX`` True
+    (``ws_sx``): ``_fp8x2_sx_bits`` times one bf16 factor ``2 ** (s - 7)`` where ``one`` (every byte of the
+    program's rows below 128, a uniform scalar), else times the two factors of ``_sx_factors`` (both normal: the same
+    value)."""
+    if SX:
+        v = _fp8x2_sx_bits(w)
+        if one:
+            f = ((s + 120) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+            out = v * f[:, None]
+        else:
+            lo = ((gl.minimum(s, 134) + 120) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+            hi = ((gl.maximum(s, 134) - 7) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+            out = v * lo[:, None] * hi[:, None]
+    else:
+        # 2 ** (s - 127) in fp32: the exponent field, or the subnormal 2 ** -127 for byte 0
+        scale = gl.where(s == 0, 0x00400000, s << 23).to(gl.float32, bitcast=True)
+        out = (w.to(gl.float32) * scale[:, None]).to(gl.bfloat16)
+    return out
+
+
+@gluon.jit
+def _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, one, WSTAGES: gl.constexpr,
+                  DSTAGES: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr):
     """Step k's fp8 weight tile (its stage of the copy ring) times its E8M0 scales (``word``: ``_scale_word`` of step
     k, loaded a step ahead so that its latency is off this chain) into the bf16 ring, one 32-value scale block at a
     time (32 values per thread live, not the tile's 64), and hands the bf16 tile to the consumer; the fp8 stage is
@@ -104,10 +150,8 @@ def _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, WSTA
     for b in gl.static_range(BLOCK_K // 32):
         c = k * (BLOCK_K // 32) + b
         s = (word >> (8 * (c % 4))) & 0xFF
-        # 2 ** (s - 127) in fp32: the exponent field, or the subnormal 2 ** -127 for byte 0
-        scale = gl.where(s == 0, 0x00400000, s << 23).to(gl.float32, bitcast=True)
-        w = w8_smem.index(st).slice(32 * b, 32, 1).load(layout).to(gl.float32)
-        wb_smem.index(d).slice(32 * b, 32, 1).store((w * scale[:, None]).to(gl.bfloat16))
+        w = w8_smem.index(st).slice(32 * b, 32, 1).load(layout)
+        wb_smem.index(d).slice(32 * b, 32, 1).store(_dequant_block(w, s, one, SX))
     fence_async_shared()  # the generic-proxy stores, visible to the wgmma's async proxy
     _partition_barrier()  # every warp of the partition has read the fp8 stage and written the bf16 tile
     mbarrier.arrive(deq_ready.index(d))
@@ -121,9 +165,25 @@ def _scale_rows_of(n_first, scale_tiles, BLOCK_N: gl.constexpr, PRODUCER_WARPS: 
 
 
 @gluon.jit
+def _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                STEPS_P2: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr):
+    """``one`` of ``_dequant_block``: with ``SX``, whether every E8M0 byte of this program's weight rows over its
+    ``steps`` K steps is below 128 (``_scales_below_2_pow_1``: one int32 word per row and 128 values; ``STEPS_P2`` a
+    power of two >= the K extent / 128); False without ``SX`` (unused there)."""
+    if SX:
+        rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, _block_layout(PRODUCER_WARPS)))
+        one = _scales_below_2_pow_1(s_base, rows, gl.cdiv(steps * BLOCK_K, 128), scale_tiles, STEPS_P2,
+                                    PRODUCER_WARPS)
+    else:
+        one = False
+    return one
+
+
+@gluon.jit
 def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty, w_row,
                   a_row, s_base, n_first, steps, scale_tiles, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
-                  DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+                  DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                  SX: gl.constexpr, STEPS_P2: gl.constexpr):
     """FC2's producer: the weight copies by TMA ``WSTAGES`` steps ahead, the inter rows' ``STAGES - 1``, and the
     dequant."""
     row_offs = _scale_rows_of(n_first, scale_tiles, BLOCK_N, PRODUCER_WARPS)
@@ -133,11 +193,12 @@ def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_
     for i in gl.static_range(STAGES - 1):
         if i < steps:
             _issue_rows(a_desc, x_smem, x_ready, x_empty, i, a_row, STAGES, BLOCK_K)
+    one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
         next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)  # in flight during step k
-        _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, WSTAGES, DSTAGES, BLOCK_K,
-                      PRODUCER_WARPS)
+        _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, one, WSTAGES, DSTAGES, BLOCK_K,
+                      PRODUCER_WARPS, SX)
         word = next_word
         if k + WSTAGES < steps:  # into the weight stage just read
             _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, w_row, WSTAGES, BLOCK_K)
@@ -164,7 +225,8 @@ def _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k,
 def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty,
                   deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, TOPK: gl.constexpr,
                   STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+                  BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr,
+                  STEPS_P2: gl.constexpr):
     """FC1's producer: the weight copies by TMA ``WSTAGES`` steps ahead, the gathered token rows (sorted position ->
     pair -> token row of x; padding positions copy nothing: zeros) by cp.async ``STAGES - 1``, and the dequant."""
     copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // (BLOCK_K // 8),
@@ -184,11 +246,12 @@ def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb
     for i in gl.static_range(STAGES - 1):
         if i < steps:
             _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, K, STAGES, BLOCK_K)
+    one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
         next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)  # in flight during step k
-        _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, WSTAGES, DSTAGES, BLOCK_K,
-                      PRODUCER_WARPS)
+        _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, one, WSTAGES, DSTAGES, BLOCK_K,
+                      PRODUCER_WARPS, SX)
         word = next_word
         if k + WSTAGES < steps:  # into the weight stage just read
             _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, w_row, WSTAGES, BLOCK_K)
@@ -247,7 +310,8 @@ def _weight_rings(w_desc, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N:
 def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                    stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr,
-                   PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                   PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, SX: gl.constexpr,
+                   STEPS_P2: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
@@ -261,7 +325,7 @@ def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expe
                           BLOCK_T, num_warps)),
         (_fc2_producer, (w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
                          expert * N + n_first, pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, STAGES, WSTAGES,
-                         DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS)),
+                         DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
     mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
     positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, mma))
@@ -277,7 +341,7 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
                    stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
                    BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                    WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                   PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                   PRODUCER_REGS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
@@ -292,7 +356,8 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
                           BLOCK_T, num_warps)),
         (_fc1_producer, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
                          x_empty, deq_ready, deq_empty, expert * N1 + n_first, pid_b, s_base, n_first, steps, K,
-                         scale_tiles, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS)),
+                         scale_tiles, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX,
+                         STEPS_P2)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
     mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
     h = _activate(acc, acc, ACTIVATION)  # ungated: the activation of the one accumulator
@@ -320,7 +385,8 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
                         sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_blocks: torch.Tensor,
                         grid_blocks: int, *, n_out: int, activation: int, topk: int, block_n: int = 128,
                         block_t: int = 256, block_k: int = 64, stages: int = 3, dstages: int = 2,
-                        num_warps: int = 8, producer_warps: int = 4, producer_regs: int = 152) -> None:
+                        num_warps: int = 8, producer_warps: int = 4, producer_regs: int = 152,
+                        sx: bool = False) -> None:
     """One ``_fc1_ws_kernel`` launch (``stages`` token stages, twice as many weight stages:
     ``ws_shared_bytes``) (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple of 8, 16-byte
     aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as ``launch_gluon_ws_fc2``'s,
@@ -338,14 +404,15 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
         w_desc, x, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden, x.stride(0),
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
         BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=2 * stages, DSTAGES=dstages,
-        PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, num_warps=num_warps)
+        PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
+        STEPS_P2=triton.next_power_of_2(triton.cdiv(hidden, 128)), num_warps=num_warps)
 
 
 def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
                         slots: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                         num_blocks: torch.Tensor, grid_blocks: int, *, block_n: int = 128, block_t: int = 256,
                         block_k: int = 64, stages: int = 3, dstages: int = 2, num_warps: int = 8,
-                        producer_warps: int = 4, producer_regs: int = 152) -> None:
+                        producer_warps: int = 4, producer_regs: int = 152, sx: bool = False) -> None:
     """One ``_fc2_ws_kernel`` launch (``stages`` token stages, twice as many weight stages) over ``grid_blocks``
     token blocks of ``block_t`` positions (blocks past ``num_blocks[0]`` exit): ``inter`` ``[positions, I]`` bf16 in K
     order (row stride a multiple of 8), ``w`` ``[E, H, I]`` fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with
@@ -360,5 +427,5 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     _fc2_ws_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,
-        WSTAGES=2 * stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs,
-        num_warps=num_warps)
+        WSTAGES=2 * stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
+        STEPS_P2=triton.next_power_of_2(triton.cdiv(inner, 128)), num_warps=num_warps)

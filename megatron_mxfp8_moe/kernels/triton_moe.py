@@ -228,6 +228,11 @@ class TritonMoEConfig:
     # ``fc1_block_n`` 128 on ``fc1_warps`` 8, ``fc1_block_k`` 32 or 64, ``fc1_stages`` >= 2, no ``fc1_gate_merge``;
     # ``fc1_maxnreg`` is ignored. Held to the float64 oracle.
     fc1_ws: bool = False
+    # Session 40 (prepared, compile-checked only): the ws producers' dequant by moving bits (``_fp8x2_sx_bits``, 3
+    # integer instructions per 2 weights) times one bf16 factor where the program's scale bytes are all below 128
+    # (a scan of its rows' scale words before the first step), else two, instead of the fp32 convert and multiply
+    # (about 6 per 2 weights): the same exact values. Needs ``fc1_ws`` or ``fc2_ws``.
+    ws_sx: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -247,6 +252,8 @@ class TritonMoEConfig:
         for fc in (1, 2):
             if getattr(self, f"fc{fc}_ws"):
                 self._check_ws(fc)
+        if self.ws_sx and not (self.fc1_ws or self.fc2_ws):
+            raise ValueError("TritonMoEConfig: ws_sx is the warp-specialized FCs' dequant; it needs fc1_ws or fc2_ws")
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
@@ -724,7 +731,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
                                 fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
-                                split_scales_t=False, step_scales=False, fc2_ws=False, fc1_ws=False)
+                                split_scales_t=False, step_scales=False, fc2_ws=False, fc1_ws=False, ws_sx=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -906,6 +913,10 @@ TILES["x256w_sa_t32a_wsb_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], 
 # So from 176 pairs per expert the squared-ReLU pick is "_wsb_s4" where H and I tile by 128 (``GLUON_ENV`` as for the
 # Gluon twins; not in ``_GLUON_TWINS``: its bits are not the Triton tile's, it is held to the float64 oracle).
 _WS_TWINS = {"x256w_sa_t32a": "x256w_sa_t32a_wsb_s4"}
+# and "_sx" (session 40, prepared, compile-checked only; tools/gpu_next.sh s41a): the producers' dequant by moving bits
+# (``ws_sx``), on the default and on the FC2-only tile of both activations
+TILES.update({f"{name}_sx": dataclasses.replace(TILES[name], ws_sx=True)
+              for name in ("x256w_sa_t32a_wsb_s4", "x256w_sa_t32a_ws_s4", "x256m_sa_t32_ws")})
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -1002,9 +1013,8 @@ def _gpu_tested_triton() -> bool:
 
 def _tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
     """``TILES[name]`` (a Triton tile), or where H and I tile by 128 its Gluon twin (``_GLUON_TWINS``, or
-    ``_WS_TWINS``: the warp-specialized FCs): with
-    ``gluon`` True every twin, False none, None as ``gluon_policy()`` says (by default those of
-    ``_GLUON_BY_DEFAULT``, and only with the GPU-tested Triton)."""
+    ``_WS_TWINS``: the warp-specialized FCs): with ``gluon`` True every twin, False none, None as ``gluon_policy()``
+    says (by default those of ``_GLUON_BY_DEFAULT``, and only with the GPU-tested Triton)."""
     twins = _WS_TWINS if name in _WS_TWINS else _GLUON_TWINS
     if hidden % 128 or intermediate % 128 or name not in twins or gluon is False:
         return TILES[name]
@@ -1845,7 +1855,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_ws_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out,
                             activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                             block_t=cfg.block_t, block_k=cfg.fc1_block_k, stages=cfg.fc1_stages,
-                            num_warps=cfg.fc1_warps)
+                            num_warps=cfg.fc1_warps, sx=cfg.ws_sx)
     elif cfg.fc1_f8x2:  # checked by _gluon_problem before any launch; x is the split (e4m3, scales) of x
         _launch_gluon_f8x2_fc1(cfg, x, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
     elif cfg.fc1_gluon:  # checked by _gluon_problem before any launch
@@ -1872,7 +1882,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
 
         launch_gluon_ws_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                             block_t=cfg.block_t, block_k=cfg.fc2_block_k, stages=cfg.fc2_stages,
-                            num_warps=cfg.fc2_warps)
+                            num_warps=cfg.fc2_warps, sx=cfg.ws_sx)
         return
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
         from ._gluon_fc2_kernel import launch_gluon_fc2

@@ -1456,7 +1456,8 @@ _WS_TILES = {"x256w_sa_t32a_ws": "squared_relu", "x256m_sa_t32_ws": "swiglu", "l
            "l128m_sa_t32_s2_ws": "swiglu", "x256w_sa_t32a_ws1": "squared_relu", "x256w_sa_t32a_wsb": "squared_relu",
            "l128w_sa_t32a_s2_ws1": "squared_relu", "l128w_sa_t32a_s2_wsb": "squared_relu",
            "x256w_sa_t32a_wsb_k32": "squared_relu", "x256w_sa_t32a_ws_s4": "squared_relu",
-           "x256w_sa_t32a_wsb_s4": "squared_relu"}  # (and fc1_ws: "_ws1", "_wsb"; 32-deep steps: "_k32")
+           "x256w_sa_t32a_wsb_s4": "squared_relu", "x256w_sa_t32a_wsb_s4_sx": "squared_relu",
+           "x256w_sa_t32a_ws_s4_sx": "squared_relu", "x256m_sa_t32_ws_sx": "swiglu"}  # (and fc1_ws: "_ws1", "_wsb"; 32-deep steps: "_k32")
 
 
 @pytest.mark.parametrize("name", sorted(_WS_TILES))

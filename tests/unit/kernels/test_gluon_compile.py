@@ -520,7 +520,7 @@ def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():
     assert k_loop_paths(sass)[0] < 0.9 * len(k_loop(sass_words))
 
 
-def _compile_ws(fc, block_t, block_k, stages):
+def _compile_ws(fc, block_t, block_k, stages, sx=False):
     """The warp-specialized FC1 (``fc`` 1, squared ReLU) or FC2 (session 39) compiled for sm_90 at 128 rows: ``(ptx,
     sass, shared bytes)``."""
     import triton
@@ -535,7 +535,7 @@ def _compile_ws(fc, block_t, block_k, stages):
     w_desc = nvmma_descriptor(w, [128, block_k])
     a_desc = nvmma_descriptor(torch.zeros(4 * block_t, 1024, dtype=torch.bfloat16), [block_t, block_k])
     constants = dict(BLOCK_N=128, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=2 * stages, DSTAGES=2,
-                     PRODUCER_WARPS=4, PRODUCER_REGS=152, num_warps=8)
+                     PRODUCER_WARPS=4, PRODUCER_REGS=152, SX=sx, STEPS_P2=16, num_warps=8)
     if fc == 1:
         fn = kernel._fc1_ws_kernel
         types = dict(w_desc=mangle_type(w_desc), x_ptr="*bf16", s_ptr="*u8", inter_ptr="*bf16",
@@ -558,10 +558,12 @@ def _compile_ws(fc, block_t, block_k, stages):
     return compiled.asm["ptx"], disassemble(compiled.asm["cubin"]), compiled.metadata.shared
 
 
-@pytest.mark.parametrize("fc,block_t,block_k,stages", [(2, 256, 64, 3), (2, 128, 64, 3), (2, 256, 32, 4),
-                                                        (2, 256, 64, 4), (1, 256, 64, 3), (1, 128, 64, 3),
-                                                        (1, 256, 32, 4), (1, 256, 64, 4)])
-def test_warp_specialized_fcs_compile_for_sm90(fc, block_t, block_k, stages):
+@pytest.mark.parametrize("fc,block_t,block_k,stages,sx", [(2, 256, 64, 3, False), (2, 128, 64, 3, False),
+                                                           (2, 256, 32, 4, False), (2, 256, 64, 4, False),
+                                                           (2, 256, 64, 4, True), (1, 256, 64, 3, False),
+                                                           (1, 128, 64, 3, False), (1, 256, 32, 4, False),
+                                                           (1, 256, 64, 4, False), (1, 256, 64, 4, True)])
+def test_warp_specialized_fcs_compile_for_sm90(fc, block_t, block_k, stages, sx):
     """``fc2_ws`` / ``fc1_ws`` (session 39; GPU-tested since session 40): one producer warpgroup beside two consumer
     warpgroups (384 threads, so 168 registers: a 64 x 256 wgmma's accumulator takes 128); the weights by TMA, FC2's
     inter rows by TMA, FC1's gathered x rows by cp.async counted by the stage's mbarrier; every wgmma with both
@@ -572,7 +574,7 @@ def test_warp_specialized_fcs_compile_for_sm90(fc, block_t, block_k, stages):
 
     from megatron_mxfp8_moe.kernels.triton_moe import ws_shared_bytes
 
-    ptx, sass, shared = _compile_ws(fc, block_t, block_k, stages)
+    ptx, sass, shared = _compile_ws(fc, block_t, block_k, stages, sx)
     assert ".reqntid 384" in ptx and ws_shared_bytes(block_t, block_k, stages) <= shared <= 227 * 1024
     spilled = int(re.search(r"(\d+) bytes spill stores", _ptxas_report(ptx)).group(1))
     assert spilled == 0 if triton.__version__.startswith("3.6") else spilled <= 128, spilled
@@ -584,3 +586,10 @@ def test_warp_specialized_fcs_compile_for_sm90(fc, block_t, block_k, stages):
     assert "wgmma.wait_group.sync.aligned 1;" in ptx
     assert {"bar.sync \t0, 256", "bar.sync \t2, 128"} <= set(re.findall(r"bar\.sync \t\d+, \d+", ptx))
     _assert_barriers_fenced_after_init(ptx)
+    # the producer's dequant: ``ws_sx`` moves bits (sign-extending prmt) and multiplies in bf16x2, with no fp8
+    # convert; without it, the fp8 convert and fp32 multiplies
+    converts = ptx.count("cvt.rn.f16x2.e4m3x2")
+    if sx:
+        assert converts == 0 and "prmt.b32 t, t, 0, 0x9180;" in ptx and "HMUL2.BF16" in sass
+    else:
+        assert converts > 0 and "0x9180" not in ptx

@@ -127,10 +127,13 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     # 64-token tails again (two register sets); session 26: the 32-token ones with tails, and squared ReLU's without;
     # session 28: the gated one without tails too ("_nov")
     picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
-    if gluon != "0":  # "1" and "auto" (the default): every twin
+    if gluon != "0":  # "1" and "auto" (the default): every twin; from 176 pairs per expert (2816 tokens) the
+        # squared-ReLU tile's warp-specialized twin (session 40)
         gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_TWINS.items()}
         assert [name in gluon_names for name in picks] == [True] * 9 + [False] * 4
-        picks = [gluon_names.get(name, name) for name in picks]
+        ws_names = {name: triton_name for triton_name, name in triton_moe._WS_TWINS.items()}
+        assert [name in ws_names for name in picks] == [False] * 11 + [not gated] * 2
+        picks = [gluon_names.get(name, ws_names.get(name, name)) for name in picks]
     assert picks == (
         ["m32l4_sx4p_m_t16_s2", "m32l4_sx4p_m_s2", "m32l4_sx4p_m_s2", "l64_sx4p_mu_t32_s2", "l64_sx4p_mu_t32_s2",
          "l64_sx4p_mu_s2", "l64_sx4p_mu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t64pu_s2", "l128m_sa_t32_s2",
@@ -1677,9 +1680,9 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
     calls = []
 
     def stand_in(inter, w, scales, scale_tiles, slots, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
-                 block_n, block_t, block_k, stages, num_warps):
+                 block_n, block_t, block_k, stages, num_warps, sx):
         # the kernel's contract in torch: each routed position's unweighted FC2 row from its K-ordered inter row
-        calls.append(dict(block_n=block_n, block_t=block_t, block_k=block_k, stages=stages, warps=num_warps,
+        calls.append(dict(block_n=block_n, block_t=block_t, block_k=block_k, stages=stages, warps=num_warps, sx=sx,
                           cols=inter.shape[1], rows=inter.shape[0], blocks=int(num_blocks[0]), grid=grid_blocks,
                           same_w=w.data_ptr() == fc2.data.data_ptr()))
         for b in range(int(num_blocks[0])):
@@ -1692,9 +1695,9 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
     fc1_calls = []
 
     def fc1_stand_in(x_in, w, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
-                     n_out, activation, topk, block_n, block_t, block_k, stages, num_warps):
+                     n_out, activation, topk, block_n, block_t, block_k, stages, num_warps, sx):
         # FC1's contract: each routed position's activated row (squared ReLU) from its token's x row, in K order
-        fc1_calls.append(dict(block_n=block_n, block_t=block_t, block_k=block_k, stages=stages, warps=num_warps,
+        fc1_calls.append(dict(block_n=block_n, block_t=block_t, block_k=block_k, stages=stages, warps=num_warps, sx=sx,
                               n_out=n_out, topk=topk, rows=inter.shape[0], same_w=w.data_ptr() == fc1.data.data_ptr()))
         for b in range(int(num_blocks[0])):
             for p in range(b * block_t, (b + 1) * block_t):
@@ -1712,7 +1715,8 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
     result, outs = {}, {}
     for name, tile in (("plain", plain), ("fc2", dataclasses.replace(plain, fc2_ws=True)),
                        ("fc1", dataclasses.replace(plain, fc1_ws=True)),
-                       ("both", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True))):
+                       ("both", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True)),
+                       ("both_sx", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_sx=True))):
         calls.clear()
         fc1_calls.clear()
         out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
@@ -1736,9 +1740,10 @@ def test_warp_specialized_fcs_wiring_under_the_interpreter():
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _WS_FC2_WIRING_SCRIPT], timeout=900)
     assert result["plain"]["calls"] == result["plain"]["fc1_calls"] == [], result["plain"]
-    for name in ("fc2", "fc1", "both"):
+    for name in ("fc2", "fc1", "both", "both_sx"):
         run = result[name]
         assert len(run["calls"]) == (name != "fc1") and len(run["fc1_calls"]) == (name != "fc2"), (name, run)
+        assert all(call["sx"] == (name == "both_sx") for call in run["calls"] + run["fc1_calls"]), (name, run)
         for call in run["calls"]:
             assert (call["block_n"], call["block_t"], call["block_k"], call["stages"], call["warps"]) == (128, 32, 64,
                                                                                                          2, 8)
@@ -1767,6 +1772,11 @@ def test_warp_specialized_fc2_is_checked():
         assert TILES[name + "_wsb"] == dataclasses.replace(TILES[name], fc1_ws=True, fc2_ws=True)
         assert triton_form(TILES[name + "_wsb"]) == TILES[name]
     assert TILES["x256w_sa_t32a_wsb_k32"].fc1_block_k == TILES["x256w_sa_t32a_wsb_k32"].fc2_block_k == 32
+    # session 40: the ws producers' bit-moving dequant needs a ws FC; "_sx" twins change nothing else
+    with pytest.raises(ValueError, match="ws_sx"):
+        dataclasses.replace(base, ws_sx=True)
+    assert TILES["x256w_sa_t32a_wsb_s4_sx"] == dataclasses.replace(TILES["x256w_sa_t32a_wsb_s4"], ws_sx=True)
+    assert triton_form(TILES["x256w_sa_t32a_wsb_s4_sx"]) == dataclasses.replace(base, fc1_stages=4, fc2_stages=4)
     for name in ("x256w_sa_t32a", "x256m_sa_t32", "l128w_sa_t32a_s2", "l128m_sa_t32_s2"):
         tile = TILES[name + "_ws"]
         assert tile == dataclasses.replace(TILES[name], fc2_ws=True) and tile.tail == TILES[name].tail
