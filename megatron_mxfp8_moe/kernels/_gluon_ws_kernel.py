@@ -46,7 +46,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ._gluon_fc2_kernel import _scales_below_2_pow_1, nvmma_descriptor, stage_barriers, wgmma_layout
-from ._triton_moe_kernel import _activate
+from ._triton_moe_kernel import _activate, _fp8_sx_to_bf16, _sx_factors
 
 # the barrier among the warps of one partition (a named barrier there): ``gl.thread_barrier`` in Triton 3.6,
 # ``gl.barrier`` from 3.7
@@ -90,43 +90,20 @@ def _scale_word(s_base, row_offs, k, steps, BLOCK_K: gl.constexpr):
 
 
 @gluon.jit
-def _fp8x2_sx_bits(w):
-    """fp8 e4m3 -> the bf16 ``e4m3 * 2 ** -120`` by moving bits, 2 bytes per asm instance (a thread's neighbours
-    along K): sign-extending ``prmt`` into two 16-bit lanes, shift by 4, mask (the Triton kernels' ``_fp8_sx_to_bf16``:
-    3 instructions per 2 weights where the fp32 convert takes 5). Exact for every byte but the NaNs."""
-    return gl.inline_asm_elementwise(
-        asm="""
-        {
-        .reg .b32 t;
-        cvt.u32.u16 t, $1;
-        prmt.b32 t, t, 0, 0x9180;
-        shl.b32 t, t, 4;
-        and.b32 $0, t, 0x87F087F0;
-        }
-        """,
-        constraints="=r,h",
-        args=[w.to(gl.uint8, bitcast=True)],
-        dtype=gl.bfloat16,
-        is_pure=True,
-        pack=2,
-    )
-
-
-@gluon.jit
 def _dequant_block(w, s, one, SX: gl.constexpr):
     """One 32-value scale block ``w`` ``[BLOCK_N, 32]`` fp8 times ``2 ** (s - 127)`` (``s`` its rows' E8M0 bytes,
     int32) as bf16, the exact product rounded once. ``SX`` False: fp32 convert and multiply, then bf16. ``SX`` True
-    (``ws_sx``): ``_fp8x2_sx_bits`` times one bf16 factor ``2 ** (s - 7)`` where ``one`` (every byte of the
+    (``ws_sx``): the Triton kernels' ``_fp8_sx_to_bf16`` (``e4m3 * 2 ** -120`` by moving bits: 3 instructions per
+    2 weights where the fp32 convert takes 5) times one bf16 factor ``2 ** (s - 7)`` where ``one`` (every byte of the
     program's rows below 128, a uniform scalar), else times the two factors of ``_sx_factors`` (both normal: the same
     value)."""
     if SX:
-        v = _fp8x2_sx_bits(w)
+        v = _fp8_sx_to_bf16(w)
         if one:
             f = ((s + 120) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
             out = v * f[:, None]
         else:
-            lo = ((gl.minimum(s, 134) + 120) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-            hi = ((gl.maximum(s, 134) - 7) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+            lo, hi = _sx_factors(s)
             out = v * lo[:, None] * hi[:, None]
     else:
         # 2 ** (s - 127) in fp32: the exponent field, or the subnormal 2 ** -127 for byte 0
@@ -136,12 +113,15 @@ def _dequant_block(w, s, one, SX: gl.constexpr):
 
 
 @gluon.jit
-def _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, one, WSTAGES: gl.constexpr,
-                  DSTAGES: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr):
+def _dequant_step(k, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs, steps, word,
+                  one, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_K: gl.constexpr,
+                  PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr):
     """Step k's fp8 weight tile (its stage of the copy ring) times its E8M0 scales (``word``: ``_scale_word`` of step
     k, loaded a step ahead so that its latency is off this chain) into the bf16 ring, one 32-value scale block at a
-    time (32 values per thread live, not the tile's 64), and hands the bf16 tile to the consumer; the fp8 stage is
-    free for the next copy when this returns (every producer warp has read it)."""
+    time (32 values per thread live, not the tile's 64), and hands the bf16 tile to the consumer; then refills the fp8
+    stage just read (every producer warp has) with step k + WSTAGES's weights. Returns step k + 1's scale word, loaded
+    before this step's waits."""
+    next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)
     layout: gl.constexpr = _block_layout(PRODUCER_WARPS)
     st = k % WSTAGES
     d = k % DSTAGES
@@ -155,6 +135,9 @@ def _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, one,
     fence_async_shared()  # the generic-proxy stores, visible to the wgmma's async proxy
     _partition_barrier()  # every warp of the partition has read the fp8 stage and written the bf16 tile
     mbarrier.arrive(deq_ready.index(d))
+    if k + WSTAGES < steps:
+        _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, w_row, WSTAGES, BLOCK_K)
+    return next_word
 
 
 @gluon.jit
@@ -196,12 +179,8 @@ def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_
     one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)  # in flight during step k
-        _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, one, WSTAGES, DSTAGES, BLOCK_K,
-                      PRODUCER_WARPS, SX)
-        word = next_word
-        if k + WSTAGES < steps:  # into the weight stage just read
-            _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, w_row, WSTAGES, BLOCK_K)
+        word = _dequant_step(k, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
+                             steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
         # only now the rows into step k - 1's stage: the consumer frees it after step k's MMA, which needs the tile
         # just stored (issued before it, this wait would never end)
         if k + STAGES - 1 < steps:
@@ -249,12 +228,8 @@ def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb
     one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)  # in flight during step k
-        _dequant_step(k, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, word, one, WSTAGES, DSTAGES, BLOCK_K,
-                      PRODUCER_WARPS, SX)
-        word = next_word
-        if k + WSTAGES < steps:  # into the weight stage just read
-            _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, w_row, WSTAGES, BLOCK_K)
+        word = _dequant_step(k, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
+                             steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
         if k + STAGES - 1 < steps:  # (after the dequant: _fc2_producer says why)
             _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1, K, STAGES,
                             BLOCK_K)
