@@ -228,7 +228,7 @@ class TritonMoEConfig:
     # ``fc1_block_n`` 128 on ``fc1_warps`` 8, ``fc1_block_k`` 32 or 64, ``fc1_stages`` >= 2, no ``fc1_gate_merge``;
     # ``fc1_maxnreg`` is ignored. Held to the float64 oracle.
     fc1_ws: bool = False
-    # Session 40 (prepared, compile-checked only): the ws producers' dequant by moving bits (``_fp8x2_sx_bits``, 3
+    # Session 40 (prepared, compile-checked only): the ws producers' dequant by moving bits (``_fp8_sx_to_bf16``, 3
     # integer instructions per 2 weights) times one bf16 factor where the program's scale bytes are all below 128
     # (a scan of its rows' scale words before the first step), else two, instead of the fp32 convert and multiply
     # (about 6 per 2 weights): the same exact values. Needs ``fc1_ws`` or ``fc2_ws``.
@@ -904,7 +904,7 @@ TILES.update({f"{name}_{suffix}": dataclasses.replace(TILES[name], fc1_ws=True, 
 TILES["x256w_sa_t32a_wsb_k32"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], fc1_block_k=32, fc1_stages=4,
                                                      fc2_block_k=32, fc2_stages=4)
 # Session 40 (run 43 call 2: the "_ws" / "_wsb" tiles correct but no faster at 4096 tokens): "_s4", their rings at 4
-# stages (192 KiB of shared memory at 256 tokens): one more step of copies in flight, to see whether the copies limit
+# stages (224 KiB of shared memory at 256 tokens with the weight ring at 8: ``ws_shared_bytes``): more copies in flight
 TILES["x256w_sa_t32a_ws_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_ws"], fc2_stages=4)
 TILES["x256w_sa_t32a_wsb_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], fc1_stages=4, fc2_stages=4)
 # Session 40 (run 43 call 5, one H100, the weight ring split from the token ring, squared ReLU, 4096 tokens, us per
