@@ -1380,7 +1380,7 @@ def triton_mxfp8_moe(
                                       f"start at 4-byte aligned addresses (strides {tuple(data.stride())}, address "
                                       f"{data.data_ptr()}; copy the stack)")
     problem = next(filter(None, (_gluon_problem(tile, fc1, fc2, x.device) for tile in cfg.launch_tiles)), None)
-    if problem is None and any(tile.fc1_ws for tile in cfg.launch_tiles):  # x and inter: _launch checks them again
+    if problem is None and any(tile.fc1_ws for tile in cfg.launch_tiles):  # x and the whole inter buffer
         from ._gluon_ws_kernel import gathered_rows_problem
 
         sorted_len = route_layout(rows, topk, experts, cfg.block_t, cfg.tail.block_t if cfg.tail else 0)[2]
@@ -1670,13 +1670,6 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
             _planes_into(x[:rows], planes, block_k)
         if x_split is not None:
             _split_into(x[:rows], *x_split)
-    for tile, first, last in ((cfg, 0, max_sorted), (cfg.tail, max_sorted, sorted_len)):
-        if tile is not None and tile.fc1_ws:  # the launcher's own check, before any launch
-            from ._gluon_ws_kernel import gathered_rows_problem
-
-            problem = gathered_rows_problem(x, (last - first) * inter.stride(0))
-            if problem:
-                raise MXFP8InputError(f"fc1_ws: {problem}")
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
                    cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
     sorted_pairs, block_expert, num_blocks = route
