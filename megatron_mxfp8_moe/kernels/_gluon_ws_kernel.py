@@ -46,7 +46,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ._gluon_fc2_kernel import _scales_below_2_pow_1, nvmma_descriptor, stage_barriers, wgmma_layout
-from ._triton_moe_kernel import _activate, _fp8_sx_to_bf16, _sx_factors
+from ._triton_moe_kernel import _activate, _fp8_sx_to_bf16, _scale_row_offsets, _sx_factors
 
 # the barrier among the warps of one partition (a named barrier there): ``gl.thread_barrier`` in Triton 3.6,
 # ``gl.barrier`` from 3.7
@@ -141,10 +141,17 @@ def _dequant_step(k, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_
 
 
 @gluon.jit
-def _scale_rows_of(n_first, scale_tiles, BLOCK_N: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
-    """``row_offs`` of ``_dequant_step`` for the weight rows ``[n_first, n_first + BLOCK_N)``."""
+def _start_weights(w_desc, w8_smem, w_ready, w_row, n_first, steps, scale_tiles, WSTAGES: gl.constexpr,
+                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+    """A producer's first ``WSTAGES`` weight copies; returns ``row_offs`` of ``_dequant_step``, the byte offsets of
+    the weight rows ``[n_first, n_first + BLOCK_N)`` in the expert's 128x4 scales (``_scale_rows`` without the
+    base, as int32)."""
     rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, _block_layout(PRODUCER_WARPS)))
-    return (rows // 128) * (scale_tiles * 512) + (rows % 32) * 16 + ((rows % 128) // 32) * 4
+    row_offs = (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
+    for i in gl.static_range(WSTAGES):
+        if i < steps:
+            _issue_weights(w_desc, w8_smem, w_ready, i, w_row, WSTAGES, BLOCK_K)
+    return row_offs
 
 
 @gluon.jit
@@ -169,10 +176,8 @@ def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_
                   SX: gl.constexpr, STEPS_P2: gl.constexpr):
     """FC2's producer: the weight copies by TMA ``WSTAGES`` steps ahead, the inter rows' ``STAGES - 1``, and the
     dequant."""
-    row_offs = _scale_rows_of(n_first, scale_tiles, BLOCK_N, PRODUCER_WARPS)
-    for i in gl.static_range(WSTAGES):
-        if i < steps:
-            _issue_weights(w_desc, w8_smem, w_ready, i, w_row, WSTAGES, BLOCK_K)
+    row_offs = _start_weights(w_desc, w8_smem, w_ready, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N, BLOCK_K,
+                              PRODUCER_WARPS)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
             _issue_rows(a_desc, x_smem, x_ready, x_empty, i, a_row, STAGES, BLOCK_K)
@@ -218,10 +223,8 @@ def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb
     # int32 element offsets (the launcher checks that x fits), pointers made per copy: half the live registers
     x_offs = tokens[:, None] * stride_x + cols[None, :]
     live_rows = (pairs >= 0)[:, None]
-    row_offs = _scale_rows_of(n_first, scale_tiles, BLOCK_N, PRODUCER_WARPS)
-    for i in gl.static_range(WSTAGES):
-        if i < steps:
-            _issue_weights(w_desc, w8_smem, w_ready, i, w_row, WSTAGES, BLOCK_K)
+    row_offs = _start_weights(w_desc, w8_smem, w_ready, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N, BLOCK_K,
+                              PRODUCER_WARPS)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
             _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, K, STAGES, BLOCK_K)
@@ -269,15 +272,20 @@ def _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOC
 
 
 @gluon.jit
-def _weight_rings(w_desc, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BLOCK_K: gl.constexpr):
-    """The weights' two rings and their barriers: the fp8 stages ``[WSTAGES, BLOCK_N, BLOCK_K]`` (TMA's layout) with
-    ``w_ready``, the bf16 stages ``[DSTAGES, BLOCK_N, BLOCK_K]`` (the wgmma's) with ``deq_ready`` and
-    ``deq_empty``."""
+def _rings(w_desc, X_LAYOUT: gl.constexpr, X_ARRIVALS: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
+           DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr):
+    """The three rings and their barriers: the bf16 token stages ``[STAGES, BLOCK_T, BLOCK_K]`` (``X_LAYOUT``) with
+    ``x_ready`` (``X_ARRIVALS`` per phase) and ``x_empty``; the fp8 weight stages ``[WSTAGES, BLOCK_N, BLOCK_K]``
+    (TMA's layout) with ``w_ready``; the bf16 weight stages ``[DSTAGES, BLOCK_N, BLOCK_K]`` (the wgmma's) with
+    ``deq_ready`` and ``deq_empty``. Returns ``(x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready,
+    deq_empty)``."""
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_T, BLOCK_K], X_LAYOUT)
+    x_ready = stage_barriers(STAGES, X_ARRIVALS)
+    x_empty = stage_barriers(STAGES, 1)
     w8_smem = gl.allocate_shared_memory(gl.float8e4nv, [WSTAGES, BLOCK_N, BLOCK_K], w_desc.layout)
     wb_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], gl.bfloat16)
     wb_smem = gl.allocate_shared_memory(gl.bfloat16, [DSTAGES, BLOCK_N, BLOCK_K], wb_layout)
-    return (w8_smem, wb_smem, stage_barriers(WSTAGES, 1), stage_barriers(DSTAGES, 1),
+    return (x_smem, x_ready, x_empty, w8_smem, wb_smem, stage_barriers(WSTAGES, 1), stage_barriers(DSTAGES, 1),
             stage_barriers(DSTAGES, 1))
 
 
@@ -290,10 +298,10 @@ def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expe
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
-    x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_T, BLOCK_K], a_desc.layout)
-    x_ready = stage_barriers(STAGES, 1)  # the expect (TMA)
-    x_empty = stage_barriers(STAGES, 1)
-    w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _weight_rings(w_desc, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K)
+    x_layout: gl.constexpr = a_desc.layout
+    # the token rows by TMA: one arrival (the expect) per phase
+    x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _rings(
+        w_desc, x_layout, 1, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K)
     n_first = pid_n * BLOCK_N
     acc = gl.warp_specialize([
         (_mma_partition, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
@@ -321,10 +329,9 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
     x_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_K], gl.bfloat16)
-    x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_T, BLOCK_K], x_layout)
-    x_ready = stage_barriers(STAGES, 32 * PRODUCER_WARPS)  # every producer thread's cp.async copies
-    x_empty = stage_barriers(STAGES, 1)
-    w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _weight_rings(w_desc, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K)
+    # the token rows by cp.async: every producer thread's copies count one arrival per phase
+    x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _rings(
+        w_desc, x_layout, 32 * PRODUCER_WARPS, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K)
     n_first = pid_n * BLOCK_N
     acc = gl.warp_specialize([
         (_mma_partition, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
