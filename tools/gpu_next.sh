@@ -219,6 +219,14 @@ bg_pytest() {
   local seconds=$1 log=$2; shift 2
   (timeout "$seconds" python3 -m pytest -q -p no:cacheprovider "$@" > "$log" 2>&1; echo "pytest rc=$?" >> "$log") &
 }
+# smoke_tests SECONDS SELECTION: the GPU MoE tests SELECTION picks, under a timeout (a pipeline that deadlocks hangs),
+# into $OUT/smoke.log (ending with pytest's exit status; its tail printed); fails unless some passed and none failed
+smoke_tests() {
+  timeout "$1" python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "$2" \
+    > $OUT/smoke.log 2>&1
+  echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
+  grep -q " passed" $OUT/smoke.log && ! grep -qE "[0-9]+ (failed|errors?)" $OUT/smoke.log
+}
 # moe_gpu_tests SECONDS SELECTION: the MoE GPU tests that pytest -k SELECTION picks, log $OUT/tests.log (ending with
 # its exit status), summary printed
 moe_gpu_tests() {
@@ -1052,10 +1060,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # ``ws_sx``): its smoke cases, probes against the defaults at 4096 tokens (s41b: the remaining ws GPU tests)
     echo "$(nvidia-smi --query-gpu=name --format=csv,noheader)" > $OUT/log.txt
     moe_bench_and_demo 300 $OUT/log.txt
-    timeout 100 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "warp_specialized_fcs_match_float64 and odd and _sx" > $OUT/smoke.log 2>&1
-    echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
-    grep -q " passed" $OUT/smoke.log && ! grep -qE "[0-9]+ (failed|errors?)" $OUT/smoke.log || exit 0
+    smoke_tests 100 "warp_specialized_fcs_match_float64 and odd and _sx" || exit 0
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
@@ -1076,10 +1081,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # producer itself; after s40d: the scale words a step ahead took the ws FC1 635 -> 534 us, FC2 593 -> 513, and
     # "_wsb_s4" 6-8% ahead of the default on 235b). Smoke tests, probes at 4096 tokens (squared ReLU; SwiGLU "_ws"),
     # the GPU tests
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "warp_specialized_fcs_match_float64 and odd and x256w" > $OUT/smoke.log 2>&1
-    echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
-    grep -q " passed" $OUT/smoke.log && ! grep -qE "[0-9]+ (failed|errors?)" $OUT/smoke.log || exit 0
+    smoke_tests 150 "warp_specialized_fcs_match_float64 and odd and x256w" || exit 0
     twin_probes 150 4096 squared_relu ws,wsb,ws_s4,wsb_s4
     twin_probes 90 4096 swiglu ws
     layer_probe_summary 20
@@ -1088,10 +1090,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # session 40, call 4 (after s40b's ncu: the ws FCs' tensor pipe 34-36% active, warps stalled on long scoreboard
     # 63% of their cycles, one CTA per SM): the producer's scale loads one K step ahead (``_scale_word``). Smoke tests,
     # probes at 4096 tokens (squared ReLU, both shapes), ncu of the ws FCs (tensor pipe, stalls)
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "warp_specialized_fcs_match_float64 and odd and x256w" > $OUT/smoke.log 2>&1
-    echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
-    grep -q " passed" $OUT/smoke.log && ! grep -qE "[0-9]+ (failed|errors?)" $OUT/smoke.log || exit 0
+    smoke_tests 150 "warp_specialized_fcs_match_float64 and odd and x256w" || exit 0
     twin_probes 150 4096 squared_relu ws,wsb,ws_s4,wsb_s4
     layer_probe_summary 20
     timeout 150 ncu --clock-control none --kernel-name regex:"_fc[12]_ws" --launch-skip 2 --launch-count 2 --set full --print-details all \
@@ -1123,11 +1122,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # against the defaults (alternating, both activations and shapes), a per-kernel profile (30b, squared ReLU);
     # s40c (first named s40b): probes at 2048 tokens and the GPU tests
     if [ "$1" = s40a ]; then
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-        -k "warp_specialized_fcs_match_float64 and odd and x256w_sa_t32a_ws and not ws1" \
-        > $OUT/smoke.log 2>&1
-      echo "smoke rc=$?" >> $OUT/smoke.log; tail -3 $OUT/smoke.log
-      grep -q " passed" $OUT/smoke.log && ! grep -qE "[0-9]+ (failed|errors?)" $OUT/smoke.log || exit 0
+      smoke_tests 150 "warp_specialized_fcs_match_float64 and odd and x256w_sa_t32a_ws and not ws1" || exit 0
       CASES="4096:squared_relu:ws,ws1,wsb,wsb_k32 4096:swiglu:ws"
     else
       CASES="2048:squared_relu:ws,wsb 2048:swiglu:ws"  # (s40c)
