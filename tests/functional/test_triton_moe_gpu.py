@@ -545,7 +545,7 @@ def _poisoned_outputs(configs, fc1, fc2, x, probs, ids, valid_rows, activation):
 def _assert_tiles_keep_bits(old, new, case, activation, same_bits=True):
     """Tiles ``new`` are bit-equal to ``old`` on ``case`` (experts, topk, hidden, inter, tokens) (unless not
     ``same_bits``), within BOUND of the float64 oracle, every row written (NaN-poisoned output), nothing written past
-    ``rows``, zeros past ``valid_tokens``."""
+    ``rows``, zeros past ``valid_tokens``. Returns both outputs ``[tokens, H]``."""
     experts, topk, hidden, inter, tokens = case
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
     outs = _poisoned_outputs((old, new), fc1, fc2, x, probs, ids, valid_rows, activation)
@@ -554,6 +554,7 @@ def _assert_tiles_keep_bits(old, new, case, activation, same_bits=True):
     ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
     assert relative_error(outs[1], ref) <= BOUND
     assert outs[1][valid_rows:].abs().max().item() == 0 if valid_rows < tokens else True
+    return outs
 
 
 @pytest.mark.parametrize("tile", sorted(FOUR_WARP))
@@ -1449,15 +1450,16 @@ def test_fc2_ring_keeps_the_bits(name, hidden, inter, tokens, scale_words):
     _assert_tiles_keep_bits(TILES[name], ring, (128, 8, hidden, inter, tokens), "swiglu")
 
 
-# Session 39 (first run in session 40, run 43): the MMA-bound defaults with the warp-specialized FC2 (``fc2_ws``). Cases
-# with main blocks for both tile sizes, and an odd shape (8 experts, top-2, I = 224: a partial last K step, zero-filled
-# by TMA).
+# Session 39 (first run in session 40, run 43): the MMA-bound defaults with the warp-specialized FC2 (``fc2_ws``,
+# "_ws"), FC1 ("_ws1") or both ("_wsb"); 32-deep steps ("_k32"), 4-stage rings ("_s4"), the bit-moving dequant ("_sx",
+# session 40). Cases with main blocks for both tile sizes, and an odd shape (8 experts, top-2, I = 224: a partial last
+# K step, zero-filled by TMA).
 _WS_TILES = {"x256w_sa_t32a_ws": "squared_relu", "x256m_sa_t32_ws": "swiglu", "l128w_sa_t32a_s2_ws": "squared_relu",
            "l128m_sa_t32_s2_ws": "swiglu", "x256w_sa_t32a_ws1": "squared_relu", "x256w_sa_t32a_wsb": "squared_relu",
            "l128w_sa_t32a_s2_ws1": "squared_relu", "l128w_sa_t32a_s2_wsb": "squared_relu",
            "x256w_sa_t32a_wsb_k32": "squared_relu", "x256w_sa_t32a_ws_s4": "squared_relu",
            "x256w_sa_t32a_wsb_s4": "squared_relu", "x256w_sa_t32a_wsb_s4_sx": "squared_relu",
-           "x256w_sa_t32a_ws_s4_sx": "squared_relu", "x256m_sa_t32_ws_sx": "swiglu"}  # (and fc1_ws: "_ws1", "_wsb"; 32-deep steps: "_k32")
+           "x256w_sa_t32a_ws_s4_sx": "squared_relu", "x256m_sa_t32_ws_sx": "swiglu"}
 
 
 @pytest.mark.parametrize("name", sorted(_WS_TILES))
@@ -1467,10 +1469,7 @@ def test_warp_specialized_fcs_match_float64(name, case):
     """Within BOUND of the float64 oracle, every row written, nothing past ``rows``, zeros past ``valid_tokens``, and
     within 2e-3 of the Triton FC2 (``triton_form``: the same products per output element)."""
     tile = TILES[name]
-    _assert_tiles_keep_bits(triton_form(tile), tile, case, _WS_TILES[name], same_bits=False)
-    experts, topk, hidden, inter, tokens = case
-    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, _WS_TILES[name])
-    outs = _poisoned_outputs((triton_form(tile), tile), fc1, fc2, x, probs, ids, valid_rows, _WS_TILES[name])
+    outs = _assert_tiles_keep_bits(triton_form(tile), tile, case, _WS_TILES[name], same_bits=False)
     assert relative_error(outs[1], outs[0]) <= 2e-3
 
 
