@@ -1760,11 +1760,12 @@ def test_warp_specialized_fcs_wiring_under_the_interpreter():
 def test_warp_specialized_fc2_is_checked():
     base = TILES["x256w_sa_t32a"]
     for bad in (dict(fc2_block_n=64), dict(fc2_warps=4), dict(fc2_block_k=128), dict(fc2_stages=1),
-                dict(fc2_split_k=2, tail=None), dict(dequant="sx4"), dict(block_t=24, tail=None)):
+                dict(fc2_split_k=2, tail=None), dict(dequant="sx4"), dict(block_t=24, tail=None),
+                dict(fc2_stages=5)):  # (5 stages: 272 KiB of rings, ws_shared_bytes)
         with pytest.raises(ValueError, match="fc2_ws"):
             dataclasses.replace(base, fc2_ws=True, **bad)
     for bad in (dict(fc1_block_n=64), dict(fc1_warps=4), dict(fc1_block_k=128), dict(fc1_stages=1),
-                dict(fc1_gate_merge=True), dict(dequant="sx4"), dict(block_t=24, tail=None)):
+                dict(fc1_gate_merge=True), dict(dequant="sx4"), dict(block_t=24, tail=None), dict(fc1_stages=5)):
         with pytest.raises(ValueError, match="fc1_ws"):
             dataclasses.replace(base, fc1_ws=True, **bad)
     for name in ("x256w_sa_t32a", "l128w_sa_t32a_s2"):
