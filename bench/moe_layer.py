@@ -210,6 +210,26 @@ def _warm_worker(jobs):
             print(f"warm {shape_name} T={tokens} {activation}: {type(error).__name__}: {str(error)[:120]}", flush=True)
 
 
+def warm_worker_bytes(shape_name):
+    """GPU memory one ``_warm_worker`` process of ``shape_name`` may hold at its peak: both activations' MXFP8
+    weights (7 E*H*I bytes), the BF16 job's two weights (8 E*H*I), and 1 GiB for the CUDA context and the rest."""
+    experts, _, hidden, inter = SHAPES[shape_name]
+    return 16 * experts * hidden * inter + 2**30
+
+
+def warm_workers_per_shape(shapes, workers, free_bytes):
+    """Compile processes per shape: ``workers`` split evenly over ``shapes``, then one taken at a time from the
+    shape whose processes hold the most memory until they all fit in 90% of ``free_bytes`` (at least one each).
+    Seven 235b processes need about 97 GiB: they fit an H200, not an H100."""
+    count = {name: max(1, workers // max(1, len(shapes))) for name in shapes}
+    def total():
+        return sum(count[name] * warm_worker_bytes(name) for name in shapes)
+    while total() > 0.9 * free_bytes and any(c > 1 for c in count.values()):
+        name = max((n for n in shapes if count[n] > 1), key=lambda n: count[n] * warm_worker_bytes(n))
+        count[name] -= 1
+    return count
+
+
 def warm_compile(shapes, tokens_list, sweep, workers):
     """Split every kernel the run will launch over ``workers`` processes (grouped by shape) and compile them."""
     import multiprocessing as mp
@@ -230,8 +250,8 @@ def warm_compile(shapes, tokens_list, sweep, workers):
             for name in candidates_for(tokens) if sweep else []:
                 jobs[shape_name].append((shape_name, tokens, "swiglu", CANDIDATES[name]))
                 jobs[shape_name].append((shape_name, tokens, "squared_relu", CANDIDATES[name]))
-    per_shape = max(1, workers // max(1, len(shapes)))
-    chunks = [jobs[name][i::per_shape] for name in shapes for i in range(per_shape)]
+    count = warm_workers_per_shape(shapes, workers, torch.cuda.mem_get_info()[0])
+    chunks = [jobs[name][i::count[name]] for name in shapes for i in range(count[name])]
     t0 = time.time()
     with mp.get_context("spawn").Pool(len(chunks)) as pool:
         pool.map(_warm_worker, chunks)

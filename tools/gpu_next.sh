@@ -1064,6 +1064,11 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s41c)
+    # session 41, call 2 (s41a's benchmark ran out of memory: it got an H100, where seven 235b compile processes do
+    # not fit; bench/moe_layer.py now sizes them by free memory): the full benchmark and the demo
+    echo "$(nvidia-smi --query-gpu=name --format=csv,noheader)" > $OUT/log.txt
+    moe_bench_and_demo 480 $OUT/log.txt ;;
   s41b)
     # for session 41, after s41a: the ws GPU tests that run 43 did not reach, and those of "_sx"
     moe_gpu_tests 400 "warp_specialized and not odd and not (wsb_s4 and not sx)" ;;
