@@ -1064,6 +1064,23 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s41d)
+    # session 41, call 4: the ws epilogues store through a row layout (16-byte stores; was 128 2-byte stores per
+    # thread). Smoke tests, then A/B at 4096 tokens in this one call: the new kernel file, the old one
+    # (.devcarry/ab/_gluon_ws_kernel_old.py, carried), the new one again; then bench/moe_layer.py at 4096
+    # (the first try's smoke run, this selection: 14 passed before its 120 s limit, none failed; not repeated)
+    K=megatron_mxfp8_moe/kernels/_gluon_ws_kernel.py
+    for v in new old new; do
+      cp .devcarry/ab/_gluon_ws_kernel_$v.py $K
+      twin_probes 70 4096 squared_relu ""
+      [ $v = old ] || twin_probes 80 4096 swiglu ws
+      mv $OUT/probe.jsonl $OUT/probe_$v$(ls $OUT | grep -c "probe_$v").jsonl
+    done
+    for f in $OUT/probe_*.jsonl; do echo "$f"; cp $f $OUT/probe.jsonl; layer_probe_summary 22; done; rm $OUT/probe.jsonl
+    mkdir -p $OUT/moe
+    timeout 170 python3 bench/moe_layer.py --tokens 4096 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+    echo "moe rc=$?" >> $OUT/moe_bench.log
+    tail -6 $OUT/moe_bench.log ;;
   s41c)
     # session 41, call 2 (s41a's benchmark ran out of memory: it got an H100, where seven 235b compile processes do
     # not fit; bench/moe_layer.py now sizes them by free memory): the full benchmark and the demo

@@ -586,6 +586,9 @@ def test_warp_specialized_fcs_compile_for_sm90(fc, block_t, block_k, stages, sx)
     assert "wgmma.wait_group.sync.aligned 1;" in ptx
     assert {"bar.sync \t0, 256", "bar.sync \t2, 128"} <= set(re.findall(r"bar\.sync \t\d+, \d+", ptx))
     _assert_barriers_fenced_after_init(ptx)
+    # the epilogue (session 41): the tile goes through shared memory into a row layout and out in 16-byte stores,
+    # 8 consecutive outputs per thread (was 128 two-byte stores per thread), with the rings' memory reused for it
+    assert re.findall(r"STG\.E[.\w]*", sass) == ["STG.E.128"] * (128 * block_t // (8 * 256)), sass.count("STG")
     # the producer's dequant: ``ws_sx`` moves bits (sign-extending prmt) and multiplies in bf16x2, with no fp8
     # convert; without it, the fp8 convert and fp32 multiplies
     converts = ptx.count("cvt.rn.f16x2.e4m3x2")
