@@ -228,10 +228,11 @@ class TritonMoEConfig:
     # ``fc1_block_n`` 128 on ``fc1_warps`` 8, ``fc1_block_k`` 32 or 64, ``fc1_stages`` >= 2, no ``fc1_gate_merge``;
     # ``fc1_maxnreg`` is ignored. Held to the float64 oracle.
     fc1_ws: bool = False
-    # Session 40 (prepared, compile-checked only): the ws producers' dequant by moving bits (``_fp8_sx_to_bf16``, 3
-    # integer instructions per 2 weights) times one bf16 factor where the program's scale bytes are all below 128
-    # (a scan of its rows' scale words before the first step), else two, instead of the fp32 convert and multiply
-    # (about 6 per 2 weights): the same exact values. Needs ``fc1_ws`` or ``fc2_ws``.
+    # Session 40 (run 44: GPU tests passed; 2-8% slower at 4096 tokens, see the "_sx" tiles): the ws producers'
+    # dequant by moving bits (``_fp8_sx_to_bf16``, 3 integer instructions per 2 weights) times one bf16 factor where
+    # the program's scale bytes are all below 128 (a scan of its rows' scale words before the first step), else two,
+    # instead of the fp32 convert and multiply (about 6 per 2 weights): the same exact values. Needs ``fc1_ws`` or
+    # ``fc2_ws``.
     ws_sx: bool = False
 
     def __post_init__(self):
@@ -913,8 +914,9 @@ TILES["x256w_sa_t32a_wsb_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], 
 # So from 176 pairs per expert the squared-ReLU pick is "_wsb_s4" where H and I tile by 128 (``GLUON_ENV`` as for the
 # Gluon twins; not in ``_GLUON_TWINS``: its bits are not the Triton tile's, it is held to the float64 oracle).
 _WS_TWINS = {"x256w_sa_t32a": "x256w_sa_t32a_wsb_s4"}
-# and "_sx" (session 40, prepared, compile-checked only; tools/gpu_next.sh s41a): the producers' dequant by moving bits
-# (``ws_sx``), on the default and on the FC2-only tile of both activations
+# and "_sx" (session 40): the producers' dequant by moving bits (``ws_sx``), on the default and on the FC2-only tile of
+# both activations. Run 44 (H100, 4096 tokens): correct (GPU tests passed) but slower, squared ReLU +7.4-7.8% against
+# "_wsb_s4", SwiGLU +2-3% against "_ws": the producer is not the limit. Opt-in only.
 TILES.update({f"{name}_sx": dataclasses.replace(TILES[name], ws_sx=True)
               for name in ("x256w_sa_t32a_wsb_s4", "x256w_sa_t32a_ws_s4", "x256m_sa_t32_ws")})
 
