@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s41a     # for session 41: the full benchmark and the demo on an H200 with session 40's
-#                                   # squared-ReLU default from 176 pairs per expert (warp-specialized FCs); "_sx"
-#                                   # (ws_sx) smoke cases and probes at 4096
-#   bash tools/gpu_next.sh s41b     # then the rest of the ws GPU tests, "_sx" included
+#   bash tools/gpu_next.sh s42a     # for session 42: the full benchmark and the demo with the ws default and its
+#                                   # 16-byte epilogue stores (run 44 ran them on H100s only: ask for an H200), then
+#                                   # the ws default's GPU tests
+#   bash tools/gpu_next.sh s41d     # session 41, calls 4-5: A/B of the ws kernel file (epilogue stores), then 4096
+#   bash tools/gpu_next.sh s41c     # session 41, call 2: the full benchmark and the demo
+#   bash tools/gpu_next.sh s41a     # session 41, call 1: the full benchmark (out of memory on the H100), the demo,
+#                                   # "_sx" (ws_sx) smoke cases and probes at 4096
+#   bash tools/gpu_next.sh s41b     # session 41, call 3: the rest of the ws GPU tests, "_sx" included
 #   bash tools/gpu_next.sh s25g     # session 25, call 8: s25f's refit benchmark and timeline again (call 7's host was slow)
 #   bash tools/gpu_next.sh s25f     # session 25, call 7: one pointer + slot table per table launch: refit GPU tests,
 #                                   # refit benchmark, timeline
@@ -1064,10 +1068,18 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s42a)
+    # for session 42 (one call, about 7 device minutes): the full benchmark and the demo with the squared-ReLU ws
+    # default and its 16-byte epilogue stores (session 41; run 44 measured them on H100s only), then the ws default's
+    # GPU tests (float64, graph replay, the fallback on an unaligned x)
+    echo "$(nvidia-smi --query-gpu=name --format=csv,noheader)" > $OUT/log.txt
+    moe_bench_and_demo 400 $OUT/log.txt
+    moe_gpu_tests 120 "default_from_176 or (warp_specialized and wsb_s4 and not sx)" ;;
   s41d)
     # session 41, call 4: the ws epilogues store through a row layout (16-byte stores; was 128 2-byte stores per
-    # thread). Smoke tests, then A/B at 4096 tokens in this one call: the new kernel file, the old one
-    # (.devcarry/ab/_gluon_ws_kernel_old.py, carried), the new one again; then bench/moe_layer.py at 4096
+    # thread). A/B at 4096 tokens in this one call: the new kernel file, the old one
+    # (.devcarry/ab/_gluon_ws_kernel_old.py = git show 5ef8484:megatron_mxfp8_moe/kernels/_gluon_ws_kernel.py, and
+    # _new.py the working file; carry .devcarry), the new one again; then bench/moe_layer.py at 4096
     # (the first try's smoke run, this selection: 14 passed before its 120 s limit, none failed; not repeated)
     K=megatron_mxfp8_moe/kernels/_gluon_ws_kernel.py
     for v in new old new; do
