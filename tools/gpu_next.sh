@@ -3,6 +3,7 @@
 #   bash tools/gpu_next.sh s42a     # for session 42: the full benchmark and the demo with the ws default and its
 #                                   # 16-byte epilogue stores (run 44 ran them on H100s only: ask for an H200), then
 #                                   # the ws default's GPU tests
+#   bash tools/gpu_next.sh s42b     # then ncu's source page of the ws FC2 (stall samples per SASS instruction)
 #   bash tools/gpu_next.sh s41d     # session 41, calls 4-5: A/B of the ws kernel file (epilogue stores), then 4096
 #   bash tools/gpu_next.sh s41c     # session 41, call 2: the full benchmark and the demo
 #   bash tools/gpu_next.sh s41a     # session 41, call 1: the full benchmark (out of memory on the H100), the demo,
@@ -1068,6 +1069,17 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s42b)
+    # for session 42, after s42a (about 3 device minutes): where the ws FC2's long-scoreboard stalls sit (run 43's ncu
+    # of "_wsb_s4": FC2 10.4 cycles per issued instruction, tensor pipe 41% active, L2 51% and DRAM 37% busy, issue
+    # slots 28%: nothing saturated, so latency; the details page has no per-instruction samples). The source page
+    # gives stall samples per SASS instruction, so the consumers' waits (deq_ready / x_ready) and the producer's
+    # (w_ready / deq_empty, its scale words) can be told apart
+    timeout 200 ncu --clock-control none --kernel-name regex:"_fc2_ws" --launch-skip 2 --launch-count 1 \
+      --section WarpStateStats --section SourceCounters --page source --print-source sass --csv \
+      python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 4096 --activation squared_relu \
+      --configs x256w_sa_t32a_wsb_s4 --once > $OUT/ncu_src_fc2_ws.csv 2> $OUT/ncu_src.err
+    echo "ncu rc=$?" >> $OUT/ncu_src.err; tail -2 $OUT/ncu_src.err; gzip -f $OUT/ncu_src_fc2_ws.csv ;;
   s42a)
     # for session 42 (one call, about 7 device minutes): the full benchmark and the demo with the squared-ReLU ws
     # default and its 16-byte epilogue stores (session 41; run 44 measured them on H100s only), then the ws default's
