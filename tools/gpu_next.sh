@@ -3,6 +3,7 @@
 #   bash tools/gpu_next.sh s42a     # for session 42: the full benchmark and the demo with the ws default and its
 #                                   # 16-byte epilogue stores (run 44 ran them on H100s only: ask for an H200), then
 #                                   # the ws default's GPU tests
+#   bash tools/gpu_next.sh s42c     # "_ta" (ws_thread_arrive): its GPU tests, probes at 4096 against the defaults
 #   bash tools/gpu_next.sh s42b     # then ncu's source page of the ws FC2 (stall samples per SASS instruction)
 #   bash tools/gpu_next.sh s41d     # session 41, calls 4-5: A/B of the ws kernel file (epilogue stores), then 4096
 #   bash tools/gpu_next.sh s41c     # session 41, call 2: the full benchmark and the demo
@@ -1068,6 +1069,14 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     smoke_tests 100 "warp_specialized_fcs_match_float64 and odd and _sx" || exit 0
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
+    layer_probe_summary 22 ;;
+  s42c)
+    # for session 42 (about 5 device minutes): "_ta" (session 41, prepared, compile-checked only: the ws consumers
+    # free each step's stages with one arrival per thread, no 256-thread barrier per K step): its GPU tests (the same
+    # bits as the tile without it, graph replay), then probes at 4096 tokens against the defaults
+    smoke_tests 150 "thread_arrive" || exit 0
+    twin_probes 90 4096 squared_relu ta
+    twin_probes 90 4096 swiglu ws,ws_ta
     layer_probe_summary 22 ;;
   s42b)
     # for session 42, after s42a (about 3 device minutes): where the ws FC2's long-scoreboard stalls sit (run 43's ncu

@@ -241,9 +241,14 @@ def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb
 
 @gluon.jit
 def _mma_partition(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES: gl.constexpr,
-                   DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, num_warps: gl.constexpr):
+                   DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
+                   num_warps: gl.constexpr):
     """Consumer: step k's wgmma on the bf16 weights and the tokens, one step left in flight; releases step k - 1's
-    stages after its MMA retires. Returns ``(acc,)``, the fp32 accumulator ``[BLOCK_N, BLOCK_T]``."""
+    stages after its MMA retires: after a barrier of the consumer warps, one arrival; or (``THREAD_ARRIVE``,
+    ``ws_thread_arrive``) one arrival per consumer thread after its own wait, with no barrier (``x_empty`` and
+    ``deq_empty`` then expect ``32 * num_warps``; the cp.async form of arrive is the per-thread one, and a consumer
+    has no cp.async pending, so it arrives at once). Returns ``(acc,)``, the fp32 accumulator
+    ``[BLOCK_N, BLOCK_T]``."""
     mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
     acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
     for k in range(steps):
@@ -254,10 +259,14 @@ def _mma_partition(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, step
         fence_async_shared()  # FC1's tokens come by cp.async (generic proxy); the wgmma reads through the async proxy
         acc = warpgroup_mma(wb_smem.index(d), x_smem.index(st).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-        if k > 0:  # step k - 1's MMA has retired in every warpgroup: its two stages are free
-            _partition_barrier()
-            mbarrier.arrive(deq_empty.index((k - 1) % DSTAGES))
-            mbarrier.arrive(x_empty.index((k - 1) % STAGES))
+        if k > 0:  # step k - 1's MMA has retired (in every warpgroup, or in this thread's): its two stages are free
+            if THREAD_ARRIVE:
+                async_copy.mbarrier_arrive(deq_empty.index((k - 1) % DSTAGES), increment_count=False)
+                async_copy.mbarrier_arrive(x_empty.index((k - 1) % STAGES), increment_count=False)
+            else:
+                _partition_barrier()
+                mbarrier.arrive(deq_empty.index((k - 1) % DSTAGES))
+                mbarrier.arrive(x_empty.index((k - 1) % STAGES))
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     return (acc,)  # warp_specialize takes the default partition's results as a tuple
 
@@ -274,20 +283,28 @@ def _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOC
 
 @gluon.jit
 def _rings(w_desc, X_LAYOUT: gl.constexpr, X_ARRIVALS: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
-           DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr):
+           DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr,
+           RELEASES: gl.constexpr):
     """The three rings and their barriers: the bf16 token stages ``[STAGES, BLOCK_T, BLOCK_K]`` (``X_LAYOUT``) with
     ``x_ready`` (``X_ARRIVALS`` per phase) and ``x_empty``; the fp8 weight stages ``[WSTAGES, BLOCK_N, BLOCK_K]``
     (TMA's layout) with ``w_ready``; the bf16 weight stages ``[DSTAGES, BLOCK_N, BLOCK_K]`` (the wgmma's) with
-    ``deq_ready`` and ``deq_empty``. Returns ``(x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready,
-    deq_empty)``."""
+    ``deq_ready`` and ``deq_empty``; ``x_empty`` and ``deq_empty`` expect ``RELEASES`` arrivals per phase
+    (``_releases``). Returns ``(x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty)``."""
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_T, BLOCK_K], X_LAYOUT)
     x_ready = stage_barriers(STAGES, X_ARRIVALS)
-    x_empty = stage_barriers(STAGES, 1)
+    x_empty = stage_barriers(STAGES, RELEASES)
     w8_smem = gl.allocate_shared_memory(gl.float8e4nv, [WSTAGES, BLOCK_N, BLOCK_K], w_desc.layout)
     wb_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], gl.bfloat16)
     wb_smem = gl.allocate_shared_memory(gl.bfloat16, [DSTAGES, BLOCK_N, BLOCK_K], wb_layout)
     return (x_smem, x_ready, x_empty, w8_smem, wb_smem, stage_barriers(WSTAGES, 1), stage_barriers(DSTAGES, 1),
-            stage_barriers(DSTAGES, 1))
+            stage_barriers(DSTAGES, RELEASES))
+
+
+@gluon.constexpr_function
+def _releases(thread_arrive, num_warps):
+    """Arrivals per phase of the stages the consumers free (``x_empty``, ``deq_empty``): one per consumer thread with
+    ``THREAD_ARRIVE``, else one."""
+    return 32 * num_warps if thread_arrive else 1
 
 
 @gluon.constexpr_function
@@ -302,18 +319,18 @@ def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expe
                    stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr,
                    PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, SX: gl.constexpr,
-                   STEPS_P2: gl.constexpr, num_warps: gl.constexpr):
+                   STEPS_P2: gl.constexpr, THREAD_ARRIVE: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
     x_layout: gl.constexpr = a_desc.layout
     # the token rows by TMA: one arrival (the expect) per phase
     x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _rings(
-        w_desc, x_layout, 1, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K)
+        w_desc, x_layout, 1, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, _releases(THREAD_ARRIVE, num_warps))
     n_first = pid_n * BLOCK_N
     acc = gl.warp_specialize([
         (_mma_partition, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
-                          BLOCK_T, num_warps)),
+                          BLOCK_T, THREAD_ARRIVE, num_warps)),
         (_fc2_producer, (w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
                          expert * N + n_first, pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, STAGES, WSTAGES,
                          DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)),
@@ -333,18 +350,20 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
                    stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
                    BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                    WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                   PRODUCER_REGS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr, num_warps: gl.constexpr):
+                   PRODUCER_REGS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr,
+                   THREAD_ARRIVE: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
     x_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_K], gl.bfloat16)
     # the token rows by cp.async: every producer thread's copies count one arrival per phase
     x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _rings(
-        w_desc, x_layout, 32 * PRODUCER_WARPS, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K)
+        w_desc, x_layout, 32 * PRODUCER_WARPS, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
+        _releases(THREAD_ARRIVE, num_warps))
     n_first = pid_n * BLOCK_N
     acc = gl.warp_specialize([
         (_mma_partition, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
-                          BLOCK_T, num_warps)),
+                          BLOCK_T, THREAD_ARRIVE, num_warps)),
         (_fc1_producer, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
                          x_empty, deq_ready, deq_empty, expert * N1 + n_first, pid_b, s_base, n_first, steps, K,
                          scale_tiles, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX,
@@ -378,7 +397,7 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
                         grid_blocks: int, *, n_out: int, activation: int, topk: int, block_n: int = 128,
                         block_t: int = 256, block_k: int = 64, stages: int = 3, dstages: int = 2,
                         num_warps: int = 8, producer_warps: int = 4, producer_regs: int = 152,
-                        sx: bool = False) -> None:
+                        sx: bool = False, thread_arrive: bool = False) -> None:
     """One ``_fc1_ws_kernel`` launch (``stages`` token stages, twice as many weight stages:
     ``ws_shared_bytes``) (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple of 8, 16-byte
     aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as ``launch_gluon_ws_fc2``'s,
@@ -397,14 +416,15 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
         BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=2 * stages, DSTAGES=dstages,
         PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
-        STEPS_P2=triton.next_power_of_2(triton.cdiv(hidden, 128)), num_warps=num_warps)
+        STEPS_P2=triton.next_power_of_2(triton.cdiv(hidden, 128)), THREAD_ARRIVE=thread_arrive, num_warps=num_warps)
 
 
 def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
                         slots: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                         num_blocks: torch.Tensor, grid_blocks: int, *, block_n: int = 128, block_t: int = 256,
                         block_k: int = 64, stages: int = 3, dstages: int = 2, num_warps: int = 8,
-                        producer_warps: int = 4, producer_regs: int = 152, sx: bool = False) -> None:
+                        producer_warps: int = 4, producer_regs: int = 152, sx: bool = False,
+                        thread_arrive: bool = False) -> None:
     """One ``_fc2_ws_kernel`` launch (``stages`` token stages, twice as many weight stages) over ``grid_blocks``
     token blocks of ``block_t`` positions (blocks past ``num_blocks[0]`` exit): ``inter`` ``[positions, I]`` bf16 in K
     order (row stride a multiple of 8), ``w`` ``[E, H, I]`` fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with
@@ -420,4 +440,4 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,
         WSTAGES=2 * stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
-        STEPS_P2=triton.next_power_of_2(triton.cdiv(inner, 128)), num_warps=num_warps)
+        STEPS_P2=triton.next_power_of_2(triton.cdiv(inner, 128)), THREAD_ARRIVE=thread_arrive, num_warps=num_warps)

@@ -234,6 +234,12 @@ class TritonMoEConfig:
     # instead of the fp32 convert and multiply (about 6 per 2 weights): the same exact values. Needs ``fc1_ws`` or
     # ``fc2_ws``.
     ws_sx: bool = False
+    # Session 41 (prepared, compile-checked only): the ws consumers free each step's token and bf16 weight stages with
+    # one arrival per thread after its own wgmma wait (``x_empty`` / ``deq_empty`` expect 256), in place of a barrier
+    # of the 8 consumer warps and one arrival: the two warpgroups no longer wait for each other every K step (run 43's
+    # ncu: barrier stalls 1.2-1.7 of 10-10.4 cycles per issued instruction). The same values. Needs ``fc1_ws`` or
+    # ``fc2_ws``.
+    ws_thread_arrive: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -255,6 +261,9 @@ class TritonMoEConfig:
                 self._check_ws(fc)
         if self.ws_sx and not (self.fc1_ws or self.fc2_ws):
             raise ValueError("TritonMoEConfig: ws_sx is the warp-specialized FCs' dequant; it needs fc1_ws or fc2_ws")
+        if self.ws_thread_arrive and not (self.fc1_ws or self.fc2_ws):
+            raise ValueError("TritonMoEConfig: ws_thread_arrive is the warp-specialized FCs' stage release; it needs "
+                             "fc1_ws or fc2_ws")
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
@@ -732,7 +741,8 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
     return replace_launch_tiles(cfg, fc1_gluon=False, fc2_gluon=False, fc2_chains=1, fc1_overlap=True,
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
                                 fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
-                                split_scales_t=False, step_scales=False, fc2_ws=False, fc1_ws=False, ws_sx=False)
+                                split_scales_t=False, step_scales=False, fc2_ws=False, fc1_ws=False, ws_sx=False,
+                                ws_thread_arrive=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -919,6 +929,10 @@ _WS_TWINS = {"x256w_sa_t32a": "x256w_sa_t32a_wsb_s4"}
 # "_wsb_s4", SwiGLU +2-3% against "_ws": the producer is not the limit. Opt-in only.
 TILES.update({f"{name}_sx": dataclasses.replace(TILES[name], ws_sx=True)
               for name in ("x256w_sa_t32a_wsb_s4", "x256w_sa_t32a_ws_s4", "x256m_sa_t32_ws")})
+# and "_ta" (session 41, prepared, compile-checked only; tools/gpu_next.sh s42c): the consumers' stage release by one
+# arrival per thread (``ws_thread_arrive``), on the squared-ReLU default and on SwiGLU's FC2-only tile
+TILES.update({f"{name}_ta": dataclasses.replace(TILES[name], ws_thread_arrive=True)
+              for name in ("x256w_sa_t32a_wsb_s4", "x256m_sa_t32_ws")})
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -1850,7 +1864,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_ws_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out,
                             activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                             block_t=cfg.block_t, block_k=cfg.fc1_block_k, stages=cfg.fc1_stages,
-                            num_warps=cfg.fc1_warps, sx=cfg.ws_sx)
+                            num_warps=cfg.fc1_warps, sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive)
     elif cfg.fc1_f8x2:  # checked by _gluon_problem before any launch; x is the split (e4m3, scales) of x
         _launch_gluon_f8x2_fc1(cfg, x, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
     elif cfg.fc1_gluon:  # checked by _gluon_problem before any launch
@@ -1877,7 +1891,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
 
         launch_gluon_ws_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                             block_t=cfg.block_t, block_k=cfg.fc2_block_k, stages=cfg.fc2_stages,
-                            num_warps=cfg.fc2_warps, sx=cfg.ws_sx)
+                            num_warps=cfg.fc2_warps, sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive)
         return
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
         from ._gluon_fc2_kernel import launch_gluon_fc2

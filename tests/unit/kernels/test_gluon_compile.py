@@ -520,7 +520,7 @@ def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():
     assert k_loop_paths(sass)[0] < 0.9 * len(k_loop(sass_words))
 
 
-def _compile_ws(fc, block_t, block_k, stages, sx=False):
+def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False):
     """The warp-specialized FC1 (``fc`` 1, squared ReLU) or FC2 (session 39) compiled for sm_90 at 128 rows: ``(ptx,
     sass, shared bytes)``."""
     import triton
@@ -535,7 +535,8 @@ def _compile_ws(fc, block_t, block_k, stages, sx=False):
     w_desc = nvmma_descriptor(w, [128, block_k])
     a_desc = nvmma_descriptor(torch.zeros(4 * block_t, 1024, dtype=torch.bfloat16), [block_t, block_k])
     constants = dict(BLOCK_N=128, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=2 * stages, DSTAGES=2,
-                     PRODUCER_WARPS=4, PRODUCER_REGS=152, SX=sx, STEPS_P2=16, num_warps=8)
+                     PRODUCER_WARPS=4, PRODUCER_REGS=152, SX=sx, STEPS_P2=16, THREAD_ARRIVE=thread_arrive,
+                     num_warps=8)
     if fc == 1:
         fn = kernel._fc1_ws_kernel
         types = dict(w_desc=mangle_type(w_desc), x_ptr="*bf16", s_ptr="*u8", inter_ptr="*bf16",
@@ -596,3 +597,28 @@ def test_warp_specialized_fcs_compile_for_sm90(fc, block_t, block_k, stages, sx)
         assert converts == 0 and "prmt.b32 t, t, 0, 0x9180;" in ptx and "HMUL2.BF16" in sass
     else:
         assert converts > 0 and "0x9180" not in ptx
+
+
+@pytest.mark.parametrize("fc", [1, 2])
+def test_ws_thread_arrive_drops_the_consumers_step_barrier(fc):
+    """``ws_thread_arrive`` (session 41): each consumer thread frees step k - 1's token and bf16 weight stages with its
+    own arrive (the cp.async form, ``.noinc``: those barriers expect 256 per phase) after its own wgmma wait, so the
+    consumers' K loop has no 256-thread barrier and no single-thread arrive; shared memory and spills as without it."""
+    base_ptx, _, base_shared = _compile_ws(fc, 256, 64, 4)
+    ptx, _, shared = _compile_ws(fc, 256, 64, 4, thread_arrive=True)
+
+    def count(text, pattern):
+        return len(re.findall(pattern, text))
+
+    per_thread, single = r"cp\.async\.mbarrier\.arrive\.noinc\.shared\.b64", r"mbarrier\.arrive\.shared::cta\.b64"
+    assert count(ptx, per_thread) == count(base_ptx, per_thread) + 2
+    assert count(ptx, single) == count(base_ptx, single) - 2
+    # the loop's barrier gone (Triton 3.6: that one; 3.8 removes 3 in all)
+    assert count(ptx, r"bar\.sync \t0, 256") <= count(base_ptx, r"bar\.sync \t0, 256") - 1
+    inits = re.findall(r"mbarrier\.init\.shared(?:::cta)?\.b64 \[[^\]]+\], (\d+);", ptx)
+    base_inits = re.findall(r"mbarrier\.init\.shared(?:::cta)?\.b64 \[[^\]]+\], (\d+);", base_ptx)
+    assert inits.count("256") == base_inits.count("256") + 4 + 2, (inits, base_inits)  # 4 token stages, 2 bf16
+    assert shared == base_shared and ".reqntid 384" in ptx
+    spilled = [int(re.search(r"(\d+) bytes spill stores", _ptxas_report(text)).group(1)) for text in (ptx, base_ptx)]
+    assert spilled[0] <= spilled[1], spilled
+    _assert_barriers_fenced_after_init(ptx)
