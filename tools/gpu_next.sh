@@ -3,7 +3,8 @@
 #   bash tools/gpu_next.sh s42a     # for session 42: the full benchmark and the demo with the ws default and its
 #                                   # 16-byte epilogue stores (run 44 ran them on H100s only: ask for an H200), then
 #                                   # the ws default's GPU tests
-#   bash tools/gpu_next.sh s42c     # "_ta" (ws_thread_arrive): its GPU tests, probes at 4096 against the defaults
+#   bash tools/gpu_next.sh s42c     # "_ta" / "_se" (ws_thread_arrive, ws_staged_epilogue): their GPU tests, probes
+#                                   # at 4096 against the defaults
 #   bash tools/gpu_next.sh s42b     # then ncu's source page of the ws FC2 (stall samples per SASS instruction)
 #   bash tools/gpu_next.sh s41d     # session 41, calls 4-5: A/B of the ws kernel file (epilogue stores), then 4096
 #   bash tools/gpu_next.sh s41c     # session 41, call 2: the full benchmark and the demo
@@ -1071,12 +1072,14 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
   s42c)
-    # for session 42 (about 5 device minutes): "_ta" (session 41, prepared, compile-checked only: the ws consumers
-    # free each step's stages with one arrival per thread, no 256-thread barrier per K step): its GPU tests (the same
-    # bits as the tile without it, graph replay), then probes at 4096 tokens against the defaults
-    smoke_tests 150 "thread_arrive" || exit 0
-    twin_probes 90 4096 squared_relu ta
-    twin_probes 90 4096 swiglu ws,ws_ta
+    # for session 42 (about 7 device minutes): session 41's two prepared forms of the ws kernels (compile-checked
+    # only): "_ta" (``ws_thread_arrive``: the consumers free each step's stages with one arrival per thread, no
+    # 256-thread barrier per K step) and "_se" (``ws_staged_epilogue``: the epilogue tile staged whole in shared
+    # memory, one barrier, in place of 16 rounds of the compiler's conversion). Their GPU tests (the same bits as the
+    # tile without them, graph replay), then probes at 4096 tokens against the defaults
+    smoke_tests 200 "release_and_epilogue" || exit 0
+    twin_probes 120 4096 squared_relu ta,se,ta_se
+    twin_probes 100 4096 swiglu ws,ws_ta,ws_se
     layer_probe_summary 22 ;;
   s42b)
     # for session 42, after s42a (about 3 device minutes): where the ws FC2's long-scoreboard stalls sit (run 43's ncu

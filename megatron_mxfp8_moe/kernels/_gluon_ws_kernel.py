@@ -315,11 +315,29 @@ def _row_store_layout(num_warps):
 
 
 @gluon.jit
+def _rows_of(tile, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, STAGED: gl.constexpr, num_warps: gl.constexpr):
+    """The consumers' bf16 tile ``[BLOCK_N, BLOCK_T]`` (wgmma layout) in ``_row_store_layout``: through the compiler's
+    layout conversion (rounds of a small scratch, two barriers each: 16 rounds at 128 x 256), or (``STAGED``,
+    ``ws_staged_epilogue``) stored whole into shared memory (the rings' bytes, dead by now) and read back after one
+    barrier."""
+    out: gl.constexpr = _row_store_layout(num_warps)
+    if STAGED:
+        staged = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, BLOCK_T], gl.SwizzledSharedLayout(8, 1, 8, [0, 1]))
+        staged.store(tile)
+        _partition_barrier()
+        rows = staged.load(out)
+    else:
+        rows = gl.convert_layout(tile, out)
+    return rows
+
+
+@gluon.jit
 def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                    stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr,
                    PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, SX: gl.constexpr,
-                   STEPS_P2: gl.constexpr, THREAD_ARRIVE: gl.constexpr, num_warps: gl.constexpr):
+                   STEPS_P2: gl.constexpr, THREAD_ARRIVE: gl.constexpr, STAGED: gl.constexpr,
+                   num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
@@ -336,7 +354,7 @@ def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expe
                          DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
     out: gl.constexpr = _row_store_layout(num_warps)
-    vals = gl.convert_layout(acc.to(gl.bfloat16), out)
+    vals = _rows_of(acc.to(gl.bfloat16), BLOCK_N, BLOCK_T, STAGED, num_warps)
     positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out))
     pairs = gl.load(sorted_pairs_ptr + positions)
     offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, out))
@@ -351,7 +369,7 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
                    BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                    WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
                    PRODUCER_REGS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr,
-                   THREAD_ARRIVE: gl.constexpr, num_warps: gl.constexpr):
+                   THREAD_ARRIVE: gl.constexpr, STAGED: gl.constexpr, num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
@@ -371,7 +389,7 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
     out: gl.constexpr = _row_store_layout(num_warps)
     # ungated: the activation of the one accumulator
-    h = gl.convert_layout(_activate(acc, acc, ACTIVATION).to(gl.bfloat16), out)
+    h = _rows_of(_activate(acc, acc, ACTIVATION).to(gl.bfloat16), BLOCK_N, BLOCK_T, STAGED, num_warps)
     positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out))
     keep = (gl.load(sorted_pairs_ptr + positions) >= 0) & live
     offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, out))
@@ -397,7 +415,7 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
                         grid_blocks: int, *, n_out: int, activation: int, topk: int, block_n: int = 128,
                         block_t: int = 256, block_k: int = 64, stages: int = 3, dstages: int = 2,
                         num_warps: int = 8, producer_warps: int = 4, producer_regs: int = 152,
-                        sx: bool = False, thread_arrive: bool = False) -> None:
+                        sx: bool = False, thread_arrive: bool = False, staged_epilogue: bool = False) -> None:
     """One ``_fc1_ws_kernel`` launch (``stages`` token stages, twice as many weight stages:
     ``ws_shared_bytes``) (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple of 8, 16-byte
     aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as ``launch_gluon_ws_fc2``'s,
@@ -416,7 +434,8 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
         BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=2 * stages, DSTAGES=dstages,
         PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
-        STEPS_P2=triton.next_power_of_2(triton.cdiv(hidden, 128)), THREAD_ARRIVE=thread_arrive, num_warps=num_warps)
+        STEPS_P2=triton.next_power_of_2(triton.cdiv(hidden, 128)), THREAD_ARRIVE=thread_arrive,
+        STAGED=staged_epilogue, num_warps=num_warps)
 
 
 def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
@@ -424,7 +443,7 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                         num_blocks: torch.Tensor, grid_blocks: int, *, block_n: int = 128, block_t: int = 256,
                         block_k: int = 64, stages: int = 3, dstages: int = 2, num_warps: int = 8,
                         producer_warps: int = 4, producer_regs: int = 152, sx: bool = False,
-                        thread_arrive: bool = False) -> None:
+                        thread_arrive: bool = False, staged_epilogue: bool = False) -> None:
     """One ``_fc2_ws_kernel`` launch (``stages`` token stages, twice as many weight stages) over ``grid_blocks``
     token blocks of ``block_t`` positions (blocks past ``num_blocks[0]`` exit): ``inter`` ``[positions, I]`` bf16 in K
     order (row stride a multiple of 8), ``w`` ``[E, H, I]`` fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with
@@ -440,4 +459,5 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,
         WSTAGES=2 * stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
-        STEPS_P2=triton.next_power_of_2(triton.cdiv(inner, 128)), THREAD_ARRIVE=thread_arrive, num_warps=num_warps)
+        STEPS_P2=triton.next_power_of_2(triton.cdiv(inner, 128)), THREAD_ARRIVE=thread_arrive,
+        STAGED=staged_epilogue, num_warps=num_warps)

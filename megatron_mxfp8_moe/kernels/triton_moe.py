@@ -240,6 +240,11 @@ class TritonMoEConfig:
     # ncu: barrier stalls 1.2-1.7 of 10-10.4 cycles per issued instruction). The same values. Needs ``fc1_ws`` or
     # ``fc2_ws``.
     ws_thread_arrive: bool = False
+    # Session 41 (prepared, compile-checked only): the ws epilogues stage their bf16 tile whole in shared memory (the
+    # rings' bytes, dead by then) and read it back in the row layout after one barrier, in place of the compiler's
+    # layout conversion in 16 rounds of two barriers each at 128 x 256 (one CTA per SM: the epilogue is not hidden
+    # behind another program). The same values. Needs ``fc1_ws`` or ``fc2_ws``.
+    ws_staged_epilogue: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -263,6 +268,9 @@ class TritonMoEConfig:
             raise ValueError("TritonMoEConfig: ws_sx is the warp-specialized FCs' dequant; it needs fc1_ws or fc2_ws")
         if self.ws_thread_arrive and not (self.fc1_ws or self.fc2_ws):
             raise ValueError("TritonMoEConfig: ws_thread_arrive is the warp-specialized FCs' stage release; it needs "
+                             "fc1_ws or fc2_ws")
+        if self.ws_staged_epilogue and not (self.fc1_ws or self.fc2_ws):
+            raise ValueError("TritonMoEConfig: ws_staged_epilogue is the warp-specialized FCs' epilogue; it needs "
                              "fc1_ws or fc2_ws")
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
@@ -742,7 +750,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
                                 fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
                                 split_scales_t=False, step_scales=False, fc2_ws=False, fc1_ws=False, ws_sx=False,
-                                ws_thread_arrive=False)
+                                ws_thread_arrive=False, ws_staged_epilogue=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -933,6 +941,11 @@ TILES.update({f"{name}_sx": dataclasses.replace(TILES[name], ws_sx=True)
 # arrival per thread (``ws_thread_arrive``), on the squared-ReLU default and on SwiGLU's FC2-only tile
 TILES.update({f"{name}_ta": dataclasses.replace(TILES[name], ws_thread_arrive=True)
               for name in ("x256w_sa_t32a_wsb_s4", "x256m_sa_t32_ws")})
+# and "_se" (session 41, prepared, compile-checked only; s42c): the epilogue tile staged whole in shared memory
+# (``ws_staged_epilogue``), on the same two tiles, and "_ta_se" with both
+TILES.update({f"{name}_se": dataclasses.replace(TILES[name], ws_staged_epilogue=True)
+              for name in ("x256w_sa_t32a_wsb_s4", "x256m_sa_t32_ws")})
+TILES["x256w_sa_t32a_wsb_s4_ta_se"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb_s4_ta"], ws_staged_epilogue=True)
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -1864,7 +1877,8 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_ws_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out,
                             activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                             block_t=cfg.block_t, block_k=cfg.fc1_block_k, stages=cfg.fc1_stages,
-                            num_warps=cfg.fc1_warps, sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive)
+                            num_warps=cfg.fc1_warps, sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive,
+                            staged_epilogue=cfg.ws_staged_epilogue)
     elif cfg.fc1_f8x2:  # checked by _gluon_problem before any launch; x is the split (e4m3, scales) of x
         _launch_gluon_f8x2_fc1(cfg, x, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
     elif cfg.fc1_gluon:  # checked by _gluon_problem before any launch
@@ -1891,7 +1905,8 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
 
         launch_gluon_ws_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                             block_t=cfg.block_t, block_k=cfg.fc2_block_k, stages=cfg.fc2_stages,
-                            num_warps=cfg.fc2_warps, sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive)
+                            num_warps=cfg.fc2_warps, sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive,
+                            staged_epilogue=cfg.ws_staged_epilogue)
         return
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
         from ._gluon_fc2_kernel import launch_gluon_fc2

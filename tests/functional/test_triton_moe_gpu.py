@@ -1479,16 +1479,22 @@ def test_cuda_graph_replay_with_the_warp_specialized_fcs(name, tokens):
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), _WS_TILES[name])
 
 
-@pytest.mark.parametrize("name,activation", [("x256w_sa_t32a_wsb_s4", "squared_relu"), ("x256m_sa_t32_ws", "swiglu")])
+@pytest.mark.parametrize("name,activation", [
+    ("x256w_sa_t32a_wsb_s4_ta", "squared_relu"), ("x256m_sa_t32_ws_ta", "swiglu"),
+    ("x256w_sa_t32a_wsb_s4_se", "squared_relu"), ("x256m_sa_t32_ws_se", "swiglu"),
+    ("x256w_sa_t32a_wsb_s4_ta_se", "squared_relu")])
 @pytest.mark.parametrize("case", [(128, 8, 2048, 768, 4096), (8, 2, 384, 224, 1500)], ids=["30b-T4096", "odd-T1500"])
-def test_ws_thread_arrive_keeps_the_bits(name, activation, case):
-    """Session 41 (``ws_thread_arrive``, "_ta"): the consumers' per-thread stage release changes no value: the same bits
-    as the tile without it, within BOUND of float64, every row written."""
-    _assert_tiles_keep_bits(TILES[name], TILES[name + "_ta"], case, activation)
+def test_ws_release_and_epilogue_forms_keep_the_bits(name, activation, case):
+    """Session 41: the consumers' per-thread stage release ("_ta", ``ws_thread_arrive``) and the epilogue staged whole
+    in shared memory ("_se", ``ws_staged_epilogue``) change no value: the same bits as the tile without them, within
+    BOUND of float64, every row written."""
+    base = name.removesuffix("_se").removesuffix("_ta")
+    _assert_tiles_keep_bits(TILES[base], TILES[name], case, activation)
 
 
-def test_cuda_graph_replay_with_the_ws_thread_arrive():
-    _graph_replay_of(lambda *shape: TILES["x256w_sa_t32a_wsb_s4_ta"], 4096, (4096, 4096 * 2 // 3, 5), "squared_relu")
+@pytest.mark.parametrize("name", ["x256w_sa_t32a_wsb_s4_ta", "x256w_sa_t32a_wsb_s4_se"])
+def test_cuda_graph_replay_with_the_ws_release_and_epilogue_forms(name):
+    _graph_replay_of(lambda *shape: TILES[name], 4096, (4096, 4096 * 2 // 3, 5), "squared_relu")
 
 
 def test_squared_relu_default_from_176_pairs_runs_the_ws_fcs_and_falls_back_on_unaligned_x():

@@ -10,6 +10,7 @@ the session-20 kernels had such writes in every configuration). The bits and the
 (tests/functional/test_triton_moe_gpu.py, bench/gluon_fc1_probe.py, bench/gluon_fc2_probe.py,
 bench/gluon_tail_race_probe.py)."""
 
+import collections
 import re
 
 import pytest
@@ -520,7 +521,7 @@ def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():
     assert k_loop_paths(sass)[0] < 0.9 * len(k_loop(sass_words))
 
 
-def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False):
+def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, staged=False):
     """The warp-specialized FC1 (``fc`` 1, squared ReLU) or FC2 (session 39) compiled for sm_90 at 128 rows: ``(ptx,
     sass, shared bytes)``."""
     import triton
@@ -536,7 +537,7 @@ def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False):
     a_desc = nvmma_descriptor(torch.zeros(4 * block_t, 1024, dtype=torch.bfloat16), [block_t, block_k])
     constants = dict(BLOCK_N=128, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=2 * stages, DSTAGES=2,
                      PRODUCER_WARPS=4, PRODUCER_REGS=152, SX=sx, STEPS_P2=16, THREAD_ARRIVE=thread_arrive,
-                     num_warps=8)
+                     STAGED=staged, num_warps=8)
     if fc == 1:
         fn = kernel._fc1_ws_kernel
         types = dict(w_desc=mangle_type(w_desc), x_ptr="*bf16", s_ptr="*u8", inter_ptr="*bf16",
@@ -622,3 +623,26 @@ def test_ws_thread_arrive_drops_the_consumers_step_barrier(fc):
     spilled = [int(re.search(r"(\d+) bytes spill stores", _ptxas_report(text)).group(1)) for text in (ptx, base_ptx)]
     assert spilled[0] <= spilled[1], spilled
     _assert_barriers_fenced_after_init(ptx)
+
+
+def _sass_ops(sass):
+    """The SASS opcodes of a kernel, counted."""
+    ops = [line.split("*/")[-1].split(";")[0].split() for line in sass.splitlines()
+           if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+    return collections.Counter(op[1] if op[0].startswith("@") else op[0] for op in ops if op)
+
+
+@pytest.mark.parametrize("fc", [1, 2])
+def test_ws_staged_epilogue_takes_one_round(fc):
+    """``ws_staged_epilogue`` (session 41): the epilogue stores its bf16 tile whole into shared memory (stmatrix), one
+    barrier, reads it back in the row layout and stores 16-byte pieces; the compiler's conversion without it took 16
+    rounds of two barriers each (Triton 3.6). Shared memory unchanged (the rings' bytes, dead by then)."""
+    base_ptx, base_sass, base_shared = _compile_ws(fc, 256, 64, 4)
+    ptx, sass, shared = _compile_ws(fc, 256, 64, 4, staged=True)
+    base, staged = _sass_ops(base_sass), _sass_ops(sass)
+    bars = [sum(n for op, n in ops.items() if op.startswith("BAR")) for ops in (base, staged)]
+    assert bars[1] <= bars[0] - 24, bars
+    assert staged["STG.E.128"] == 16 and staged["STSM.16.MT88.4"] >= 16, staged
+    assert shared == base_shared
+    spilled = [int(re.search(r"(\d+) bytes spill stores", _ptxas_report(text)).group(1)) for text in (ptx, base_ptx)]
+    assert spilled[0] <= spilled[1], spilled
