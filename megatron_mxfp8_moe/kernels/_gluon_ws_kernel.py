@@ -55,20 +55,22 @@ _partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 
 @gluon.jit
-def _issue_weights(w_desc, w8_smem, w_ready, k, w_row, WSTAGES: gl.constexpr, BLOCK_K: gl.constexpr):
-    """K step k's fp8 weight tile by TMA into stage ``k % WSTAGES`` of the weight ring. No wait: only the producer
-    reads that ring, and it has read the stage's last tile (step k - WSTAGES) before it issues this copy."""
-    st = k % WSTAGES
+def _issue_weights(w_desc, w8_smem, w_ready, k, g, w_row, WSTAGES: gl.constexpr, BLOCK_K: gl.constexpr):
+    """K step k's fp8 weight tile by TMA into stage ``(g + k) % WSTAGES`` of the weight ring (``g``: the ring
+    positions of earlier tiles, 0 but in the persistent kernels). No wait: only the producer reads that ring, and it
+    has read the stage's last tile (position g + k - WSTAGES) before it issues this copy."""
+    st = (g + k) % WSTAGES
     mbarrier.expect(w_ready.index(st), w_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(w_desc, [w_row, k * BLOCK_K], w_ready.index(st), w8_smem.index(st))
 
 
 @gluon.jit
-def _issue_rows(a_desc, x_smem, x_ready, x_empty, k, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
-    """K step k's token tile (FC2: the inter rows, one TMA box) into stage ``k % STAGES`` of the token ring, once
-    the consumer's MMA on that stage's last tile has retired."""
-    st = k % STAGES
-    mbarrier.wait(x_empty.index(st), ((k // STAGES) & 1) ^ 1)  # the first turn passes: no earlier phase to wait for
+def _issue_rows(a_desc, x_smem, x_ready, x_empty, k, g, a_row, STAGES: gl.constexpr, BLOCK_K: gl.constexpr):
+    """K step k's token tile (FC2: the inter rows, one TMA box) into stage ``(g + k) % STAGES`` of the token ring,
+    once the consumer's MMA on that stage's last tile has retired."""
+    st = (g + k) % STAGES
+    # the first turn passes: no earlier phase to wait for
+    mbarrier.wait(x_empty.index(st), (((g + k) // STAGES) & 1) ^ 1)
     mbarrier.expect(x_ready.index(st), a_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(a_desc, [a_row, k * BLOCK_K], x_ready.index(st), x_smem.index(st))
 
@@ -114,20 +116,20 @@ def _dequant_block(w, s, one, SX: gl.constexpr):
 
 
 @gluon.jit
-def _dequant_step(k, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs, steps, word,
-                  one, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_K: gl.constexpr,
+def _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs, steps,
+                  word, one, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_K: gl.constexpr,
                   PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr):
     """Step k's fp8 weight tile (its stage of the copy ring) times its E8M0 scales (``word``: ``_scale_word`` of step
     k, loaded a step ahead so that its latency is off this chain) into the bf16 ring, one 32-value scale block at a
     time (32 values per thread live, not the tile's 64), and hands the bf16 tile to the consumer; then refills the fp8
     stage just read (every producer warp has) with step k + WSTAGES's weights. Returns step k + 1's scale word, loaded
-    before this step's waits."""
+    before this step's waits. Ring positions ``g + k`` (``_issue_weights``)."""
     next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)
     layout: gl.constexpr = _block_layout(PRODUCER_WARPS)
-    st = k % WSTAGES
-    d = k % DSTAGES
-    mbarrier.wait(w_ready.index(st), (k // WSTAGES) & 1)
-    mbarrier.wait(deq_empty.index(d), ((k // DSTAGES) & 1) ^ 1)
+    st = (g + k) % WSTAGES
+    d = (g + k) % DSTAGES
+    mbarrier.wait(w_ready.index(st), ((g + k) // WSTAGES) & 1)
+    mbarrier.wait(deq_empty.index(d), (((g + k) // DSTAGES) & 1) ^ 1)
     for b in gl.static_range(BLOCK_K // 32):
         c = k * (BLOCK_K // 32) + b
         s = (word >> (8 * (c % 4))) & 0xFF
@@ -137,12 +139,12 @@ def _dequant_step(k, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_
     _partition_barrier()  # every warp of the partition has read the fp8 stage and written the bf16 tile
     mbarrier.arrive(deq_ready.index(d))
     if k + WSTAGES < steps:
-        _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, w_row, WSTAGES, BLOCK_K)
+        _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, g, w_row, WSTAGES, BLOCK_K)
     return next_word
 
 
 @gluon.jit
-def _start_weights(w_desc, w8_smem, w_ready, w_row, n_first, steps, scale_tiles, WSTAGES: gl.constexpr,
+def _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, steps, scale_tiles, WSTAGES: gl.constexpr,
                    BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
     """A producer's first ``WSTAGES`` weight copies; returns ``row_offs`` of ``_dequant_step``, the byte offsets of
     the weight rows ``[n_first, n_first + BLOCK_N)`` in the expert's 128x4 scales (``_scale_rows`` without the
@@ -151,7 +153,7 @@ def _start_weights(w_desc, w8_smem, w_ready, w_row, n_first, steps, scale_tiles,
     row_offs = (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
     for i in gl.static_range(WSTAGES):
         if i < steps:
-            _issue_weights(w_desc, w8_smem, w_ready, i, w_row, WSTAGES, BLOCK_K)
+            _issue_weights(w_desc, w8_smem, w_ready, i, g, w_row, WSTAGES, BLOCK_K)
     return row_offs
 
 
@@ -177,29 +179,29 @@ def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_
                   SX: gl.constexpr, STEPS_P2: gl.constexpr):
     """FC2's producer: the weight copies by TMA ``WSTAGES`` steps ahead, the inter rows' ``STAGES - 1``, and the
     dequant."""
-    row_offs = _start_weights(w_desc, w8_smem, w_ready, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N, BLOCK_K,
-                              PRODUCER_WARPS)
+    row_offs = _start_weights(w_desc, w8_smem, w_ready, 0, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
+                              BLOCK_K, PRODUCER_WARPS)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
-            _issue_rows(a_desc, x_smem, x_ready, x_empty, i, a_row, STAGES, BLOCK_K)
+            _issue_rows(a_desc, x_smem, x_ready, x_empty, i, 0, a_row, STAGES, BLOCK_K)
     one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        word = _dequant_step(k, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
+        word = _dequant_step(k, 0, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
                              steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
         # only now the rows into step k - 1's stage: the consumer frees it after step k's MMA, which needs the tile
         # just stored (issued before it, this wait would never end)
         if k + STAGES - 1 < steps:
-            _issue_rows(a_desc, x_smem, x_ready, x_empty, k + STAGES - 1, a_row, STAGES, BLOCK_K)
+            _issue_rows(a_desc, x_smem, x_ready, x_empty, k + STAGES - 1, 0, a_row, STAGES, BLOCK_K)
 
 
 @gluon.jit
-def _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k, K, STAGES: gl.constexpr,
+def _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k, g, K, STAGES: gl.constexpr,
                     BLOCK_K: gl.constexpr):
-    """FC1's token rows of K step k into stage ``k % STAGES`` of the token ring once it is free, by cp.async
+    """FC1's token rows of K step k into stage ``(g + k) % STAGES`` of the token ring once it is free, by cp.async
     (gathered: no TMA box), each producer thread's copies counted by the stage's mbarrier once landed."""
-    st = k % STAGES
-    mbarrier.wait(x_empty.index(st), ((k // STAGES) & 1) ^ 1)
+    st = (g + k) % STAGES
+    mbarrier.wait(x_empty.index(st), (((g + k) // STAGES) & 1) ^ 1)
     async_copy.async_copy_global_to_shared(x_smem.index(st), x_ptr + (x_offs + k * BLOCK_K),
                                            mask=live_rows & (k * BLOCK_K + cols < K)[None, :])
     # one expected arrival per thread, once its copies have landed (no count increment: see _gluon_fc1_kernel)
@@ -224,50 +226,65 @@ def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb
     # int32 element offsets (the launcher checks that x fits), pointers made per copy: half the live registers
     x_offs = tokens[:, None] * stride_x + cols[None, :]
     live_rows = (pairs >= 0)[:, None]
-    row_offs = _start_weights(w_desc, w8_smem, w_ready, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N, BLOCK_K,
-                              PRODUCER_WARPS)
+    row_offs = _start_weights(w_desc, w8_smem, w_ready, 0, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
+                              BLOCK_K, PRODUCER_WARPS)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
-            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, K, STAGES, BLOCK_K)
+            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, 0, K, STAGES, BLOCK_K)
     one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        word = _dequant_step(k, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
+        word = _dequant_step(k, 0, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
                              steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
         if k + STAGES - 1 < steps:  # (after the dequant: _fc2_producer says why)
-            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1, K, STAGES,
+            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1, 0, K, STAGES,
                             BLOCK_K)
+
+
+@gluon.jit
+def _release(deq_empty, x_empty, p, STAGES: gl.constexpr, DSTAGES: gl.constexpr, THREAD_ARRIVE: gl.constexpr):
+    """The consumers free ring position ``p``'s token and bf16 weight stages (its MMA has retired): after a barrier of
+    the consumer warps, one arrival; or (``THREAD_ARRIVE``, ``ws_thread_arrive``) one arrival per consumer thread
+    after its own wait, with no barrier (``x_empty`` and ``deq_empty`` then expect ``32 * num_warps``; the cp.async
+    form of arrive is the per-thread one, and a consumer has no cp.async pending, so it arrives at once)."""
+    if THREAD_ARRIVE:
+        async_copy.mbarrier_arrive(deq_empty.index(p % DSTAGES), increment_count=False)
+        async_copy.mbarrier_arrive(x_empty.index(p % STAGES), increment_count=False)
+    else:
+        _partition_barrier()
+        mbarrier.arrive(deq_empty.index(p % DSTAGES))
+        mbarrier.arrive(x_empty.index(p % STAGES))
+
+
+@gluon.jit
+def _mma_steps(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, g, steps, STAGES: gl.constexpr,
+               DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
+               num_warps: gl.constexpr):
+    """One tile's K steps (ring positions ``g`` to ``g + steps - 1``): step k's wgmma on the bf16 weights and the
+    tokens, one step left in flight, step k - 1's stages released once its MMA retires (``_release``). Returns the
+    fp32 accumulator ``[BLOCK_N, BLOCK_T]`` with every MMA retired; the last step's stages are not released."""
+    mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
+    acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
+    for k in range(steps):
+        st = (g + k) % STAGES
+        d = (g + k) % DSTAGES
+        mbarrier.wait(deq_ready.index(d), ((g + k) // DSTAGES) & 1)
+        mbarrier.wait(x_ready.index(st), ((g + k) // STAGES) & 1)
+        fence_async_shared()  # FC1's tokens come by cp.async (generic proxy); the wgmma reads through the async proxy
+        acc = warpgroup_mma(wb_smem.index(d), x_smem.index(st).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        if k > 0:
+            _release(deq_empty, x_empty, g + k - 1, STAGES, DSTAGES, THREAD_ARRIVE)
+    return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
 
 @gluon.jit
 def _mma_partition(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES: gl.constexpr,
                    DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
                    num_warps: gl.constexpr):
-    """Consumer: step k's wgmma on the bf16 weights and the tokens, one step left in flight; releases step k - 1's
-    stages after its MMA retires: after a barrier of the consumer warps, one arrival; or (``THREAD_ARRIVE``,
-    ``ws_thread_arrive``) one arrival per consumer thread after its own wait, with no barrier (``x_empty`` and
-    ``deq_empty`` then expect ``32 * num_warps``; the cp.async form of arrive is the per-thread one, and a consumer
-    has no cp.async pending, so it arrives at once). Returns ``(acc,)``, the fp32 accumulator
-    ``[BLOCK_N, BLOCK_T]``."""
-    mma: gl.constexpr = wgmma_layout(BLOCK_T, num_warps)
-    acc = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, mma)
-    for k in range(steps):
-        st = k % STAGES
-        d = k % DSTAGES
-        mbarrier.wait(deq_ready.index(d), (k // DSTAGES) & 1)
-        mbarrier.wait(x_ready.index(st), (k // STAGES) & 1)
-        fence_async_shared()  # FC1's tokens come by cp.async (generic proxy); the wgmma reads through the async proxy
-        acc = warpgroup_mma(wb_smem.index(d), x_smem.index(st).permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-        if k > 0:  # step k - 1's MMA has retired (in every warpgroup, or in this thread's): its two stages are free
-            if THREAD_ARRIVE:
-                async_copy.mbarrier_arrive(deq_empty.index((k - 1) % DSTAGES), increment_count=False)
-                async_copy.mbarrier_arrive(x_empty.index((k - 1) % STAGES), increment_count=False)
-            else:
-                _partition_barrier()
-                mbarrier.arrive(deq_empty.index((k - 1) % DSTAGES))
-                mbarrier.arrive(x_empty.index((k - 1) % STAGES))
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    """Consumer of the one-tile kernels: ``_mma_steps`` from ring position 0. Returns ``(acc,)``."""
+    acc = _mma_steps(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, 0, steps, STAGES, DSTAGES, BLOCK_N,
+                     BLOCK_T, THREAD_ARRIVE, num_warps)
     return (acc,)  # warp_specialize takes the default partition's results as a tuple
 
 
@@ -332,6 +349,33 @@ def _rows_of(tile, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, STAGED: gl.cons
 
 
 @gluon.jit
+def _store_slots(vals, slot_ptr, sorted_pairs_ptr, stride_slot, pid_b, n_first, N, live, BLOCK_N: gl.constexpr,
+                 BLOCK_T: gl.constexpr, num_warps: gl.constexpr):
+    """FC2's epilogue: ``vals`` ``[BLOCK_N, BLOCK_T]`` bf16 (``_row_store_layout``) into the slot rows of block
+    ``pid_b``'s pairs (padding positions, and every position where not ``live``, store nothing)."""
+    out: gl.constexpr = _row_store_layout(num_warps)
+    positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out))
+    pairs = gl.load(sorted_pairs_ptr + positions)
+    offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, out))
+    keep = (pairs >= 0) & live
+    ptrs = slot_ptr + gl.where(keep, pairs, 0).to(gl.int64)[None, :] * stride_slot + offs_n[:, None]
+    gl.store(ptrs, vals, mask=keep[None, :] & (offs_n < N)[:, None])
+
+
+@gluon.jit
+def _store_inter(h, inter_ptr, sorted_pairs_ptr, stride_inter, pid_b, n_first, N_OUT, live, BLOCK_N: gl.constexpr,
+                 BLOCK_T: gl.constexpr, num_warps: gl.constexpr):
+    """FC1's epilogue: ``h`` ``[BLOCK_N, BLOCK_T]`` bf16 (``_row_store_layout``) into the inter rows of block
+    ``pid_b``'s positions (int32 offsets: the launcher checks that inter fits)."""
+    out: gl.constexpr = _row_store_layout(num_warps)
+    positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out))
+    keep = (gl.load(sorted_pairs_ptr + positions) >= 0) & live
+    offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, out))
+    ptrs = inter_ptr + (positions[None, :] * stride_inter + offs_n[:, None])
+    gl.store(ptrs, h, mask=keep[None, :] & (offs_n < N_OUT)[:, None])
+
+
+@gluon.jit
 def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N, K,
                    stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr,
@@ -353,14 +397,8 @@ def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expe
                          expert * N + n_first, pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, STAGES, WSTAGES,
                          DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
-    out: gl.constexpr = _row_store_layout(num_warps)
     vals = _rows_of(acc.to(gl.bfloat16), BLOCK_N, BLOCK_T, STAGED, num_warps)
-    positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out))
-    pairs = gl.load(sorted_pairs_ptr + positions)
-    offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, out))
-    keep = (pairs >= 0) & live
-    ptrs = slot_ptr + gl.where(keep, pairs, 0).to(gl.int64)[None, :] * stride_slot + offs_n[:, None]
-    gl.store(ptrs, vals, mask=keep[None, :] & (offs_n < N)[:, None])
+    _store_slots(vals, slot_ptr, sorted_pairs_ptr, stride_slot, pid_b, n_first, N, live, BLOCK_N, BLOCK_T, num_warps)
 
 
 @gluon.jit
@@ -387,15 +425,10 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
                          scale_tiles, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX,
                          STEPS_P2)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
-    out: gl.constexpr = _row_store_layout(num_warps)
     # ungated: the activation of the one accumulator
     h = _rows_of(_activate(acc, acc, ACTIVATION).to(gl.bfloat16), BLOCK_N, BLOCK_T, STAGED, num_warps)
-    positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out))
-    keep = (gl.load(sorted_pairs_ptr + positions) >= 0) & live
-    offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, out))
-    # int32 offsets (the launcher checks that inter fits)
-    ptrs = inter_ptr + (positions[None, :] * stride_inter + offs_n[:, None])
-    gl.store(ptrs, h, mask=keep[None, :] & (offs_n < N_OUT)[:, None])
+    _store_inter(h, inter_ptr, sorted_pairs_ptr, stride_inter, pid_b, n_first, N_OUT, live, BLOCK_N, BLOCK_T,
+                 num_warps)
 
 
 def gathered_rows_problem(x: torch.Tensor, inter_elements: int) -> str:
