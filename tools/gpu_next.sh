@@ -3,8 +3,9 @@
 #   bash tools/gpu_next.sh s42a     # for session 42: the full benchmark and the demo with the ws default and its
 #                                   # 16-byte epilogue stores (run 44 ran them on H100s only: ask for an H200), then
 #                                   # the ws default's GPU tests
-#   bash tools/gpu_next.sh s42c     # "_ta" / "_se" (ws_thread_arrive, ws_staged_epilogue): their GPU tests, probes
-#                                   # at 4096 against the defaults
+#   bash tools/gpu_next.sh s42c     # "_ta" / "_se" / "_p" (ws_thread_arrive, ws_staged_epilogue, ws_persistent):
+#                                   # their GPU tests (the bits of the tile without them)
+#   bash tools/gpu_next.sh s42d     # then their probes at 4096 against the defaults
 #   bash tools/gpu_next.sh s42b     # then ncu's source page of the ws FC2 (stall samples per SASS instruction)
 #   bash tools/gpu_next.sh s41d     # session 41, calls 4-5: A/B of the ws kernel file (epilogue stores), then 4096
 #   bash tools/gpu_next.sh s41c     # session 41, call 2: the full benchmark and the demo
@@ -1072,15 +1073,25 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
   s42c)
-    # for session 42 (about 7 device minutes): session 41's two prepared forms of the ws kernels (compile-checked
-    # only): "_ta" (``ws_thread_arrive``: the consumers free each step's stages with one arrival per thread, no
-    # 256-thread barrier per K step) and "_se" (``ws_staged_epilogue``: the epilogue tile staged whole in shared
-    # memory, one barrier, in place of 16 rounds of the compiler's conversion). Their GPU tests (the same bits as the
-    # tile without them, graph replay), then probes at 4096 tokens against the defaults
-    smoke_tests 200 "release_and_epilogue" || exit 0
-    twin_probes 120 4096 squared_relu ta,se,ta_se
-    twin_probes 100 4096 swiglu ws,ws_ta,ws_se
-    layer_probe_summary 22 ;;
+    # for session 42 (about 5 device minutes): the GPU tests of session 41's three prepared forms of the ws kernels
+    # (compile-checked only): "_ta" (``ws_thread_arrive``: the consumers free each step's stages with one arrival per
+    # thread, no 256-thread barrier per K step), "_se" (``ws_staged_epilogue``: the epilogue tile staged whole in
+    # shared memory, one barrier, in place of 16 rounds of the compiler's conversion) and "_p" (``ws_persistent``: one
+    # program per SM over the live tiles, 3 token stages). Each must give the bits of its tile without the form;
+    # graph replays. Then s42d
+    smoke_tests 280 "release_and_epilogue" ;;
+  s42d)
+    # for session 42, after s42c passed (about 6 device minutes): probes at 4096 tokens of the three forms against the
+    # default, in one call, alternating (squared ReLU: the default "_wsb_s4" and its "_ta" / "_se" / "_ta_se", the
+    # 3-stage "_wsb" and its persistent "_p" / "_p_ta"; SwiGLU: the default and "_ws" with each form)
+    C=x256w_sa_t32a_wsb_s4,x256w_sa_t32a_wsb_s4_ta,x256w_sa_t32a_wsb_s4_se,x256w_sa_t32a_wsb_s4_ta_se
+    C=$C,x256w_sa_t32a_wsb,x256w_sa_t32a_wsb_p,x256w_sa_t32a_wsb_p_ta
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 170 python3 bench/triton_moe_probe.py --shape $shape --tokens 4096 --activation squared_relu \
+        --configs "$C,$C" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    twin_probes 120 4096 swiglu ws,ws_ta,ws_se,ws_p
+    layer_probe_summary 26 ;;
   s42b)
     # for session 42, after s42a (about 3 device minutes): where the ws FC2's long-scoreboard stalls sit (run 43's ncu
     # of "_wsb_s4": FC2 10.4 cycles per issued instruction, tensor pipe 41% active, L2 51% and DRAM 37% busy, issue

@@ -29,9 +29,13 @@ Hopper only (sm_90 wgmma, TMA); Triton 3.6's Gluon (``gl.warp_specialize``). One
 consumer warpgroups (384 threads, at most 168 registers each, which the 128-register accumulator of a 64 x 256 wgmma
 needs: with a separate loader warp the kernel took 512 threads, and ptxas refused the wgmma at 128 registers).
 Compile (Triton 3.6, sm_90, CPU): 168 registers, no spill; shared memory ``triton_moe.ws_shared_bytes``.
+Persistent forms of both kernels (``_fc1_ws_persistent_kernel`` / ``_fc2_ws_persistent_kernel``, session 41, not yet
+run on a GPU): one program per SM walks the live tiles, the rings' positions counted across them.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -431,6 +435,179 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
                  num_warps)
 
 
+# Persistent forms (session 41, ``ws_persistent``; prepared, compile-checked only): one program per SM walks the live
+# tiles ``t = program, program + programs, ...`` (tile t: token block ``t // n_tiles``, row tile ``t % n_tiles``; the
+# block count read from ``num_blocks`` on the GPU, so a captured graph's grid stays fixed). Both partitions walk the
+# same tiles and count ring positions across them (``g``), so the producer starts a tile's copies and dequant while
+# the consumers finish the previous tile's MMAs and store it: no program start or end left exposed at one CTA per SM.
+# The consumers free each tile's last stages after its final wait (``_release``).
+
+
+@gluon.jit
+def _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se):
+    """``(pid_n, pid_b, expert, s_base)`` of persistent tile ``t``."""
+    pid_b = t // n_tiles
+    expert = gl.load(block_expert_ptr + pid_b)
+    return t % n_tiles, pid_b, expert, s_ptr + expert.to(gl.int64) * stride_se
+
+
+@gluon.jit
+def _fc2_producer_p(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
+                    num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N, K, scale_tiles, STAGES: gl.constexpr,
+                    WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
+                    BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr):
+    """``_fc2_producer`` over the program's persistent tiles."""
+    n_tiles = gl.cdiv(N, BLOCK_N)
+    steps = gl.cdiv(K, BLOCK_K)
+    g = 0
+    for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
+        pid_n, pid_b, expert, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se)
+        n_first = pid_n * BLOCK_N
+        w_row = expert * N + n_first
+        a_row = pid_b * BLOCK_T
+        row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
+                                  BLOCK_K, PRODUCER_WARPS)
+        for i in gl.static_range(STAGES - 1):
+            if i < steps:
+                _issue_rows(a_desc, x_smem, x_ready, x_empty, i, g, a_row, STAGES, BLOCK_K)
+        one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
+        word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
+        for k in range(steps):
+            word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base,
+                                 row_offs, steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
+            if k + STAGES - 1 < steps:  # (after the dequant: _fc2_producer says why)
+                _issue_rows(a_desc, x_smem, x_ready, x_empty, k + STAGES - 1, g, a_row, STAGES, BLOCK_K)
+        g += steps
+
+
+@gluon.jit
+def _fc2_consumer_p(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, slot_ptr, sorted_pairs_ptr,
+                    num_blocks_ptr, N, K, stride_slot, STAGES: gl.constexpr, DSTAGES: gl.constexpr,
+                    BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
+                    num_warps: gl.constexpr):
+    """FC2's consumers over the program's persistent tiles: each tile's MMAs (``_mma_steps``), its last stages
+    freed, its slot rows stored."""
+    n_tiles = gl.cdiv(N, BLOCK_N)
+    steps = gl.cdiv(K, BLOCK_K)
+    g = 0
+    for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
+        acc = _mma_steps(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, g, steps, STAGES, DSTAGES, BLOCK_N,
+                         BLOCK_T, THREAD_ARRIVE, num_warps)
+        _release(deq_empty, x_empty, g + steps - 1, STAGES, DSTAGES, THREAD_ARRIVE)
+        g += steps
+        vals = gl.convert_layout(acc.to(gl.bfloat16), _row_store_layout(num_warps))
+        _store_slots(vals, slot_ptr, sorted_pairs_ptr, stride_slot, t // n_tiles, (t % n_tiles) * BLOCK_N, N, True,
+                     BLOCK_N, BLOCK_T, num_warps)
+
+
+@gluon.jit
+def _fc2_ws_persistent_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N,
+                              K, stride_se, scale_tiles, stride_slot, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
+                              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
+                              DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                              SX: gl.constexpr, STEPS_P2: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
+                              num_warps: gl.constexpr):
+    x_layout: gl.constexpr = a_desc.layout
+    x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _rings(
+        w_desc, x_layout, 1, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
+        _releases(THREAD_ARRIVE, num_warps))
+    gl.warp_specialize([
+        (_fc2_consumer_p, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, slot_ptr, sorted_pairs_ptr,
+                           num_blocks_ptr, N, K, stride_slot, STAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
+                           THREAD_ARRIVE, num_warps)),
+        (_fc2_producer_p, (w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
+                           num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N, K, scale_tiles, STAGES, WSTAGES,
+                           DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)),
+    ], [PRODUCER_WARPS], [PRODUCER_REGS])
+
+
+@gluon.jit
+def _fc1_producer_p(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty,
+                    deq_ready, deq_empty, num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N1, N_OUT, K,
+                    scale_tiles, TOPK: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
+                    DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr,
+                    PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr):
+    """``_fc1_producer`` over the program's persistent tiles."""
+    copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // (BLOCK_K // 8),
+                                                                                             BLOCK_K // 8],
+                                                 warps_per_cta=[PRODUCER_WARPS, 1], order=[1, 0])
+    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, copy_layout))
+    n_tiles = gl.cdiv(N_OUT, BLOCK_N)
+    steps = gl.cdiv(K, BLOCK_K)
+    g = 0
+    for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
+        pid_n, pid_b, expert, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se)
+        n_first = pid_n * BLOCK_N
+        w_row = expert * N1 + n_first
+        pairs = gl.load(sorted_pairs_ptr + pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1,
+                                                                                                      copy_layout)))
+        x_offs = gl.where(pairs >= 0, pairs // TOPK, 0)[:, None] * stride_x + cols[None, :]
+        live_rows = (pairs >= 0)[:, None]
+        row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
+                                  BLOCK_K, PRODUCER_WARPS)
+        for i in gl.static_range(STAGES - 1):
+            if i < steps:
+                _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, g, K, STAGES, BLOCK_K)
+        one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
+        word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
+        for k in range(steps):
+            word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base,
+                                 row_offs, steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
+            if k + STAGES - 1 < steps:
+                _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1, g, K,
+                                STAGES, BLOCK_K)
+        g += steps
+
+
+@gluon.jit
+def _fc1_consumer_p(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, inter_ptr, sorted_pairs_ptr,
+                    num_blocks_ptr, N_OUT, K, stride_inter, ACTIVATION: gl.constexpr, STAGES: gl.constexpr,
+                    DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr,
+                    THREAD_ARRIVE: gl.constexpr, num_warps: gl.constexpr):
+    """FC1's consumers over the program's persistent tiles: each tile's MMAs, its last stages freed, its activated
+    inter rows stored."""
+    n_tiles = gl.cdiv(N_OUT, BLOCK_N)
+    steps = gl.cdiv(K, BLOCK_K)
+    g = 0
+    for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
+        acc = _mma_steps(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, g, steps, STAGES, DSTAGES, BLOCK_N,
+                         BLOCK_T, THREAD_ARRIVE, num_warps)
+        _release(deq_empty, x_empty, g + steps - 1, STAGES, DSTAGES, THREAD_ARRIVE)
+        g += steps
+        h = gl.convert_layout(_activate(acc, acc, ACTIVATION).to(gl.bfloat16), _row_store_layout(num_warps))
+        _store_inter(h, inter_ptr, sorted_pairs_ptr, stride_inter, t // n_tiles, (t % n_tiles) * BLOCK_N, N_OUT, True,
+                     BLOCK_N, BLOCK_T, num_warps)
+
+
+@gluon.jit
+def _fc1_ws_persistent_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
+                              N_OUT, N1, K, stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr,
+                              ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
+                              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
+                              DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                              SX: gl.constexpr, STEPS_P2: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
+                              num_warps: gl.constexpr):
+    x_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_K], gl.bfloat16)
+    x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _rings(
+        w_desc, x_layout, 32 * PRODUCER_WARPS, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
+        _releases(THREAD_ARRIVE, num_warps))
+    gl.warp_specialize([
+        (_fc1_consumer_p, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, inter_ptr, sorted_pairs_ptr,
+                           num_blocks_ptr, N_OUT, K, stride_inter, ACTIVATION, STAGES, DSTAGES, BLOCK_N, BLOCK_T,
+                           BLOCK_K, THREAD_ARRIVE, num_warps)),
+        (_fc1_producer_p, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
+                           x_empty, deq_ready, deq_empty, num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N1,
+                           N_OUT, K, scale_tiles, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
+                           PRODUCER_WARPS, SX, STEPS_P2)),
+    ], [PRODUCER_WARPS], [PRODUCER_REGS])
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    """The persistent kernels' program count bound: ``device``'s streaming multiprocessors (one program each)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def gathered_rows_problem(x: torch.Tensor, inter_elements: int) -> str:
     """Why ``_fc1_ws_kernel`` cannot take ``x`` and an inter buffer of ``inter_elements`` (rows times row stride; its
     cp.async copies x rows in 16-byte pieces, its gather and epilogue use int32 element offsets), or "" where it
@@ -448,12 +625,14 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
                         grid_blocks: int, *, n_out: int, activation: int, topk: int, block_n: int = 128,
                         block_t: int = 256, block_k: int = 64, stages: int = 3, dstages: int = 2,
                         num_warps: int = 8, producer_warps: int = 4, producer_regs: int = 152,
-                        sx: bool = False, thread_arrive: bool = False, staged_epilogue: bool = False) -> None:
+                        sx: bool = False, thread_arrive: bool = False, staged_epilogue: bool = False,
+                        persistent: bool = False) -> None:
     """One ``_fc1_ws_kernel`` launch (``stages`` token stages, twice as many weight stages:
     ``ws_shared_bytes``) (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple of 8, 16-byte
     aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as ``launch_gluon_ws_fc2``'s,
     ``inter`` ``[positions, n_out]`` bf16 rows by sorted position in K order; ``activation`` the Triton kernels' code.
-    Needs H a multiple of 16 (TMA rows) and ``block_k`` a multiple of 32."""
+    Needs H a multiple of 16 (TMA rows) and ``block_k`` a multiple of 32. ``persistent``: ``_fc1_ws_persistent_kernel``
+    on at most one program per SM in place of one program per tile."""
     experts, n1, hidden = w.shape
     if hidden % 16 or block_k % 32:
         raise ValueError(f"launch_gluon_ws_fc1: needs H % 16 == 0 and block_k % 32 == 0; got H {hidden}, block_k "
@@ -462,13 +641,17 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
     if problem:
         raise ValueError(f"launch_gluon_ws_fc1: {problem}")
     w_desc = nvmma_descriptor(w.view(experts * n1, hidden), [block_n, block_k])
-    _fc1_ws_kernel[(triton.cdiv(n_out, block_n), grid_blocks)](
+    tiles = triton.cdiv(n_out, block_n)
+    kernel, grid, extra = (_fc1_ws_kernel, (tiles, grid_blocks), dict(STAGED=staged_epilogue))
+    if persistent:
+        kernel, grid, extra = _fc1_ws_persistent_kernel, (min(tiles * grid_blocks, _sm_count(x.device)),), {}
+    kernel[grid](
         w_desc, x, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden, x.stride(0),
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
         BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=2 * stages, DSTAGES=dstages,
         PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
-        STEPS_P2=triton.next_power_of_2(triton.cdiv(hidden, 128)), THREAD_ARRIVE=thread_arrive,
-        STAGED=staged_epilogue, num_warps=num_warps)
+        STEPS_P2=triton.next_power_of_2(triton.cdiv(hidden, 128)), THREAD_ARRIVE=thread_arrive, num_warps=num_warps,
+        **extra)
 
 
 def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,
@@ -476,21 +659,27 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                         num_blocks: torch.Tensor, grid_blocks: int, *, block_n: int = 128, block_t: int = 256,
                         block_k: int = 64, stages: int = 3, dstages: int = 2, num_warps: int = 8,
                         producer_warps: int = 4, producer_regs: int = 152, sx: bool = False,
-                        thread_arrive: bool = False, staged_epilogue: bool = False) -> None:
+                        thread_arrive: bool = False, staged_epilogue: bool = False,
+                        persistent: bool = False) -> None:
     """One ``_fc2_ws_kernel`` launch (``stages`` token stages, twice as many weight stages) over ``grid_blocks``
     token blocks of ``block_t`` positions (blocks past ``num_blocks[0]`` exit): ``inter`` ``[positions, I]`` bf16 in K
     order (row stride a multiple of 8), ``w`` ``[E, H, I]`` fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with
     ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16. Needs I a multiple of 16 (TMA rows), ``block_k`` a
-    multiple of 32 and H a multiple of ``block_n``."""
+    multiple of 32 and H a multiple of ``block_n``. ``persistent``: ``_fc2_ws_persistent_kernel`` on at most one
+    program per SM in place of one program per tile."""
     experts, hidden, inner = w.shape
     if inner % 16 or block_k % 32 or hidden % block_n:
         raise ValueError(f"launch_gluon_ws_fc2: needs I % 16 == 0, block_k % 32 == 0 and H % block_n == 0; got I "
                          f"{inner}, block_k {block_k}, H {hidden}, block_n {block_n}")
     w_desc = nvmma_descriptor(w.view(experts * hidden, inner), [block_n, block_k])
     a_desc = nvmma_descriptor(inter, [block_t, block_k])
-    _fc2_ws_kernel[(triton.cdiv(hidden, block_n), grid_blocks)](
+    tiles = triton.cdiv(hidden, block_n)
+    kernel, grid, extra = (_fc2_ws_kernel, (tiles, grid_blocks), dict(STAGED=staged_epilogue))
+    if persistent:
+        kernel, grid, extra = _fc2_ws_persistent_kernel, (min(tiles * grid_blocks, _sm_count(inter.device)),), {}
+    kernel[grid](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,
         WSTAGES=2 * stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
-        STEPS_P2=triton.next_power_of_2(triton.cdiv(inner, 128)), THREAD_ARRIVE=thread_arrive,
-        STAGED=staged_epilogue, num_warps=num_warps)
+        STEPS_P2=triton.next_power_of_2(triton.cdiv(inner, 128)), THREAD_ARRIVE=thread_arrive, num_warps=num_warps,
+        **extra)

@@ -245,6 +245,13 @@ class TritonMoEConfig:
     # layout conversion in 16 rounds of two barriers each at 128 x 256 (one CTA per SM: the epilogue is not hidden
     # behind another program). The same values. Needs ``fc1_ws`` or ``fc2_ws``.
     ws_staged_epilogue: bool = False
+    # Session 41 (prepared, compile-checked only): the ws FCs as persistent kernels, one program per SM over the live
+    # tiles (``_fc1_ws_persistent_kernel`` / ``_fc2_ws_persistent_kernel``): a program's next tile's copies and
+    # dequant overlap its last MMAs and its store, where one program per tile at one CTA per SM leaves each program's
+    # start and end exposed. Its epilogue's layout conversion needs scratch beside the live rings (4 KiB at 128 x 256;
+    # ``ws_shared_bytes(..., persistent=True)``), so 3 token stages at 256 tokens. Not with ``ws_staged_epilogue``.
+    # The same values. Needs ``fc1_ws`` or ``fc2_ws``.
+    ws_persistent: bool = False
 
     def __post_init__(self):
         if self.tail is not None:
@@ -272,6 +279,9 @@ class TritonMoEConfig:
         if self.ws_staged_epilogue and not (self.fc1_ws or self.fc2_ws):
             raise ValueError("TritonMoEConfig: ws_staged_epilogue is the warp-specialized FCs' epilogue; it needs "
                              "fc1_ws or fc2_ws")
+        if self.ws_persistent and (not (self.fc1_ws or self.fc2_ws) or self.ws_staged_epilogue):
+            raise ValueError("TritonMoEConfig: ws_persistent is a form of the warp-specialized FCs; it needs fc1_ws or "
+                             "fc2_ws, and not ws_staged_epilogue (its rings stay live through the epilogue)")
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
@@ -378,11 +388,13 @@ class TritonMoEConfig:
             own, needs = self.fc2_gluon or self.fc2_split_k != 1, "f8x2 or Gluon FC2, fc2_split_k=1"
         if (own or self.direct or self.gemv or self.planes or self.dequant in (*_WORD_MODES, "f8x2")
                 or block_n != 128 or warps != 8 or block_k not in (32, 64) or stages < 2 or self.block_t % 16
-                or not 16 <= self.block_t <= 256 or ws_shared_bytes(self.block_t, block_k, stages) > 227 * 1024):
+                or not 16 <= self.block_t <= 256
+                or ws_shared_bytes(self.block_t, block_k, stages, persistent=self.ws_persistent) > 227 * 1024):
             raise ValueError(f"TritonMoEConfig: fc{fc}_ws=True needs an MMA-path tile that reads tokens in K order (no "
                              f"planes, 'sx4', {needs}), fc{fc}_block_n=128 on fc{fc}_warps=8, fc{fc}_block_k 32 or "
                              f"64, fc{fc}_stages >= 2, block_t a multiple of 16 up to 256 and rings within 227 KiB "
-                             f"of shared memory (ws_shared_bytes); got {self}")
+                             f"of shared memory (ws_shared_bytes; with ws_persistent, its epilogue's scratch too); "
+                             f"got {self}")
 
     def _check_f8x2(self) -> None:
         """``dequant="f8x2"`` is an MMA-path tile of its own (``_triton_f8x2_kernel.py``; FC2 optionally in Gluon, and
@@ -750,7 +762,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
                                 fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
                                 split_scales_t=False, step_scales=False, fc2_ws=False, fc1_ws=False, ws_sx=False,
-                                ws_thread_arrive=False, ws_staged_epilogue=False)
+                                ws_thread_arrive=False, ws_staged_epilogue=False, ws_persistent=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -896,10 +908,13 @@ for _twin in ("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw", "m32k_sx4p_f4_t16_g_s2_gt_n
     TILES[f"{_twin}_of"] = dataclasses.replace(TILES[f"{_twin}_of"], fc1_maxnreg=128)
 
 
-def ws_shared_bytes(block_t: int, block_k: int, stages: int, dstages: int = 2, block_n: int = 128) -> int:
+def ws_shared_bytes(block_t: int, block_k: int, stages: int, dstages: int = 2, block_n: int = 128,
+                    persistent: bool = False) -> int:
     """Shared memory of one ``_gluon_ws_kernel`` program's rings: ``stages`` bf16 token tiles ``[block_t, block_k]``,
-    ``2 * stages`` fp8 weight tiles and ``dstages`` bf16 weight tiles ``[block_n, block_k]``."""
-    return stages * block_t * block_k * 2 + 2 * stages * block_n * block_k + dstages * block_n * block_k * 2
+    ``2 * stages`` fp8 weight tiles and ``dstages`` bf16 weight tiles ``[block_n, block_k]``; ``persistent``: and
+    8 KiB for the epilogue's layout conversion beside the live rings (4 KiB at 128 x 256 with Triton 3.6 and 3.8)."""
+    rings = stages * block_t * block_k * 2 + 2 * stages * block_n * block_k + dstages * block_n * block_k * 2
+    return rings + (8 * 1024 if persistent else 0)
 
 
 def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -946,6 +961,12 @@ TILES.update({f"{name}_ta": dataclasses.replace(TILES[name], ws_thread_arrive=Tr
 TILES.update({f"{name}_se": dataclasses.replace(TILES[name], ws_staged_epilogue=True)
               for name in ("x256w_sa_t32a_wsb_s4", "x256m_sa_t32_ws")})
 TILES["x256w_sa_t32a_wsb_s4_ta_se"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb_s4_ta"], ws_staged_epilogue=True)
+# and "_p" (session 41, prepared, compile-checked only; s42c): the persistent ws FCs (``ws_persistent``) at 3 token
+# stages (the 4-stage rings leave no room for the epilogue's scratch), on both activations' ws tiles; "_p_ta" with the
+# per-thread stage release
+TILES.update({f"{name}_p": dataclasses.replace(TILES[name], ws_persistent=True)
+              for name in ("x256w_sa_t32a_wsb", "x256m_sa_t32_ws")})
+TILES["x256w_sa_t32a_wsb_p_ta"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb_p"], ws_thread_arrive=True)
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -1878,7 +1899,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
                             activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                             block_t=cfg.block_t, block_k=cfg.fc1_block_k, stages=cfg.fc1_stages,
                             num_warps=cfg.fc1_warps, sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive,
-                            staged_epilogue=cfg.ws_staged_epilogue)
+                            staged_epilogue=cfg.ws_staged_epilogue, persistent=cfg.ws_persistent)
     elif cfg.fc1_f8x2:  # checked by _gluon_problem before any launch; x is the split (e4m3, scales) of x
         _launch_gluon_f8x2_fc1(cfg, x, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
     elif cfg.fc1_gluon:  # checked by _gluon_problem before any launch
@@ -1906,7 +1927,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_ws_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                             block_t=cfg.block_t, block_k=cfg.fc2_block_k, stages=cfg.fc2_stages,
                             num_warps=cfg.fc2_warps, sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive,
-                            staged_epilogue=cfg.ws_staged_epilogue)
+                            staged_epilogue=cfg.ws_staged_epilogue, persistent=cfg.ws_persistent)
         return
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
         from ._gluon_fc2_kernel import launch_gluon_fc2

@@ -521,7 +521,7 @@ def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():
     assert k_loop_paths(sass)[0] < 0.9 * len(k_loop(sass_words))
 
 
-def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, staged=False):
+def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, staged=False, persistent=False):
     """The warp-specialized FC1 (``fc`` 1, squared ReLU) or FC2 (session 39) compiled for sm_90 at 128 rows: ``(ptx,
     sass, shared bytes)``."""
     import triton
@@ -537,16 +537,18 @@ def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, sta
     a_desc = nvmma_descriptor(torch.zeros(4 * block_t, 1024, dtype=torch.bfloat16), [block_t, block_k])
     constants = dict(BLOCK_N=128, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=2 * stages, DSTAGES=2,
                      PRODUCER_WARPS=4, PRODUCER_REGS=152, SX=sx, STEPS_P2=16, THREAD_ARRIVE=thread_arrive,
-                     STAGED=staged, num_warps=8)
+                     num_warps=8)
+    if not persistent:
+        constants.update(STAGED=staged)
     if fc == 1:
-        fn = kernel._fc1_ws_kernel
+        fn = kernel._fc1_ws_persistent_kernel if persistent else kernel._fc1_ws_kernel
         types = dict(w_desc=mangle_type(w_desc), x_ptr="*bf16", s_ptr="*u8", inter_ptr="*bf16",
                      sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N_OUT="i32", N1="i32",
                      K="i32", stride_x="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
         constants.update(TOPK=8, ACTIVATION=2)
         ints = ("N_OUT", "N1", "K", "stride_x", "stride_se", "stride_inter")
     else:
-        fn = kernel._fc2_ws_kernel
+        fn = kernel._fc2_ws_persistent_kernel if persistent else kernel._fc2_ws_kernel
         types = dict(w_desc=mangle_type(w_desc), a_desc=mangle_type(a_desc), s_ptr="*u8", slot_ptr="*bf16",
                      sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N="i32", K="i32",
                      stride_se="i32", scale_tiles="i32", stride_slot="i32")
@@ -646,3 +648,26 @@ def test_ws_staged_epilogue_takes_one_round(fc):
     assert shared == base_shared
     spilled = [int(re.search(r"(\d+) bytes spill stores", _ptxas_report(text)).group(1)) for text in (ptx, base_ptx)]
     assert spilled[0] <= spilled[1], spilled
+
+
+@pytest.mark.parametrize("fc", [1, 2])
+@pytest.mark.parametrize("thread_arrive", [False, True])
+def test_ws_persistent_kernels_compile_for_sm90(fc, thread_arrive):
+    """``ws_persistent`` (session 41): the persistent ws FCs (one program per SM over the live tiles, both partitions
+    counting ring positions across tiles) compile for sm_90 at 3 token stages: 384 threads, no spill (Triton 3.6), the
+    16-byte epilogue stores, shared memory within ``ws_shared_bytes(..., persistent=True)`` (the rings and the
+    epilogue's conversion scratch beside them) and within 227 KiB; the 4-stage rings would not leave room for it."""
+    import triton
+
+    from megatron_mxfp8_moe.kernels.triton_moe import ws_shared_bytes
+
+    ptx, sass, shared = _compile_ws(fc, 256, 64, 3, thread_arrive=thread_arrive, persistent=True)
+    assert ".reqntid 384" in ptx and "setmaxnreg" in ptx
+    assert ws_shared_bytes(256, 64, 3) < shared <= ws_shared_bytes(256, 64, 3, persistent=True) <= 227 * 1024
+    assert ws_shared_bytes(256, 64, 4, persistent=True) > 227 * 1024
+    spilled = int(re.search(r"(\d+) bytes spill stores", _ptxas_report(ptx)).group(1))
+    assert spilled == 0 if triton.__version__.startswith("3.6") else spilled <= 128, spilled
+    assert _sass_ops(sass)["STG.E.128"] == 16
+    mmas = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16", sass)
+    assert len(mmas) == 64 // 16 and set(mmas) == {"256"}, mmas
+    _assert_barriers_fenced_after_init(ptx)
