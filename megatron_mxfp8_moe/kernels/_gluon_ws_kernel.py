@@ -444,11 +444,13 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
 
 
 @gluon.jit
-def _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se):
-    """``(pid_n, pid_b, expert, s_base)`` of persistent tile ``t``."""
+def _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, rows, BLOCK_N: gl.constexpr):
+    """``(pid_b, n_first, w_row, s_base)`` of persistent tile ``t``: its token block, first output row, first row of
+    the weights seen as ``[E * rows, K]``, and its expert's scales."""
     pid_b = t // n_tiles
+    n_first = (t % n_tiles) * BLOCK_N
     expert = gl.load(block_expert_ptr + pid_b)
-    return t % n_tiles, pid_b, expert, s_ptr + expert.to(gl.int64) * stride_se
+    return pid_b, n_first, expert * rows + n_first, s_ptr + expert.to(gl.int64) * stride_se
 
 
 @gluon.jit
@@ -461,9 +463,7 @@ def _fc2_producer_p(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, 
     steps = gl.cdiv(K, BLOCK_K)
     g = 0
     for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
-        pid_n, pid_b, expert, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se)
-        n_first = pid_n * BLOCK_N
-        w_row = expert * N + n_first
+        pid_b, n_first, w_row, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, N, BLOCK_N)
         a_row = pid_b * BLOCK_T
         row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
                                   BLOCK_K, PRODUCER_WARPS)
@@ -481,12 +481,13 @@ def _fc2_producer_p(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, 
 
 
 @gluon.jit
-def _fc2_consumer_p(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, slot_ptr, sorted_pairs_ptr,
-                    num_blocks_ptr, N, K, stride_slot, STAGES: gl.constexpr, DSTAGES: gl.constexpr,
-                    BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
-                    num_warps: gl.constexpr):
-    """FC2's consumers over the program's persistent tiles: each tile's MMAs (``_mma_steps``), its last stages
-    freed, its slot rows stored."""
+def _consumer_p(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, out_ptr, sorted_pairs_ptr, num_blocks_ptr, N,
+                K, stride_out, FC1: gl.constexpr, ACTIVATION: gl.constexpr, STAGES: gl.constexpr,
+                DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr,
+                THREAD_ARRIVE: gl.constexpr, num_warps: gl.constexpr):
+    """The consumers over the program's persistent tiles: each tile's MMAs (``_mma_steps``), its last stages freed,
+    then its rows stored: ``FC1``, the activated inter rows (``_store_inter``; ``N`` the output rows); else the slot
+    rows (``_store_slots``)."""
     n_tiles = gl.cdiv(N, BLOCK_N)
     steps = gl.cdiv(K, BLOCK_K)
     g = 0
@@ -495,9 +496,14 @@ def _fc2_consumer_p(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, slo
                          BLOCK_T, THREAD_ARRIVE, num_warps)
         _release(deq_empty, x_empty, g + steps - 1, STAGES, DSTAGES, THREAD_ARRIVE)
         g += steps
-        vals = gl.convert_layout(acc.to(gl.bfloat16), _row_store_layout(num_warps))
-        _store_slots(vals, slot_ptr, sorted_pairs_ptr, stride_slot, t // n_tiles, (t % n_tiles) * BLOCK_N, N, True,
-                     BLOCK_N, BLOCK_T, num_warps)
+        if FC1:
+            h = gl.convert_layout(_activate(acc, acc, ACTIVATION).to(gl.bfloat16), _row_store_layout(num_warps))
+            _store_inter(h, out_ptr, sorted_pairs_ptr, stride_out, t // n_tiles, (t % n_tiles) * BLOCK_N, N, True,
+                         BLOCK_N, BLOCK_T, num_warps)
+        else:
+            vals = gl.convert_layout(acc.to(gl.bfloat16), _row_store_layout(num_warps))
+            _store_slots(vals, out_ptr, sorted_pairs_ptr, stride_out, t // n_tiles, (t % n_tiles) * BLOCK_N, N, True,
+                         BLOCK_N, BLOCK_T, num_warps)
 
 
 @gluon.jit
@@ -512,9 +518,9 @@ def _fc2_ws_persistent_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr,
         w_desc, x_layout, 1, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
         _releases(THREAD_ARRIVE, num_warps))
     gl.warp_specialize([
-        (_fc2_consumer_p, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, slot_ptr, sorted_pairs_ptr,
-                           num_blocks_ptr, N, K, stride_slot, STAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
-                           THREAD_ARRIVE, num_warps)),
+        (_consumer_p, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, slot_ptr, sorted_pairs_ptr,
+                       num_blocks_ptr, N, K, stride_slot, False, 0, STAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
+                       THREAD_ARRIVE, num_warps)),
         (_fc2_producer_p, (w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
                            num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N, K, scale_tiles, STAGES, WSTAGES,
                            DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)),
@@ -536,9 +542,7 @@ def _fc1_producer_p(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, 
     steps = gl.cdiv(K, BLOCK_K)
     g = 0
     for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
-        pid_n, pid_b, expert, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se)
-        n_first = pid_n * BLOCK_N
-        w_row = expert * N1 + n_first
+        pid_b, n_first, w_row, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, N1, BLOCK_N)
         pairs = gl.load(sorted_pairs_ptr + pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1,
                                                                                                       copy_layout)))
         x_offs = gl.where(pairs >= 0, pairs // TOPK, 0)[:, None] * stride_x + cols[None, :]
@@ -560,26 +564,6 @@ def _fc1_producer_p(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, 
 
 
 @gluon.jit
-def _fc1_consumer_p(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, inter_ptr, sorted_pairs_ptr,
-                    num_blocks_ptr, N_OUT, K, stride_inter, ACTIVATION: gl.constexpr, STAGES: gl.constexpr,
-                    DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr,
-                    THREAD_ARRIVE: gl.constexpr, num_warps: gl.constexpr):
-    """FC1's consumers over the program's persistent tiles: each tile's MMAs, its last stages freed, its activated
-    inter rows stored."""
-    n_tiles = gl.cdiv(N_OUT, BLOCK_N)
-    steps = gl.cdiv(K, BLOCK_K)
-    g = 0
-    for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
-        acc = _mma_steps(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, g, steps, STAGES, DSTAGES, BLOCK_N,
-                         BLOCK_T, THREAD_ARRIVE, num_warps)
-        _release(deq_empty, x_empty, g + steps - 1, STAGES, DSTAGES, THREAD_ARRIVE)
-        g += steps
-        h = gl.convert_layout(_activate(acc, acc, ACTIVATION).to(gl.bfloat16), _row_store_layout(num_warps))
-        _store_inter(h, inter_ptr, sorted_pairs_ptr, stride_inter, t // n_tiles, (t % n_tiles) * BLOCK_N, N_OUT, True,
-                     BLOCK_N, BLOCK_T, num_warps)
-
-
-@gluon.jit
 def _fc1_ws_persistent_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr,
                               N_OUT, N1, K, stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr,
                               ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
@@ -592,9 +576,9 @@ def _fc1_ws_persistent_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr,
         w_desc, x_layout, 32 * PRODUCER_WARPS, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
         _releases(THREAD_ARRIVE, num_warps))
     gl.warp_specialize([
-        (_fc1_consumer_p, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, inter_ptr, sorted_pairs_ptr,
-                           num_blocks_ptr, N_OUT, K, stride_inter, ACTIVATION, STAGES, DSTAGES, BLOCK_N, BLOCK_T,
-                           BLOCK_K, THREAD_ARRIVE, num_warps)),
+        (_consumer_p, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, inter_ptr, sorted_pairs_ptr,
+                       num_blocks_ptr, N_OUT, K, stride_inter, True, ACTIVATION, STAGES, DSTAGES, BLOCK_N, BLOCK_T,
+                       BLOCK_K, THREAD_ARRIVE, num_warps)),
         (_fc1_producer_p, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
                            x_empty, deq_ready, deq_empty, num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N1,
                            N_OUT, K, scale_tiles, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
