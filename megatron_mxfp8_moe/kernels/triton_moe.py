@@ -949,7 +949,8 @@ TILES["x256w_sa_t32a_wsb_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], 
 _WS_TWINS = {"x256w_sa_t32a": "x256w_sa_t32a_wsb_s4"}
 # and "_sx" (session 40): the producers' dequant by moving bits (``ws_sx``), on the default and on the FC2-only tile of
 # both activations. Run 44 (H100, 4096 tokens): correct (GPU tests passed) but slower, squared ReLU +7.4-7.8% against
-# "_wsb_s4", SwiGLU +2-3% against "_ws": the producer is not the limit. Opt-in only.
+# "_wsb_s4", SwiGLU +2-3% against "_ws" (likely: the producer is not the limit, and the scan before the first step
+# adds to each program's start). Opt-in only.
 TILES.update({f"{name}_sx": dataclasses.replace(TILES[name], ws_sx=True)
               for name in ("x256w_sa_t32a_wsb_s4", "x256w_sa_t32a_ws_s4", "x256m_sa_t32_ws")})
 # and "_ta" (session 41, prepared, compile-checked only; tools/gpu_next.sh s42c): the consumers' stage release by one
