@@ -178,25 +178,25 @@ def _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N: gl.constexpr, BLOC
 
 @gluon.jit
 def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty, w_row,
-                  a_row, s_base, n_first, steps, scale_tiles, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
+                  a_row, s_base, n_first, steps, scale_tiles, g, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
                   DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
                   SX: gl.constexpr, STEPS_P2: gl.constexpr):
-    """FC2's producer: the weight copies by TMA ``WSTAGES`` steps ahead, the inter rows' ``STAGES - 1``, and the
-    dequant."""
-    row_offs = _start_weights(w_desc, w8_smem, w_ready, 0, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
+    """FC2's producer of one tile (from ring position ``g``): the weight copies by TMA ``WSTAGES`` steps ahead, the
+    inter rows' ``STAGES - 1``, and the dequant."""
+    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
                               BLOCK_K, PRODUCER_WARPS)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
-            _issue_rows(a_desc, x_smem, x_ready, x_empty, i, 0, a_row, STAGES, BLOCK_K)
+            _issue_rows(a_desc, x_smem, x_ready, x_empty, i, g, a_row, STAGES, BLOCK_K)
     one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        word = _dequant_step(k, 0, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
+        word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
                              steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
         # only now the rows into step k - 1's stage: the consumer frees it after step k's MMA, which needs the tile
         # just stored (issued before it, this wait would never end)
         if k + STAGES - 1 < steps:
-            _issue_rows(a_desc, x_smem, x_ready, x_empty, k + STAGES - 1, 0, a_row, STAGES, BLOCK_K)
+            _issue_rows(a_desc, x_smem, x_ready, x_empty, k + STAGES - 1, g, a_row, STAGES, BLOCK_K)
 
 
 @gluon.jit
@@ -214,12 +214,13 @@ def _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k,
 
 @gluon.jit
 def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty,
-                  deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, TOPK: gl.constexpr,
+                  deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, g, TOPK: gl.constexpr,
                   STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
                   BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr,
                   STEPS_P2: gl.constexpr):
-    """FC1's producer: the weight copies by TMA ``WSTAGES`` steps ahead, the gathered token rows (sorted position ->
-    pair -> token row of x; padding positions copy nothing: zeros) by cp.async ``STAGES - 1``, and the dequant."""
+    """FC1's producer of one tile (from ring position ``g``): the weight copies by TMA ``WSTAGES`` steps ahead, the
+    gathered token rows (sorted position -> pair -> token row of x; padding positions copy nothing: zeros) by cp.async
+    ``STAGES - 1``, and the dequant."""
     copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // (BLOCK_K // 8),
                                                                                              BLOCK_K // 8],
                                                  warps_per_cta=[PRODUCER_WARPS, 1], order=[1, 0])
@@ -230,18 +231,18 @@ def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb
     # int32 element offsets (the launcher checks that x fits), pointers made per copy: half the live registers
     x_offs = tokens[:, None] * stride_x + cols[None, :]
     live_rows = (pairs >= 0)[:, None]
-    row_offs = _start_weights(w_desc, w8_smem, w_ready, 0, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
+    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
                               BLOCK_K, PRODUCER_WARPS)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
-            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, 0, K, STAGES, BLOCK_K)
+            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, g, K, STAGES, BLOCK_K)
     one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        word = _dequant_step(k, 0, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
+        word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
                              steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
         if k + STAGES - 1 < steps:  # (after the dequant: _fc2_producer says why)
-            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1, 0, K, STAGES,
+            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1, g, K, STAGES,
                             BLOCK_K)
 
 
@@ -398,8 +399,8 @@ def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expe
         (_mma_partition, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
                           BLOCK_T, THREAD_ARRIVE, num_warps)),
         (_fc2_producer, (w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
-                         expert * N + n_first, pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, STAGES, WSTAGES,
-                         DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)),
+                         expert * N + n_first, pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, 0, STAGES,
+                         WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
     vals = _rows_of(acc.to(gl.bfloat16), BLOCK_N, BLOCK_T, STAGED, num_warps)
     _store_slots(vals, slot_ptr, sorted_pairs_ptr, stride_slot, pid_b, n_first, N, live, BLOCK_N, BLOCK_T, num_warps)
@@ -426,7 +427,7 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
                           BLOCK_T, THREAD_ARRIVE, num_warps)),
         (_fc1_producer, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
                          x_empty, deq_ready, deq_empty, expert * N1 + n_first, pid_b, s_base, n_first, steps, K,
-                         scale_tiles, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX,
+                         scale_tiles, 0, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX,
                          STEPS_P2)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
     # ungated: the activation of the one accumulator
@@ -464,19 +465,9 @@ def _fc2_producer_p(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, 
     g = 0
     for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
         pid_b, n_first, w_row, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, N, BLOCK_N)
-        a_row = pid_b * BLOCK_T
-        row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
-                                  BLOCK_K, PRODUCER_WARPS)
-        for i in gl.static_range(STAGES - 1):
-            if i < steps:
-                _issue_rows(a_desc, x_smem, x_ready, x_empty, i, g, a_row, STAGES, BLOCK_K)
-        one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
-        word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
-        for k in range(steps):
-            word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base,
-                                 row_offs, steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
-            if k + STAGES - 1 < steps:  # (after the dequant: _fc2_producer says why)
-                _issue_rows(a_desc, x_smem, x_ready, x_empty, k + STAGES - 1, g, a_row, STAGES, BLOCK_K)
+        _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty, w_row,
+                      pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, g, STAGES, WSTAGES, DSTAGES, BLOCK_N,
+                      BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)
         g += steps
 
 
@@ -534,32 +525,14 @@ def _fc1_producer_p(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, 
                     DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr,
                     PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr):
     """``_fc1_producer`` over the program's persistent tiles."""
-    copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // (BLOCK_K // 8),
-                                                                                             BLOCK_K // 8],
-                                                 warps_per_cta=[PRODUCER_WARPS, 1], order=[1, 0])
-    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, copy_layout))
     n_tiles = gl.cdiv(N_OUT, BLOCK_N)
     steps = gl.cdiv(K, BLOCK_K)
     g = 0
     for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
         pid_b, n_first, w_row, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, N1, BLOCK_N)
-        pairs = gl.load(sorted_pairs_ptr + pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1,
-                                                                                                      copy_layout)))
-        x_offs = gl.where(pairs >= 0, pairs // TOPK, 0)[:, None] * stride_x + cols[None, :]
-        live_rows = (pairs >= 0)[:, None]
-        row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
-                                  BLOCK_K, PRODUCER_WARPS)
-        for i in gl.static_range(STAGES - 1):
-            if i < steps:
-                _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, g, K, STAGES, BLOCK_K)
-        one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
-        word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
-        for k in range(steps):
-            word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base,
-                                 row_offs, steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
-            if k + STAGES - 1 < steps:
-                _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1, g, K,
-                                STAGES, BLOCK_K)
+        _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty,
+                      deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, g, TOPK, STAGES,
+                      WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)
         g += steps
 
 
