@@ -565,6 +565,15 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def _kernel_grid(one_tile, persistent_kernel, tiles: int, grid_blocks: int, device: torch.device,
+                 staged_epilogue: bool, persistent: bool):
+    """``(kernel, grid, extra constexprs)`` of a ws launch over ``tiles`` row tiles x ``grid_blocks`` token blocks:
+    the one-tile kernel on every tile, or the persistent one on at most one program per SM."""
+    if persistent:
+        return persistent_kernel, (min(tiles * grid_blocks, _sm_count(device)),), {}
+    return one_tile, (tiles, grid_blocks), dict(STAGED=staged_epilogue)
+
+
 def gathered_rows_problem(x: torch.Tensor, inter_elements: int) -> str:
     """Why ``_fc1_ws_kernel`` cannot take ``x`` and an inter buffer of ``inter_elements`` (rows times row stride; its
     cp.async copies x rows in 16-byte pieces, its gather and epilogue use int32 element offsets), or "" where it
@@ -598,10 +607,8 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
     if problem:
         raise ValueError(f"launch_gluon_ws_fc1: {problem}")
     w_desc = nvmma_descriptor(w.view(experts * n1, hidden), [block_n, block_k])
-    tiles = triton.cdiv(n_out, block_n)
-    kernel, grid, extra = (_fc1_ws_kernel, (tiles, grid_blocks), dict(STAGED=staged_epilogue))
-    if persistent:
-        kernel, grid, extra = _fc1_ws_persistent_kernel, (min(tiles * grid_blocks, _sm_count(x.device)),), {}
+    kernel, grid, extra = _kernel_grid(_fc1_ws_kernel, _fc1_ws_persistent_kernel, triton.cdiv(n_out, block_n),
+                                       grid_blocks, x.device, staged_epilogue, persistent)
     kernel[grid](
         w_desc, x, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden, x.stride(0),
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
@@ -630,10 +637,8 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                          f"{inner}, block_k {block_k}, H {hidden}, block_n {block_n}")
     w_desc = nvmma_descriptor(w.view(experts * hidden, inner), [block_n, block_k])
     a_desc = nvmma_descriptor(inter, [block_t, block_k])
-    tiles = triton.cdiv(hidden, block_n)
-    kernel, grid, extra = (_fc2_ws_kernel, (tiles, grid_blocks), dict(STAGED=staged_epilogue))
-    if persistent:
-        kernel, grid, extra = _fc2_ws_persistent_kernel, (min(tiles * grid_blocks, _sm_count(inter.device)),), {}
+    kernel, grid, extra = _kernel_grid(_fc2_ws_kernel, _fc2_ws_persistent_kernel, triton.cdiv(hidden, block_n),
+                                       grid_blocks, inter.device, staged_epilogue, persistent)
     kernel[grid](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,

@@ -271,17 +271,14 @@ class TritonMoEConfig:
         for fc in (1, 2):
             if getattr(self, f"fc{fc}_ws"):
                 self._check_ws(fc)
-        if self.ws_sx and not (self.fc1_ws or self.fc2_ws):
-            raise ValueError("TritonMoEConfig: ws_sx is the warp-specialized FCs' dequant; it needs fc1_ws or fc2_ws")
-        if self.ws_thread_arrive and not (self.fc1_ws or self.fc2_ws):
-            raise ValueError("TritonMoEConfig: ws_thread_arrive is the warp-specialized FCs' stage release; it needs "
-                             "fc1_ws or fc2_ws")
-        if self.ws_staged_epilogue and not (self.fc1_ws or self.fc2_ws):
-            raise ValueError("TritonMoEConfig: ws_staged_epilogue is the warp-specialized FCs' epilogue; it needs "
-                             "fc1_ws or fc2_ws")
-        if self.ws_persistent and (not (self.fc1_ws or self.fc2_ws) or self.ws_staged_epilogue):
-            raise ValueError("TritonMoEConfig: ws_persistent is a form of the warp-specialized FCs; it needs fc1_ws or "
-                             "fc2_ws, and not ws_staged_epilogue (its rings stay live through the epilogue)")
+        for field, what in (("ws_sx", "dequant"), ("ws_thread_arrive", "stage release"),
+                            ("ws_staged_epilogue", "epilogue"), ("ws_persistent", "persistent form")):
+            if getattr(self, field) and not (self.fc1_ws or self.fc2_ws):
+                raise ValueError(f"TritonMoEConfig: {field} is the warp-specialized FCs' {what}; it needs fc1_ws or "
+                                 "fc2_ws")
+        if self.ws_persistent and self.ws_staged_epilogue:
+            raise ValueError("TritonMoEConfig: ws_persistent does not take ws_staged_epilogue (its rings stay live "
+                             "through the epilogue)")
         if self.fc1_gate_merge and (self.direct or self.gemv or self.fc1_block_n % 8):
             raise ValueError("TritonMoEConfig: fc1_gate_merge is for the MMA path (direct=False, gemv=False) with "
                              f"fc1_block_n a multiple of 8, got fc1_block_n={self.fc1_block_n}")
@@ -915,6 +912,12 @@ def ws_shared_bytes(block_t: int, block_k: int, stages: int, dstages: int = 2, b
     8 KiB for the epilogue's layout conversion beside the live rings (4 KiB at 128 x 256 with Triton 3.6 and 3.8)."""
     rings = stages * block_t * block_k * 2 + 2 * stages * block_n * block_k + dstages * block_n * block_k * 2
     return rings + (8 * 1024 if persistent else 0)
+
+
+def _ws_forms(cfg: TritonMoEConfig) -> dict:
+    """The ws launchers' keyword arguments for ``cfg``'s forms of the warp-specialized FCs (the same for FC1 and FC2)."""
+    return dict(sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive, staged_epilogue=cfg.ws_staged_epilogue,
+                persistent=cfg.ws_persistent)
 
 
 def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -1899,8 +1902,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         launch_gluon_ws_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out,
                             activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
                             block_t=cfg.block_t, block_k=cfg.fc1_block_k, stages=cfg.fc1_stages,
-                            num_warps=cfg.fc1_warps, sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive,
-                            staged_epilogue=cfg.ws_staged_epilogue, persistent=cfg.ws_persistent)
+                            num_warps=cfg.fc1_warps, **_ws_forms(cfg))
     elif cfg.fc1_f8x2:  # checked by _gluon_problem before any launch; x is the split (e4m3, scales) of x
         _launch_gluon_f8x2_fc1(cfg, x, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
     elif cfg.fc1_gluon:  # checked by _gluon_problem before any launch
@@ -1927,8 +1929,7 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
 
         launch_gluon_ws_fc2(inter, fc2.data, s2, s2_tiles, slots[0], *route, grid_blocks, block_n=cfg.fc2_block_n,
                             block_t=cfg.block_t, block_k=cfg.fc2_block_k, stages=cfg.fc2_stages,
-                            num_warps=cfg.fc2_warps, sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive,
-                            staged_epilogue=cfg.ws_staged_epilogue, persistent=cfg.ws_persistent)
+                            num_warps=cfg.fc2_warps, **_ws_forms(cfg))
         return
     if cfg.fc2_gluon:  # checked by _gluon_problem before any launch; one split: slots[0] is [pairs, H]
         from ._gluon_fc2_kernel import launch_gluon_fc2

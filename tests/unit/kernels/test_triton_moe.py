@@ -1824,3 +1824,16 @@ def test_warp_specialized_fc2_is_checked():
     gated = quantize_mxfp8(random_weights((2, 128, 128), scale=0.1), backend="reference")  # [gate; up] rows: 2 I
     problem = triton_moe._gluon_problem(TILES["x256w_sa_t32a_ws1"], gated, fc2, torch.device("cuda"))
     assert isinstance(problem, MXFP8InputError) and "ungated" in str(problem)
+
+
+def test_ws_launch_grid(monkeypatch):
+    """The ws launchers' grid: one program per (row tile, token block) for the one-tile kernels (with the staged
+    epilogue's constexpr), at most one per SM for the persistent ones (``ws_persistent``)."""
+    pytest.importorskip("triton")
+    from megatron_mxfp8_moe.kernels import _gluon_ws_kernel as ws
+
+    monkeypatch.setattr(ws, "_sm_count", lambda device: 132)
+    device = torch.device("cuda", 0)
+    assert ws._kernel_grid("one", "persistent", 16, 129, device, True, False) == ("one", (16, 129), dict(STAGED=True))
+    assert ws._kernel_grid("one", "persistent", 16, 129, device, False, True) == ("persistent", (132,), {})
+    assert ws._kernel_grid("one", "persistent", 4, 3, device, False, True) == ("persistent", (12,), {})
