@@ -326,6 +326,19 @@ split_probe() {
   timeout "$1" python3 bench/split_rows_probe.py > $OUT/split.jsonl 2> $OUT/split.err; tail -2 $OUT/split.err
   python3 -c "import json,sys; [print(r['rows'], r['k'], int(r['scales_t']), r['variant'], r['us'], r['same_bits']) for r in map(json.loads, open(sys.argv[1]))]" $OUT/split.jsonl
 }
+# ncu_fcs SECONDS TOKENS LAUNCHES PATTERN LINES CONFIGS...: per config, ncu (full set, clocks free) of its FC kernels
+# (squared ReLU at TOKENS; LAUNCHES skipped, then LAUNCHES profiled) into $OUT/ncu_<config>.txt (ending with ncu's
+# exit status), and the first LINES lines that grep PATTERN matches there
+ncu_fcs() {
+  local seconds=$1 tokens=$2 launches=$3 pattern=$4 lines=$5 cfg; shift 5
+  for cfg in "$@"; do
+    timeout "$seconds" ncu --clock-control none --kernel-name regex:"_fc[12]_" --launch-skip $launches \
+      --launch-count $launches --set full --print-details all python3 bench/triton_moe_probe.py --tokens $tokens \
+      --activation squared_relu --configs $cfg --once > $OUT/ncu_$cfg.txt 2>&1
+    echo "ncu rc=$?" >> $OUT/ncu_$cfg.txt
+    grep -n "$pattern" $OUT/ncu_$cfg.txt | head -$lines
+  done
+}
 # twin_probes SECONDS TOKENS ACTIVATION SUFFIXES: layer probes (bench/triton_moe_probe.py) on both shapes of
 # choose_config's pick D at TOKENS and its twins D_<suffix> (SUFFIXES comma-separated), all twice in a row
 # ("D,D_a,D_b,D,D_a,D_b"), into $OUT/probe.jsonl
@@ -1173,14 +1186,8 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # 4096 tokens; profile 30b: the ws FC1 632.3 us, the ws FC2 585.2 against the Triton FCs' 611.9 / 641.9 with their
     # tails): ncu (full set) of the Triton FCs of the default and of the ws FCs (30b, squared ReLU, 4096 tokens), and
     # probes of the rings at 4 stages ("_s4")
-    for cfg in x256w_sa_t32a x256w_sa_t32a_wsb; do
-      timeout 150 ncu --clock-control none --kernel-name regex:"_fc[12]_" --launch-skip 4 --launch-count 4 --set full \
-        --print-details all python3 bench/triton_moe_probe.py --tokens 4096 --activation squared_relu --configs $cfg \
-        --once > $OUT/ncu_$cfg.txt 2>&1
-      echo "ncu rc=$?" >> $OUT/ncu_$cfg.txt
-      grep -n "  _fc\|Duration\|Compute (SM) Throughput\|Memory Throughput\|L2 Cache Throughput\|L1/TEX Cache Throughput\|Warp Cycles Per Issued\|Issue Slots Busy\|Registers Per\|Achieved Occupancy" \
-        $OUT/ncu_$cfg.txt | head -60
-    done
+    ncu_fcs 150 4096 4 "  _fc\|Duration\|Compute (SM) Throughput\|Memory Throughput\|L2 Cache Throughput\|L1/TEX Cache Throughput\|Warp Cycles Per Issued\|Issue Slots Busy\|Registers Per\|Achieved Occupancy" \
+      60 x256w_sa_t32a x256w_sa_t32a_wsb
     twin_probes 150 4096 squared_relu ws,wsb,ws_s4,wsb_s4
     layer_probe_summary 20 ;;
   s40a|s40c)
@@ -1505,14 +1512,8 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # session 33, call 4: why the FC2 of the squared-ReLU default streams slower than its FC1 on the same bytes (30b, 64
     # tokens, run 36: the f8x2 FC1 102.1 us, the dequantizing Gluon FC2 on 64 rows 116.1, the f8x2 FC2 on 128 rows
     # 117.2): ncu (full set) of both FCs of the default and of "s16_f8q_s2_gf_g1_f128" (the f8x2 FC2 on 128 rows)
-    for cfg in $(default_tile 64 squared_relu) s16_f8q_s2_gf_g1_f128; do
-      timeout 120 ncu --clock-control none --kernel-name regex:"_fc[12]_" --launch-skip 2 --launch-count 2 --set full \
-        --print-details all python3 bench/triton_moe_probe.py --tokens 64 --activation squared_relu --configs $cfg \
-        --once > $OUT/ncu_$cfg.txt 2>&1
-      echo "ncu rc=$?" >> $OUT/ncu_$cfg.txt
-      grep -n "_kernel\|Duration\|DRAM Throughput\|Warp Cycles Per Issued\|Achieved Occupancy\|Registers Per\|Waves Per\|Issue Slots Busy\|L2 Hit" \
-        $OUT/ncu_$cfg.txt | head -40
-    done ;;
+    ncu_fcs 120 64 2 "_kernel\|Duration\|DRAM Throughput\|Warp Cycles Per Issued\|Achieved Occupancy\|Registers Per\|Waves Per\|Issue Slots Busy\|L2 Hit" \
+      40 $(default_tile 64 squared_relu) s16_f8q_s2_gf_g1_f128 ;;
   s33c)
     # session 33, call 3: the gated twins at 1.5-16 pairs per expert with the gated Gluon f8x2 FC1 (after s33b's probes):
     # the full benchmark and the demo, the GPU tests of choose_config's SwiGLU picks at 64 / 256 tokens (float64 oracle,
