@@ -112,6 +112,11 @@ def _ptxas_report(ptx: str) -> str:
     return run.stderr + run.stdout
 
 
+def _spilled(ptx: str) -> int:
+    """Bytes of spill stores ptxas reports for ``ptx``."""
+    return int(re.search(r"(\d+) bytes spill stores", _ptxas_report(ptx)).group(1))
+
+
 def _registers(ptx: str) -> int:
     """The registers per thread ``ptxas -v`` reports for ``ptx``."""
     return int(re.search(r"Used (\d+) registers", _ptxas_report(ptx)).group(1))
@@ -580,7 +585,7 @@ def test_warp_specialized_fcs_compile_for_sm90(fc, block_t, block_k, stages, sx)
 
     ptx, sass, shared = _compile_ws(fc, block_t, block_k, stages, sx)
     assert ".reqntid 384" in ptx and ws_shared_bytes(block_t, block_k, stages) <= shared <= 227 * 1024
-    spilled = int(re.search(r"(\d+) bytes spill stores", _ptxas_report(ptx)).group(1))
+    spilled = _spilled(ptx)
     assert spilled == 0 if triton.__version__.startswith("3.6") else spilled <= 128, spilled
     assert ptx.count("cp.async.bulk.tensor") >= (1 if fc == 1 else 2) and "setmaxnreg" in ptx
     if fc == 1:
@@ -622,8 +627,7 @@ def test_ws_thread_arrive_drops_the_consumers_step_barrier(fc):
     base_inits = re.findall(r"mbarrier\.init\.shared(?:::cta)?\.b64 \[[^\]]+\], (\d+);", base_ptx)
     assert inits.count("256") == base_inits.count("256") + 4 + 2, (inits, base_inits)  # 4 token stages, 2 bf16
     assert shared == base_shared and ".reqntid 384" in ptx
-    spilled = [int(re.search(r"(\d+) bytes spill stores", _ptxas_report(text)).group(1)) for text in (ptx, base_ptx)]
-    assert spilled[0] <= spilled[1], spilled
+    assert _spilled(ptx) <= _spilled(base_ptx), (_spilled(ptx), _spilled(base_ptx))
     _assert_barriers_fenced_after_init(ptx)
 
 
@@ -646,8 +650,7 @@ def test_ws_staged_epilogue_takes_one_round(fc):
     assert bars[1] <= bars[0] - 24, bars
     assert staged["STG.E.128"] == 16 and staged["STSM.16.MT88.4"] >= 16, staged
     assert shared == base_shared
-    spilled = [int(re.search(r"(\d+) bytes spill stores", _ptxas_report(text)).group(1)) for text in (ptx, base_ptx)]
-    assert spilled[0] <= spilled[1], spilled
+    assert _spilled(ptx) <= _spilled(base_ptx), (_spilled(ptx), _spilled(base_ptx))
 
 
 @pytest.mark.parametrize("fc", [1, 2])
@@ -665,7 +668,7 @@ def test_ws_persistent_kernels_compile_for_sm90(fc, thread_arrive):
     assert ".reqntid 384" in ptx and "setmaxnreg" in ptx
     assert ws_shared_bytes(256, 64, 3) < shared <= ws_shared_bytes(256, 64, 3, persistent=True) <= 227 * 1024
     assert ws_shared_bytes(256, 64, 4, persistent=True) > 227 * 1024
-    spilled = int(re.search(r"(\d+) bytes spill stores", _ptxas_report(ptx)).group(1))
+    spilled = _spilled(ptx)
     assert spilled == 0 if triton.__version__.startswith("3.6") else spilled <= 128, spilled
     assert _sass_ops(sass)["STG.E.128"] == 16
     mmas = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16", sass)
