@@ -488,11 +488,11 @@ def _consumer_p(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, out_ptr
         _release(deq_empty, x_empty, g + steps - 1, STAGES, DSTAGES, THREAD_ARRIVE)
         g += steps
         if FC1:
-            h = gl.convert_layout(_activate(acc, acc, ACTIVATION).to(gl.bfloat16), _row_store_layout(num_warps))
+            h = _rows_of(_activate(acc, acc, ACTIVATION).to(gl.bfloat16), BLOCK_N, BLOCK_T, False, num_warps)
             _store_inter(h, out_ptr, sorted_pairs_ptr, stride_out, t // n_tiles, (t % n_tiles) * BLOCK_N, N, True,
                          BLOCK_N, BLOCK_T, num_warps)
         else:
-            vals = gl.convert_layout(acc.to(gl.bfloat16), _row_store_layout(num_warps))
+            vals = _rows_of(acc.to(gl.bfloat16), BLOCK_N, BLOCK_T, False, num_warps)  # (rings live: not staged)
             _store_slots(vals, out_ptr, sorted_pairs_ptr, stride_out, t // n_tiles, (t % n_tiles) * BLOCK_N, N, True,
                          BLOCK_N, BLOCK_T, num_warps)
 
