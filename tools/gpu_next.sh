@@ -3,7 +3,8 @@
 #   bash tools/gpu_next.sh s42a     # for session 42: the full benchmark and the demo with the ws default and its
 #                                   # 16-byte epilogue stores (run 44 ran them on H100s only: ask for an H200), then
 #                                   # the ws default's GPU tests
-#   bash tools/gpu_next.sh s42e     # s42c's tests and s42d's squared-ReLU probes in one call (when machines are scarce)
+#   bash tools/gpu_next.sh s42e     # s42c's tests on 30b and s42d's squared-ReLU probes in one call (machines scarce),
+#                                   # with session 42's "_d3" (3 bf16 weight stages) too
 #   bash tools/gpu_next.sh s42c     # "_ta" / "_se" / "_p" (ws_thread_arrive, ws_staged_epilogue, ws_persistent):
 #                                   # their GPU tests (the bits of the tile without them)
 #   bash tools/gpu_next.sh s42d     # then their probes at 4096 against the defaults
@@ -1087,13 +1088,14 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
   s42e)
-    # session 42 (machines scarce: one call, about 9 device minutes): s42c's GPU tests of "_ta" / "_se" / "_p", then
-    # s42d's squared-ReLU probes at 4096 tokens (235b first: the shape where the target is tight; alternating, two
-    # rounds), all in one call
+    # session 42 (machines scarce: one call, about 9 device minutes): the GPU tests of session 41's "_ta" / "_se" /
+    # "_p" and session 42's "_d3" (``ws_dstages``: 3 bf16 weight stages) on 30b at 4096 tokens and their graph
+    # replays (the odd shape's cases in s42c), then s42d's squared-ReLU probes at 4096 tokens with "_d3" too (235b
+    # first: the shape where the target is tight; alternating, two rounds), all in one call
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
-    smoke_tests 230 "release_and_epilogue"
-    C=x256w_sa_t32a_wsb_s4,x256w_sa_t32a_wsb_s4_ta,x256w_sa_t32a_wsb_s4_se,x256w_sa_t32a_wsb_s4_ta_se
-    C=$C,x256w_sa_t32a_wsb,x256w_sa_t32a_wsb_p,x256w_sa_t32a_wsb_p_ta
+    smoke_tests 230 "release_and_epilogue and not odd"
+    C=x256w_sa_t32a_wsb_s4,x256w_sa_t32a_wsb_s4_ta,x256w_sa_t32a_wsb_s4_se,x256w_sa_t32a_wsb_s4_d3
+    C=$C,x256w_sa_t32a_wsb,x256w_sa_t32a_wsb_p,x256w_sa_t32a_wsb_d3
     for shape in qwen3-235b-a22b qwen3-30b-a3b; do
       timeout 150 python3 bench/triton_moe_probe.py --shape $shape --tokens 4096 --activation squared_relu \
         --configs "$C,$C" >> $OUT/probe.jsonl 2>> $OUT/probe.err

@@ -592,10 +592,10 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
                         block_t: int = 256, block_k: int = 64, stages: int = 3, dstages: int = 2,
                         num_warps: int = 8, producer_warps: int = 4, producer_regs: int = 152,
                         sx: bool = False, thread_arrive: bool = False, staged_epilogue: bool = False,
-                        persistent: bool = False) -> None:
-    """One ``_fc1_ws_kernel`` launch (``stages`` token stages, twice as many weight stages:
-    ``ws_shared_bytes``) (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple of 8, 16-byte
-    aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as ``launch_gluon_ws_fc2``'s,
+                        persistent: bool = False, wstages: int = 0) -> None:
+    """One ``_fc1_ws_kernel`` launch (``stages`` token stages, ``wstages`` fp8 weight stages (0: twice as many),
+    ``dstages`` bf16 ones: ``ws_shared_bytes``) (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple
+    of 8, 16-byte aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as ``launch_gluon_ws_fc2``'s,
     ``inter`` ``[positions, n_out]`` bf16 rows by sorted position in K order; ``activation`` the Triton kernels' code.
     Needs H a multiple of 16 (TMA rows) and ``block_k`` a multiple of 32. ``persistent``: ``_fc1_ws_persistent_kernel``
     on at most one program per SM in place of one program per tile."""
@@ -612,7 +612,7 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
     kernel[grid](
         w_desc, x, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden, x.stride(0),
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
-        BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=2 * stages, DSTAGES=dstages,
+        BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=wstages or 2 * stages, DSTAGES=dstages,
         PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
         STEPS_P2=triton.next_power_of_2(triton.cdiv(hidden, 128)), THREAD_ARRIVE=thread_arrive, num_warps=num_warps,
         **extra)
@@ -624,9 +624,9 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                         block_k: int = 64, stages: int = 3, dstages: int = 2, num_warps: int = 8,
                         producer_warps: int = 4, producer_regs: int = 152, sx: bool = False,
                         thread_arrive: bool = False, staged_epilogue: bool = False,
-                        persistent: bool = False) -> None:
-    """One ``_fc2_ws_kernel`` launch (``stages`` token stages, twice as many weight stages) over ``grid_blocks``
-    token blocks of ``block_t`` positions (blocks past ``num_blocks[0]`` exit): ``inter`` ``[positions, I]`` bf16 in K
+                        persistent: bool = False, wstages: int = 0) -> None:
+    """One ``_fc2_ws_kernel`` launch (``stages`` token stages, ``wstages`` fp8 weight stages (0: twice as many),
+    ``dstages`` bf16 ones) over ``grid_blocks`` token blocks of ``block_t`` positions (blocks past ``num_blocks[0]`` exit): ``inter`` ``[positions, I]`` bf16 in K
     order (row stride a multiple of 8), ``w`` ``[E, H, I]`` fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with
     ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16. Needs I a multiple of 16 (TMA rows), ``block_k`` a
     multiple of 32 and H a multiple of ``block_n``. ``persistent``: ``_fc2_ws_persistent_kernel`` on at most one
@@ -642,6 +642,6 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     kernel[grid](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,
-        WSTAGES=2 * stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
+        WSTAGES=wstages or 2 * stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
         STEPS_P2=triton.next_power_of_2(triton.cdiv(inner, 128)), THREAD_ARRIVE=thread_arrive, num_warps=num_warps,
         **extra)

@@ -252,6 +252,13 @@ class TritonMoEConfig:
     # ``ws_shared_bytes(..., persistent=True)``), so 3 token stages at 256 tokens. Not with ``ws_staged_epilogue``.
     # The same values. Needs ``fc1_ws`` or ``fc2_ws``.
     ws_persistent: bool = False
+    # Session 42 (prepared, compile-checked only): the ws rings' depths. ``ws_dstages``: the bf16 weight stages the
+    # producer dequantizes into (2: it may run one step ahead of the MMA the consumers wait on, so its whole handoff,
+    # the consumers' release, its dequant, fence, barrier and arrival, must fit inside one MMA step); ``ws_wstages``:
+    # the fp8 weight stages (0: twice the token stages). "_d3" takes 3 bf16 stages in the 4-stage default's 224 KiB by
+    # giving up two fp8 weight stages (6 instead of 8). The same values. Needs ``fc1_ws`` or ``fc2_ws``.
+    ws_dstages: int = 2
+    ws_wstages: int = 0
 
     def __post_init__(self):
         if self.tail is not None:
@@ -268,6 +275,9 @@ class TritonMoEConfig:
             if t.step_scales != self.step_scales and _reads_x_split(t) and _reads_x_split(self):
                 raise ValueError(f"TritonMoEConfig: tail.step_scales {t.step_scales} differs from "
                                  f"{self.step_scales} on the split rows of x both read")
+        if self.ws_dstages not in (2, 3, 4) or not (self.ws_wstages == 0 or self.ws_wstages >= 2):
+            raise ValueError(f"TritonMoEConfig: ws_dstages must be 2, 3 or 4 and ws_wstages 0 (twice the token stages) "
+                             f"or at least 2; got {self.ws_dstages} / {self.ws_wstages}")
         for fc in (1, 2):
             if getattr(self, f"fc{fc}_ws"):
                 self._check_ws(fc)
@@ -276,6 +286,9 @@ class TritonMoEConfig:
             if getattr(self, field) and not (self.fc1_ws or self.fc2_ws):
                 raise ValueError(f"TritonMoEConfig: {field} is the warp-specialized FCs' {what}; it needs fc1_ws or "
                                  "fc2_ws")
+        if (self.ws_dstages, self.ws_wstages) != (2, 0) and not (self.fc1_ws or self.fc2_ws):
+            raise ValueError("TritonMoEConfig: ws_dstages / ws_wstages are the warp-specialized FCs' ring depths; they "
+                             "need fc1_ws or fc2_ws")
         if self.ws_persistent and self.ws_staged_epilogue:
             raise ValueError("TritonMoEConfig: ws_persistent does not take ws_staged_epilogue (its rings stay live "
                              "through the epilogue)")
@@ -386,7 +399,8 @@ class TritonMoEConfig:
         if (own or self.direct or self.gemv or self.planes or self.dequant in (*_WORD_MODES, "f8x2")
                 or block_n != 128 or warps != 8 or block_k not in (32, 64) or stages < 2 or self.block_t % 16
                 or not 16 <= self.block_t <= 256
-                or ws_shared_bytes(self.block_t, block_k, stages, persistent=self.ws_persistent) > 227 * 1024):
+                or ws_shared_bytes(self.block_t, block_k, stages, self.ws_dstages, wstages=self.ws_wstages,
+                                   persistent=self.ws_persistent) > 227 * 1024):
             raise ValueError(f"TritonMoEConfig: fc{fc}_ws=True needs an MMA-path tile that reads tokens in K order (no "
                              f"planes, 'sx4', {needs}), fc{fc}_block_n=128 on fc{fc}_warps=8, fc{fc}_block_k 32 or "
                              f"64, fc{fc}_stages >= 2, block_t a multiple of 16 up to 256 and rings within 227 KiB "
@@ -759,7 +773,8 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
                                 fc2_overlap=True, scale_words=False, fc2_ring=False, fc1_one_factor=False,
                                 fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
                                 split_scales_t=False, step_scales=False, fc2_ws=False, fc1_ws=False, ws_sx=False,
-                                ws_thread_arrive=False, ws_staged_epilogue=False, ws_persistent=False)
+                                ws_thread_arrive=False, ws_staged_epilogue=False, ws_persistent=False, ws_dstages=2,
+                                ws_wstages=0)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -906,18 +921,20 @@ for _twin in ("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw", "m32k_sx4p_f4_t16_g_s2_gt_n
 
 
 def ws_shared_bytes(block_t: int, block_k: int, stages: int, dstages: int = 2, block_n: int = 128,
-                    persistent: bool = False) -> int:
+                    persistent: bool = False, wstages: int = 0) -> int:
     """Shared memory of one ``_gluon_ws_kernel`` program's rings: ``stages`` bf16 token tiles ``[block_t, block_k]``,
-    ``2 * stages`` fp8 weight tiles and ``dstages`` bf16 weight tiles ``[block_n, block_k]``; ``persistent``: and
-    8 KiB for the epilogue's layout conversion beside the live rings (4 KiB at 128 x 256 with Triton 3.6 and 3.8)."""
-    rings = stages * block_t * block_k * 2 + 2 * stages * block_n * block_k + dstages * block_n * block_k * 2
+    ``wstages`` (0: ``2 * stages``) fp8 weight tiles and ``dstages`` bf16 weight tiles ``[block_n, block_k]``;
+    ``persistent``: and 8 KiB for the epilogue's layout conversion beside the live rings (4 KiB at 128 x 256 with
+    Triton 3.6 and 3.8)."""
+    rings = (stages * block_t * block_k * 2 + (wstages or 2 * stages) * block_n * block_k
+             + dstages * block_n * block_k * 2)
     return rings + (8 * 1024 if persistent else 0)
 
 
 def _ws_forms(cfg: TritonMoEConfig) -> dict:
     """The ws launchers' keyword arguments for ``cfg``'s forms of the warp-specialized FCs (the same for FC1 and FC2)."""
     return dict(sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive, staged_epilogue=cfg.ws_staged_epilogue,
-                persistent=cfg.ws_persistent)
+                persistent=cfg.ws_persistent, dstages=cfg.ws_dstages, wstages=cfg.ws_wstages)
 
 
 def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -971,6 +988,12 @@ TILES["x256w_sa_t32a_wsb_s4_ta_se"] = dataclasses.replace(TILES["x256w_sa_t32a_w
 TILES.update({f"{name}_p": dataclasses.replace(TILES[name], ws_persistent=True)
               for name in ("x256w_sa_t32a_wsb", "x256m_sa_t32_ws")})
 TILES["x256w_sa_t32a_wsb_p_ta"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb_p"], ws_thread_arrive=True)
+# and "_d3" (session 42, prepared, compile-checked only; s42e): 3 bf16 weight stages (``ws_dstages``), so the producer
+# may run two steps ahead of the consumers' MMA; the 4-stage default keeps its 224 KiB with 6 fp8 weight stages, the
+# 3-stage tiles take 6 as before (192 KiB)
+TILES["x256w_sa_t32a_wsb_s4_d3"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb_s4"], ws_dstages=3, ws_wstages=6)
+TILES.update({f"{name}_d3": dataclasses.replace(TILES[name], ws_dstages=3)
+              for name in ("x256w_sa_t32a_wsb", "x256m_sa_t32_ws")})
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:

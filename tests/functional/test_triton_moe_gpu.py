@@ -1483,17 +1483,21 @@ def test_cuda_graph_replay_with_the_warp_specialized_fcs(name, tokens):
     ("x256w_sa_t32a_wsb_s4_ta", "squared_relu"), ("x256m_sa_t32_ws_ta", "swiglu"),
     ("x256w_sa_t32a_wsb_s4_se", "squared_relu"), ("x256m_sa_t32_ws_se", "swiglu"),
     ("x256w_sa_t32a_wsb_s4_ta_se", "squared_relu"), ("x256w_sa_t32a_wsb_p", "squared_relu"),
-    ("x256m_sa_t32_ws_p", "swiglu"), ("x256w_sa_t32a_wsb_p_ta", "squared_relu")])
+    ("x256m_sa_t32_ws_p", "swiglu"), ("x256w_sa_t32a_wsb_p_ta", "squared_relu"),
+    ("x256w_sa_t32a_wsb_s4_d3", "squared_relu"), ("x256w_sa_t32a_wsb_d3", "squared_relu"),
+    ("x256m_sa_t32_ws_d3", "swiglu")])
 @pytest.mark.parametrize("case", [(128, 8, 2048, 768, 4096), (8, 2, 384, 224, 1500)], ids=["30b-T4096", "odd-T1500"])
 def test_ws_release_and_epilogue_forms_keep_the_bits(name, activation, case):
     """Session 41: the consumers' per-thread stage release ("_ta", ``ws_thread_arrive``), the epilogue staged whole
-    in shared memory ("_se", ``ws_staged_epilogue``) and the persistent kernels ("_p", ``ws_persistent``) change no
-    value: the same bits as the tile without them, within BOUND of float64, every row written."""
-    base = name.removesuffix("_se").removesuffix("_ta").removesuffix("_p")
+    in shared memory ("_se", ``ws_staged_epilogue``) and the persistent kernels ("_p", ``ws_persistent``), and session
+    42's deeper bf16 ring ("_d3", ``ws_dstages``) change no value: the same bits as the tile without them, within
+    BOUND of float64, every row written."""
+    base = name.removesuffix("_d3").removesuffix("_se").removesuffix("_ta").removesuffix("_p")
     _assert_tiles_keep_bits(TILES[base], TILES[name], case, activation)
 
 
-@pytest.mark.parametrize("name", ["x256w_sa_t32a_wsb_s4_ta", "x256w_sa_t32a_wsb_s4_se", "x256w_sa_t32a_wsb_p"])
+@pytest.mark.parametrize("name", ["x256w_sa_t32a_wsb_s4_ta", "x256w_sa_t32a_wsb_s4_se", "x256w_sa_t32a_wsb_p",
+                                  "x256w_sa_t32a_wsb_s4_d3"])
 def test_cuda_graph_replay_with_the_ws_release_and_epilogue_forms(name):
     _graph_replay_of(lambda *shape: TILES[name], 4096, (4096, 4096 * 2 // 3, 5), "squared_relu")
 

@@ -526,7 +526,8 @@ def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():
     assert k_loop_paths(sass)[0] < 0.9 * len(k_loop(sass_words))
 
 
-def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, staged=False, persistent=False):
+def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, staged=False, persistent=False,
+                dstages=2, wstages=0):
     """The warp-specialized FC1 (``fc`` 1, squared ReLU) or FC2 (session 39) compiled for sm_90 at 128 rows: ``(ptx,
     sass, shared bytes)``."""
     import triton
@@ -540,9 +541,9 @@ def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, sta
     w = torch.zeros(4 * 256, 1024, dtype=torch.float8_e4m3fn)  # descriptors only carry dtypes, blocks and layouts
     w_desc = nvmma_descriptor(w, [128, block_k])
     a_desc = nvmma_descriptor(torch.zeros(4 * block_t, 1024, dtype=torch.bfloat16), [block_t, block_k])
-    constants = dict(BLOCK_N=128, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=2 * stages, DSTAGES=2,
-                     PRODUCER_WARPS=4, PRODUCER_REGS=152, SX=sx, STEPS_P2=16, THREAD_ARRIVE=thread_arrive,
-                     num_warps=8)
+    constants = dict(BLOCK_N=128, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=wstages or 2 * stages,
+                     DSTAGES=dstages, PRODUCER_WARPS=4, PRODUCER_REGS=152, SX=sx, STEPS_P2=16,
+                     THREAD_ARRIVE=thread_arrive, num_warps=8)
     if not persistent:
         constants.update(STAGED=staged)
     if fc == 1:
@@ -628,6 +629,34 @@ def test_ws_thread_arrive_drops_the_consumers_step_barrier(fc):
     assert inits.count("256") == base_inits.count("256") + 4 + 2, (inits, base_inits)  # 4 token stages, 2 bf16
     assert shared == base_shared and ".reqntid 384" in ptx
     assert _spilled(ptx) <= _spilled(base_ptx), (_spilled(ptx), _spilled(base_ptx))
+    _assert_barriers_fenced_after_init(ptx)
+
+
+_MBARRIER_INIT = r"mbarrier\.init\.shared(?:::cta)?\.b64 \[[^\]]+\], (\d+);"
+
+
+@pytest.mark.parametrize("fc", [1, 2])
+@pytest.mark.parametrize("stages,dstages,wstages", [(4, 3, 6), (3, 3, 0)])
+def test_ws_deeper_bf16_ring_compiles_for_sm90(fc, stages, dstages, wstages):
+    """``ws_dstages`` / ``ws_wstages`` (session 42, "_d3"): 3 bf16 weight stages (the producer up to two steps ahead
+    of the consumers' MMA), the fp8 ring ``wstages`` deep (0: twice the token stages). One stage barrier more per
+    bf16 stage pair (``deq_ready``, ``deq_empty``), one fewer per fp8 stage given up; shared memory within
+    ``ws_shared_bytes`` of those depths and 227 KiB (the 4-stage default's 224 KiB with 6 fp8 stages); no spill
+    (Triton 3.6); the same wgmmas and 16-byte stores."""
+    import triton
+
+    from megatron_mxfp8_moe.kernels.triton_moe import ws_shared_bytes
+
+    base_ptx, _, _ = _compile_ws(fc, 256, 64, stages)
+    ptx, sass, shared = _compile_ws(fc, 256, 64, stages, dstages=dstages, wstages=wstages)
+    expected = ws_shared_bytes(256, 64, stages, dstages, wstages=wstages)
+    assert expected <= shared <= 227 * 1024 and ".reqntid 384" in ptx
+    inits, base_inits = re.findall(_MBARRIER_INIT, ptx), re.findall(_MBARRIER_INIT, base_ptx)
+    assert len(inits) == len(base_inits) + 2 * (dstages - 2) + (wstages or 2 * stages) - 2 * stages, inits
+    spilled = _spilled(ptx)
+    assert spilled == 0 if triton.__version__.startswith("3.6") else spilled <= 128, spilled
+    assert _sass_ops(sass)["STG.E.128"] == 16
+    assert re.findall(r"HGMMA\.64x(\d+)x16", sass) == ["256"] * 4
     _assert_barriers_fenced_after_init(ptx)
 
 

@@ -25,6 +25,7 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     triton_form,
     triton_moe_support,
     triton_mxfp8_moe,
+    ws_shared_bytes,
 )
 from megatron_mxfp8_moe.tensor import MXFP8Tensor, quantize_mxfp8
 from megatron_mxfp8_moe.testing import random_routing, random_weights
@@ -1680,10 +1681,11 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
     calls = []
 
     def stand_in(inter, w, scales, scale_tiles, slots, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
-                 block_n, block_t, block_k, stages, num_warps, sx, thread_arrive, staged_epilogue, persistent):
+                 block_n, block_t, block_k, stages, num_warps, sx, thread_arrive, staged_epilogue, persistent,
+                 dstages, wstages):
         # the kernel's contract in torch: each routed position's unweighted FC2 row from its K-ordered inter row
         calls.append(dict(block_n=block_n, block_t=block_t, block_k=block_k, stages=stages, warps=num_warps, sx=sx,
-                          ta=thread_arrive, se=staged_epilogue, p=persistent,
+                          ta=thread_arrive, se=staged_epilogue, p=persistent, d=(dstages, wstages),
                           cols=inter.shape[1], rows=inter.shape[0], blocks=int(num_blocks[0]), grid=grid_blocks,
                           same_w=w.data_ptr() == fc2.data.data_ptr()))
         for b in range(int(num_blocks[0])):
@@ -1697,10 +1699,10 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
 
     def fc1_stand_in(x_in, w, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
                      n_out, activation, topk, block_n, block_t, block_k, stages, num_warps, sx, thread_arrive,
-                     staged_epilogue, persistent):
+                     staged_epilogue, persistent, dstages, wstages):
         # FC1's contract: each routed position's activated row (squared ReLU) from its token's x row, in K order
         fc1_calls.append(dict(block_n=block_n, block_t=block_t, block_k=block_k, stages=stages, warps=num_warps, sx=sx,
-                              ta=thread_arrive, se=staged_epilogue, p=persistent,
+                              ta=thread_arrive, se=staged_epilogue, p=persistent, d=(dstages, wstages),
                               n_out=n_out, topk=topk, rows=inter.shape[0], same_w=w.data_ptr() == fc1.data.data_ptr()))
         for b in range(int(num_blocks[0])):
             for p in range(b * block_t, (b + 1) * block_t):
@@ -1722,7 +1724,8 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
                        ("both_sx", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_sx=True)),
                        ("both_ta", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_thread_arrive=True)),
                        ("both_se", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_staged_epilogue=True)),
-                       ("both_p", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_persistent=True))):
+                       ("both_p", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_persistent=True)),
+                       ("both_d3", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_dstages=3, ws_wstages=3))):
         calls.clear()
         fc1_calls.clear()
         out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
@@ -1746,13 +1749,14 @@ def test_warp_specialized_fcs_wiring_under_the_interpreter():
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _WS_FC2_WIRING_SCRIPT], timeout=900)
     assert result["plain"]["calls"] == result["plain"]["fc1_calls"] == [], result["plain"]
-    for name in ("fc2", "fc1", "both", "both_sx", "both_ta", "both_se", "both_p"):
+    for name in ("fc2", "fc1", "both", "both_sx", "both_ta", "both_se", "both_p", "both_d3"):
         run = result[name]
         assert len(run["calls"]) == (name != "fc1") and len(run["fc1_calls"]) == (name != "fc2"), (name, run)
         assert all(call["sx"] == (name == "both_sx") for call in run["calls"] + run["fc1_calls"]), (name, run)
         assert all(call["ta"] == (name == "both_ta") for call in run["calls"] + run["fc1_calls"]), (name, run)
         assert all(call["se"] == (name == "both_se") for call in run["calls"] + run["fc1_calls"]), (name, run)
         assert all(call["p"] == (name == "both_p") for call in run["calls"] + run["fc1_calls"]), (name, run)
+        assert all(call["d"] == ([3, 3] if name == "both_d3" else [2, 0]) for call in run["calls"] + run["fc1_calls"])
         for call in run["calls"]:
             assert (call["block_n"], call["block_t"], call["block_k"], call["stages"], call["warps"]) == (128, 32, 64,
                                                                                                          2, 8)
@@ -1805,6 +1809,20 @@ def test_warp_specialized_fc2_is_checked():
         assert TILES[name + "_p"] == dataclasses.replace(TILES[name], ws_persistent=True)
         assert triton_form(TILES[name + "_p"]) == triton_form(TILES[name])
     assert TILES["x256w_sa_t32a_wsb_p_ta"] == dataclasses.replace(TILES["x256w_sa_t32a_wsb_p"], ws_thread_arrive=True)
+    # session 42: the ring depths, a ws tile's, within range and within 227 KiB of shared memory
+    with pytest.raises(ValueError, match="ws_dstages / ws_wstages"):
+        dataclasses.replace(base, ws_dstages=3)
+    for bad in (dict(ws_dstages=1), dict(ws_dstages=5), dict(ws_wstages=1)):
+        with pytest.raises(ValueError, match="ws_dstages must be 2, 3 or 4"):
+            dataclasses.replace(TILES["x256w_sa_t32a_wsb"], **bad)
+    with pytest.raises(ValueError, match="rings within 227 KiB"):  # 4 token stages, 8 fp8, 3 bf16: 240 KiB
+        dataclasses.replace(TILES["x256w_sa_t32a_wsb_s4"], ws_dstages=3)
+    assert TILES["x256w_sa_t32a_wsb_s4_d3"] == dataclasses.replace(TILES["x256w_sa_t32a_wsb_s4"], ws_dstages=3,
+                                                                   ws_wstages=6)
+    assert ws_shared_bytes(256, 64, 4, 3, wstages=6) == ws_shared_bytes(256, 64, 4) == 224 * 1024
+    for name in ("x256w_sa_t32a_wsb", "x256m_sa_t32_ws"):
+        assert TILES[name + "_d3"] == dataclasses.replace(TILES[name], ws_dstages=3)
+        assert triton_form(TILES[name + "_d3"]) == triton_form(TILES[name])
     assert triton_form(TILES["x256w_sa_t32a_wsb_s4_sx"]) == dataclasses.replace(base, fc1_stages=4, fc2_stages=4)
     for name in ("x256w_sa_t32a", "x256m_sa_t32", "l128w_sa_t32a_s2", "l128m_sa_t32_s2"):
         tile = TILES[name + "_ws"]
