@@ -188,9 +188,10 @@ class TritonMoEConfig:
     fc2_pdl: bool = False
     # Session 32: FC1 as the Gluon f8x2 FC1 (``_gluon_f8x2_fc1_kernel``: fp8 wgmmas on the TMA-copied weights against x
     # split in two e4m3 terms, each 32-deep block's sum scaled, so no dequant on the consumer's chain) on a plane tile,
-    # writing its bf16 rows plane-major for the tile's own FC2. Needs ``fc1_gluon`` (its ``fc1_block_n`` / ``fc1_stages``
-    # are the tile: gated, ``fc1_block_n`` gate rows and their up rows per program) on 4 warps. Other arithmetic than
-    # the dequantizing FC1 (x in two e4m3 terms per 32-block scale), so not its bits: held to the float64 oracle.
+    # writing its bf16 rows plane-major for the tile's own FC2. Needs ``fc1_gluon`` (its ``fc1_block_n`` /
+    # ``fc1_stages`` are the tile: gated, ``fc1_block_n`` gate rows and their up rows per program) on 4 warps. Other
+    # arithmetic than the dequantizing FC1 (x in two e4m3 terms per 32-block scale), so not its bits: held to the
+    # float64 oracle.
     fc1_f8x2: bool = False
     # Session 32 (run 36: bit-equal to the split launch, no layer gain; opt-in): an "f8x2" tile's Gluon FC1 writes
     # FC2's split rows itself (``_f8x2_fc1_split_gluon_kernel``: the activated rows rounded to bf16, split per 32-column
@@ -234,29 +235,31 @@ class TritonMoEConfig:
     # instead of the fp32 convert and multiply (about 6 per 2 weights): the same exact values. Needs ``fc1_ws`` or
     # ``fc2_ws``.
     ws_sx: bool = False
-    # Session 41 (prepared, compile-checked only): the ws consumers free each step's token and bf16 weight stages with
-    # one arrival per thread after its own wgmma wait (``x_empty`` / ``deq_empty`` expect 256), in place of a barrier
-    # of the 8 consumer warps and one arrival: the two warpgroups no longer wait for each other every K step (run 43's
-    # ncu: barrier stalls 1.2-1.7 of 10-10.4 cycles per issued instruction). The same values. Needs ``fc1_ws`` or
-    # ``fc2_ws``.
+    # Session 41 (run 45: the same bits, no faster at 4096 tokens; opt-in): the ws consumers free each step's token and
+    # bf16 weight stages with one arrival per thread after its own wgmma wait (``x_empty`` / ``deq_empty`` expect 256),
+    # in place of a barrier of the 8 consumer warps and one arrival: the two warpgroups no longer wait for each other
+    # every K step (run 43's ncu: barrier stalls 1.2-1.7 of 10-10.4 cycles per issued instruction). The same values.
+    # Needs ``fc1_ws`` or ``fc2_ws``.
     ws_thread_arrive: bool = False
-    # Session 41 (prepared, compile-checked only): the ws epilogues stage their bf16 tile whole in shared memory (the
-    # rings' bytes, dead by then) and read it back in the row layout after one barrier, in place of the compiler's
-    # layout conversion in 16 rounds of two barriers each at 128 x 256 (one CTA per SM: the epilogue is not hidden
-    # behind another program). The same values. Needs ``fc1_ws`` or ``fc2_ws``.
+    # Session 41 (run 45: the same bits, within 1% at 4096 tokens; opt-in): the ws epilogues stage their bf16 tile whole
+    # in shared memory (the rings' bytes, dead by then) and read it back in the row layout after one barrier, in place
+    # of the compiler's layout conversion in 16 rounds of two barriers each at 128 x 256 (one CTA per SM: the epilogue
+    # is not hidden behind another program). The same values. Needs ``fc1_ws`` or ``fc2_ws``.
     ws_staged_epilogue: bool = False
-    # Session 41 (prepared, compile-checked only): the ws FCs as persistent kernels, one program per SM over the live
-    # tiles (``_fc1_ws_persistent_kernel`` / ``_fc2_ws_persistent_kernel``): a program's next tile's copies and
+    # Session 41 (run 45, session 42: the same bits, 3-10% faster per layer at 4096 tokens; the default from 176 pairs
+    # per expert for both activations, ``_WS_TWINS``): the ws FCs as persistent kernels, one program per SM over the
+    # live tiles (``_fc1_ws_persistent_kernel`` / ``_fc2_ws_persistent_kernel``): a program's next tile's copies and
     # dequant overlap its last MMAs and its store, where one program per tile at one CTA per SM leaves each program's
     # start and end exposed. Its epilogue's layout conversion needs scratch beside the live rings (4 KiB at 128 x 256;
-    # ``ws_shared_bytes(..., persistent=True)``), so 3 token stages at 256 tokens. Not with ``ws_staged_epilogue``.
-    # The same values. Needs ``fc1_ws`` or ``fc2_ws``.
+    # ``ws_shared_bytes(..., persistent=True)``), so 3 token stages at 256 tokens. Not with ``ws_staged_epilogue``. The
+    # same values. Needs ``fc1_ws`` or ``fc2_ws``.
     ws_persistent: bool = False
-    # Session 42 (prepared, compile-checked only): the ws rings' depths. ``ws_dstages``: the bf16 weight stages the
-    # producer dequantizes into (2: it may run one step ahead of the MMA the consumers wait on, so its whole handoff,
-    # the consumers' release, its dequant, fence, barrier and arrival, must fit inside one MMA step); ``ws_wstages``:
-    # the fp8 weight stages (0: twice the token stages). "_d3" takes 3 bf16 stages in the 4-stage default's 224 KiB by
-    # giving up two fp8 weight stages (6 instead of 8). The same values. Needs ``fc1_ws`` or ``fc2_ws``.
+    # Session 42 (run 45: the same bits, 0.7-2.7% slower at 4096 tokens; opt-in): the ws rings' depths. ``ws_dstages``:
+    # the bf16 weight stages the producer dequantizes into (2: it may run one step ahead of the MMA the consumers wait
+    # on, so its whole handoff, the consumers' release, its dequant, fence, barrier and arrival, must fit inside one MMA
+    # step); ``ws_wstages``: the fp8 weight stages (0: twice the token stages). "_d3" takes 3 bf16 stages in the 4-stage
+    # default's 224 KiB by giving up two fp8 weight stages (6 instead of 8). The same values. Needs ``fc1_ws`` or
+    # ``fc2_ws``.
     ws_dstages: int = 2
     ws_wstages: int = 0
 
@@ -966,7 +969,12 @@ TILES["x256w_sa_t32a_wsb_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], 
 # 1331.8 / 1312.8 and 1328.7 / 1334.8 (a tie); "_ws" (FC2 only) 3.3-4.6% / 1.6-2.3% faster; SwiGLU "_ws" 0-5% slower.
 # So from 176 pairs per expert the squared-ReLU pick is "_wsb_s4" where H and I tile by 128 (``GLUON_ENV`` as for the
 # Gluon twins; not in ``_GLUON_TWINS``: its bits are not the Triton tile's, it is held to the float64 oracle).
-_WS_TWINS = {"x256w_sa_t32a": "x256w_sa_t32a_wsb_s4"}
+# Session 42 (run 45, one H100, 4096 tokens, us per layer, two rounds in one call): the persistent ws FCs ("_p", one
+# program per SM over the tiles) against the defaults: squared ReLU "_wsb_p" 4121.5 / 4310.3 against "_wsb_s4" 4421.4 /
+# 4456.3 on 235b (-5.0%), 1152.7 / 1182.5 against 1286.1 / 1287.4 on 30b (-9.3%); SwiGLU "x256m_sa_t32_ws_p" (FC2 only)
+# 3555.8 / 3616.2 against 3703.8 / 3859.8 (-5.2%) and 1002.0 / 1016.4 against 1041.4 / 1040.4 (-3.0%). So from 176 pairs
+# per expert both activations take them.
+_WS_TWINS = {"x256w_sa_t32a": "x256w_sa_t32a_wsb_p", "x256m_sa_t32": "x256m_sa_t32_ws_p"}
 # and "_sx" (session 40): the producers' dequant by moving bits (``ws_sx``), on the default and on the FC2-only tile of
 # both activations. Run 44 (H100, 4096 tokens): correct (GPU tests passed) but slower, squared ReLU +7.4-7.8% against
 # "_wsb_s4", SwiGLU +2-3% against "_ws" (likely: the producer is not the limit, and the scan before the first step
@@ -1056,7 +1064,7 @@ TILES.update({f"{name}_g128": map_launch_tiles(
 _GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2",
                                "m32l4_sx4p_m_s2", "m32k_sx4p_f4_s2", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2",
                                "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2",
-                               "x256w_sa_t32a"})
+                               "x256w_sa_t32a", "x256m_sa_t32"})
 # Environment switch for the Gluon twins (``_GLUON_TWINS``), used where H and I are multiples of 128: unset, empty
 # or "auto" (the default): the twins of ``_GLUON_BY_DEFAULT`` only, and only with the Triton that ran them on a GPU
 # (``_GPU_TESTED_TRITON``; other versions compile them in the CPU tests at most); "1" / true / yes / on / all: every
@@ -1225,41 +1233,42 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
         return _tile("l64_sx4p_mu_t32_s2" if gated else "l64k2_sx4p_f4_t32_s2", hidden, intermediate, gluon)
     if pairs_per_expert < 64:
         return _tile("l64_sx4p_mu_s2" if gated else "l64k2_sx4p_f4_s2", hidden, intermediate, gluon)
-    # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While
-    # most experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU
-    # both shapes and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per
-    # expert, both shapes). Past that 32-token tails (2048 / 4096 tokens: 4-9% faster; the 16-token tails 1%
-    # faster to 2.7% slower; session 9: 4-8% faster than 64-token tails at 80 pairs per expert, SwiGLU). Squared
-    # ReLU keeps l64a below 64 pairs per expert (session 9: 2-7% faster than l128a_sa_t64 at 32 and 48).
-    # Session 10: squared ReLU takes 128 FC1 rows per program from 64 pairs per expert (l128w_sa: 0.7-2.9% faster
-    # at 64 and 128, 4.6-5.0% at 192), and 256-token tiles from 176 (x256w_sa: 11-15% faster at 192 and 256,
-    # 23-25% slower at 128; from 176 both tile sets pad an expert's pairs alike; the cut itself was not timed).
-    # Gated layers: gate and up rows in one FC1 tile on 8 warps, in the same regions as squared ReLU (l128m_sa: 5.6%
-    # faster at 64 pairs per expert on 30b; x256m_sa: 12.4% / 10.9% faster at 256 on 30b / 235b). With two FC1 tiles 256-token tiles were 0.1-4.7% slower at
-    # 4096-8192 tokens (40-53% at 2048), 128 FC1 rows per half 2-4% and 256 FC2 rows 4-9% slower at 1024-4096.
-    # Session 15: the 64-token tails are the plane tiles (1024 tokens, run 18 call 2: gated l128m_sa_t64p 448.1 /
-    # 1567.5 vs l128m_sa_t64 466.0 / 1639.5, squared ReLU l128w_sa_t64p 575.0 / 2088.3 vs l128w_sa_t64 591.2 / 2202.6;
-    # 32-token plane tails at 4096 tokens on 235b were 1.0% / 0.9% slower than x256m_sa_t32 / x256w_sa_t32a).
-    # Session 16: the second stream (run 19 probes, us per layer, against one stream in the same call, 30b / 235b):
-    # at 1024 tokens with the uncapped / 2-stage 64-token tails, gated 438.5 (t64p beside: 446.3) vs 479.9, 478.8 /
-    # 1595.0 (1603.1) vs 1629.8, 1651.8; squared ReLU 558.4 (574.4) vs 609.1, 608.5 / 2082.5 (2088.1) vs 2118.4,
-    # 2160.1. At 256 tokens gated 238.2, 237.3 vs 261.0, 261.5 (30b), on 235b 910.6, 883.5, 852.6, 890.0 vs 869.8,
-    # 876.6, 864.1, 870.8 (a spread with two streams, none with one); squared ReLU 312.7 vs 332.2, 332.0 / 1133.4 vs
-    # 1141.6, 1201.5. 64 tokens (the plane copy beside the route) 207.0 vs 214.4, 214.1 / 728.6 vs 730.0, 781.7. 512
-    # tokens (30b) gated 315.9 vs 339.5, 338.4, squared ReLU 414.8 vs 426.5, 426.2. Squared ReLU at 4096 tokens
-    # (x256w_sa_t32a) was not faster (1320.7 vs 1301.6, 1311.6 / 4988.1 vs 4979.1, 5031.7): the 256-token tiles keep
-    # one stream. 16-28 and 40-64 pairs per expert (the plane copy beside the route, no tails; call 5, one sample):
-    # 384 tokens gated 273.1 vs 282.4 / 959.0 vs 966.2, squared ReLU 332.4 vs 342.5 / 1270.6 vs 1224.6 (slower); 768
-    # tokens gated 380.7 vs 394.3 / 1356.0 vs 1352.3, squared ReLU 486.6 vs 496.3 / 1784.3 vs 1792.5.
-    # Session 17 (run 20, 2048 tokens = 128 pairs per expert, against one stream twice): the 128-token tiles with
-    # 32-token tails on two streams, gated 627.4 vs 648.9, 652.4 / 2316.9 vs 2339.8, 2401.2, squared ReLU 816.7 vs
+    # Tail tiles (session 8): an expert's last pairs past its full 128-token blocks run on a narrower tile. While most
+    # experts have a single, partial block: 64-token tails (1024 tokens: 7-10% faster than l128a_sa, SwiGLU both shapes
+    # and squared ReLU on 30b; session 9, SwiGLU: 0.4-7.0% faster than l64b at 32 and 48 pairs per expert, both shapes).
+    # Past that 32-token tails (2048 / 4096 tokens: 4-9% faster; the 16-token tails 1% faster to 2.7% slower; session 9:
+    # 4-8% faster than 64-token tails at 80 pairs per expert, SwiGLU). Squared ReLU keeps l64a below 64 pairs per expert
+    # (session 9: 2-7% faster than l128a_sa_t64 at 32 and 48). Session 10: squared ReLU takes 128 FC1 rows per program
+    # from 64 pairs per expert (l128w_sa: 0.7-2.9% faster at 64 and 128, 4.6-5.0% at 192), and 256-token tiles from 176
+    # (x256w_sa: 11-15% faster at 192 and 256, 23-25% slower at 128; from 176 both tile sets pad an expert's pairs
+    # alike; the cut itself was not timed). Gated layers: gate and up rows in one FC1 tile on 8 warps, in the same
+    # regions as squared ReLU (l128m_sa: 5.6% faster at 64 pairs per expert on 30b; x256m_sa: 12.4% / 10.9% faster at
+    # 256 on 30b / 235b). With two FC1 tiles 256-token tiles were 0.1-4.7% slower at 4096-8192 tokens (40-53% at 2048),
+    # 128 FC1 rows per half 2-4% and 256 FC2 rows 4-9% slower at 1024-4096. Session 15: the 64-token tails are the plane
+    # tiles (1024 tokens, run 18 call 2: gated l128m_sa_t64p 448.1 / 1567.5 vs l128m_sa_t64 466.0 / 1639.5, squared ReLU
+    # l128w_sa_t64p 575.0 / 2088.3 vs l128w_sa_t64 591.2 / 2202.6; 32-token plane tails at 4096 tokens on 235b were 1.0%
+    # / 0.9% slower than x256m_sa_t32 / x256w_sa_t32a). Session 16: the second stream (run 19 probes, us per layer,
+    # against one stream in the same call, 30b / 235b): at 1024 tokens with the uncapped / 2-stage 64-token tails, gated
+    # 438.5 (t64p beside: 446.3) vs 479.9, 478.8 / 1595.0 (1603.1) vs 1629.8, 1651.8; squared ReLU 558.4 (574.4) vs
+    # 609.1, 608.5 / 2082.5 (2088.1) vs 2118.4, 2160.1. At 256 tokens gated 238.2, 237.3 vs 261.0, 261.5 (30b), on 235b
+    # 910.6, 883.5, 852.6, 890.0 vs 869.8, 876.6, 864.1, 870.8 (a spread with two streams, none with one); squared ReLU
+    # 312.7 vs 332.2, 332.0 / 1133.4 vs 1141.6, 1201.5. 64 tokens (the plane copy beside the route) 207.0 vs 214.4,
+    # 214.1 / 728.6 vs 730.0, 781.7. 512 tokens (30b) gated 315.9 vs 339.5, 338.4, squared ReLU 414.8 vs 426.5, 426.2.
+    # Squared ReLU at 4096 tokens (x256w_sa_t32a) was not faster (1320.7 vs 1301.6, 1311.6 / 4988.1 vs 4979.1, 5031.7):
+    # the 256-token tiles keep one stream. 16-28 and 40-64 pairs per expert (the plane copy beside the route, no tails;
+    # call 5, one sample): 384 tokens gated 273.1 vs 282.4 / 959.0 vs 966.2, squared ReLU 332.4 vs 342.5 / 1270.6 vs
+    # 1224.6 (slower); 768 tokens gated 380.7 vs 394.3 / 1356.0 vs 1352.3, squared ReLU 486.6 vs 496.3 / 1784.3 vs
+    # 1792.5. Session 17 (run 20, 2048 tokens = 128 pairs per expert, against one stream twice): the 128-token tiles
+    # with 32-token tails on two streams, gated 627.4 vs 648.9, 652.4 / 2316.9 vs 2339.8, 2401.2, squared ReLU 816.7 vs
     # 823.4, 861.9 / 3073.6 vs 3090.8, 3233.5.
     if pairs_per_expert < 72:
         return _tile("l128m_sa_t64pu_s2" if gated else "l128w_sa_t64p2_s2", hidden, intermediate, gluon)
     if not gated:
         return (TILES["l128w_sa_t32a_s2"] if pairs_per_expert < 176
                 else _tile("x256w_sa_t32a", hidden, intermediate, gluon))  # (its twin: the ws FCs, session 40)
-    return TILES["l128m_sa_t32_s2" if pairs_per_expert < 176 else "x256m_sa_t32"]
+    if pairs_per_expert < 176:
+        return TILES["l128m_sa_t32_s2"]
+    return _tile("x256m_sa_t32", hidden, intermediate, gluon)  # (its twin: the persistent ws FC2, session 42)
 
 
 def _pow2_at_least(value: int) -> int:

@@ -1508,7 +1508,7 @@ def test_squared_relu_default_from_176_pairs_runs_the_ws_fcs_and_falls_back_on_u
     tile named raises before any launch."""
     experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 4096
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, "squared_relu")
-    ws = TILES["x256w_sa_t32a_wsb_s4"]
+    ws = TILES["x256w_sa_t32a_wsb_p"]  # (session 42: the persistent ws FCs)
     assert choose_config(tokens, hidden, inter, gated=False, topk=topk, experts=experts) is ws
     default, named = _poisoned_outputs((None, ws), fc1, fc2, x, probs, ids, valid_rows, "squared_relu")
     assert torch.equal(default, named)
