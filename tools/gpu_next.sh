@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s43a     # for session 43: the full benchmark and the demo with the persistent ws FCs as the
+#                                   # default from 176 pairs per expert (session 42, run 45: H100 only; ask for an
+#                                   # H200), then the ws defaults' GPU tests (float64, graph replay, fallback)
 #   bash tools/gpu_next.sh s42a     # for session 42: the full benchmark and the demo with the ws default and its
 #                                   # 16-byte epilogue stores (run 44 ran them on H100s only: ask for an H200), then
 #                                   # the ws default's GPU tests
@@ -1087,6 +1090,13 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s43a)
+    # for session 43 (one call, about 8 device minutes): the full benchmark and the demo with session 42's defaults
+    # from 176 pairs per expert (the persistent ws FCs, both activations; run 45 timed them on an H100 only), then
+    # their GPU tests: the squared-ReLU default's float64 / graph / fallback test, the persistent tiles' bit tests
+    echo "$(nvidia-smi --query-gpu=name --format=csv,noheader)" > $OUT/log.txt
+    moe_bench_and_demo 400 $OUT/log.txt
+    moe_gpu_tests 120 "default_from_176 or (release_and_epilogue and _p)" ;;
   s42e)
     # session 42 (machines scarce: one call, about 9 device minutes): the GPU tests of session 41's "_ta" / "_se" /
     # "_p" and session 42's "_d3" (``ws_dstages``: 3 bf16 weight stages) on 30b at 4096 tokens and their graph
