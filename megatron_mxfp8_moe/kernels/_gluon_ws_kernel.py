@@ -29,8 +29,9 @@ Hopper only (sm_90 wgmma, TMA); Triton 3.6's Gluon (``gl.warp_specialize``). One
 consumer warpgroups (384 threads, at most 168 registers each, which the 128-register accumulator of a 64 x 256 wgmma
 needs: with a separate loader warp the kernel took 512 threads, and ptxas refused the wgmma at 128 registers).
 Compile (Triton 3.6, sm_90, CPU): 168 registers, no spill; shared memory ``triton_moe.ws_shared_bytes``.
-Persistent forms of both kernels (``_fc1_ws_persistent_kernel`` / ``_fc2_ws_persistent_kernel``, session 41, not yet
-run on a GPU): one program per SM walks the live tiles, the rings' positions counted across them.
+Persistent forms of both kernels (``_fc1_ws_persistent_kernel`` / ``_fc2_ws_persistent_kernel``, session 41; first
+run in session 42, run 45, and the default from 176 pairs per expert since): one program per SM walks the live tiles,
+the rings' positions counted across them.
 """
 
 from __future__ import annotations
@@ -436,12 +437,12 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
                  num_warps)
 
 
-# Persistent forms (session 41, ``ws_persistent``; prepared, compile-checked only): one program per SM walks the live
-# tiles ``t = program, program + programs, ...`` (tile t: token block ``t // n_tiles``, row tile ``t % n_tiles``; the
-# block count read from ``num_blocks`` on the GPU, so a captured graph's grid stays fixed). Both partitions walk the
-# same tiles and count ring positions across them (``g``), so the producer starts a tile's copies and dequant while
-# the consumers finish the previous tile's MMAs and store it: no program start or end left exposed at one CTA per SM.
-# The consumers free each tile's last stages after its final wait (``_release``).
+# Persistent forms (session 41, ``ws_persistent``; GPU-tested and the default since session 42): one program per SM
+# walks the live tiles ``t = program, program + programs, ...`` (tile t: token block ``t // n_tiles``, row tile
+# ``t % n_tiles``; the block count read from ``num_blocks`` on the GPU, so a captured graph's grid stays fixed). Both
+# partitions walk the same tiles and count ring positions across them (``g``), so the producer starts a tile's copies
+# and dequant while the consumers finish the previous tile's MMAs and store it: no program start or end left exposed
+# at one CTA per SM. The consumers free each tile's last stages after its final wait (``_release``).
 
 
 @gluon.jit
@@ -595,8 +596,9 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
                         persistent: bool = False, wstages: int = 0) -> None:
     """One ``_fc1_ws_kernel`` launch (``stages`` token stages, ``wstages`` fp8 weight stages (0: twice as many),
     ``dstages`` bf16 ones: ``ws_shared_bytes``) (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple
-    of 8, 16-byte aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as ``launch_gluon_ws_fc2``'s,
-    ``inter`` ``[positions, n_out]`` bf16 rows by sorted position in K order; ``activation`` the Triton kernels' code.
+    of 8, 16-byte aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as
+    ``launch_gluon_ws_fc2``'s, ``inter`` ``[positions, n_out]`` bf16 rows by sorted position in K order;
+    ``activation`` the Triton kernels' code.
     Needs H a multiple of 16 (TMA rows) and ``block_k`` a multiple of 32. ``persistent``: ``_fc1_ws_persistent_kernel``
     on at most one program per SM in place of one program per tile."""
     experts, n1, hidden = w.shape
@@ -626,9 +628,9 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                         thread_arrive: bool = False, staged_epilogue: bool = False,
                         persistent: bool = False, wstages: int = 0) -> None:
     """One ``_fc2_ws_kernel`` launch (``stages`` token stages, ``wstages`` fp8 weight stages (0: twice as many),
-    ``dstages`` bf16 ones) over ``grid_blocks`` token blocks of ``block_t`` positions (blocks past ``num_blocks[0]`` exit): ``inter`` ``[positions, I]`` bf16 in K
-    order (row stride a multiple of 8), ``w`` ``[E, H, I]`` fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with
-    ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16. Needs I a multiple of 16 (TMA rows), ``block_k`` a
+    ``dstages`` bf16 ones) over ``grid_blocks`` token blocks of ``block_t`` positions (blocks past ``num_blocks[0]``
+    exit): ``inter`` ``[positions, I]`` bf16 in K order (row stride a multiple of 8), ``w`` ``[E, H, I]`` fp8
+    contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16. Needs I a multiple of 16 (TMA rows), ``block_k`` a
     multiple of 32 and H a multiple of ``block_n``. ``persistent``: ``_fc2_ws_persistent_kernel`` on at most one
     program per SM in place of one program per tile."""
     experts, hidden, inner = w.shape
@@ -642,6 +644,7 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     kernel[grid](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,
-        WSTAGES=wstages or 2 * stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
+        WSTAGES=wstages or 2 * stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs,
+        SX=sx,
         STEPS_P2=triton.next_power_of_2(triton.cdiv(inner, 128)), THREAD_ARRIVE=thread_arrive, num_warps=num_warps,
         **extra)
