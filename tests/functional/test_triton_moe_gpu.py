@@ -1503,9 +1503,9 @@ def test_cuda_graph_replay_with_the_ws_release_and_epilogue_forms(name):
 
 
 def test_squared_relu_default_from_176_pairs_runs_the_ws_fcs_and_falls_back_on_unaligned_x():
-    """Session 40: from 176 pairs per expert the squared-ReLU default is "_wsb_s4" (both FCs warp-specialized); an x
-    whose rows are not 16-byte aligned (cp.async) runs its Triton tile instead, the same bits, and that x with the ws
-    tile named raises before any launch."""
+    """Sessions 40 / 42: from 176 pairs per expert the squared-ReLU default is "_wsb_p" (both FCs warp-specialized,
+    persistent); an x whose rows are not 16-byte aligned (cp.async) runs its Triton tile instead, the same bits, and
+    that x with the ws tile named raises before any launch."""
     experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 4096
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, "squared_relu")
     ws = TILES["x256w_sa_t32a_wsb_p"]  # (session 42: the persistent ws FCs)
