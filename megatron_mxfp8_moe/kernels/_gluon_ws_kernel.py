@@ -488,14 +488,17 @@ def _consumer_p(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, out_ptr
                          BLOCK_T, THREAD_ARRIVE, num_warps)
         _release(deq_empty, x_empty, g + steps - 1, STAGES, DSTAGES, THREAD_ARRIVE)
         g += steps
+        if FC1:  # ungated: the activation of the one accumulator
+            acc = _activate(acc, acc, ACTIVATION)
+        rows = _rows_of(acc.to(gl.bfloat16), BLOCK_N, BLOCK_T, False, num_warps)  # (rings live: not staged)
+        pid_b = t // n_tiles
+        n_first = (t % n_tiles) * BLOCK_N
         if FC1:
-            h = _rows_of(_activate(acc, acc, ACTIVATION).to(gl.bfloat16), BLOCK_N, BLOCK_T, False, num_warps)
-            _store_inter(h, out_ptr, sorted_pairs_ptr, stride_out, t // n_tiles, (t % n_tiles) * BLOCK_N, N, True,
-                         BLOCK_N, BLOCK_T, num_warps)
+            _store_inter(rows, out_ptr, sorted_pairs_ptr, stride_out, pid_b, n_first, N, True, BLOCK_N, BLOCK_T,
+                         num_warps)
         else:
-            vals = _rows_of(acc.to(gl.bfloat16), BLOCK_N, BLOCK_T, False, num_warps)  # (rings live: not staged)
-            _store_slots(vals, out_ptr, sorted_pairs_ptr, stride_out, t // n_tiles, (t % n_tiles) * BLOCK_N, N, True,
-                         BLOCK_N, BLOCK_T, num_warps)
+            _store_slots(rows, out_ptr, sorted_pairs_ptr, stride_out, pid_b, n_first, N, True, BLOCK_N, BLOCK_T,
+                         num_warps)
 
 
 @gluon.jit
@@ -598,9 +601,8 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
     ``dstages`` bf16 ones: ``ws_shared_bytes``) (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple
     of 8, 16-byte aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as
     ``launch_gluon_ws_fc2``'s, ``inter`` ``[positions, n_out]`` bf16 rows by sorted position in K order;
-    ``activation`` the Triton kernels' code.
-    Needs H a multiple of 16 (TMA rows) and ``block_k`` a multiple of 32. ``persistent``: ``_fc1_ws_persistent_kernel``
-    on at most one program per SM in place of one program per tile."""
+    ``activation`` the Triton kernels' code. Needs H a multiple of 16 (TMA rows) and ``block_k`` a multiple of 32.
+    ``persistent``: ``_fc1_ws_persistent_kernel`` on at most one program per SM in place of one program per tile."""
     experts, n1, hidden = w.shape
     if hidden % 16 or block_k % 32:
         raise ValueError(f"launch_gluon_ws_fc1: needs H % 16 == 0 and block_k % 32 == 0; got H {hidden}, block_k "
@@ -630,9 +632,9 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     """One ``_fc2_ws_kernel`` launch (``stages`` token stages, ``wstages`` fp8 weight stages (0: twice as many),
     ``dstages`` bf16 ones) over ``grid_blocks`` token blocks of ``block_t`` positions (blocks past ``num_blocks[0]``
     exit): ``inter`` ``[positions, I]`` bf16 in K order (row stride a multiple of 8), ``w`` ``[E, H, I]`` fp8
-    contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16. Needs I a multiple of 16 (TMA rows), ``block_k`` a
-    multiple of 32 and H a multiple of ``block_n``. ``persistent``: ``_fc2_ws_persistent_kernel`` on at most one
-    program per SM in place of one program per tile."""
+    contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16.
+    Needs I a multiple of 16 (TMA rows), ``block_k`` a multiple of 32 and H a multiple of ``block_n``.
+    ``persistent``: ``_fc2_ws_persistent_kernel`` on at most one program per SM in place of one program per tile."""
     experts, hidden, inner = w.shape
     if inner % 16 or block_k % 32 or hidden % block_n:
         raise ValueError(f"launch_gluon_ws_fc2: needs I % 16 == 0, block_k % 32 == 0 and H % block_n == 0; got I "
@@ -645,6 +647,5 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,
         WSTAGES=wstages or 2 * stages, DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs,
-        SX=sx,
-        STEPS_P2=triton.next_power_of_2(triton.cdiv(inner, 128)), THREAD_ARRIVE=thread_arrive, num_warps=num_warps,
-        **extra)
+        SX=sx, STEPS_P2=triton.next_power_of_2(triton.cdiv(inner, 128)), THREAD_ARRIVE=thread_arrive,
+        num_warps=num_warps, **extra)
