@@ -1496,10 +1496,12 @@ def test_ws_release_and_epilogue_forms_keep_the_bits(name, activation, case):
     _assert_tiles_keep_bits(TILES[base], TILES[name], case, activation)
 
 
-@pytest.mark.parametrize("name", ["x256w_sa_t32a_wsb_s4_d3", "x256w_sa_t32a_wsb_s4_ta", "x256w_sa_t32a_wsb_s4_se",
-                                  "x256w_sa_t32a_wsb_p"])
-def test_cuda_graph_replay_with_the_ws_release_and_epilogue_forms(name):
-    _graph_replay_of(lambda *shape: TILES[name], 4096, (4096, 4096 * 2 // 3, 5), "squared_relu")
+@pytest.mark.parametrize("name,activation", [
+    ("x256w_sa_t32a_wsb_s4_d3", "squared_relu"), ("x256w_sa_t32a_wsb_s4_ta", "squared_relu"),
+    ("x256w_sa_t32a_wsb_s4_se", "squared_relu"), ("x256w_sa_t32a_wsb_p", "squared_relu"),
+    ("x256m_sa_t32_ws_p", "swiglu")])  # (the SwiGLU default from 176 pairs per expert since session 42)
+def test_cuda_graph_replay_with_the_ws_release_and_epilogue_forms(name, activation):
+    _graph_replay_of(lambda *shape: TILES[name], 4096, (4096, 4096 * 2 // 3, 5), activation)
 
 
 def test_squared_relu_default_from_176_pairs_runs_the_ws_fcs_and_falls_back_on_unaligned_x():
