@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s43b     # session 43: SwiGLU's gated ws FC1 ("x256m_sa_t32_wsb" / "_wsb_p"): its GPU
+#                                   # tests (float64, persistent = one-tile bits, graph replay), then SwiGLU probes
+#                                   # at 4096 tokens against the default ("x256m_sa_t32_ws_p")
+#   bash tools/gpu_next.sh s43c     # session 43: the persistent ws FCs on the 128-token tiles at 2048 tokens
+#                                   # (both activations, 3 and 4 stages) against the defaults
 #   bash tools/gpu_next.sh s43a     # for session 43: the full benchmark and the demo with the persistent ws FCs as the
 #                                   # default from 176 pairs per expert (session 42, run 45: H100 only; ask for an
 #                                   # H200), then the ws defaults' GPU tests (float64, graph replay, fallback)
@@ -1090,6 +1095,34 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s43b)
+    # session 43 (about 5 device minutes): the gated ws FC1's GPU tests (a hang in the persistent form ends at the
+    # tests' timeout, then the probes still run), then SwiGLU layer probes at 4096 tokens against the default, both
+    # shapes, alternating, two rounds
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    smoke_tests 200 "gated_ws_fc1"
+    C=x256m_sa_t32_ws_p,x256m_sa_t32_wsb_p
+    for shape in qwen3-235b-a22b qwen3-30b-a3b; do
+      timeout 110 python3 bench/triton_moe_probe.py --shape $shape --tokens 4096 --activation swiglu \
+        --configs "$C,$C" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    layer_probe_summary 22 ;;
+  s43c)
+    # session 43 (about 4 device minutes): the persistent ws FCs on the 128-token tiles at 2048 tokens (128 pairs
+    # per expert; run 43 found the one-tile ws FCs slower there), at 3 and 4 stages (136 / 168 KiB), against the
+    # defaults, both activations (SwiGLU with the gated ws FC1), both shapes, alternating, two rounds
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    P=+ws_persistent=1
+    S=l128w_sa_t32a_s2,l128w_sa_t32a_s2_wsb$P,l128w_sa_t32a_s2_wsb$P+fc1_stages=4+fc2_stages=4
+    G=l128m_sa_t32_s2_ws+fc1_ws=1+fc1_gate_merge=0$P
+    W=l128m_sa_t32_s2,$G,$G+fc1_stages=4+fc2_stages=4
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens 2048 --activation squared_relu \
+        --configs "$S,$S" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens 2048 --activation swiglu \
+        --configs "$W,$W" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+    done
+    layer_probe_summary 50 ;;
   s43a)
     # for session 43 (one call, about 8 device minutes): the full benchmark and the demo with session 42's defaults
     # from 176 pairs per expert (the persistent ws FCs, both activations; run 45 timed them on an H100 only), then

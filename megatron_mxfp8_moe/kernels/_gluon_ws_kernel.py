@@ -60,13 +60,23 @@ _partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 
 @gluon.jit
-def _issue_weights(w_desc, w8_smem, w_ready, k, g, w_row, WSTAGES: gl.constexpr, BLOCK_K: gl.constexpr):
+def _issue_weights(w_desc, w8_smem, w_ready, k, g, w_row, up_row, WSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+                   BLOCK_K: gl.constexpr, GATED: gl.constexpr):
     """K step k's fp8 weight tile by TMA into stage ``(g + k) % WSTAGES`` of the weight ring (``g``: the ring
-    positions of earlier tiles, 0 but in the persistent kernels). No wait: only the producer reads that ring, and it
-    has read the stage's last tile (position g + k - WSTAGES) before it issues this copy."""
+    positions of earlier tiles, 0 but in the persistent kernels): rows from ``w_row``, or (``GATED``) two boxes of
+    ``BLOCK_N // 2`` rows, the gate rows from ``w_row`` into the stage's first half and their up rows from ``up_row``
+    into its second. No wait: only the producer reads that ring, and it has read the stage's last tile (position
+    g + k - WSTAGES) before it issues this copy."""
     st = (g + k) % WSTAGES
-    mbarrier.expect(w_ready.index(st), w_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(w_desc, [w_row, k * BLOCK_K], w_ready.index(st), w8_smem.index(st))
+    if GATED:
+        mbarrier.expect(w_ready.index(st), 2 * w_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(w_desc, [w_row, k * BLOCK_K], w_ready.index(st),
+                                        w8_smem.index(st).slice(0, BLOCK_N // 2))
+        tma.async_copy_global_to_shared(w_desc, [up_row, k * BLOCK_K], w_ready.index(st),
+                                        w8_smem.index(st).slice(BLOCK_N // 2, BLOCK_N // 2))
+    else:
+        mbarrier.expect(w_ready.index(st), w_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(w_desc, [w_row, k * BLOCK_K], w_ready.index(st), w8_smem.index(st))
 
 
 @gluon.jit
@@ -121,14 +131,34 @@ def _dequant_block(w, s, one, SX: gl.constexpr):
 
 
 @gluon.jit
-def _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs, steps,
-                  word, one, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_K: gl.constexpr,
-                  PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr):
+def _interleave_halves(t, BLOCK_N: gl.constexpr):
+    """The gated producer's tile ``t`` ``[BLOCK_N, C]`` (gate rows, then their up rows) with its rows reordered for
+    the wgmma: row ``16 j + 8 h + r`` holds half h's row ``8 j + r``. A wgmma accumulator thread holds rows r and
+    r + 8 of each 16 (``_gate_up``), so gate and up of one output land in one thread. Register indices only: each
+    thread keeps its values (a bit permutation of the row index)."""
+    c: gl.constexpr = t.shape[1]
+    return t.reshape([2, BLOCK_N // 16, 8, c]).permute((1, 0, 2, 3)).reshape([BLOCK_N, c])
+
+
+@gluon.jit
+def _gate_up(acc, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr):
+    """``(gate, up)`` ``[BLOCK_N // 2, BLOCK_T]`` of the gated consumers' accumulator ``[BLOCK_N, BLOCK_T]`` (rows in
+    ``_interleave_halves``'s order); both values of an output sit in one thread (rows r and r + 8 of a 16-row wgmma
+    block), so no data moves."""
+    pairs = acc.reshape([BLOCK_N // 16, 2, 8, BLOCK_T]).permute((0, 2, 3, 1)).reshape([BLOCK_N // 2, BLOCK_T, 2])
+    return gl.split(pairs)
+
+
+@gluon.jit
+def _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, up_row, s_base, row_offs,
+                  steps, word, one, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, GATED: gl.constexpr):
     """Step k's fp8 weight tile (its stage of the copy ring) times its E8M0 scales (``word``: ``_scale_word`` of step
     k, loaded a step ahead so that its latency is off this chain) into the bf16 ring, one 32-value scale block at a
     time (32 values per thread live, not the tile's 64), and hands the bf16 tile to the consumer; then refills the fp8
     stage just read (every producer warp has) with step k + WSTAGES's weights. Returns step k + 1's scale word, loaded
-    before this step's waits. Ring positions ``g + k`` (``_issue_weights``)."""
+    before this step's waits. Ring positions ``g + k`` (``_issue_weights``); ``GATED``: the bf16 rows in
+    ``_interleave_halves``'s order."""
     next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)
     layout: gl.constexpr = _block_layout(PRODUCER_WARPS)
     st = (g + k) % WSTAGES
@@ -139,37 +169,54 @@ def _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty,
         c = k * (BLOCK_K // 32) + b
         s = (word >> (8 * (c % 4))) & 0xFF
         w = w8_smem.index(st).slice(32 * b, 32, 1).load(layout)
-        wb_smem.index(d).slice(32 * b, 32, 1).store(_dequant_block(w, s, one, SX))
+        v = _dequant_block(w, s, one, SX)
+        if GATED:
+            v = _interleave_halves(v, BLOCK_N)
+        wb_smem.index(d).slice(32 * b, 32, 1).store(v)
     fence_async_shared()  # the generic-proxy stores, visible to the wgmma's async proxy
     _partition_barrier()  # every warp of the partition has read the fp8 stage and written the bf16 tile
     mbarrier.arrive(deq_ready.index(d))
     if k + WSTAGES < steps:
-        _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, g, w_row, WSTAGES, BLOCK_K)
+        _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, g, w_row, up_row, WSTAGES, BLOCK_N, BLOCK_K, GATED)
     return next_word
 
 
 @gluon.jit
-def _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, steps, scale_tiles, WSTAGES: gl.constexpr,
-                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr):
+def _weight_rows(n_first, up_first, BLOCK_N: gl.constexpr, PRODUCER_WARPS: gl.constexpr, GATED: gl.constexpr):
+    """The expert's weight rows of a tile as the producer holds them (``_block_layout``'s rows): ``[n_first,
+    n_first + BLOCK_N)``, or (``GATED``) ``BLOCK_N // 2`` gate rows from ``n_first``, then their up rows from
+    ``up_first``."""
+    i = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, _block_layout(PRODUCER_WARPS)))
+    if GATED:
+        rows = gl.where(i < BLOCK_N // 2, n_first + i, up_first + (i - BLOCK_N // 2))
+    else:
+        rows = n_first + i
+    return rows
+
+
+@gluon.jit
+def _start_weights(w_desc, w8_smem, w_ready, g, w_row, up_row, n_first, up_first, steps, scale_tiles,
+                   WSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                   GATED: gl.constexpr):
     """A producer's first ``WSTAGES`` weight copies; returns ``row_offs`` of ``_dequant_step``, the byte offsets of
-    the weight rows ``[n_first, n_first + BLOCK_N)`` in the expert's 128x4 scales (``_scale_rows`` without the
-    base, as int32)."""
-    rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, _block_layout(PRODUCER_WARPS)))
+    the tile's weight rows (``_weight_rows``) in the expert's 128x4 scales (``_scale_rows`` without the base, as
+    int32)."""
+    rows = _weight_rows(n_first, up_first, BLOCK_N, PRODUCER_WARPS, GATED)
     row_offs = (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
     for i in gl.static_range(WSTAGES):
         if i < steps:
-            _issue_weights(w_desc, w8_smem, w_ready, i, g, w_row, WSTAGES, BLOCK_K)
+            _issue_weights(w_desc, w8_smem, w_ready, i, g, w_row, up_row, WSTAGES, BLOCK_N, BLOCK_K, GATED)
     return row_offs
 
 
 @gluon.jit
-def _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                STEPS_P2: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr):
-    """``one`` of ``_dequant_block``: with ``SX``, whether every E8M0 byte of this program's weight rows over its
-    ``steps`` K steps is below 128 (``_scales_below_2_pow_1``: one int32 word per row and 128 values; ``STEPS_P2`` a
-    power of two >= the K extent / 128); False without ``SX`` (unused there)."""
+def _one_factor(s_base, n_first, up_first, steps, scale_tiles, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                STEPS_P2: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, GATED: gl.constexpr):
+    """``one`` of ``_dequant_block``: with ``SX``, whether every E8M0 byte of this program's weight rows
+    (``_weight_rows``) over its ``steps`` K steps is below 128 (``_scales_below_2_pow_1``: one int32 word per row and
+    128 values; ``STEPS_P2`` a power of two >= the K extent / 128); False without ``SX`` (unused there)."""
     if SX:
-        rows = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, _block_layout(PRODUCER_WARPS)))
+        rows = _weight_rows(n_first, up_first, BLOCK_N, PRODUCER_WARPS, GATED)
         one = _scales_below_2_pow_1(s_base, rows, gl.cdiv(steps * BLOCK_K, 128), scale_tiles, STEPS_P2,
                                     PRODUCER_WARPS)
     else:
@@ -184,16 +231,17 @@ def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_
                   SX: gl.constexpr, STEPS_P2: gl.constexpr):
     """FC2's producer of one tile (from ring position ``g``): the weight copies by TMA ``WSTAGES`` steps ahead, the
     inter rows' ``STAGES - 1``, and the dequant."""
-    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
-                              BLOCK_K, PRODUCER_WARPS)
+    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, w_row, n_first, n_first, steps, scale_tiles,
+                              WSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, False)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
             _issue_rows(a_desc, x_smem, x_ready, x_empty, i, g, a_row, STAGES, BLOCK_K)
-    one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
+    one = _one_factor(s_base, n_first, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX,
+                      False)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
-                             steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
+        word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, w_row, s_base,
+                             row_offs, steps, word, one, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, False)
         # only now the rows into step k - 1's stage: the consumer frees it after step k's MMA, which needs the tile
         # just stored (issued before it, this wait would never end)
         if k + STAGES - 1 < steps:
@@ -215,13 +263,14 @@ def _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k,
 
 @gluon.jit
 def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty,
-                  deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, g, TOPK: gl.constexpr,
-                  STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr,
-                  STEPS_P2: gl.constexpr):
+                  deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, g, n_out,
+                  TOPK: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr,
+                  BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                  SX: gl.constexpr, STEPS_P2: gl.constexpr, GATED: gl.constexpr):
     """FC1's producer of one tile (from ring position ``g``): the weight copies by TMA ``WSTAGES`` steps ahead, the
     gathered token rows (sorted position -> pair -> token row of x; padding positions copy nothing: zeros) by cp.async
-    ``STAGES - 1``, and the dequant."""
+    ``STAGES - 1``, and the dequant. ``GATED``: the tile's ``BLOCK_N // 2`` gate rows from ``n_first`` (``w_row`` in
+    the stack) and their up rows ``n_out`` further."""
     copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // (BLOCK_K // 8),
                                                                                              BLOCK_K // 8],
                                                  warps_per_cta=[PRODUCER_WARPS, 1], order=[1, 0])
@@ -232,16 +281,18 @@ def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb
     # int32 element offsets (the launcher checks that x fits), pointers made per copy: half the live registers
     x_offs = tokens[:, None] * stride_x + cols[None, :]
     live_rows = (pairs >= 0)[:, None]
-    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, steps, scale_tiles, WSTAGES, BLOCK_N,
-                              BLOCK_K, PRODUCER_WARPS)
+    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, w_row + n_out, n_first, n_first + n_out, steps,
+                              scale_tiles, WSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, GATED)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
             _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, g, K, STAGES, BLOCK_K)
-    one = _one_factor(s_base, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX)
+    one = _one_factor(s_base, n_first, n_first + n_out, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2,
+                      PRODUCER_WARPS, SX, GATED)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, s_base, row_offs,
-                             steps, word, one, WSTAGES, DSTAGES, BLOCK_K, PRODUCER_WARPS, SX)
+        word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, w_row + n_out,
+                             s_base, row_offs, steps, word, one, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS,
+                             SX, GATED)
         if k + STAGES - 1 < steps:  # (after the dequant: _fc2_producer says why)
             _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1, g, K, STAGES,
                             BLOCK_K)
@@ -331,10 +382,12 @@ def _releases(thread_arrive, num_warps):
 
 
 @gluon.constexpr_function
-def _row_store_layout(num_warps):
-    """The epilogues' store layout for a ``[BLOCK_N, BLOCK_T]`` tile written to rows ``[token, n]``: 8 consecutive n
-    per thread (one 16-byte store), 16 threads along n, 2 tokens per warp."""
-    return gl.BlockedLayout([8, 1], [16, 2], [1, num_warps], [0, 1])
+def _row_store_layout(block_n, num_warps):
+    """The epilogues' store layout for a ``[block_n, BLOCK_T]`` tile written to rows ``[token, n]``: 8 consecutive n
+    per thread (one 16-byte store), 16 threads along n and 2 tokens per warp (8 and 4 at ``block_n`` 64: the gated
+    FC1's outputs)."""
+    along_n = min(16, block_n // 8)
+    return gl.BlockedLayout([8, 1], [along_n, 32 // along_n], [1, num_warps], [0, 1])
 
 
 @gluon.jit
@@ -343,7 +396,7 @@ def _rows_of(tile, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, STAGED: gl.cons
     layout conversion (rounds of a small scratch, two barriers each: 16 rounds at 128 x 256), or (``STAGED``,
     ``ws_staged_epilogue``) stored whole into shared memory (the rings' bytes, dead by now) and read back after one
     barrier."""
-    out: gl.constexpr = _row_store_layout(num_warps)
+    out: gl.constexpr = _row_store_layout(BLOCK_N, num_warps)
     if STAGED:
         staged = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, BLOCK_T], gl.SwizzledSharedLayout(8, 1, 8, [0, 1]))
         staged.store(tile)
@@ -359,7 +412,7 @@ def _store_slots(vals, slot_ptr, sorted_pairs_ptr, stride_slot, pid_b, n_first, 
                  BLOCK_T: gl.constexpr, num_warps: gl.constexpr):
     """FC2's epilogue: ``vals`` ``[BLOCK_N, BLOCK_T]`` bf16 (``_row_store_layout``) into the slot rows of block
     ``pid_b``'s pairs (padding positions, and every position where not ``live``, store nothing)."""
-    out: gl.constexpr = _row_store_layout(num_warps)
+    out: gl.constexpr = _row_store_layout(BLOCK_N, num_warps)
     positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out))
     pairs = gl.load(sorted_pairs_ptr + positions)
     offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, out))
@@ -373,7 +426,7 @@ def _store_inter(h, inter_ptr, sorted_pairs_ptr, stride_inter, pid_b, n_first, N
                  BLOCK_T: gl.constexpr, num_warps: gl.constexpr):
     """FC1's epilogue: ``h`` ``[BLOCK_N, BLOCK_T]`` bf16 (``_row_store_layout``) into the inter rows of block
     ``pid_b``'s positions (int32 offsets: the launcher checks that inter fits)."""
-    out: gl.constexpr = _row_store_layout(num_warps)
+    out: gl.constexpr = _row_store_layout(BLOCK_N, num_warps)
     positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out))
     keep = (gl.load(sorted_pairs_ptr + positions) >= 0) & live
     offs_n = n_first + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, out))
@@ -408,32 +461,46 @@ def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expe
 
 
 @gluon.jit
+def _activated(acc, ACTIVATION: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, GATED: gl.constexpr):
+    """FC1's fp32 activation of the consumers' accumulator ``[BLOCK_N, BLOCK_T]``: of its gate and up halves
+    (``_gate_up``: ``[BLOCK_N // 2, BLOCK_T]``) where ``GATED``, else of the one accumulator."""
+    if GATED:
+        gate, up = _gate_up(acc, BLOCK_N, BLOCK_T)
+        out = _activate(gate, up, ACTIVATION)
+    else:
+        out = _activate(acc, acc, ACTIVATION)
+    return out
+
+
+@gluon.jit
 def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expert_ptr, num_blocks_ptr, N_OUT, N1, K,
                    stride_x, stride_se, scale_tiles, stride_inter, TOPK: gl.constexpr, ACTIVATION: gl.constexpr,
                    BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                    WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
                    PRODUCER_REGS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr,
-                   THREAD_ARRIVE: gl.constexpr, STAGED: gl.constexpr, num_warps: gl.constexpr):
+                   THREAD_ARRIVE: gl.constexpr, STAGED: gl.constexpr, GATED: gl.constexpr,
+                   num_warps: gl.constexpr):
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
+    OUT_N: gl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N  # the tile's output rows
     x_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_K], gl.bfloat16)
     # the token rows by cp.async: every producer thread's copies count one arrival per phase
     x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _rings(
         w_desc, x_layout, 32 * PRODUCER_WARPS, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
         _releases(THREAD_ARRIVE, num_warps))
-    n_first = pid_n * BLOCK_N
+    n_first = pid_n * OUT_N
     acc = gl.warp_specialize([
         (_mma_partition, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
                           BLOCK_T, THREAD_ARRIVE, num_warps)),
         (_fc1_producer, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
                          x_empty, deq_ready, deq_empty, expert * N1 + n_first, pid_b, s_base, n_first, steps, K,
-                         scale_tiles, 0, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX,
-                         STEPS_P2)),
+                         scale_tiles, 0, N_OUT, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
+                         PRODUCER_WARPS, SX, STEPS_P2, GATED)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
-    # ungated: the activation of the one accumulator
-    h = _rows_of(_activate(acc, acc, ACTIVATION).to(gl.bfloat16), BLOCK_N, BLOCK_T, STAGED, num_warps)
-    _store_inter(h, inter_ptr, sorted_pairs_ptr, stride_inter, pid_b, n_first, N_OUT, live, BLOCK_N, BLOCK_T,
+    h = _rows_of(_activated(acc, ACTIVATION, BLOCK_N, BLOCK_T, GATED).to(gl.bfloat16), OUT_N, BLOCK_T, STAGED,
+                 num_warps)
+    _store_inter(h, inter_ptr, sorted_pairs_ptr, stride_inter, pid_b, n_first, N_OUT, live, OUT_N, BLOCK_T,
                  num_warps)
 
 
@@ -476,11 +543,12 @@ def _fc2_producer_p(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, 
 def _consumer_p(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, out_ptr, sorted_pairs_ptr, num_blocks_ptr, N,
                 K, stride_out, FC1: gl.constexpr, ACTIVATION: gl.constexpr, STAGES: gl.constexpr,
                 DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr,
-                THREAD_ARRIVE: gl.constexpr, num_warps: gl.constexpr):
+                THREAD_ARRIVE: gl.constexpr, GATED: gl.constexpr, num_warps: gl.constexpr):
     """The consumers over the program's persistent tiles: each tile's MMAs (``_mma_steps``), its last stages freed,
-    then its rows stored: ``FC1``, the activated inter rows (``_store_inter``; ``N`` the output rows); else the slot
-    rows (``_store_slots``)."""
-    n_tiles = gl.cdiv(N, BLOCK_N)
+    then its rows stored: ``FC1``, the activated inter rows (``_activated``, ``_store_inter``; ``N`` the output rows,
+    ``BLOCK_N // 2`` per tile where ``GATED``); else the slot rows (``_store_slots``)."""
+    OUT_N: gl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N
+    n_tiles = gl.cdiv(N, OUT_N)
     steps = gl.cdiv(K, BLOCK_K)
     g = 0
     for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
@@ -488,13 +556,13 @@ def _consumer_p(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, out_ptr
                          BLOCK_T, THREAD_ARRIVE, num_warps)
         _release(deq_empty, x_empty, g + steps - 1, STAGES, DSTAGES, THREAD_ARRIVE)
         g += steps
-        if FC1:  # ungated: the activation of the one accumulator
-            acc = _activate(acc, acc, ACTIVATION)
-        rows = _rows_of(acc.to(gl.bfloat16), BLOCK_N, BLOCK_T, False, num_warps)  # (rings live: not staged)
-        pid_b = t // n_tiles
-        n_first = (t % n_tiles) * BLOCK_N
         if FC1:
-            _store_inter(rows, out_ptr, sorted_pairs_ptr, stride_out, pid_b, n_first, N, True, BLOCK_N, BLOCK_T,
+            acc = _activated(acc, ACTIVATION, BLOCK_N, BLOCK_T, GATED)
+        rows = _rows_of(acc.to(gl.bfloat16), OUT_N, BLOCK_T, False, num_warps)  # (rings live: not staged)
+        pid_b = t // n_tiles
+        n_first = (t % n_tiles) * OUT_N
+        if FC1:
+            _store_inter(rows, out_ptr, sorted_pairs_ptr, stride_out, pid_b, n_first, N, True, OUT_N, BLOCK_T,
                          num_warps)
         else:
             _store_slots(rows, out_ptr, sorted_pairs_ptr, stride_out, pid_b, n_first, N, True, BLOCK_N, BLOCK_T,
@@ -515,7 +583,7 @@ def _fc2_ws_persistent_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr,
     gl.warp_specialize([
         (_consumer_p, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, slot_ptr, sorted_pairs_ptr,
                        num_blocks_ptr, N, K, stride_slot, False, 0, STAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
-                       THREAD_ARRIVE, num_warps)),
+                       THREAD_ARRIVE, False, num_warps)),
         (_fc2_producer_p, (w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
                            num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N, K, scale_tiles, STAGES, WSTAGES,
                            DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)),
@@ -527,16 +595,17 @@ def _fc1_producer_p(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, 
                     deq_ready, deq_empty, num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N1, N_OUT, K,
                     scale_tiles, TOPK: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
                     DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr,
-                    PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr):
-    """``_fc1_producer`` over the program's persistent tiles."""
-    n_tiles = gl.cdiv(N_OUT, BLOCK_N)
+                    PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr, GATED: gl.constexpr):
+    """``_fc1_producer`` over the program's persistent tiles (``BLOCK_N // 2`` output rows each where ``GATED``)."""
+    OUT_N: gl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N
+    n_tiles = gl.cdiv(N_OUT, OUT_N)
     steps = gl.cdiv(K, BLOCK_K)
     g = 0
     for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
-        pid_b, n_first, w_row, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, N1, BLOCK_N)
+        pid_b, n_first, w_row, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, N1, OUT_N)
         _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty,
-                      deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, g, TOPK, STAGES,
-                      WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)
+                      deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, g, N_OUT, TOPK,
+                      STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2, GATED)
         g += steps
 
 
@@ -547,7 +616,7 @@ def _fc1_ws_persistent_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr,
                               BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
                               DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                               SX: gl.constexpr, STEPS_P2: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
-                              num_warps: gl.constexpr):
+                              GATED: gl.constexpr, num_warps: gl.constexpr):
     x_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_K], gl.bfloat16)
     x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _rings(
         w_desc, x_layout, 32 * PRODUCER_WARPS, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
@@ -555,11 +624,11 @@ def _fc1_ws_persistent_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr,
     gl.warp_specialize([
         (_consumer_p, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, inter_ptr, sorted_pairs_ptr,
                        num_blocks_ptr, N_OUT, K, stride_inter, True, ACTIVATION, STAGES, DSTAGES, BLOCK_N, BLOCK_T,
-                       BLOCK_K, THREAD_ARRIVE, num_warps)),
+                       BLOCK_K, THREAD_ARRIVE, GATED, num_warps)),
         (_fc1_producer_p, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
                            x_empty, deq_ready, deq_empty, num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N1,
                            N_OUT, K, scale_tiles, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
-                           PRODUCER_WARPS, SX, STEPS_P2)),
+                           PRODUCER_WARPS, SX, STEPS_P2, GATED)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
 
@@ -596,30 +665,34 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
                         block_t: int = 256, block_k: int = 64, stages: int = 3, dstages: int = 2,
                         num_warps: int = 8, producer_warps: int = 4, producer_regs: int = 152,
                         sx: bool = False, thread_arrive: bool = False, staged_epilogue: bool = False,
-                        persistent: bool = False, wstages: int = 0) -> None:
+                        persistent: bool = False, wstages: int = 0, gated: bool = False) -> None:
     """One ``_fc1_ws_kernel`` launch (``stages`` token stages, ``wstages`` fp8 weight stages (0: twice as many),
-    ``dstages`` bf16 ones: ``ws_shared_bytes``) (ungated activations): ``x`` ``[R, H]`` bf16 (row stride a multiple
-    of 8, 16-byte aligned: cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``), ``scales`` as
-    ``launch_gluon_ws_fc2``'s, ``inter`` ``[positions, n_out]`` bf16 rows by sorted position in K order;
-    ``activation`` the Triton kernels' code. Needs H a multiple of 16 (TMA rows) and ``block_k`` a multiple of 32.
-    ``persistent``: ``_fc1_ws_persistent_kernel`` on at most one program per SM in place of one program per tile."""
+    ``dstages`` bf16 ones: ``ws_shared_bytes``): ``x`` ``[R, H]`` bf16 (row stride a multiple of 8, 16-byte aligned:
+    cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``, or ``gated``: 2 ``n_out``, Megatron's ``[gate;
+    up]`` rows, each tile ``block_n // 2`` gate rows and their up rows), ``scales`` as ``launch_gluon_ws_fc2``'s,
+    ``inter`` ``[positions, n_out]`` bf16 rows by sorted position in K order; ``activation`` the Triton kernels'
+    code. Needs H a multiple of 16 (TMA rows), ``block_k`` a multiple of 32 and, gated, ``n_out`` a multiple of
+    ``block_n // 2``. ``persistent``: ``_fc1_ws_persistent_kernel`` on at most one program per SM in place of one
+    program per tile."""
     experts, n1, hidden = w.shape
-    if hidden % 16 or block_k % 32:
-        raise ValueError(f"launch_gluon_ws_fc1: needs H % 16 == 0 and block_k % 32 == 0; got H {hidden}, block_k "
-                         f"{block_k}")
+    out_n = block_n // 2 if gated else block_n  # output rows per tile
+    if hidden % 16 or block_k % 32 or n1 != (2 if gated else 1) * n_out or (gated and n_out % out_n):
+        raise ValueError(f"launch_gluon_ws_fc1: needs H % 16 == 0, block_k % 32 == 0 and {'2 x ' if gated else ''}"
+                         f"n_out FC1 rows{f' with n_out % {out_n} == 0' if gated else ''}; got H {hidden}, block_k "
+                         f"{block_k}, FC1 rows {n1}, n_out {n_out}")
     problem = gathered_rows_problem(x, inter.shape[0] * inter.stride(0))
     if problem:
         raise ValueError(f"launch_gluon_ws_fc1: {problem}")
-    w_desc = nvmma_descriptor(w.view(experts * n1, hidden), [block_n, block_k])
-    kernel, grid, extra = _kernel_grid(_fc1_ws_kernel, _fc1_ws_persistent_kernel, triton.cdiv(n_out, block_n),
+    w_desc = nvmma_descriptor(w.view(experts * n1, hidden), [out_n, block_k])  # gated: one half's box
+    kernel, grid, extra = _kernel_grid(_fc1_ws_kernel, _fc1_ws_persistent_kernel, triton.cdiv(n_out, out_n),
                                        grid_blocks, x.device, staged_epilogue, persistent)
     kernel[grid](
         w_desc, x, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden, x.stride(0),
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
         BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=wstages or 2 * stages, DSTAGES=dstages,
         PRODUCER_WARPS=producer_warps, PRODUCER_REGS=producer_regs, SX=sx,
-        STEPS_P2=triton.next_power_of_2(triton.cdiv(hidden, 128)), THREAD_ARRIVE=thread_arrive, num_warps=num_warps,
-        **extra)
+        STEPS_P2=triton.next_power_of_2(triton.cdiv(hidden, 128)), THREAD_ARRIVE=thread_arrive, GATED=gated,
+        num_warps=num_warps, **extra)
 
 
 def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, scale_tiles: int,

@@ -392,7 +392,8 @@ class TritonMoEConfig:
         """``fc1_ws`` / ``fc2_ws`` (``_gluon_ws_kernel``): an MMA-path tile that reads tokens in K order, the kernel's
         128 rows on 8 warps (two consumer warpgroups), 32- or 64-deep steps in 2 or more stages, ``block_t`` a multiple
         of 16 up to 256 (one wgmma's N); FC1 without its Gluon / f8x2 kernels or ``fc1_gate_merge``, FC2 without its
-        Gluon kernel or split-K."""
+        Gluon kernel or split-K. FC1's ``fc1_block_n`` may be 64 too: 64 gate rows and their up rows (gated layers;
+        ``_gluon_problem`` matches it to the activation)."""
         block_n, warps, block_k, stages = (getattr(self, f"fc{fc}_{field}")
                                            for field in ("block_n", "warps", "block_k", "stages"))
         if fc == 1:
@@ -400,12 +401,13 @@ class TritonMoEConfig:
         else:
             own, needs = self.fc2_gluon or self.fc2_split_k != 1, "f8x2 or Gluon FC2, fc2_split_k=1"
         if (own or self.direct or self.gemv or self.planes or self.dequant in (*_WORD_MODES, "f8x2")
-                or block_n != 128 or warps != 8 or block_k not in (32, 64) or stages < 2 or self.block_t % 16
+                or block_n not in ((64, 128) if fc == 1 else (128,)) or warps != 8 or block_k not in (32, 64) or stages < 2 or self.block_t % 16
                 or not 16 <= self.block_t <= 256
                 or ws_shared_bytes(self.block_t, block_k, stages, self.ws_dstages, wstages=self.ws_wstages,
                                    persistent=self.ws_persistent) > 227 * 1024):
             raise ValueError(f"TritonMoEConfig: fc{fc}_ws=True needs an MMA-path tile that reads tokens in K order (no "
-                             f"planes, 'sx4', {needs}), fc{fc}_block_n=128 on fc{fc}_warps=8, fc{fc}_block_k 32 or "
+                             f"planes, 'sx4', {needs}), fc{fc}_block_n=128 (FC1: or 64, gated) on "
+                             f"fc{fc}_warps=8, fc{fc}_block_k 32 or "
                              f"64, fc{fc}_stages >= 2, block_t a multiple of 16 up to 256 and rings within 227 KiB "
                              f"of shared memory (ws_shared_bytes; with ws_persistent, its epilogue's scratch too); "
                              f"got {self}")
@@ -1002,6 +1004,11 @@ TILES["x256w_sa_t32a_wsb_p_ta"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb_p
 TILES["x256w_sa_t32a_wsb_s4_d3"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb_s4"], ws_dstages=3, ws_wstages=6)
 TILES.update({f"{name}_d3": dataclasses.replace(TILES[name], ws_dstages=3)
               for name in ("x256w_sa_t32a_wsb", "x256m_sa_t32_ws")})
+# and SwiGLU's "_wsb" / "_wsb_p" (session 43, prepared, compile-checked only; tools/gpu_next.sh s43b): the gated
+# warp-specialized FC1 too (``fc1_ws`` with ``fc1_block_n`` 64: each tile's 64 gate rows and their 64 up rows, the
+# producer's bf16 rows interleaved so that one consumer thread holds both halves of an output), beside the ws FC2
+TILES["x256m_sa_t32_wsb"] = dataclasses.replace(TILES["x256m_sa_t32_ws"], fc1_ws=True, fc1_gate_merge=False)
+TILES["x256m_sa_t32_wsb_p"] = dataclasses.replace(TILES["x256m_sa_t32_wsb"], ws_persistent=True)
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:
@@ -1492,9 +1499,12 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         return None
     if cfg.fc1_ws:
         hidden, n_out = fc1.data.shape[2], fc2.data.shape[2]
-        if fc1.data.shape[1] != n_out:
-            return MXFP8InputError(f"fc1_ws: the warp-specialized FC1 takes ungated activations only (FC1 rows = I); "
-                                   f"got the FC1 stack {tuple(fc1.data.shape)} for I {n_out}")
+        gated = fc1.data.shape[1] == 2 * n_out
+        if cfg.fc1_block_n != (64 if gated else 128) or (gated and n_out % 64):
+            return MXFP8InputError(f"fc1_ws: the warp-specialized FC1 runs 128 weight rows per tile: fc1_block_n 128 "
+                                   f"ungated, or gated 64 gate rows and their 64 up rows (fc1_block_n 64, I a multiple "
+                                   f"of 64); got fc1_block_n {cfg.fc1_block_n} for the FC1 stack "
+                                   f"{tuple(fc1.data.shape)} and I {n_out}")
         if hidden % 16 or not fc1.data.is_contiguous():
             return MXFP8InputError(f"fc1_ws: the FC1 stack {tuple(fc1.data.shape)} must be contiguous with H % 16 == 0 "
                                    "(a TMA descriptor over [E * N1, H] with 16-byte rows)")
@@ -1932,9 +1942,10 @@ def _launch_mma(cfg, x, inter, dims, weights, slots, route, grid_blocks, activat
         from ._gluon_ws_kernel import launch_gluon_ws_fc1
 
         launch_gluon_ws_fc1(x, fc1.data, s1, s1_tiles, inter, *route, grid_blocks, n_out=n_out,
-                            activation=_ACTIVATION_CODE[activation], topk=topk, block_n=cfg.fc1_block_n,
-                            block_t=cfg.block_t, block_k=cfg.fc1_block_k, stages=cfg.fc1_stages,
-                            num_warps=cfg.fc1_warps, **_ws_forms(cfg))
+                            activation=_ACTIVATION_CODE[activation], topk=topk,
+                            block_n=cfg.fc1_block_n * (2 if activation.gated else 1), block_t=cfg.block_t,
+                            block_k=cfg.fc1_block_k, stages=cfg.fc1_stages, num_warps=cfg.fc1_warps,
+                            gated=activation.gated, **_ws_forms(cfg))
     elif cfg.fc1_f8x2:  # checked by _gluon_problem before any launch; x is the split (e4m3, scales) of x
         _launch_gluon_f8x2_fc1(cfg, x, fc1.data, s1, s1_tiles, inter, route, grid_blocks, activation, topk)
     elif cfg.fc1_gluon:  # checked by _gluon_problem before any launch

@@ -1504,6 +1504,27 @@ def test_cuda_graph_replay_with_the_ws_release_and_epilogue_forms(name, activati
     _graph_replay_of(lambda *shape: TILES[name], 4096, (4096, 4096 * 2 // 3, 5), activation)
 
 
+# Session 43 (prepared; tools/gpu_next.sh s43b): SwiGLU's gated ws FC1 ("x256m_sa_t32_wsb", 64 gate rows and their 64
+# up rows per tile) against the float64 oracle and its Triton form, on both shapes and an odd one (8 experts, top-2,
+# I = 192: 3 gate / up tiles of 64, I a multiple of 64 as the gated ws FC1 needs, H a multiple of 128 as the ws FC2
+# does); its persistent form gives the bits of the one-tile form; a graph replay.
+@pytest.mark.parametrize("name", ["x256m_sa_t32_wsb", "x256m_sa_t32_wsb_p"])  # (the persistent form last)
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 4096), (128, 8, 4096, 1536, 2048), (8, 2, 384, 192, 1500)],
+                         ids=["30b-T4096", "235b-T2048", "odd-T1500"])
+def test_gated_ws_fc1_matches_float64(name, case):
+    """Within BOUND of the float64 oracle, every row written, nothing past ``rows``, zeros past ``valid_tokens``, and
+    within 2e-3 of the Triton tile (``triton_form``); the persistent form the same bits as the one-tile form."""
+    tile = TILES[name]
+    outs = _assert_tiles_keep_bits(triton_form(tile), tile, case, "swiglu", same_bits=False)
+    assert relative_error(outs[1], outs[0]) <= 2e-3
+    if tile.ws_persistent:
+        _assert_tiles_keep_bits(TILES["x256m_sa_t32_wsb"], tile, case, "swiglu")
+
+
+def test_cuda_graph_replay_with_the_gated_ws_fc1():
+    _graph_replay_of(lambda *shape: TILES["x256m_sa_t32_wsb_p"], 4096, (4096, 4096 * 2 // 3, 5), "swiglu")
+
+
 def test_squared_relu_default_from_176_pairs_runs_the_ws_fcs_and_falls_back_on_unaligned_x():
     """Sessions 40 / 42: from 176 pairs per expert the squared-ReLU default is "_wsb_p" (both FCs warp-specialized,
     persistent); an x whose rows are not 16-byte aligned (cp.async) runs its Triton tile instead, the same bits, and

@@ -527,9 +527,9 @@ def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():
 
 
 def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, staged=False, persistent=False,
-                dstages=2, wstages=0):
-    """The warp-specialized FC1 (``fc`` 1, squared ReLU) or FC2 (session 39) compiled for sm_90 at 128 rows: ``(ptx,
-    sass, shared bytes)``."""
+                dstages=2, wstages=0, gated=False):
+    """The warp-specialized FC1 (``fc`` 1, squared ReLU, or ``gated`` SwiGLU) or FC2 (session 39) compiled for sm_90
+    at 128 rows: ``(ptx, sass, shared bytes)``."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -539,7 +539,7 @@ def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, sta
     from megatron_mxfp8_moe.kernels._gluon_fc2_kernel import nvmma_descriptor
 
     w = torch.zeros(4 * 256, 1024, dtype=torch.float8_e4m3fn)  # descriptors only carry dtypes, blocks and layouts
-    w_desc = nvmma_descriptor(w, [128, block_k])
+    w_desc = nvmma_descriptor(w, [64 if gated else 128, block_k])  # gated: one half's box
     a_desc = nvmma_descriptor(torch.zeros(4 * block_t, 1024, dtype=torch.bfloat16), [block_t, block_k])
     constants = dict(BLOCK_N=128, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=wstages or 2 * stages,
                      DSTAGES=dstages, PRODUCER_WARPS=4, PRODUCER_REGS=152, SX=sx, STEPS_P2=16,
@@ -551,7 +551,7 @@ def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, sta
         types = dict(w_desc=mangle_type(w_desc), x_ptr="*bf16", s_ptr="*u8", inter_ptr="*bf16",
                      sorted_pairs_ptr="*i32", block_expert_ptr="*i32", num_blocks_ptr="*i32", N_OUT="i32", N1="i32",
                      K="i32", stride_x="i32", stride_se="i32", scale_tiles="i32", stride_inter="i32")
-        constants.update(TOPK=8, ACTIVATION=2)
+        constants.update(TOPK=8, ACTIVATION=0 if gated else 2, GATED=gated)
         ints = ("N_OUT", "N1", "K", "stride_x", "stride_se", "stride_inter")
     else:
         fn = kernel._fc2_ws_persistent_kernel if persistent else kernel._fc2_ws_kernel
@@ -702,4 +702,28 @@ def test_ws_persistent_kernels_compile_for_sm90(fc, thread_arrive):
     assert _sass_ops(sass)["STG.E.128"] == 16
     mmas = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16", sass)
     assert len(mmas) == 64 // 16 and set(mmas) == {"256"}, mmas
+    _assert_barriers_fenced_after_init(ptx)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_gated_ws_fc1_compiles_for_sm90(persistent):
+    """The gated ws FC1 (session 43, SwiGLU: ``fc1_ws`` with 64 gate rows and their 64 up rows per tile) compiles for
+    sm_90 like the ungated one: 384 threads, no spill (Triton 3.6), the same 4 HGMMA 64x256x16 per 64-deep step on
+    128 weight rows, shared memory as the ungated kernel's; two TMA boxes per weight stage (gate, up; the ungated
+    kernel's copy sites doubled); half the 16-byte epilogue stores (64 outputs per tile); and no shuffle, so neither the
+    producer's row interleave nor the consumers' gate / up split moves data between threads."""
+    import triton
+
+    ptx, sass, shared = _compile_ws(1, 256, 64, 3, persistent=persistent, gated=True)
+    base_ptx, base_sass, base_shared = _compile_ws(1, 256, 64, 3, persistent=persistent)
+    assert ".reqntid 384" in ptx and "setmaxnreg" in ptx and shared == base_shared
+    spilled = _spilled(ptx)
+    assert spilled == 0 if triton.__version__.startswith("3.6") else spilled <= 128, spilled
+    mmas = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16", sass)
+    assert len(mmas) == 64 // 16 and set(mmas) == {"256"}, mmas
+    ops, base_ops = _sass_ops(sass), _sass_ops(base_sass)
+    assert ops["STG.E.128"] == base_ops["STG.E.128"] // 2 == 8
+    assert ptx.count("cp.async.bulk.tensor") == 2 * base_ptx.count("cp.async.bulk.tensor")
+    assert not any(op.startswith("SHFL") for op in ops), sorted(op for op in ops if op.startswith("SHFL"))
+    assert "ex2.approx" in ptx  # the SwiGLU's sigmoid
     _assert_barriers_fenced_after_init(ptx)

@@ -1695,22 +1695,29 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
                 if pair >= 0:
                     slots[pair] = (w2[int(block_expert[b])] @ inter[p].double()).to(torch.bfloat16)
 
-    w1 = fc1.dequantize().double()
+    fc1_gated = quantize_mxfp8(random_weights((experts, 2 * inner, hidden), scale=0.1), backend="reference")
+    w1 = {t.data.data_ptr(): t.dequantize().double() for t in (fc1, fc1_gated)}
     fc1_calls = []
 
     def fc1_stand_in(x_in, w, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
                      n_out, activation, topk, block_n, block_t, block_k, stages, num_warps, sx, thread_arrive,
-                     staged_epilogue, persistent, dstages, wstages):
-        # FC1's contract: each routed position's activated row (squared ReLU) from its token's x row, in K order
+                     staged_epilogue, persistent, dstages, wstages, gated):
+        # FC1's contract: each routed position's activated row (squared ReLU, or gated SwiGLU on [gate; up]) from its
+        # token's x row, in K order
         fc1_calls.append(dict(block_n=block_n, block_t=block_t, block_k=block_k, stages=stages, warps=num_warps, sx=sx,
                               ta=thread_arrive, se=staged_epilogue, p=persistent, d=(dstages, wstages),
-                              n_out=n_out, topk=topk, rows=inter.shape[0], same_w=w.data_ptr() == fc1.data.data_ptr()))
+                              n_out=n_out, topk=topk, rows=inter.shape[0], gated=gated,
+                              same_w=w.data_ptr() == (fc1_gated if gated else fc1).data.data_ptr()))
         for b in range(int(num_blocks[0])):
             for p in range(b * block_t, (b + 1) * block_t):
                 pair = int(sorted_pairs[p])
                 if pair >= 0:
-                    h = w1[int(block_expert[b])] @ x_in[pair // topk].double()
-                    inter[p, :n_out] = (torch.relu(h) ** 2).to(torch.bfloat16)
+                    h = w1[w.data_ptr()][int(block_expert[b])] @ x_in[pair // topk].double()
+                    if gated:
+                        act = torch.nn.functional.silu(h[:n_out]) * h[n_out:]
+                    else:
+                        act = torch.relu(h) ** 2
+                    inter[p, :n_out] = act.to(torch.bfloat16)
 
     ws_fc2.launch_gluon_ws_fc2 = stand_in
     ws_fc2.launch_gluon_ws_fc1 = fc1_stand_in
@@ -1734,6 +1741,19 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
         outs[name] = out
         result[name] = dict(calls=list(calls), fc1_calls=list(fc1_calls), err=relative_error(out, ref),
                             between=relative_error(out, outs["plain"]), written=bool(out.isfinite().all()),
+                            tail_zero=bool((out[int(valid):] == 0).all()))
+    # session 43: the gated ws FC1 (64 gate rows and their up rows per tile: fc1_block_n 64), SwiGLU
+    plain_gated = dataclasses.replace(plain, fc1_block_n=64)
+    ref_gated = moe_reference(x, fc1_gated, fc2, probs, ids, "swiglu", valid_tokens=valid)
+    for name, tile in (("gated_plain", plain_gated),
+                       ("gated_both_p", dataclasses.replace(plain_gated, fc1_ws=True, fc2_ws=True, ws_persistent=True))):
+        calls.clear()
+        fc1_calls.clear()
+        out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
+        triton_mxfp8_moe(x, probs, ids, fc1_gated, fc2, activation="swiglu", valid_tokens=valid, out=out, config=tile)
+        outs[name] = out
+        result[name] = dict(calls=list(calls), fc1_calls=list(fc1_calls), err=relative_error(out, ref_gated),
+                            between=relative_error(out, outs["gated_plain"]), written=bool(out.isfinite().all()),
                             tail_zero=bool((out[int(valid):] == 0).all()))
     print(json.dumps(result))
     """
@@ -1766,9 +1786,17 @@ def test_warp_specialized_fcs_wiring_under_the_interpreter():
         for call in run["fc1_calls"]:
             assert (call["block_n"], call["block_t"], call["block_k"], call["stages"], call["warps"]) == (128, 32, 64,
                                                                                                          2, 8)
-            assert (call["n_out"], call["topk"]) == (96, 2) and call["same_w"], call
+            assert (call["n_out"], call["topk"]) == (96, 2) and call["same_w"] and not call["gated"], call
         assert run["err"] <= 1e-2 and run["between"] <= 1e-2 and run["written"] and run["tail_zero"], (name, run)
     assert result["plain"]["err"] <= 1e-2
+    # session 43: SwiGLU's gated ws FC1 gets 128 weight rows per tile (fc1_block_n 64 gate rows and their up rows),
+    # told gated, the gated stack in place
+    assert result["gated_plain"]["fc1_calls"] == [] and result["gated_plain"]["err"] <= 1e-2, result["gated_plain"]
+    gated = result["gated_both_p"]
+    assert len(gated["calls"]) == len(gated["fc1_calls"]) == 1, gated
+    call = gated["fc1_calls"][0]
+    assert (call["block_n"], call["gated"], call["p"], call["n_out"], call["same_w"]) == (128, True, True, 96, True)
+    assert gated["err"] <= 1e-2 and gated["between"] <= 1e-2 and gated["written"] and gated["tail_zero"], gated
 
 
 def test_warp_specialized_fc2_is_checked():
@@ -1778,7 +1806,7 @@ def test_warp_specialized_fc2_is_checked():
                 dict(fc2_stages=5)):  # (5 stages: 272 KiB of rings, ws_shared_bytes)
         with pytest.raises(ValueError, match="fc2_ws"):
             dataclasses.replace(base, fc2_ws=True, **bad)
-    for bad in (dict(fc1_block_n=64), dict(fc1_warps=4), dict(fc1_block_k=128), dict(fc1_stages=1),
+    for bad in (dict(fc1_block_n=32), dict(fc1_warps=4), dict(fc1_block_k=128), dict(fc1_stages=1),
                 dict(fc1_gate_merge=True), dict(dequant="sx4"), dict(block_t=24, tail=None), dict(fc1_stages=5)):
         with pytest.raises(ValueError, match="fc1_ws"):
             dataclasses.replace(base, fc1_ws=True, **bad)
@@ -1842,7 +1870,21 @@ def test_warp_specialized_fc2_is_checked():
     assert "Hopper GPU" in str(problem)
     gated = quantize_mxfp8(random_weights((2, 128, 128), scale=0.1), backend="reference")  # [gate; up] rows: 2 I
     problem = triton_moe._gluon_problem(TILES["x256w_sa_t32a_ws1"], gated, fc2, torch.device("cuda"))
-    assert isinstance(problem, MXFP8InputError) and "ungated" in str(problem)
+    assert isinstance(problem, MXFP8InputError) and "fc1_block_n 128 ungated, or gated 64" in str(problem)
+    # session 43: SwiGLU's gated ws FC1 takes 64 gate rows and their up rows per tile (fc1_block_n 64) with I a
+    # multiple of 64; the squared-ReLU tile's 128 rows per half are refused, and so is I = 96 (a partial tile)
+    assert TILES["x256m_sa_t32_wsb"] == dataclasses.replace(TILES["x256m_sa_t32_ws"], fc1_ws=True,
+                                                            fc1_gate_merge=False)
+    assert TILES["x256m_sa_t32_wsb_p"] == dataclasses.replace(TILES["x256m_sa_t32_wsb"], ws_persistent=True)
+    assert TILES["x256m_sa_t32_wsb"].fc1_block_n == 64 and not same_bits_as_triton_form(TILES["x256m_sa_t32_wsb"])
+    problem = triton_moe._gluon_problem(TILES["x256m_sa_t32_wsb_p"], gated, fc2, torch.device("cpu"))
+    assert "Hopper GPU" in str(problem)  # (the stacks pass: only the device is wrong)
+    odd_gated = quantize_mxfp8(random_weights((2, 192, 128), scale=0.1), backend="reference")
+    odd_fc2 = quantize_mxfp8(random_weights((2, 128, 96), scale=0.1), backend="reference")
+    problem = triton_moe._gluon_problem(TILES["x256m_sa_t32_wsb_p"], odd_gated, odd_fc2, torch.device("cuda"))
+    assert isinstance(problem, MXFP8InputError) and "I a multiple of 64" in str(problem)
+    problem = triton_moe._gluon_problem(TILES["x256w_sa_t32a_wsb_p"], gated, fc2, torch.device("cuda"))
+    assert isinstance(problem, MXFP8InputError) and "got fc1_block_n 128" in str(problem)
 
 
 def test_ws_launch_grid(monkeypatch):
