@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s44a     # for session 44: the full benchmark and the demo with session 43's defaults (the
+#                                   # gated ws FC1 in SwiGLU's from 176 pairs per expert; run 46 ran them on an H100
+#                                   # only: ask for an H200), then both activations' default tests from 176 pairs
 #   bash tools/gpu_next.sh s43b     # session 43: SwiGLU's gated ws FC1 ("x256m_sa_t32_wsb" / "_wsb_p"): its GPU
 #                                   # tests (float64, persistent = one-tile bits, graph replay), then SwiGLU probes
 #                                   # at 4096 tokens against the default ("x256m_sa_t32_ws_p")
@@ -1095,6 +1098,14 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s44a)
+    # for session 44 (one call, about 8 device minutes): the full benchmark and the demo with session 43's defaults
+    # from 176 pairs per expert (SwiGLU's persistent ws tile with the gated ws FC1 too; run 46 timed it on an H100
+    # only), then both activations' default test (the ws tile picked, float64, the fallback on an unaligned x) and
+    # the gated ws FC1's graph replay
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    moe_bench_and_demo 400 $OUT/log.txt
+    moe_gpu_tests 150 "default_from_176 or graph_replay_with_the_gated_ws_fc1" ;;
   s43b)
     # session 43 (about 5 device minutes): the gated ws FC1's GPU tests (a hang in the persistent form ends at the
     # tests' timeout, then the probes still run), then SwiGLU layer probes at 4096 tokens against the default, both

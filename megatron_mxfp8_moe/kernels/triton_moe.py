@@ -247,7 +247,7 @@ class TritonMoEConfig:
     # is not hidden behind another program). The same values. Needs ``fc1_ws`` or ``fc2_ws``.
     ws_staged_epilogue: bool = False
     # Session 41 (run 45, session 42: the same bits, 3-10% faster per layer at 4096 tokens; the default from 176 pairs
-    # per expert for both activations, ``_WS_TWINS``): the ws FCs as persistent kernels, one program per SM over the
+    # per expert for both activations, ``_WS_TWINS``; SwiGLU's with the gated ws FC1 since session 43): the ws FCs as persistent kernels, one program per SM over the
     # live tiles (``_fc1_ws_persistent_kernel`` / ``_fc2_ws_persistent_kernel``): a program's next tile's copies and
     # dequant overlap its last MMAs and its store, where one program per tile at one CTA per SM leaves each program's
     # start and end exposed. Its epilogue's layout conversion needs scratch beside the live rings (4 KiB at 128 x 256;
@@ -976,7 +976,12 @@ TILES["x256w_sa_t32a_wsb_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], 
 # 4456.3 on 235b (-5.0%), 1152.7 / 1182.5 against 1286.1 / 1287.4 on 30b (-9.3%); SwiGLU "x256m_sa_t32_ws_p" (FC2 only)
 # 3555.8 / 3616.2 against 3703.8 / 3859.8 (-5.2%) and 1002.0 / 1016.4 against 1041.4 / 1040.4 (-3.0%). So from 176 pairs
 # per expert both activations take them.
-_WS_TWINS = {"x256w_sa_t32a": "x256w_sa_t32a_wsb_p", "x256m_sa_t32": "x256m_sa_t32_ws_p"}
+# Session 43 (run 46, one H100, SwiGLU, us per layer, two rounds in one call): the gated ws FC1 too ("_wsb_p") against
+# the FC2-only "_ws_p": 4096 tokens 3245.1 / 3278.8 against 3525.8 / 3600.8 on 235b (-8.5%), 935.4 / 928.3 against
+# 998.2 / 999.9 on 30b (-6.9%); 2816 tokens (176 pairs per expert) 2625.2 / 2637.0 against 2900.4 / 2934.4 (-9.8%),
+# 748.4 / 746.9 against 824.5 / 823.1 (-9.2%), where the 128-token default "l128m_sa_t32_s2" took 3282.9 / 881.3. At
+# 2048 tokens "l128m_sa_t32_s2" stays faster (2397.2 / 638.9 against 2494.5 / 734.2), so the threshold stays.
+_WS_TWINS = {"x256w_sa_t32a": "x256w_sa_t32a_wsb_p", "x256m_sa_t32": "x256m_sa_t32_wsb_p"}
 # and "_sx" (session 40): the producers' dequant by moving bits (``ws_sx``), on the default and on the FC2-only tile of
 # both activations. Run 44 (H100, 4096 tokens): correct (GPU tests passed) but slower, squared ReLU +7.4-7.8% against
 # "_wsb_s4", SwiGLU +2-3% against "_ws" (likely: the producer is not the limit, and the scan before the first step
@@ -1004,8 +1009,8 @@ TILES["x256w_sa_t32a_wsb_p_ta"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb_p
 TILES["x256w_sa_t32a_wsb_s4_d3"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb_s4"], ws_dstages=3, ws_wstages=6)
 TILES.update({f"{name}_d3": dataclasses.replace(TILES[name], ws_dstages=3)
               for name in ("x256w_sa_t32a_wsb", "x256m_sa_t32_ws")})
-# and SwiGLU's "_wsb" / "_wsb_p" (session 43, prepared, compile-checked only; tools/gpu_next.sh s43b): the gated
-# warp-specialized FC1 too (``fc1_ws`` with ``fc1_block_n`` 64: each tile's 64 gate rows and their 64 up rows, the
+# and SwiGLU's "_wsb" / "_wsb_p" (session 43; run 46: float64 and graph tests passed, "_wsb_p" the SwiGLU default
+# from 176 pairs per expert, ``_WS_TWINS``): the gated warp-specialized FC1 too (``fc1_ws`` with ``fc1_block_n`` 64: each tile's 64 gate rows and their 64 up rows, the
 # producer's bf16 rows interleaved so that one consumer thread holds both halves of an output), beside the ws FC2
 TILES["x256m_sa_t32_wsb"] = dataclasses.replace(TILES["x256m_sa_t32_ws"], fc1_ws=True, fc1_gate_merge=False)
 TILES["x256m_sa_t32_wsb_p"] = dataclasses.replace(TILES["x256m_sa_t32_wsb"], ws_persistent=True)
@@ -1275,7 +1280,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
                 else _tile("x256w_sa_t32a", hidden, intermediate, gluon))  # (its twin: the ws FCs, session 40)
     if pairs_per_expert < 176:
         return TILES["l128m_sa_t32_s2"]
-    return _tile("x256m_sa_t32", hidden, intermediate, gluon)  # (its twin: the persistent ws FC2, session 42)
+    return _tile("x256m_sa_t32", hidden, intermediate, gluon)  # (its twin: both FCs persistent ws, session 43)
 
 
 def _pow2_at_least(value: int) -> int:

@@ -1499,12 +1499,12 @@ def test_ws_release_and_epilogue_forms_keep_the_bits(name, activation, case):
 @pytest.mark.parametrize("name,activation", [
     ("x256w_sa_t32a_wsb_s4_d3", "squared_relu"), ("x256w_sa_t32a_wsb_s4_ta", "squared_relu"),
     ("x256w_sa_t32a_wsb_s4_se", "squared_relu"), ("x256w_sa_t32a_wsb_p", "squared_relu"),
-    ("x256m_sa_t32_ws_p", "swiglu")])  # (the SwiGLU default from 176 pairs per expert since session 42)
+    ("x256m_sa_t32_ws_p", "swiglu")])  # (the SwiGLU default from 176 pairs per expert in session 42)
 def test_cuda_graph_replay_with_the_ws_release_and_epilogue_forms(name, activation):
     _graph_replay_of(lambda *shape: TILES[name], 4096, (4096, 4096 * 2 // 3, 5), activation)
 
 
-# Session 43 (prepared; tools/gpu_next.sh s43b): SwiGLU's gated ws FC1 ("x256m_sa_t32_wsb", 64 gate rows and their 64
+# Session 43 (run 46 call 1, tools/gpu_next.sh s43b: all passed on an H100): SwiGLU's gated ws FC1 ("x256m_sa_t32_wsb", 64 gate rows and their 64
 # up rows per tile) against the float64 oracle and its Triton form, on both shapes and an odd one (8 experts, top-2,
 # I = 192: 3 gate / up tiles of 64, I a multiple of 64 as the gated ws FC1 needs, H a multiple of 128 as the ws FC2
 # does); its persistent form gives the bits of the one-tile form; a graph replay.
@@ -1521,26 +1521,29 @@ def test_gated_ws_fc1_matches_float64(name, case):
         _assert_tiles_keep_bits(TILES["x256m_sa_t32_wsb"], tile, case, "swiglu")
 
 
-def test_cuda_graph_replay_with_the_gated_ws_fc1():
+def test_cuda_graph_replay_with_the_gated_ws_fc1():  # (the SwiGLU default from 176 pairs per expert since 43)
     _graph_replay_of(lambda *shape: TILES["x256m_sa_t32_wsb_p"], 4096, (4096, 4096 * 2 // 3, 5), "swiglu")
 
 
-def test_squared_relu_default_from_176_pairs_runs_the_ws_fcs_and_falls_back_on_unaligned_x():
-    """Sessions 40 / 42: from 176 pairs per expert the squared-ReLU default is "_wsb_p" (both FCs warp-specialized,
-    persistent); an x whose rows are not 16-byte aligned (cp.async) runs its Triton tile instead, the same bits, and
-    that x with the ws tile named raises before any launch."""
+@pytest.mark.parametrize("activation,ws_name,triton_name", [
+    ("squared_relu", "x256w_sa_t32a_wsb_p", "x256w_sa_t32a"), ("swiglu", "x256m_sa_t32_wsb_p", "x256m_sa_t32")])
+def test_default_from_176_pairs_runs_the_ws_fcs_and_falls_back_on_unaligned_x(activation, ws_name, triton_name):
+    """Sessions 40 / 42 / 43: from 176 pairs per expert the default is the persistent ws tile (squared ReLU "_wsb_p",
+    both FCs; SwiGLU "_wsb_p" with the gated ws FC1 since session 43); an x whose rows are not 16-byte aligned
+    (cp.async) runs its Triton tile instead, within BOUND of float64, and that x with the ws tile named raises before
+    any launch."""
     experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 4096
-    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, "squared_relu")
-    ws = TILES["x256w_sa_t32a_wsb_p"]  # (session 42: the persistent ws FCs)
-    assert choose_config(tokens, hidden, inter, gated=False, topk=topk, experts=experts) is ws
-    default, named = _poisoned_outputs((None, ws), fc1, fc2, x, probs, ids, valid_rows, "squared_relu")
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
+    ws = TILES[ws_name]
+    assert choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts) is ws
+    default, named = _poisoned_outputs((None, ws), fc1, fc2, x, probs, ids, valid_rows, activation)
     assert torch.equal(default, named)
-    ref = _reference(x, fc1, fc2, probs, ids, "squared_relu", 3, valid_rows, tokens)
+    ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
     assert relative_error(default, ref) <= BOUND
     shifted = torch.empty(x.numel() + 1, device="cuda", dtype=x.dtype)[1:].view_as(x)  # rows 2 bytes off
     shifted.copy_(x)
-    fallback, triton_tile = _poisoned_outputs((None, TILES["x256w_sa_t32a"]), fc1, fc2, shifted, probs, ids,
-                                              valid_rows, "squared_relu")
+    fallback, triton_tile = _poisoned_outputs((None, TILES[triton_name]), fc1, fc2, shifted, probs, ids,
+                                              valid_rows, activation)
     assert torch.equal(fallback, triton_tile) and relative_error(fallback, ref) <= BOUND
     with pytest.raises(MXFP8InputError, match="fc1_ws: x rows must be 16-byte aligned"):
-        _poisoned_outputs((ws,), fc1, fc2, shifted, probs, ids, valid_rows, "squared_relu")
+        _poisoned_outputs((ws,), fc1, fc2, shifted, probs, ids, valid_rows, activation)

@@ -85,7 +85,7 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
         expected = gluon != "0"
         assert any(t.fc1_gluon or t.fc2_gluon for t in triton_moe._tile(base, 2048, 768).launch_tiles) == expected
     # the 256-token tiles' persistent ws twins (session 42; the squared-ReLU ws FCs since session 40)
-    tiles_256 = {"x256w_sa_t32a", "x256m_sa_t32"} if gluon == "0" else {"x256w_sa_t32a_wsb_p", "x256m_sa_t32_ws_p"}
+    tiles_256 = {"x256w_sa_t32a", "x256m_sa_t32"} if gluon == "0" else {"x256w_sa_t32a_wsb_p", "x256m_sa_t32_wsb_p"}
     assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1"} | tiles_256 | gluon_able <= picked
     tile = TILES["s16k_sx"]
     assert tile.launch_options(1) == {"num_warps": tile.fc1_warps, "num_stages": tile.fc1_stages}
@@ -130,7 +130,7 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     # session 28: the gated one without tails too ("_nov")
     picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
     if gluon != "0":  # "1" and "auto" (the default): every twin; from 176 pairs per expert (2816 tokens) the
-        # warp-specialized twin (squared ReLU since session 40, SwiGLU since session 42)
+        # warp-specialized twin (squared ReLU since session 40, SwiGLU since session 42; its gated ws FC1 since 43)
         gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_TWINS.items()}
         assert [name in gluon_names for name in picks] == [True] * 9 + [False] * 4
         ws_names = {name: triton_name for triton_name, name in triton_moe._WS_TWINS.items()}
