@@ -1,5 +1,6 @@
-"""FC1 (ungated) and FC2 of the MMA-bound rows as warp-specialized mixed-input GEMMs in Gluon (session 39; opt-in,
-``fc1_ws`` / ``fc2_ws``; first run on a GPU in session 40, run 43).
+"""FC1 and FC2 of the MMA-bound rows as warp-specialized mixed-input GEMMs in Gluon (session 39, ``fc1_ws`` /
+``fc2_ws``; first run on a GPU in session 40, run 43; FC1 gated too since session 43: ``GATED``, 64 gate rows and their
+64 up rows per 128-row tile, ``_interleave_halves`` / ``_gate_up``).
 
 Run 42 showed the Triton FCs of the 256-token tiles bound by each K step's chain (weights in, dequant, wgmma, wait)
 in each warpgroup, about a third of the tensor cores' rate. Here two partitions of one CTA run that chain as a
@@ -22,7 +23,8 @@ a bf16 stage once the consumer's MMA that read them has retired. The same bf16 p
 element as the Triton FCs with ``dequant="cvt"`` at the same K step (fp32 accumulation), so the float64 oracle
 applies; bits are not claimed.
 
-Layouts: weights ``[E, N1, H]`` (FC1) / ``[E, H, I]`` (FC2) fp8 e4m3 seen as 2-D ``[E * rows, K]``; x ``[R, H]`` bf16;
+Layouts: weights ``[E, N1, H]`` (FC1; N1 = I, or 2 I gated: Megatron's ``[gate; up]`` rows) / ``[E, H, I]`` (FC2) fp8
+e4m3 seen as 2-D ``[E * rows, K]``; x ``[R, H]`` bf16;
 inter rows ``[positions, I]`` bf16 in K order; scales ``[E, Mp * Cp]`` uint8 in the cuBLAS 128x4 layout; FC2's out:
 each pair's unweighted bf16 row of ``slots`` ``[pairs, H]``.
 Hopper only (sm_90 wgmma, TMA); Triton 3.6's Gluon (``gl.warp_specialize``). One producer warpgroup beside the two

@@ -224,10 +224,11 @@ class TritonMoEConfig:
     # FC2's at the same K step, but bits are not claimed: held to the float64 oracle.
     fc2_ws: bool = False
     # Session 39 (run in session 40; both on the squared-ReLU default from 176 pairs per expert, "_wsb_s4"): FC1 the
-    # same way (``_gluon_ws_kernel._fc1_ws_kernel``), for ungated activations: the producer gathers the block's token
-    # rows by cp.async (no TMA box) beside the weights' TMA copies;
-    # ``fc1_block_n`` 128 on ``fc1_warps`` 8, ``fc1_block_k`` 32 or 64, ``fc1_stages`` >= 2, no ``fc1_gate_merge``;
-    # ``fc1_maxnreg`` is ignored. Held to the float64 oracle.
+    # same way (``_gluon_ws_kernel._fc1_ws_kernel``): the producer gathers the block's token rows by cp.async (no TMA
+    # box) beside the weights' TMA copies; ``fc1_block_n`` 128 (ungated) or, gated (session 43, run 46; the SwiGLU
+    # default from 176 pairs per expert since), 64 gate rows and their 64 up rows in one 128-row tile (I a multiple of
+    # 64), on ``fc1_warps`` 8, ``fc1_block_k`` 32 or 64, ``fc1_stages`` >= 2, no ``fc1_gate_merge``; ``fc1_maxnreg`` is
+    # ignored. Held to the float64 oracle.
     fc1_ws: bool = False
     # Session 40 (run 44: GPU tests passed; 2-8% slower at 4096 tokens, see the "_sx" tiles): the ws producers'
     # dequant by moving bits (``_fp8_sx_to_bf16``, 3 integer instructions per 2 weights) times one bf16 factor where
@@ -978,7 +979,7 @@ TILES["x256w_sa_t32a_wsb_s4"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb"], 
 # per expert both activations take them.
 # Session 43 (run 46, one H100, SwiGLU, us per layer, two rounds in one call): the gated ws FC1 too ("_wsb_p") against
 # the FC2-only "_ws_p": 4096 tokens 3245.1 / 3278.8 against 3525.8 / 3600.8 on 235b (-8.5%), 935.4 / 928.3 against
-# 998.2 / 999.9 on 30b (-6.9%); 2816 tokens (176 pairs per expert) 2625.2 / 2637.0 against 2900.4 / 2934.4 (-9.8%),
+# 998.2 / 999.9 on 30b (-6.7%); 2816 tokens (176 pairs per expert) 2625.2 / 2637.0 against 2900.4 / 2934.4 (-9.8%),
 # 748.4 / 746.9 against 824.5 / 823.1 (-9.2%), where the 128-token default "l128m_sa_t32_s2" took 3282.9 / 881.3. At
 # 2048 tokens "l128m_sa_t32_s2" stays faster (2397.2 / 638.9 against 2494.5 / 734.2), so the threshold stays.
 _WS_TWINS = {"x256w_sa_t32a": "x256w_sa_t32a_wsb_p", "x256m_sa_t32": "x256m_sa_t32_wsb_p"}
