@@ -1726,6 +1726,18 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
     plain = TritonMoEConfig(32, 128, 64, 8, 2, 128, 64, 8, 2, dequant_fp32=True, fp32_dot=True, tail=tail)
     ref = moe_reference(x, fc1, fc2, probs, ids, "squared_relu", valid_tokens=valid)
     result, outs = {}, {}
+
+    def run(name, tile, w1_stack, activation, reference, base):
+        # one layer call with stand-ins, its calls and its output checked against the float64 reference and ``base``
+        calls.clear()
+        fc1_calls.clear()
+        out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
+        triton_mxfp8_moe(x, probs, ids, w1_stack, fc2, activation=activation, valid_tokens=valid, out=out, config=tile)
+        outs[name] = out
+        result[name] = dict(calls=list(calls), fc1_calls=list(fc1_calls), err=relative_error(out, reference),
+                            between=relative_error(out, outs.get(base, out)), written=bool(out.isfinite().all()),
+                            tail_zero=bool((out[int(valid):] == 0).all()))
+
     for name, tile in (("plain", plain), ("fc2", dataclasses.replace(plain, fc2_ws=True)),
                        ("fc1", dataclasses.replace(plain, fc1_ws=True)),
                        ("both", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True)),
@@ -1734,27 +1746,13 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
                        ("both_se", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_staged_epilogue=True)),
                        ("both_p", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_persistent=True)),
                        ("both_d3", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_dstages=3, ws_wstages=3))):
-        calls.clear()
-        fc1_calls.clear()
-        out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
-        triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu", valid_tokens=valid, out=out, config=tile)
-        outs[name] = out
-        result[name] = dict(calls=list(calls), fc1_calls=list(fc1_calls), err=relative_error(out, ref),
-                            between=relative_error(out, outs["plain"]), written=bool(out.isfinite().all()),
-                            tail_zero=bool((out[int(valid):] == 0).all()))
+        run(name, tile, fc1, "squared_relu", ref, "plain")
     # session 43: the gated ws FC1 (64 gate rows and their up rows per tile: fc1_block_n 64), SwiGLU
     plain_gated = dataclasses.replace(plain, fc1_block_n=64)
     ref_gated = moe_reference(x, fc1_gated, fc2, probs, ids, "swiglu", valid_tokens=valid)
     for name, tile in (("gated_plain", plain_gated),
                        ("gated_both_p", dataclasses.replace(plain_gated, fc1_ws=True, fc2_ws=True, ws_persistent=True))):
-        calls.clear()
-        fc1_calls.clear()
-        out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
-        triton_mxfp8_moe(x, probs, ids, fc1_gated, fc2, activation="swiglu", valid_tokens=valid, out=out, config=tile)
-        outs[name] = out
-        result[name] = dict(calls=list(calls), fc1_calls=list(fc1_calls), err=relative_error(out, ref_gated),
-                            between=relative_error(out, outs["gated_plain"]), written=bool(out.isfinite().all()),
-                            tail_zero=bool((out[int(valid):] == 0).all()))
+        run(name, tile, fc1_gated, "swiglu", ref_gated, "gated_plain")
     print(json.dumps(result))
     """
 )
