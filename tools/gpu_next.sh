@@ -327,6 +327,15 @@ for f in ('fc1', 'fc2'):
         print(f, d.get('hidden'), d.get('inter'), d.get('block_t'), d['us'])
         print('  ', {k: v for k, v in d.items() if 'equals' in k})"
 }
+# probe_shapes SECONDS TOKENS ACTIVATION CONFIGS SHAPE...: bench/triton_moe_probe.py on each SHAPE in turn (TOKENS
+# and CONFIGS as its --tokens / --configs, each run capped at SECONDS) into $OUT/probe.jsonl, errors into probe.err
+probe_shapes() {
+  local seconds=$1 tokens=$2 activation=$3 configs=$4 shape; shift 4
+  for shape in "$@"; do
+    timeout "$seconds" python3 bench/triton_moe_probe.py --shape $shape --tokens $tokens --activation $activation \
+      --configs "$configs" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+  done
+}
 # layer_probe_summary WIDTH: one line per layer probe of $OUT/probe.jsonl (the config's last WIDTH characters), then
 # the end of $OUT/probe.err
 layer_probe_summary() {
@@ -1113,10 +1122,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     smoke_tests 200 "gated_ws_fc1"
     C=x256m_sa_t32_ws_p,x256m_sa_t32_wsb_p
-    for shape in qwen3-235b-a22b qwen3-30b-a3b; do
-      timeout 110 python3 bench/triton_moe_probe.py --shape $shape --tokens 4096 --activation swiglu \
-        --configs "$C,$C" >> $OUT/probe.jsonl 2>> $OUT/probe.err
-    done
+    probe_shapes 110 4096 swiglu "$C,$C" qwen3-235b-a22b qwen3-30b-a3b
     layer_probe_summary 22 ;;
   s43c)
     # session 43 (about 4 device minutes): the persistent ws FCs on the 128-token tiles at 2048 tokens (128 pairs
@@ -1128,10 +1134,8 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     G=l128m_sa_t32_s2_ws+fc1_ws=1+fc1_gate_merge=0$P
     W=l128m_sa_t32_s2,$G,$G+fc1_stages=4+fc2_stages=4
     for shape in qwen3-30b-a3b qwen3-235b-a22b; do
-      timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens 2048 --activation squared_relu \
-        --configs "$S,$S" >> $OUT/probe.jsonl 2>> $OUT/probe.err
-      timeout 100 python3 bench/triton_moe_probe.py --shape $shape --tokens 2048 --activation swiglu \
-        --configs "$W,$W" >> $OUT/probe.jsonl 2>> $OUT/probe.err
+      probe_shapes 100 2048 squared_relu "$S,$S" $shape
+      probe_shapes 100 2048 swiglu "$W,$W" $shape
     done
     layer_probe_summary 50 ;;
   s43a)
