@@ -248,12 +248,12 @@ class TritonMoEConfig:
     # is not hidden behind another program). The same values. Needs ``fc1_ws`` or ``fc2_ws``.
     ws_staged_epilogue: bool = False
     # Session 41 (run 45, session 42: the same bits, 3-10% faster per layer at 4096 tokens; the default from 176 pairs
-    # per expert for both activations, ``_WS_TWINS``; SwiGLU's with the gated ws FC1 since session 43): the ws FCs as persistent kernels, one program per SM over the
-    # live tiles (``_fc1_ws_persistent_kernel`` / ``_fc2_ws_persistent_kernel``): a program's next tile's copies and
-    # dequant overlap its last MMAs and its store, where one program per tile at one CTA per SM leaves each program's
-    # start and end exposed. Its epilogue's layout conversion needs scratch beside the live rings (4 KiB at 128 x 256;
-    # ``ws_shared_bytes(..., persistent=True)``), so 3 token stages at 256 tokens. Not with ``ws_staged_epilogue``. The
-    # same values. Needs ``fc1_ws`` or ``fc2_ws``.
+    # per expert for both activations, ``_WS_TWINS``; SwiGLU's with the gated ws FC1 since session 43): the ws FCs as
+    # persistent kernels, one program per SM over the live tiles (``_fc1_ws_persistent_kernel`` /
+    # ``_fc2_ws_persistent_kernel``): a program's next tile's copies and dequant overlap its last MMAs and its store,
+    # where one program per tile at one CTA per SM leaves each program's start and end exposed. Its epilogue's layout
+    # conversion needs scratch beside the live rings (4 KiB at 128 x 256; ``ws_shared_bytes(..., persistent=True)``), so
+    # 3 token stages at 256 tokens. Not with ``ws_staged_epilogue``. The same values. Needs ``fc1_ws`` or ``fc2_ws``.
     ws_persistent: bool = False
     # Session 42 (run 45: the same bits, 0.7-2.7% slower at 4096 tokens; opt-in): the ws rings' depths. ``ws_dstages``:
     # the bf16 weight stages the producer dequantizes into (2: it may run one step ahead of the MMA the consumers wait
@@ -402,16 +402,15 @@ class TritonMoEConfig:
         else:
             own, needs = self.fc2_gluon or self.fc2_split_k != 1, "f8x2 or Gluon FC2, fc2_split_k=1"
         if (own or self.direct or self.gemv or self.planes or self.dequant in (*_WORD_MODES, "f8x2")
-                or block_n not in ((64, 128) if fc == 1 else (128,)) or warps != 8 or block_k not in (32, 64) or stages < 2 or self.block_t % 16
-                or not 16 <= self.block_t <= 256
+                or block_n not in ((64, 128) if fc == 1 else (128,)) or warps != 8 or block_k not in (32, 64)
+                or stages < 2 or self.block_t % 16 or not 16 <= self.block_t <= 256
                 or ws_shared_bytes(self.block_t, block_k, stages, self.ws_dstages, wstages=self.ws_wstages,
                                    persistent=self.ws_persistent) > 227 * 1024):
             raise ValueError(f"TritonMoEConfig: fc{fc}_ws=True needs an MMA-path tile that reads tokens in K order (no "
                              f"planes, 'sx4', {needs}), fc{fc}_block_n=128 (FC1: or 64, gated) on "
-                             f"fc{fc}_warps=8, fc{fc}_block_k 32 or "
-                             f"64, fc{fc}_stages >= 2, block_t a multiple of 16 up to 256 and rings within 227 KiB "
-                             f"of shared memory (ws_shared_bytes; with ws_persistent, its epilogue's scratch too); "
-                             f"got {self}")
+                             f"fc{fc}_warps=8, fc{fc}_block_k 32 or 64, fc{fc}_stages >= 2, block_t a multiple of 16 "
+                             f"up to 256 and rings within 227 KiB of shared memory (ws_shared_bytes; with "
+                             f"ws_persistent, its epilogue's scratch too); got {self}")
 
     def _check_f8x2(self) -> None:
         """``dequant="f8x2"`` is an MMA-path tile of its own (``_triton_f8x2_kernel.py``; FC2 optionally in Gluon, and
@@ -1011,8 +1010,9 @@ TILES["x256w_sa_t32a_wsb_s4_d3"] = dataclasses.replace(TILES["x256w_sa_t32a_wsb_
 TILES.update({f"{name}_d3": dataclasses.replace(TILES[name], ws_dstages=3)
               for name in ("x256w_sa_t32a_wsb", "x256m_sa_t32_ws")})
 # and SwiGLU's "_wsb" / "_wsb_p" (session 43; run 46: float64 and graph tests passed, "_wsb_p" the SwiGLU default
-# from 176 pairs per expert, ``_WS_TWINS``): the gated warp-specialized FC1 too (``fc1_ws`` with ``fc1_block_n`` 64: each tile's 64 gate rows and their 64 up rows, the
-# producer's bf16 rows interleaved so that one consumer thread holds both halves of an output), beside the ws FC2
+# from 176 pairs per expert, ``_WS_TWINS``): the gated warp-specialized FC1 too (``fc1_ws`` with ``fc1_block_n`` 64:
+# each tile's 64 gate rows and their 64 up rows, the producer's bf16 rows interleaved so that one consumer thread holds
+# both halves of an output), beside the ws FC2
 TILES["x256m_sa_t32_wsb"] = dataclasses.replace(TILES["x256m_sa_t32_ws"], fc1_ws=True, fc1_gate_merge=False)
 TILES["x256m_sa_t32_wsb_p"] = dataclasses.replace(TILES["x256m_sa_t32_wsb"], ws_persistent=True)
 

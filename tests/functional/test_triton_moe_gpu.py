@@ -1504,10 +1504,10 @@ def test_cuda_graph_replay_with_the_ws_release_and_epilogue_forms(name, activati
     _graph_replay_of(lambda *shape: TILES[name], 4096, (4096, 4096 * 2 // 3, 5), activation)
 
 
-# Session 43 (run 46 call 1, tools/gpu_next.sh s43b: all passed on an H100): SwiGLU's gated ws FC1 ("x256m_sa_t32_wsb", 64 gate rows and their 64
-# up rows per tile) against the float64 oracle and its Triton form, on both shapes and an odd one (8 experts, top-2,
-# I = 192: 3 gate / up tiles of 64, I a multiple of 64 as the gated ws FC1 needs, H a multiple of 128 as the ws FC2
-# does); its persistent form gives the bits of the one-tile form; a graph replay.
+# Session 43 (run 46 call 1, tools/gpu_next.sh s43b: all passed on an H100): SwiGLU's gated ws FC1 ("x256m_sa_t32_wsb",
+# 64 gate rows and their 64 up rows per tile) against the float64 oracle and its Triton form, on both shapes and an odd
+# one (8 experts, top-2, I = 192: 3 gate / up tiles of 64, I a multiple of 64 as the gated ws FC1 needs, H a multiple of
+# 128 as the ws FC2 does); its persistent form gives the bits of the one-tile form; a graph replay.
 @pytest.mark.parametrize("name", ["x256m_sa_t32_wsb", "x256m_sa_t32_wsb_p"])  # (the persistent form last)
 @pytest.mark.parametrize("case", [(128, 8, 2048, 768, 4096), (128, 8, 4096, 1536, 2048), (8, 2, 384, 192, 1500)],
                          ids=["30b-T4096", "235b-T2048", "odd-T1500"])

@@ -1751,7 +1751,8 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
     plain_gated = dataclasses.replace(plain, fc1_block_n=64)
     ref_gated = moe_reference(x, fc1_gated, fc2, probs, ids, "swiglu", valid_tokens=valid)
     for name, tile in (("gated_plain", plain_gated),
-                       ("gated_both_p", dataclasses.replace(plain_gated, fc1_ws=True, fc2_ws=True, ws_persistent=True))):
+                       ("gated_both_p",
+                        dataclasses.replace(plain_gated, fc1_ws=True, fc2_ws=True, ws_persistent=True))):
         run(name, tile, fc1_gated, "swiglu", ref_gated, "gated_plain")
     print(json.dumps(result))
     """
