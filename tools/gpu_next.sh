@@ -3,6 +3,8 @@
 #   bash tools/gpu_next.sh s44a     # for session 44: the full benchmark and the demo with session 43's defaults (the
 #                                   # gated ws FC1 in SwiGLU's from 176 pairs per expert; run 46 ran them on an H100
 #                                   # only: ask for an H200), then both activations' default tests from 176 pairs
+#   bash tools/gpu_next.sh s44b     # for session 44: the persistent defaults at 4 token stages ("_p_s4", prepared in
+#                                   # session 43): their bit tests, then probes at 4096 against the defaults
 #   bash tools/gpu_next.sh s43b     # session 43: SwiGLU's gated ws FC1 ("x256m_sa_t32_wsb" / "_wsb_p"): its GPU
 #                                   # tests (float64, persistent = one-tile bits, graph replay), then SwiGLU probes
 #                                   # at 4096 tokens against the default ("x256m_sa_t32_ws_p")
@@ -1115,6 +1117,17 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     moe_bench_and_demo 400 $OUT/log.txt
     moe_gpu_tests 150 "default_from_176 or graph_replay_with_the_gated_ws_fc1" ;;
+  s44b)
+    # for session 44 (about 4 device minutes): "_p_s4" (4 token stages, 6 fp8 weight stages, 216 KiB) against the
+    # persistent defaults at 3 stages: the same bits (30b at 4096 tokens), then probes at 4096 tokens, both
+    # activations and shapes, two alternating rounds
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    smoke_tests 150 "persistent_ws_at_4_stages"
+    C=x256w_sa_t32a_wsb_p,x256w_sa_t32a_wsb_p_s4
+    probe_shapes 110 4096 squared_relu "$C,$C" qwen3-235b-a22b qwen3-30b-a3b
+    C=x256m_sa_t32_wsb_p,x256m_sa_t32_wsb_p_s4
+    probe_shapes 110 4096 swiglu "$C,$C" qwen3-235b-a22b qwen3-30b-a3b
+    layer_probe_summary 24 ;;
   s43b)
     # session 43 (about 5 device minutes): the gated ws FC1's GPU tests (a hang in the persistent form ends at the
     # tests' timeout, then the probes still run), then SwiGLU layer probes at 4096 tokens against the default, both

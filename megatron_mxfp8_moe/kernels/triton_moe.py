@@ -1015,6 +1015,11 @@ TILES.update({f"{name}_d3": dataclasses.replace(TILES[name], ws_dstages=3)
 # both halves of an output), beside the ws FC2
 TILES["x256m_sa_t32_wsb"] = dataclasses.replace(TILES["x256m_sa_t32_ws"], fc1_ws=True, fc1_gate_merge=False)
 TILES["x256m_sa_t32_wsb_p"] = dataclasses.replace(TILES["x256m_sa_t32_wsb"], ws_persistent=True)
+# and "_p_s4" (session 43, prepared, compile-checked only; tools/gpu_next.sh s44b): the persistent defaults at 4 token
+# stages, which fit beside the epilogue's scratch with 6 fp8 weight stages (216 KiB by ``ws_shared_bytes``, 212 KiB
+# compiled); one-tile 4 against 3 stages was a tie in run 45
+TILES.update({f"{name}_s4": dataclasses.replace(TILES[name], fc1_stages=4, fc2_stages=4, ws_wstages=6)
+              for name in ("x256w_sa_t32a_wsb_p", "x256m_sa_t32_wsb_p")})
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:

@@ -1521,6 +1521,14 @@ def test_gated_ws_fc1_matches_float64(name, case):
         _assert_tiles_keep_bits(TILES["x256m_sa_t32_wsb"], tile, case, "swiglu")
 
 
+# Session 43 (prepared; tools/gpu_next.sh s44b): the persistent defaults at 4 token stages ("_p_s4", 6 fp8 weight
+# stages): ring depths change no value, so the bits of the 3-stage tiles.
+@pytest.mark.parametrize("name,activation", [("x256w_sa_t32a_wsb_p_s4", "squared_relu"),
+                                             ("x256m_sa_t32_wsb_p_s4", "swiglu")])
+def test_persistent_ws_at_4_stages_keeps_the_bits(name, activation):
+    _assert_tiles_keep_bits(TILES[name.removesuffix("_s4")], TILES[name], (128, 8, 2048, 768, 4096), activation)
+
+
 def test_cuda_graph_replay_with_the_gated_ws_fc1():  # (the SwiGLU default from 176 pairs per expert since 43)
     _graph_replay_of(lambda *shape: TILES["x256m_sa_t32_wsb_p"], 4096, (4096, 4096 * 2 // 3, 5), "swiglu")
 

@@ -727,3 +727,22 @@ def test_gated_ws_fc1_compiles_for_sm90(persistent):
     assert not any(op.startswith("SHFL") for op in ops), sorted(op for op in ops if op.startswith("SHFL"))
     assert "ex2.approx" in ptx  # the SwiGLU's sigmoid
     _assert_barriers_fenced_after_init(ptx)
+
+
+@pytest.mark.parametrize("fc,gated", [(1, False), (1, True), (2, False)])
+def test_ws_persistent_kernels_at_4_stages_fit_with_6_weight_stages(fc, gated):
+    """The "_p_s4" tiles (session 43): the persistent ws kernels at 4 token stages and 6 fp8 weight stages compile for
+    sm_90 within ``ws_shared_bytes(..., wstages=6, persistent=True)`` (216 KiB) and 227 KiB, with no spill (Triton
+    3.6); with 8 weight stages they would not fit."""
+    import triton
+
+    from megatron_mxfp8_moe.kernels.triton_moe import TILES, ws_shared_bytes
+
+    ptx, sass, shared = _compile_ws(fc, 256, 64, 4, persistent=True, wstages=6, gated=gated)
+    assert shared <= ws_shared_bytes(256, 64, 4, wstages=6, persistent=True) <= 227 * 1024 < ws_shared_bytes(
+        256, 64, 4, persistent=True)
+    spilled = _spilled(ptx)
+    assert spilled == 0 if triton.__version__.startswith("3.6") else spilled <= 128, spilled
+    for name in ("x256w_sa_t32a_wsb_p_s4", "x256m_sa_t32_wsb_p_s4"):
+        tile = TILES[name]
+        assert (tile.fc1_stages, tile.fc2_stages, tile.ws_wstages, tile.ws_persistent) == (4, 4, 6, True)
