@@ -62,19 +62,19 @@ _partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 
 @gluon.jit
-def _issue_weights(w_desc, w8_smem, w_ready, k, g, w_row, up_row, WSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+def _issue_weights(w_desc, w8_smem, w_ready, k, g, w_row, up_off, WSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
                    BLOCK_K: gl.constexpr, GATED: gl.constexpr):
     """K step k's fp8 weight tile by TMA into stage ``(g + k) % WSTAGES`` of the weight ring (``g``: the ring
     positions of earlier tiles, 0 but in the persistent kernels): rows from ``w_row``, or (``GATED``) two boxes of
-    ``BLOCK_N // 2`` rows, the gate rows from ``w_row`` into the stage's first half and their up rows from ``up_row``
-    into its second. No wait: only the producer reads that ring, and it has read the stage's last tile (position
+    ``BLOCK_N // 2`` rows, the gate rows from ``w_row`` into the stage's first half and their up rows, ``up_off``
+    rows further, into its second. No wait: only the producer reads that ring, and it has read the stage's last tile (position
     g + k - WSTAGES) before it issues this copy."""
     st = (g + k) % WSTAGES
     if GATED:
         mbarrier.expect(w_ready.index(st), 2 * w_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(w_desc, [w_row, k * BLOCK_K], w_ready.index(st),
                                         w8_smem.index(st).slice(0, BLOCK_N // 2))
-        tma.async_copy_global_to_shared(w_desc, [up_row, k * BLOCK_K], w_ready.index(st),
+        tma.async_copy_global_to_shared(w_desc, [w_row + up_off, k * BLOCK_K], w_ready.index(st),
                                         w8_smem.index(st).slice(BLOCK_N // 2, BLOCK_N // 2))
     else:
         mbarrier.expect(w_ready.index(st), w_desc.block_type.nbytes)
@@ -132,6 +132,13 @@ def _dequant_block(w, s, one, SX: gl.constexpr):
     return out
 
 
+@gluon.constexpr_function
+def _out_rows(block_n, gated):
+    """Output rows of an FC1 tile of ``block_n`` weight rows: half of them where ``gated`` (gate rows and their up
+    rows), else all."""
+    return block_n // 2 if gated else block_n
+
+
 @gluon.jit
 def _interleave_halves(t, BLOCK_N: gl.constexpr):
     """The gated producer's tile ``t`` ``[BLOCK_N, C]`` (gate rows, then their up rows) with its rows reordered for
@@ -152,7 +159,7 @@ def _gate_up(acc, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr):
 
 
 @gluon.jit
-def _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, up_row, s_base, row_offs,
+def _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, up_off, s_base, row_offs,
                   steps, word, one, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
                   BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, GATED: gl.constexpr):
     """Step k's fp8 weight tile (its stage of the copy ring) times its E8M0 scales (``word``: ``_scale_word`` of step
@@ -179,46 +186,46 @@ def _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty,
     _partition_barrier()  # every warp of the partition has read the fp8 stage and written the bf16 tile
     mbarrier.arrive(deq_ready.index(d))
     if k + WSTAGES < steps:
-        _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, g, w_row, up_row, WSTAGES, BLOCK_N, BLOCK_K, GATED)
+        _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, g, w_row, up_off, WSTAGES, BLOCK_N, BLOCK_K, GATED)
     return next_word
 
 
 @gluon.jit
-def _weight_rows(n_first, up_first, BLOCK_N: gl.constexpr, PRODUCER_WARPS: gl.constexpr, GATED: gl.constexpr):
+def _weight_rows(n_first, up_off, BLOCK_N: gl.constexpr, PRODUCER_WARPS: gl.constexpr, GATED: gl.constexpr):
     """The expert's weight rows of a tile as the producer holds them (``_block_layout``'s rows): ``[n_first,
-    n_first + BLOCK_N)``, or (``GATED``) ``BLOCK_N // 2`` gate rows from ``n_first``, then their up rows from
-    ``up_first``."""
+    n_first + BLOCK_N)``, or (``GATED``) ``BLOCK_N // 2`` gate rows from ``n_first``, then their up rows, ``up_off``
+    rows further."""
     i = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, _block_layout(PRODUCER_WARPS)))
     if GATED:
-        rows = gl.where(i < BLOCK_N // 2, n_first + i, up_first + (i - BLOCK_N // 2))
+        rows = gl.where(i < BLOCK_N // 2, n_first + i, n_first + up_off + (i - BLOCK_N // 2))
     else:
         rows = n_first + i
     return rows
 
 
 @gluon.jit
-def _start_weights(w_desc, w8_smem, w_ready, g, w_row, up_row, n_first, up_first, steps, scale_tiles,
+def _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, up_off, steps, scale_tiles,
                    WSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
                    GATED: gl.constexpr):
     """A producer's first ``WSTAGES`` weight copies; returns ``row_offs`` of ``_dequant_step``, the byte offsets of
     the tile's weight rows (``_weight_rows``) in the expert's 128x4 scales (``_scale_rows`` without the base, as
     int32)."""
-    rows = _weight_rows(n_first, up_first, BLOCK_N, PRODUCER_WARPS, GATED)
+    rows = _weight_rows(n_first, up_off, BLOCK_N, PRODUCER_WARPS, GATED)
     row_offs = (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
     for i in gl.static_range(WSTAGES):
         if i < steps:
-            _issue_weights(w_desc, w8_smem, w_ready, i, g, w_row, up_row, WSTAGES, BLOCK_N, BLOCK_K, GATED)
+            _issue_weights(w_desc, w8_smem, w_ready, i, g, w_row, up_off, WSTAGES, BLOCK_N, BLOCK_K, GATED)
     return row_offs
 
 
 @gluon.jit
-def _one_factor(s_base, n_first, up_first, steps, scale_tiles, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+def _one_factor(s_base, n_first, up_off, steps, scale_tiles, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                 STEPS_P2: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, GATED: gl.constexpr):
     """``one`` of ``_dequant_block``: with ``SX``, whether every E8M0 byte of this program's weight rows
     (``_weight_rows``) over its ``steps`` K steps is below 128 (``_scales_below_2_pow_1``: one int32 word per row and
     128 values; ``STEPS_P2`` a power of two >= the K extent / 128); False without ``SX`` (unused there)."""
     if SX:
-        rows = _weight_rows(n_first, up_first, BLOCK_N, PRODUCER_WARPS, GATED)
+        rows = _weight_rows(n_first, up_off, BLOCK_N, PRODUCER_WARPS, GATED)
         one = _scales_below_2_pow_1(s_base, rows, gl.cdiv(steps * BLOCK_K, 128), scale_tiles, STEPS_P2,
                                     PRODUCER_WARPS)
     else:
@@ -233,16 +240,15 @@ def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_
                   SX: gl.constexpr, STEPS_P2: gl.constexpr):
     """FC2's producer of one tile (from ring position ``g``): the weight copies by TMA ``WSTAGES`` steps ahead, the
     inter rows' ``STAGES - 1``, and the dequant."""
-    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, w_row, n_first, n_first, steps, scale_tiles,
-                              WSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, False)
+    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, 0, steps, scale_tiles, WSTAGES, BLOCK_N,
+                              BLOCK_K, PRODUCER_WARPS, False)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
             _issue_rows(a_desc, x_smem, x_ready, x_empty, i, g, a_row, STAGES, BLOCK_K)
-    one = _one_factor(s_base, n_first, n_first, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX,
-                      False)
+    one = _one_factor(s_base, n_first, 0, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX, False)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, w_row, s_base,
+        word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, 0, s_base,
                              row_offs, steps, word, one, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, False)
         # only now the rows into step k - 1's stage: the consumer frees it after step k's MMA, which needs the tile
         # just stored (issued before it, this wait would never end)
@@ -283,18 +289,17 @@ def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb
     # int32 element offsets (the launcher checks that x fits), pointers made per copy: half the live registers
     x_offs = tokens[:, None] * stride_x + cols[None, :]
     live_rows = (pairs >= 0)[:, None]
-    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, w_row + n_out, n_first, n_first + n_out, steps,
-                              scale_tiles, WSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, GATED)
+    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, n_out, steps, scale_tiles, WSTAGES,
+                              BLOCK_N, BLOCK_K, PRODUCER_WARPS, GATED)
     for i in gl.static_range(STAGES - 1):
         if i < steps:
             _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, g, K, STAGES, BLOCK_K)
-    one = _one_factor(s_base, n_first, n_first + n_out, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2,
-                      PRODUCER_WARPS, SX, GATED)
+    one = _one_factor(s_base, n_first, n_out, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX,
+                      GATED)
     word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
-        word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, w_row + n_out,
-                             s_base, row_offs, steps, word, one, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS,
-                             SX, GATED)
+        word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, n_out, s_base,
+                             row_offs, steps, word, one, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, GATED)
         if k + STAGES - 1 < steps:  # (after the dequant: _fc2_producer says why)
             _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1, g, K, STAGES,
                             BLOCK_K)
@@ -485,7 +490,7 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
     pid_n = gl.program_id(0)
     pid_b = gl.program_id(1)
     live, expert, steps, s_base = _block_of(num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, pid_b, K, BLOCK_K)
-    OUT_N: gl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N  # the tile's output rows
+    OUT_N: gl.constexpr = _out_rows(BLOCK_N, GATED)
     x_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_K], gl.bfloat16)
     # the token rows by cp.async: every producer thread's copies count one arrival per phase
     x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _rings(
@@ -549,7 +554,7 @@ def _consumer_p(wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, out_ptr
     """The consumers over the program's persistent tiles: each tile's MMAs (``_mma_steps``), its last stages freed,
     then its rows stored: ``FC1``, the activated inter rows (``_activated``, ``_store_inter``; ``N`` the output rows,
     ``BLOCK_N // 2`` per tile where ``GATED``); else the slot rows (``_store_slots``)."""
-    OUT_N: gl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N
+    OUT_N: gl.constexpr = _out_rows(BLOCK_N, GATED)
     n_tiles = gl.cdiv(N, OUT_N)
     steps = gl.cdiv(K, BLOCK_K)
     g = 0
@@ -599,7 +604,7 @@ def _fc1_producer_p(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, 
                     DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr,
                     PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr, GATED: gl.constexpr):
     """``_fc1_producer`` over the program's persistent tiles (``BLOCK_N // 2`` output rows each where ``GATED``)."""
-    OUT_N: gl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N
+    OUT_N: gl.constexpr = _out_rows(BLOCK_N, GATED)
     n_tiles = gl.cdiv(N_OUT, OUT_N)
     steps = gl.cdiv(K, BLOCK_K)
     g = 0
@@ -677,7 +682,7 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
     ``block_n // 2``. ``persistent``: ``_fc1_ws_persistent_kernel`` on at most one program per SM in place of one
     program per tile."""
     experts, n1, hidden = w.shape
-    out_n = block_n // 2 if gated else block_n  # output rows per tile
+    out_n = _out_rows(block_n, gated)
     if hidden % 16 or block_k % 32 or n1 != (2 if gated else 1) * n_out or (gated and n_out % out_n):
         raise ValueError(f"launch_gluon_ws_fc1: needs H % 16 == 0, block_k % 32 == 0 and {'2 x ' if gated else ''}"
                          f"n_out FC1 rows{f' with n_out % {out_n} == 0' if gated else ''}; got H {hidden}, block_k "
