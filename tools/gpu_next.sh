@@ -3,6 +3,8 @@
 #   bash tools/gpu_next.sh s44a     # for session 44: the full benchmark and the demo with session 43's defaults (the
 #                                   # gated ws FC1 in SwiGLU's from 176 pairs per expert; run 46 ran them on an H100
 #                                   # only: ask for an H200), then both activations' default tests from 176 pairs
+#   bash tools/gpu_next.sh s44c     # session 44: "_pf" (ws_prefetch: the persistent ws copies run on across tiles) and
+#                                   # the decode-sized persistent ws tiles: bit tests, probes at 16-256 and 4096 tokens
 #   bash tools/gpu_next.sh s44b     # for session 44: the persistent defaults at 4 token stages ("_p_s4", prepared in
 #                                   # session 43): their bit tests, then probes at 4096 against the defaults
 #   bash tools/gpu_next.sh s43b     # session 43: SwiGLU's gated ws FC1 ("x256m_sa_t32_wsb" / "_wsb_p"): its GPU
@@ -1117,6 +1119,26 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     moe_bench_and_demo 400 $OUT/log.txt
     moe_gpu_tests 250 "default_from_176 or gated_ws_fc1" ;;
+  s44c)
+    # session 44 (about 9 device minutes): "_pf" (ws_prefetch) and the decode-sized persistent ws tiles: their bit
+    # tests (a wrong ring position hangs: the tests' timeout ends it, then the probes still run), then layer probes at
+    # 16 / 64 / 256 tokens against the defaults (both activations and shapes; the ws tiles with and without the
+    # prefetch), then "_pf" against the persistent defaults at 4096 tokens
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    smoke_tests 240 "ws_prefetch"
+    W16=w16_wsb_pf,w16_wsb_pf+ws_prefetch=0 M16=m16_wsb_pf,m16_wsb_pf+ws_prefetch=0
+    probe_shapes 70 16,64 squared_relu s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x,$W16 qwen3-30b-a3b
+    probe_shapes 70 16,64 squared_relu s16_f8q_s2_gf_g1_f128_st,$W16 qwen3-235b-a22b
+    probe_shapes 70 256 squared_relu m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt,w16_wsb_pf,w32_wsb_pf \
+      qwen3-30b-a3b qwen3-235b-a22b
+    probe_shapes 70 16,64 swiglu s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x,$M16 qwen3-30b-a3b qwen3-235b-a22b
+    probe_shapes 70 256 swiglu m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt,m16_wsb_pf,m32_wsb_pf \
+      qwen3-30b-a3b qwen3-235b-a22b
+    C=x256w_sa_t32a_wsb_p,x256w_sa_t32a_wsb_p_pf
+    probe_shapes 90 4096 squared_relu "$C,$C" qwen3-235b-a22b qwen3-30b-a3b
+    C=x256m_sa_t32_wsb_p,x256m_sa_t32_wsb_p_pf
+    probe_shapes 90 4096 swiglu "$C,$C" qwen3-235b-a22b qwen3-30b-a3b
+    layer_probe_summary 30 ;;
   s44b)
     # for session 44 (about 4 device minutes): "_p_s4" (4 token stages, 6 fp8 weight stages, 216 KiB) against the
     # persistent defaults at 3 stages: the same bits (30b at 4096 tokens), then probes at 4096 tokens, both
