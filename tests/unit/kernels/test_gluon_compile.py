@@ -536,7 +536,7 @@ def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():
 
 
 def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, staged=False, persistent=False,
-                dstages=2, wstages=0, gated=False, prefetch=False):
+                dstages=2, wstages=0, gated=False):
     """The warp-specialized FC1 (``fc`` 1, squared ReLU, or ``gated`` SwiGLU) or FC2 (session 39) compiled for sm_90
     at 128 rows: ``(ptx, sass, shared bytes)``."""
     import triton
@@ -553,9 +553,7 @@ def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, sta
     constants = dict(BLOCK_N=128, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=wstages or 2 * stages,
                      DSTAGES=dstages, PRODUCER_WARPS=4, PRODUCER_REGS=152, SX=sx, STEPS_P2=16,
                      THREAD_ARRIVE=thread_arrive, num_warps=8)
-    if persistent:
-        constants.update(PREFETCH=prefetch)
-    else:
+    if not persistent:
         constants.update(STAGED=staged)
     if fc == 1:
         fn = kernel._fc1_ws_persistent_kernel if persistent else kernel._fc1_ws_kernel
