@@ -1119,7 +1119,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     moe_bench_and_demo 400 $OUT/log.txt
     moe_gpu_tests 250 "default_from_176 or gated_ws_fc1" ;;
-  s44c)
+  s44c)  # (needs bench/results/run47/ws_prefetch_and_decode_ws_tiles.patch: removed after run 47)
     # session 44 (about 9 device minutes): "_pf" (ws_prefetch) and the decode-sized persistent ws tiles: their bit
     # tests (a wrong ring position hangs: the tests' timeout ends it, then the probes still run), then layer probes at
     # 16 / 64 / 256 tokens against the defaults (both activations and shapes; the ws tiles with and without the
