@@ -3,6 +3,8 @@
 #   bash tools/gpu_next.sh s44a     # for session 44: the full benchmark and the demo with session 43's defaults (the
 #                                   # gated ws FC1 in SwiGLU's from 176 pairs per expert; run 46 ran them on an H100
 #                                   # only: ask for an H200), then both activations' default tests from 176 pairs
+#   bash tools/gpu_next.sh s45a     # for session 45: the decode ws tiles with 4 bf16 stages / 8 producer warps: bit
+#                                   # tests, probes at 16-256 tokens against the defaults
 #   bash tools/gpu_next.sh s44c     # session 44: "_pf" (ws_prefetch: the persistent ws copies run on across tiles) and
 #                                   # the decode-sized persistent ws tiles: bit tests, probes at 16-256 and 4096 tokens
 #   bash tools/gpu_next.sh s44b     # for session 44: the persistent defaults at 4 token stages ("_p_s4", prepared in
@@ -1119,7 +1121,26 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     moe_bench_and_demo 400 $OUT/log.txt
     moe_gpu_tests 250 "default_from_176 or gated_ws_fc1" ;;
-  s44c)  # (needs bench/results/run47/ws_prefetch_and_decode_ws_tiles.patch: removed after run 47)
+  s45a)
+    # for session 45 (about 8 device minutes): the decode ws tiles' forms ("_d4": 4 bf16 stages, "_p8": 8 producer
+    # warps and one consumer warpgroup, "_p8d4": both): their bit tests (a hang ends at the tests' timeout), then layer
+    # probes at 16 / 64 / 256 tokens against the defaults and "_pf" (run 47: 1.6-1.9x the defaults' time), both
+    # activations and shapes
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    smoke_tests 200 "decode_ws_forms or decode_ws_p8d4"
+    for W in w m; do
+      A=squared_relu; [ $W = m ] && A=swiglu
+      F16=${W}16_wsb_pf,${W}16_wsb_pf_d4,${W}16_wsb_pf_p8,${W}16_wsb_pf_p8d4
+      F32=${W}32_wsb_pf,${W}32_wsb_pf_d4,${W}32_wsb_pf_p8,${W}32_wsb_pf_p8d4
+      D16=s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x D235=s16_f8q_s2_gf_g1_f128_st  # (the 16-token defaults)
+      D256=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt
+      [ $W = m ] && D16=s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x D235=$D16 D256=m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt
+      probe_shapes 80 16,64 $A $D16,$F16 qwen3-30b-a3b
+      probe_shapes 80 16,64 $A $D235,$F16 qwen3-235b-a22b
+      probe_shapes 80 256 $A $D256,$F32 qwen3-30b-a3b qwen3-235b-a22b
+    done
+    layer_probe_summary 30 ;;
+  s44c)
     # session 44 (about 9 device minutes): "_pf" (ws_prefetch) and the decode-sized persistent ws tiles: their bit
     # tests (a wrong ring position hangs: the tests' timeout ends it, then the probes still run), then layer probes at
     # 16 / 64 / 256 tokens against the defaults (both activations and shapes; the ws tiles with and without the

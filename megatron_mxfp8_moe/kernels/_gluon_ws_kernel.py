@@ -94,10 +94,11 @@ def _issue_rows(a_desc, x_smem, x_ready, x_empty, k, g, a_row, STAGES: gl.conste
 
 @gluon.constexpr_function
 def _block_layout(warps):
-    """The producer's register layout of one 32-value scale block column ``[BLOCK_N, 32]`` of a weight tile: a
-    thread holds one row's 32 values (one E8M0 scale)."""
-    return gl.BlockedLayout(size_per_thread=[1, 32], threads_per_warp=[32, 1], warps_per_cta=[warps, 1],
-                            order=[1, 0])
+    """The producer's register layout of one 32-value scale block column ``[128, 32]`` of a weight tile: a thread
+    holds one row's 32 values (one E8M0 scale) on 4 warps, half of them on 8 (``ws_producer_warps``)."""
+    split = warps // 4
+    return gl.BlockedLayout(size_per_thread=[1, 32 // split], threads_per_warp=[32 // split, split],
+                            warps_per_cta=[warps, 1], order=[1, 0])
 
 
 @gluon.jit
@@ -160,14 +161,16 @@ def _gate_up(acc, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr):
 
 @gluon.jit
 def _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, up_off, s_base, row_offs,
-                  steps, word, one, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, GATED: gl.constexpr):
+                  steps, word, one, nxt_w_row, nxt_live, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr,
+                  BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr,
+                  GATED: gl.constexpr):
     """Step k's fp8 weight tile (its stage of the copy ring) times its E8M0 scales (``word``: ``_scale_word`` of step
     k, loaded a step ahead so that its latency is off this chain) into the bf16 ring, one 32-value scale block at a
     time (32 values per thread live, not the tile's 64), and hands the bf16 tile to the consumer; then refills the fp8
-    stage just read (every producer warp has) with step k + WSTAGES's weights. Returns step k + 1's scale word, loaded
-    before this step's waits. Ring positions ``g + k`` (``_issue_weights``); ``GATED``: the bf16 rows in
-    ``_interleave_halves``'s order."""
+    stage just read (every producer warp has) with step k + WSTAGES's weights, or past this tile's last steps, where
+    ``nxt_live`` (``ws_prefetch``), with the next tile's (rows from ``nxt_w_row``; ring position ``g + k + WSTAGES``
+    either way). Returns step k + 1's scale word, loaded before this step's waits. Ring positions ``g + k``
+    (``_issue_weights``); ``GATED``: the bf16 rows in ``_interleave_halves``'s order."""
     next_word = _scale_word(s_base, row_offs, k + 1, steps, BLOCK_K)
     layout: gl.constexpr = _block_layout(PRODUCER_WARPS)
     st = (g + k) % WSTAGES
@@ -187,6 +190,9 @@ def _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty,
     mbarrier.arrive(deq_ready.index(d))
     if k + WSTAGES < steps:
         _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES, g, w_row, up_off, WSTAGES, BLOCK_N, BLOCK_K, GATED)
+    elif nxt_live:  # (a literal False but in ``PREFETCH``)
+        _issue_weights(w_desc, w8_smem, w_ready, k + WSTAGES - steps, g + steps, nxt_w_row, up_off, WSTAGES, BLOCK_N,
+                       BLOCK_K, GATED)
     return next_word
 
 
@@ -204,18 +210,29 @@ def _weight_rows(n_first, up_off, BLOCK_N: gl.constexpr, PRODUCER_WARPS: gl.cons
 
 
 @gluon.jit
-def _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, up_off, steps, scale_tiles,
-                   WSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                   GATED: gl.constexpr):
-    """A producer's first ``WSTAGES`` weight copies; returns ``row_offs`` of ``_dequant_step``, the byte offsets of
-    the tile's weight rows (``_weight_rows``) in the expert's 128x4 scales (``_scale_rows`` without the base, as
-    int32)."""
+def _row_offsets(n_first, up_off, scale_tiles, BLOCK_N: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                 GATED: gl.constexpr):
+    """``row_offs`` of ``_dequant_step``: the byte offsets of a tile's weight rows (``_weight_rows``) in the expert's
+    128x4 scales (``_scale_rows`` without the base, as int32)."""
     rows = _weight_rows(n_first, up_off, BLOCK_N, PRODUCER_WARPS, GATED)
-    row_offs = (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
+    return (rows // 128) * (scale_tiles * 512) + _scale_row_offsets(rows)
+
+
+@gluon.jit
+def _first_weights(w_desc, w8_smem, w_ready, g, w_row, up_off, steps, WSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+                   BLOCK_K: gl.constexpr, GATED: gl.constexpr):
+    """A tile's first ``WSTAGES`` weight copies (ring positions from ``g``)."""
     for i in gl.static_range(WSTAGES):
         if i < steps:
             _issue_weights(w_desc, w8_smem, w_ready, i, g, w_row, up_off, WSTAGES, BLOCK_N, BLOCK_K, GATED)
-    return row_offs
+
+
+@gluon.jit
+def _first_word(s_base, n_first, up_off, scale_tiles, live, steps, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                PRODUCER_WARPS: gl.constexpr, GATED: gl.constexpr):
+    """``PREFETCH``: a tile's step-0 scale word (``_scale_word``), loaded a tile ahead; 0 where not ``live``."""
+    return _scale_word(s_base, _row_offsets(n_first, up_off, scale_tiles, BLOCK_N, PRODUCER_WARPS, GATED), 0,
+                       gl.where(live, steps, 0), BLOCK_K)
 
 
 @gluon.jit
@@ -235,25 +252,60 @@ def _one_factor(s_base, n_first, up_off, steps, scale_tiles, BLOCK_N: gl.constex
 
 @gluon.jit
 def _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty, w_row,
-                  a_row, s_base, n_first, steps, scale_tiles, g, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
-                  DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                  SX: gl.constexpr, STEPS_P2: gl.constexpr):
+                  a_row, s_base, n_first, steps, scale_tiles, g, word, nxt_w_row, nxt_a_row, nxt_live, issue,
+                  STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr,
+                  PREFETCH: gl.constexpr):
     """FC2's producer of one tile (from ring position ``g``): the weight copies by TMA ``WSTAGES`` steps ahead, the
-    inter rows' ``STAGES - 1``, and the dequant."""
-    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, 0, steps, scale_tiles, WSTAGES, BLOCK_N,
-                              BLOCK_K, PRODUCER_WARPS, False)
-    for i in gl.static_range(STAGES - 1):
-        if i < steps:
-            _issue_rows(a_desc, x_smem, x_ready, x_empty, i, g, a_row, STAGES, BLOCK_K)
+    inter rows' ``STAGES - 1``, and the dequant. ``PREFETCH`` (persistent, ``ws_prefetch``): the first copies only
+    where ``issue`` (the previous tile has not made them), ``word`` the step-0 scale word loaded a tile ahead, and past
+    its last steps the copies run on into the next tile (``nxt_w_row`` / ``nxt_a_row``, where ``nxt_live``)."""
+    row_offs = _row_offsets(n_first, 0, scale_tiles, BLOCK_N, PRODUCER_WARPS, False)
+    if issue:  # (a literal True but in PREFETCH: no branch)
+        _first_weights(w_desc, w8_smem, w_ready, g, w_row, 0, steps, WSTAGES, BLOCK_N, BLOCK_K, False)
+        for i in gl.static_range(STAGES - 1):
+            if i < steps:
+                _issue_rows(a_desc, x_smem, x_ready, x_empty, i, g, a_row, STAGES, BLOCK_K)
     one = _one_factor(s_base, n_first, 0, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX, False)
-    word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
+    if not PREFETCH:
+        word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
         word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, 0, s_base,
-                             row_offs, steps, word, one, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, False)
+                             row_offs, steps, word, one, nxt_w_row, nxt_live, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K,
+                             PRODUCER_WARPS, SX, False)
         # only now the rows into step k - 1's stage: the consumer frees it after step k's MMA, which needs the tile
         # just stored (issued before it, this wait would never end)
         if k + STAGES - 1 < steps:
             _issue_rows(a_desc, x_smem, x_ready, x_empty, k + STAGES - 1, g, a_row, STAGES, BLOCK_K)
+        elif nxt_live:  # (a literal False but in PREFETCH)
+            _issue_rows(a_desc, x_smem, x_ready, x_empty, k + STAGES - 1 - steps, g + steps, nxt_a_row, STAGES,
+                        BLOCK_K)
+
+
+@gluon.constexpr_function
+def _copy_layout(block_k, warps):
+    """The FC1 producer's layout of a gathered token tile ``[BLOCK_T, BLOCK_K]``: 8 bf16 (16 bytes, one cp.async) per
+    thread."""
+    return gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // (block_k // 8), block_k // 8],
+                            warps_per_cta=[warps, 1], order=[1, 0])
+
+
+@gluon.jit
+def _block_pairs(sorted_pairs_ptr, pid_b, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr,
+                 PRODUCER_WARPS: gl.constexpr):
+    """The pair (or -1) of each of token block ``pid_b``'s ``BLOCK_T`` sorted positions, in ``_copy_layout``'s rows."""
+    positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, _copy_layout(BLOCK_K,
+                                                                                             PRODUCER_WARPS)))
+    return gl.load(sorted_pairs_ptr + positions)
+
+
+@gluon.jit
+def _gathered_offsets(pairs, cols, stride_x, TOPK: gl.constexpr):
+    """``(x_offs, live_rows)`` of ``_issue_gathered`` for a block's ``pairs``: int32 element offsets of the token rows
+    (the launcher checks that x fits; pointers made per copy: half the live registers) and the rows that hold a
+    pair."""
+    tokens = gl.where(pairs >= 0, pairs // TOPK, 0)
+    return tokens[:, None] * stride_x + cols[None, :], (pairs >= 0)[:, None]
 
 
 @gluon.jit
@@ -271,38 +323,42 @@ def _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k,
 
 @gluon.jit
 def _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty,
-                  deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, g, n_out,
-                  TOPK: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr, DSTAGES: gl.constexpr,
-                  BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                  SX: gl.constexpr, STEPS_P2: gl.constexpr, GATED: gl.constexpr):
+                  deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, g, n_out, pairs, word,
+                  nxt_w_row, nxt_pairs, nxt_live, issue, TOPK: gl.constexpr, STAGES: gl.constexpr,
+                  WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
+                  BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr,
+                  GATED: gl.constexpr, PREFETCH: gl.constexpr):
     """FC1's producer of one tile (from ring position ``g``): the weight copies by TMA ``WSTAGES`` steps ahead, the
     gathered token rows (sorted position -> pair -> token row of x; padding positions copy nothing: zeros) by cp.async
     ``STAGES - 1``, and the dequant. ``GATED``: the tile's ``BLOCK_N // 2`` gate rows from ``n_first`` (``w_row`` in
-    the stack) and their up rows ``n_out`` further."""
-    copy_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // (BLOCK_K // 8),
-                                                                                             BLOCK_K // 8],
-                                                 warps_per_cta=[PRODUCER_WARPS, 1], order=[1, 0])
-    positions = pid_b * BLOCK_T + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, copy_layout))
-    pairs = gl.load(sorted_pairs_ptr + positions)
-    tokens = gl.where(pairs >= 0, pairs // TOPK, 0)
+    the stack) and their up rows ``n_out`` further. ``PREFETCH``: as ``_fc2_producer``'s, with the block's ``pairs``
+    (``_block_pairs``) and the next tile's ``nxt_pairs`` loaded a tile ahead."""
+    copy_layout: gl.constexpr = _copy_layout(BLOCK_K, PRODUCER_WARPS)
+    if not PREFETCH:
+        pairs = _block_pairs(sorted_pairs_ptr, pid_b, BLOCK_T, BLOCK_K, PRODUCER_WARPS)
     cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, copy_layout))
-    # int32 element offsets (the launcher checks that x fits), pointers made per copy: half the live registers
-    x_offs = tokens[:, None] * stride_x + cols[None, :]
-    live_rows = (pairs >= 0)[:, None]
-    row_offs = _start_weights(w_desc, w8_smem, w_ready, g, w_row, n_first, n_out, steps, scale_tiles, WSTAGES,
-                              BLOCK_N, BLOCK_K, PRODUCER_WARPS, GATED)
-    for i in gl.static_range(STAGES - 1):
-        if i < steps:
-            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, g, K, STAGES, BLOCK_K)
+    x_offs, live_rows = _gathered_offsets(pairs, cols, stride_x, TOPK)
+    row_offs = _row_offsets(n_first, n_out, scale_tiles, BLOCK_N, PRODUCER_WARPS, GATED)
+    if issue:  # (a literal True but in PREFETCH: no branch)
+        _first_weights(w_desc, w8_smem, w_ready, g, w_row, n_out, steps, WSTAGES, BLOCK_N, BLOCK_K, GATED)
+        for i in gl.static_range(STAGES - 1):
+            if i < steps:
+                _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, i, g, K, STAGES, BLOCK_K)
     one = _one_factor(s_base, n_first, n_out, steps, scale_tiles, BLOCK_N, BLOCK_K, STEPS_P2, PRODUCER_WARPS, SX,
                       GATED)
-    word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
+    if not PREFETCH:
+        word = _scale_word(s_base, row_offs, 0, steps, BLOCK_K)
     for k in range(steps):
         word = _dequant_step(k, g, w_desc, w8_smem, wb_smem, w_ready, deq_ready, deq_empty, w_row, n_out, s_base,
-                             row_offs, steps, word, one, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, GATED)
+                             row_offs, steps, word, one, nxt_w_row, nxt_live, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K,
+                             PRODUCER_WARPS, SX, GATED)
         if k + STAGES - 1 < steps:  # (after the dequant: _fc2_producer says why)
             _issue_gathered(x_smem, x_ready, x_empty, x_ptr, x_offs, live_rows, cols, k + STAGES - 1, g, K, STAGES,
                             BLOCK_K)
+        elif nxt_live:  # (a literal False but in PREFETCH): the next tile's rows
+            nxt_offs, nxt_rows = _gathered_offsets(nxt_pairs, cols, stride_x, TOPK)
+            _issue_gathered(x_smem, x_ready, x_empty, x_ptr, nxt_offs, nxt_rows, cols, k + STAGES - 1 - steps,
+                            g + steps, K, STAGES, BLOCK_K)
 
 
 @gluon.jit
@@ -460,8 +516,9 @@ def _fc2_ws_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr, block_expe
         (_mma_partition, (wb_smem, x_smem, x_ready, x_empty, deq_ready, deq_empty, steps, STAGES, DSTAGES, BLOCK_N,
                           BLOCK_T, THREAD_ARRIVE, num_warps)),
         (_fc2_producer, (w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
-                         expert * N + n_first, pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, 0, STAGES,
-                         WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)),
+                         expert * N + n_first, pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, 0, 0, 0, 0,
+                         False, True, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2,
+                         False)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
     vals = _rows_of(acc.to(gl.bfloat16), BLOCK_N, BLOCK_T, STAGED, num_warps)
     _store_slots(vals, slot_ptr, sorted_pairs_ptr, stride_slot, pid_b, n_first, N, live, BLOCK_N, BLOCK_T, num_warps)
@@ -502,8 +559,8 @@ def _fc1_ws_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr, block_expe
                           BLOCK_T, THREAD_ARRIVE, num_warps)),
         (_fc1_producer, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
                          x_empty, deq_ready, deq_empty, expert * N1 + n_first, pid_b, s_base, n_first, steps, K,
-                         scale_tiles, 0, N_OUT, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
-                         PRODUCER_WARPS, SX, STEPS_P2, GATED)),
+                         scale_tiles, 0, N_OUT, 0, 0, 0, 0, False, True, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N,
+                         BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2, GATED, False)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])[0]
     h = _rows_of(_activated(acc, ACTIVATION, BLOCK_N, BLOCK_T, GATED).to(gl.bfloat16), OUT_N, BLOCK_T, STAGED,
                  num_warps)
@@ -530,20 +587,64 @@ def _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, rows, BLOCK_N: gl.c
 
 
 @gluon.jit
+def _next_tile(t, live, n_tiles, block_expert_ptr, s_ptr, stride_se, rows, up_off, steps, scale_tiles,
+               BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, GATED: gl.constexpr):
+    """``ws_prefetch``: ``_tile_of`` tile ``t`` and its step-0 scale word (``_first_word``; 0 where not ``live``),
+    loaded a tile ahead of their use. ``BLOCK_N``: the tile's output rows."""
+    pid_b, n_first, w_row, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, rows, BLOCK_N)
+    return pid_b, n_first, w_row, s_base, _first_word(s_base, n_first, up_off, scale_tiles, live, steps,
+                                                      2 * BLOCK_N if GATED else BLOCK_N, BLOCK_K, PRODUCER_WARPS,
+                                                      GATED)
+
+
+@gluon.jit
+def _runs_on(steps, STAGES: gl.constexpr, WSTAGES: gl.constexpr):
+    """``ws_prefetch``: whether a tile's last steps issue the next tile's first copies (both rings no deeper than a
+    tile's steps; else each tile starts its own)."""
+    return (steps >= WSTAGES) & (steps >= STAGES)
+
+
+@gluon.jit
+def _starts(g, steps, STAGES: gl.constexpr, WSTAGES: gl.constexpr):
+    """``ws_prefetch``: whether the tile at ring position ``g`` issues its own first copies (the program's first
+    tile, or the previous one did not run on: ``_runs_on``)."""
+    return (g == 0) | (steps < WSTAGES) | (steps < STAGES)
+
+
+@gluon.jit
 def _fc2_producer_p(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
                     num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N, K, scale_tiles, STAGES: gl.constexpr,
                     WSTAGES: gl.constexpr, DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr,
-                    BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr):
-    """``_fc2_producer`` over the program's persistent tiles."""
+                    BLOCK_K: gl.constexpr, PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr,
+                    PREFETCH: gl.constexpr):
+    """``_fc2_producer`` over the program's persistent tiles; ``PREFETCH``: each tile's copies run on into the next
+    tile's (``_next_tile``)."""
     n_tiles = gl.cdiv(N, BLOCK_N)
     steps = gl.cdiv(K, BLOCK_K)
+    total = gl.load(num_blocks_ptr) * n_tiles
     g = 0
-    for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
-        pid_b, n_first, w_row, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, N, BLOCK_N)
-        _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty, w_row,
-                      pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, g, STAGES, WSTAGES, DSTAGES, BLOCK_N,
-                      BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)
-        g += steps
+    if PREFETCH:
+        t0 = gl.program_id(0)
+        _, n_first, w_row, s_base, word = _next_tile(t0, t0 < total, n_tiles, block_expert_ptr, s_ptr, stride_se, N,
+                                                     0, steps, scale_tiles, BLOCK_N, BLOCK_K, PRODUCER_WARPS, False)
+        for t in range(t0, total, gl.num_programs(0)):
+            more = t + gl.num_programs(0) < total
+            nxt_b, nxt_first, nxt_w_row, nxt_s_base, nxt_word = _next_tile(
+                gl.where(more, t + gl.num_programs(0), t), more, n_tiles, block_expert_ptr, s_ptr, stride_se, N, 0,
+                steps, scale_tiles, BLOCK_N, BLOCK_K, PRODUCER_WARPS, False)
+            _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
+                          w_row, (t // n_tiles) * BLOCK_T, s_base, n_first, steps, scale_tiles, g, word, nxt_w_row,
+                          nxt_b * BLOCK_T, more & _runs_on(steps, STAGES, WSTAGES), _starts(g, steps, STAGES, WSTAGES),
+                          STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2, True)
+            g += steps
+            n_first, w_row, s_base, word = nxt_first, nxt_w_row, nxt_s_base, nxt_word
+    else:
+        for t in range(gl.program_id(0), total, gl.num_programs(0)):
+            pid_b, n_first, w_row, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, N, BLOCK_N)
+            _fc2_producer(w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
+                          w_row, pid_b * BLOCK_T, s_base, n_first, steps, scale_tiles, g, 0, 0, 0, False, True, STAGES,
+                          WSTAGES, DSTAGES, BLOCK_N, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2, False)
+            g += steps
 
 
 @gluon.jit
@@ -582,7 +683,7 @@ def _fc2_ws_persistent_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr,
                               BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
                               DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                               SX: gl.constexpr, STEPS_P2: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
-                              num_warps: gl.constexpr):
+                              PREFETCH: gl.constexpr, num_warps: gl.constexpr):
     x_layout: gl.constexpr = a_desc.layout
     x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _rings(
         w_desc, x_layout, 1, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
@@ -593,7 +694,7 @@ def _fc2_ws_persistent_kernel(w_desc, a_desc, s_ptr, slot_ptr, sorted_pairs_ptr,
                        THREAD_ARRIVE, False, num_warps)),
         (_fc2_producer_p, (w_desc, a_desc, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty, deq_ready, deq_empty,
                            num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N, K, scale_tiles, STAGES, WSTAGES,
-                           DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2)),
+                           DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2, PREFETCH)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
 
@@ -602,18 +703,42 @@ def _fc1_producer_p(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, 
                     deq_ready, deq_empty, num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N1, N_OUT, K,
                     scale_tiles, TOPK: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
                     DSTAGES: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_T: gl.constexpr, BLOCK_K: gl.constexpr,
-                    PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr, GATED: gl.constexpr):
-    """``_fc1_producer`` over the program's persistent tiles (``BLOCK_N // 2`` output rows each where ``GATED``)."""
+                    PRODUCER_WARPS: gl.constexpr, SX: gl.constexpr, STEPS_P2: gl.constexpr, GATED: gl.constexpr,
+                    PREFETCH: gl.constexpr):
+    """``_fc1_producer`` over the program's persistent tiles (``BLOCK_N // 2`` output rows each where ``GATED``);
+    ``PREFETCH``: as ``_fc2_producer_p``'s, with the next block's pairs loaded a tile ahead too."""
     OUT_N: gl.constexpr = _out_rows(BLOCK_N, GATED)
     n_tiles = gl.cdiv(N_OUT, OUT_N)
     steps = gl.cdiv(K, BLOCK_K)
+    total = gl.load(num_blocks_ptr) * n_tiles
     g = 0
-    for t in range(gl.program_id(0), gl.load(num_blocks_ptr) * n_tiles, gl.num_programs(0)):
-        pid_b, n_first, w_row, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, N1, OUT_N)
-        _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready, x_empty,
-                      deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, g, N_OUT, TOPK,
-                      STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2, GATED)
-        g += steps
+    if PREFETCH:
+        t0 = gl.program_id(0)
+        pid_b, n_first, w_row, s_base, word = _next_tile(t0, t0 < total, n_tiles, block_expert_ptr, s_ptr, stride_se,
+                                                         N1, N_OUT, steps, scale_tiles, OUT_N, BLOCK_K,
+                                                         PRODUCER_WARPS, GATED)
+        pairs = _block_pairs(sorted_pairs_ptr, pid_b, BLOCK_T, BLOCK_K, PRODUCER_WARPS)
+        for t in range(t0, total, gl.num_programs(0)):
+            more = t + gl.num_programs(0) < total
+            nxt_b, nxt_first, nxt_w_row, nxt_s_base, nxt_word = _next_tile(
+                gl.where(more, t + gl.num_programs(0), t), more, n_tiles, block_expert_ptr, s_ptr, stride_se, N1,
+                N_OUT, steps, scale_tiles, OUT_N, BLOCK_K, PRODUCER_WARPS, GATED)
+            nxt_pairs = _block_pairs(sorted_pairs_ptr, nxt_b, BLOCK_T, BLOCK_K, PRODUCER_WARPS)
+            _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
+                          x_empty, deq_ready, deq_empty, w_row, t // n_tiles, s_base, n_first, steps, K, scale_tiles,
+                          g, N_OUT, pairs, word, nxt_w_row, nxt_pairs, more & _runs_on(steps, STAGES, WSTAGES),
+                          _starts(g, steps, STAGES, WSTAGES), TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T,
+                          BLOCK_K, PRODUCER_WARPS, SX, STEPS_P2, GATED, True)
+            g += steps
+            n_first, w_row, s_base, word, pairs = nxt_first, nxt_w_row, nxt_s_base, nxt_word, nxt_pairs
+    else:
+        for t in range(gl.program_id(0), total, gl.num_programs(0)):
+            pid_b, n_first, w_row, s_base = _tile_of(t, n_tiles, block_expert_ptr, s_ptr, stride_se, N1, OUT_N)
+            _fc1_producer(w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
+                          x_empty, deq_ready, deq_empty, w_row, pid_b, s_base, n_first, steps, K, scale_tiles, g,
+                          N_OUT, 0, 0, 0, 0, False, True, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
+                          PRODUCER_WARPS, SX, STEPS_P2, GATED, False)
+            g += steps
 
 
 @gluon.jit
@@ -623,7 +748,7 @@ def _fc1_ws_persistent_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr,
                               BLOCK_K: gl.constexpr, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
                               DSTAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                               SX: gl.constexpr, STEPS_P2: gl.constexpr, THREAD_ARRIVE: gl.constexpr,
-                              GATED: gl.constexpr, num_warps: gl.constexpr):
+                              GATED: gl.constexpr, PREFETCH: gl.constexpr, num_warps: gl.constexpr):
     x_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_T, BLOCK_K], gl.bfloat16)
     x_smem, x_ready, x_empty, w8_smem, wb_smem, w_ready, deq_ready, deq_empty = _rings(
         w_desc, x_layout, 32 * PRODUCER_WARPS, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
@@ -635,7 +760,7 @@ def _fc1_ws_persistent_kernel(w_desc, x_ptr, s_ptr, inter_ptr, sorted_pairs_ptr,
         (_fc1_producer_p, (w_desc, x_ptr, stride_x, sorted_pairs_ptr, w8_smem, x_smem, wb_smem, w_ready, x_ready,
                            x_empty, deq_ready, deq_empty, num_blocks_ptr, block_expert_ptr, s_ptr, stride_se, N1,
                            N_OUT, K, scale_tiles, TOPK, STAGES, WSTAGES, DSTAGES, BLOCK_N, BLOCK_T, BLOCK_K,
-                           PRODUCER_WARPS, SX, STEPS_P2, GATED)),
+                           PRODUCER_WARPS, SX, STEPS_P2, GATED, PREFETCH)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
 
@@ -646,11 +771,12 @@ def _sm_count(device: torch.device) -> int:
 
 
 def _kernel_grid(one_tile, persistent_kernel, tiles: int, grid_blocks: int, device: torch.device,
-                 staged_epilogue: bool, persistent: bool):
+                 staged_epilogue: bool, persistent: bool, prefetch: bool):
     """``(kernel, grid, extra constexprs)`` of a ws launch over ``tiles`` row tiles x ``grid_blocks`` token blocks:
-    the one-tile kernel on every tile, or the persistent one on at most one program per SM."""
+    the one-tile kernel on every tile, or the persistent one (``prefetch``: its copies running on across tiles) on at
+    most one program per SM."""
     if persistent:
-        return persistent_kernel, (min(tiles * grid_blocks, _sm_count(device)),), {}
+        return persistent_kernel, (min(tiles * grid_blocks, _sm_count(device)),), dict(PREFETCH=prefetch)
     return one_tile, (tiles, grid_blocks), dict(STAGED=staged_epilogue)
 
 
@@ -672,7 +798,8 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
                         block_t: int = 256, block_k: int = 64, stages: int = 3, dstages: int = 2,
                         num_warps: int = 8, producer_warps: int = 4, producer_regs: int = 152,
                         sx: bool = False, thread_arrive: bool = False, staged_epilogue: bool = False,
-                        persistent: bool = False, wstages: int = 0, gated: bool = False) -> None:
+                        persistent: bool = False, wstages: int = 0, gated: bool = False,
+                        prefetch: bool = False) -> None:
     """One ``_fc1_ws_kernel`` launch (``stages`` token stages, ``wstages`` fp8 weight stages (0: twice as many),
     ``dstages`` bf16 ones: ``ws_shared_bytes``): ``x`` ``[R, H]`` bf16 (row stride a multiple of 8, 16-byte aligned:
     cp.async), ``w`` ``[E, N1, H]`` fp8 contiguous (N1 = ``n_out``, or ``gated``: 2 ``n_out``, Megatron's ``[gate;
@@ -680,7 +807,7 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
     ``inter`` ``[positions, n_out]`` bf16 rows by sorted position in K order; ``activation`` the Triton kernels'
     code. Needs H a multiple of 16 (TMA rows), ``block_k`` a multiple of 32 and, gated, ``n_out`` a multiple of
     ``block_n // 2``. ``persistent``: ``_fc1_ws_persistent_kernel`` on at most one program per SM in place of one
-    program per tile."""
+    program per tile; ``prefetch`` (with it): each tile's last steps issue the next tile's first copies."""
     experts, n1, hidden = w.shape
     out_n = _out_rows(block_n, gated)
     if hidden % 16 or block_k % 32 or n1 != (2 if gated else 1) * n_out or (gated and n_out % out_n):
@@ -692,7 +819,7 @@ def launch_gluon_ws_fc1(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor, 
         raise ValueError(f"launch_gluon_ws_fc1: {problem}")
     w_desc = nvmma_descriptor(w.view(experts * n1, hidden), [out_n, block_k])  # gated: one half's box
     kernel, grid, extra = _kernel_grid(_fc1_ws_kernel, _fc1_ws_persistent_kernel, triton.cdiv(n_out, out_n),
-                                       grid_blocks, x.device, staged_epilogue, persistent)
+                                       grid_blocks, x.device, staged_epilogue, persistent, prefetch)
     kernel[grid](
         w_desc, x, scales, inter, sorted_pairs, block_expert, num_blocks, n_out, n1, hidden, x.stride(0),
         scales.stride(0), scale_tiles, inter.stride(0), TOPK=topk, ACTIVATION=activation, BLOCK_N=block_n,
@@ -708,13 +835,14 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                         block_k: int = 64, stages: int = 3, dstages: int = 2, num_warps: int = 8,
                         producer_warps: int = 4, producer_regs: int = 152, sx: bool = False,
                         thread_arrive: bool = False, staged_epilogue: bool = False,
-                        persistent: bool = False, wstages: int = 0) -> None:
+                        persistent: bool = False, wstages: int = 0, prefetch: bool = False) -> None:
     """One ``_fc2_ws_kernel`` launch (``stages`` token stages, ``wstages`` fp8 weight stages (0: twice as many),
     ``dstages`` bf16 ones) over ``grid_blocks`` token blocks of ``block_t`` positions (blocks past ``num_blocks[0]``
     exit): ``inter`` ``[positions, I]`` bf16 in K order (row stride a multiple of 8), ``w`` ``[E, H, I]`` fp8
     contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4, ``slots`` ``[pairs, H]`` bf16.
     Needs I a multiple of 16 (TMA rows), ``block_k`` a multiple of 32 and H a multiple of ``block_n``.
-    ``persistent``: ``_fc2_ws_persistent_kernel`` on at most one program per SM in place of one program per tile."""
+    ``persistent``: ``_fc2_ws_persistent_kernel`` on at most one program per SM in place of one program per tile;
+    ``prefetch`` (with it): each tile's last steps issue the next tile's first copies."""
     experts, hidden, inner = w.shape
     if inner % 16 or block_k % 32 or hidden % block_n:
         raise ValueError(f"launch_gluon_ws_fc2: needs I % 16 == 0, block_k % 32 == 0 and H % block_n == 0; got I "
@@ -722,7 +850,7 @@ def launch_gluon_ws_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tens
     w_desc = nvmma_descriptor(w.view(experts * hidden, inner), [block_n, block_k])
     a_desc = nvmma_descriptor(inter, [block_t, block_k])
     kernel, grid, extra = _kernel_grid(_fc2_ws_kernel, _fc2_ws_persistent_kernel, triton.cdiv(hidden, block_n),
-                                       grid_blocks, inter.device, staged_epilogue, persistent)
+                                       grid_blocks, inter.device, staged_epilogue, persistent, prefetch)
     kernel[grid](
         w_desc, a_desc, scales, slots, sorted_pairs, block_expert, num_blocks, hidden, inner, scales.stride(0),
         scale_tiles, slots.stride(0), BLOCK_N=block_n, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages,

@@ -1889,12 +1889,16 @@ def test_warp_specialized_fc2_is_checked():
 
 def test_ws_launch_grid(monkeypatch):
     """The ws launchers' grid: one program per (row tile, token block) for the one-tile kernels (with the staged
-    epilogue's constexpr), at most one per SM for the persistent ones (``ws_persistent``)."""
+    epilogue's constexpr), at most one per SM for the persistent ones (``ws_persistent``, with ``ws_prefetch``'s
+    constexpr)."""
     pytest.importorskip("triton")
     from megatron_mxfp8_moe.kernels import _gluon_ws_kernel as ws
 
     monkeypatch.setattr(ws, "_sm_count", lambda device: 132)
     device = torch.device("cuda", 0)
-    assert ws._kernel_grid("one", "persistent", 16, 129, device, True, False) == ("one", (16, 129), dict(STAGED=True))
-    assert ws._kernel_grid("one", "persistent", 16, 129, device, False, True) == ("persistent", (132,), {})
-    assert ws._kernel_grid("one", "persistent", 4, 3, device, False, True) == ("persistent", (12,), {})
+    assert ws._kernel_grid("one", "persistent", 16, 129, device, True, False, False) == ("one", (16, 129),
+                                                                                         dict(STAGED=True))
+    assert ws._kernel_grid("one", "persistent", 16, 129, device, False, True, True) == ("persistent", (132,),
+                                                                                        dict(PREFETCH=True))
+    assert ws._kernel_grid("one", "persistent", 4, 3, device, False, True, False) == ("persistent", (12,),
+                                                                                      dict(PREFETCH=False))
