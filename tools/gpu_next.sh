@@ -1121,7 +1121,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     moe_bench_and_demo 400 $OUT/log.txt
     moe_gpu_tests 250 "default_from_176 or gated_ws_fc1" ;;
-  s45a)
+  s45a)  # (needs bench/results/run47/decode_ws_forms.patch: removed after run 47's call 4)
     # for session 45 (about 8 device minutes): the decode ws tiles' forms ("_d4": 4 bf16 stages, "_p8": 8 producer
     # warps and one consumer warpgroup, "_p8d4": both): their bit tests (a hang ends at the tests' timeout), then layer
     # probes at 16 / 64 / 256 tokens against the defaults and "_pf" (run 47: 1.6-1.9x the defaults' time), both

@@ -94,11 +94,10 @@ def _issue_rows(a_desc, x_smem, x_ready, x_empty, k, g, a_row, STAGES: gl.conste
 
 @gluon.constexpr_function
 def _block_layout(warps):
-    """The producer's register layout of one 32-value scale block column ``[128, 32]`` of a weight tile: a thread
-    holds one row's 32 values (one E8M0 scale) on 4 warps, half of them on 8 (``ws_producer_warps``)."""
-    split = warps // 4
-    return gl.BlockedLayout(size_per_thread=[1, 32 // split], threads_per_warp=[32 // split, split],
-                            warps_per_cta=[warps, 1], order=[1, 0])
+    """The producer's register layout of one 32-value scale block column ``[BLOCK_N, 32]`` of a weight tile: a
+    thread holds one row's 32 values (one E8M0 scale)."""
+    return gl.BlockedLayout(size_per_thread=[1, 32], threads_per_warp=[32, 1], warps_per_cta=[warps, 1],
+                            order=[1, 0])
 
 
 @gluon.jit

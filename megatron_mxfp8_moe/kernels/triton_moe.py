@@ -269,11 +269,6 @@ class TritonMoEConfig:
     # dequant of the previous tile, so every tile opens with a full HBM round trip (about 1-2 us; decode tiles stream
     # about 10 us each). Rings deeper than a tile's steps start each tile on their own. The same values.
     ws_prefetch: bool = False
-    # Session 44 (prepared, compile-checked only): the ws producer's warps, 4 (one warpgroup) or 8 (two: each thread
-    # dequantizes half a row's 32-value block). Run 47: on 16-token blocks one producer warpgroup fed the consumers at
-    # about half the HBM rate. With 8, the consumers may run on 4 warps (``fc*_warps`` 4: one warpgroup of 2 wgmmas per
-    # 128 rows) where ``block_t`` <= 64, keeping 384 threads. The same values. Needs ``fc1_ws`` or ``fc2_ws``.
-    ws_producer_warps: int = 4
 
     def __post_init__(self):
         if self.tail is not None:
@@ -307,9 +302,6 @@ class TritonMoEConfig:
         if self.ws_persistent and self.ws_staged_epilogue:
             raise ValueError("TritonMoEConfig: ws_persistent does not take ws_staged_epilogue (its rings stay live "
                              "through the epilogue)")
-        if self.ws_producer_warps not in (4, 8) or (self.ws_producer_warps != 4 and not (self.fc1_ws or self.fc2_ws)):
-            raise ValueError(f"TritonMoEConfig: ws_producer_warps must be 4 or 8 (8: with fc1_ws or fc2_ws); got "
-                             f"{self.ws_producer_warps}")
         if self.ws_prefetch and not self.ws_persistent:
             raise ValueError("TritonMoEConfig: ws_prefetch runs the copies on across a persistent program's tiles; it "
                              "needs ws_persistent")
@@ -419,14 +411,13 @@ class TritonMoEConfig:
         else:
             own, needs = self.fc2_gluon or self.fc2_split_k != 1, "f8x2 or Gluon FC2, fc2_split_k=1"
         if (own or self.direct or self.gemv or self.planes or self.dequant in (*_WORD_MODES, "f8x2")
-                or block_n not in ((64, 128) if fc == 1 else (128,)) or block_k not in (32, 64)
-                or not (warps == 8 or (warps == 4 and self.block_t <= 64))
+                or block_n not in ((64, 128) if fc == 1 else (128,)) or warps != 8 or block_k not in (32, 64)
                 or stages < 2 or self.block_t % 16 or not 16 <= self.block_t <= 256
                 or ws_shared_bytes(self.block_t, block_k, stages, self.ws_dstages, wstages=self.ws_wstages,
                                    persistent=self.ws_persistent) > 227 * 1024):
             raise ValueError(f"TritonMoEConfig: fc{fc}_ws=True needs an MMA-path tile that reads tokens in K order (no "
                              f"planes, 'sx4', {needs}), fc{fc}_block_n=128 (FC1: or 64, gated) on "
-                             f"fc{fc}_warps=8 (or 4 with block_t <= 64), fc{fc}_block_k 32 or 64, fc{fc}_stages >= 2, block_t a multiple of 16 "
+                             f"fc{fc}_warps=8, fc{fc}_block_k 32 or 64, fc{fc}_stages >= 2, block_t a multiple of 16 "
                              f"up to 256 and rings within 227 KiB of shared memory (ws_shared_bytes; with "
                              f"ws_persistent, its epilogue's scratch too); got {self}")
 
@@ -797,7 +788,7 @@ def triton_form(cfg: TritonMoEConfig) -> TritonMoEConfig:
                                 fc2_one_factor=False, fc2_pdl=False, fc1_f8x2=False, fc1_split_out=False,
                                 split_scales_t=False, step_scales=False, fc2_ws=False, fc1_ws=False, ws_sx=False,
                                 ws_thread_arrive=False, ws_staged_epilogue=False, ws_persistent=False, ws_dstages=2,
-                                ws_wstages=0, ws_prefetch=False, ws_producer_warps=4)
+                                ws_wstages=0, ws_prefetch=False)
 
 
 def same_bits_as_triton_form(cfg: TritonMoEConfig) -> bool:
@@ -958,7 +949,7 @@ def _ws_forms(cfg: TritonMoEConfig) -> dict:
     """The ws launchers' keyword arguments for ``cfg``'s forms of the warp-specialized FCs (the same for FC1 and FC2)."""
     return dict(sx=cfg.ws_sx, thread_arrive=cfg.ws_thread_arrive, staged_epilogue=cfg.ws_staged_epilogue,
                 persistent=cfg.ws_persistent, dstages=cfg.ws_dstages, wstages=cfg.ws_wstages,
-                prefetch=cfg.ws_prefetch, producer_warps=cfg.ws_producer_warps)
+                prefetch=cfg.ws_prefetch)
 
 
 def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
@@ -1056,16 +1047,11 @@ TILES.update({f"{name}_pf": dataclasses.replace(TILES[name], ws_prefetch=True)
 TILES.update({f"{act}{block_t}_wsb_pf": dataclasses.replace(
     TILES[f"{base}_pf"], block_t=block_t, tail=None, fc1_stages=4, fc2_stages=4, ws_wstages=12)
     for act, base in (("w", "x256w_sa_t32a_wsb_p"), ("m", "x256m_sa_t32_wsb_p")) for block_t in (16, 32, 64)})
-# Session 44, after run 47 (prepared, compile-checked only; tools/gpu_next.sh s45a): at 16 tokens the decode ws tiles
-# streamed at about half the HBM rate. Two suspects: the producer's dequant (one warpgroup, fp32 convert), and its
-# handoff with 2 bf16 stages (it may run one step ahead of the consumers, and a decode MMA step is short, so each step
-# waits out the consumers' release). "_d4": 4 bf16 stages; "_p8": 8 producer warps and one consumer warpgroup (384
-# threads still); "_p8d4": both. Compiled (sm_90, Triton 3.6, 16 / 32-token blocks, both FCs, gated too): no spill,
-# 141-182 KiB.
-_DECODE_WS_FORMS = {"d4": dict(ws_dstages=4), "p8": dict(ws_producer_warps=8, fc1_warps=4, fc2_warps=4),
-                    "p8d4": dict(ws_dstages=4, ws_producer_warps=8, fc1_warps=4, fc2_warps=4)}
-TILES.update({f"{act}{block_t}_wsb_pf_{suffix}": dataclasses.replace(TILES[f"{act}{block_t}_wsb_pf"], **form)
-              for act in "wm" for block_t in (16, 32) for suffix, form in _DECODE_WS_FORMS.items()})
+# Run 47 call 4 (one H100, 30b squared ReLU, us per layer at 16 / 64 tokens; the default 196.8 / 293.6): "w16_wsb_pf"
+# 363.7 / 547.5; with 4 bf16 stages 355.2 / 528.4; with 8 producer warps and one consumer warpgroup (a
+# ``ws_producer_warps`` field, since removed) 379.8 / 569.0, both 373.9 / 557.4. So neither the producer's dequant nor
+# its 2-stage handoff held the decode ws tiles to half the HBM rate. bench/results/run47/decode_ws_forms.patch restores
+# these forms.
 
 
 def _f8x2_fc1(tile: TritonMoEConfig, **changes) -> TritonMoEConfig:

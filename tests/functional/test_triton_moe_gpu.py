@@ -1553,22 +1553,6 @@ def test_cuda_graph_replay_with_ws_prefetch(name, activation, tokens):
     _graph_replay_of(lambda *shape: TILES[name], tokens, (tokens, tokens * 2 // 3, 5), activation)
 
 
-# Session 44, after run 47 (prepared; tools/gpu_next.sh s45a): the decode ws tiles with 4 bf16 stages ("_d4"), 8
-# producer warps and one consumer warpgroup ("_p8"), or both: ring depths and warp counts change no value, so the bits
-# of the tile without them.
-@pytest.mark.parametrize("name,activation,case", [
-    ("w16_wsb_pf_d4", "squared_relu", (128, 8, 2048, 768, 64)), ("w16_wsb_pf_p8", "squared_relu", (128, 8, 2048, 768, 64)),
-    ("w16_wsb_pf_p8d4", "squared_relu", (128, 8, 4096, 1536, 16)), ("m16_wsb_pf_p8", "swiglu", (128, 8, 2048, 768, 64)),
-    ("m32_wsb_pf_p8d4", "swiglu", (128, 8, 4096, 1536, 256)), ("w32_wsb_pf_p8", "squared_relu", (8, 2, 384, 224, 100))],
-    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
-def test_decode_ws_forms_keep_the_bits(name, activation, case):
-    _assert_tiles_keep_bits(TILES[name.rsplit("_", 1)[0]], TILES[name], case, activation)
-
-
-def test_cuda_graph_replay_with_the_decode_ws_p8d4():
-    _graph_replay_of(lambda *shape: TILES["w16_wsb_pf_p8d4"], 64, (64, 40, 5), "squared_relu")
-
-
 def test_cuda_graph_replay_with_the_gated_ws_fc1():  # (the SwiGLU default from 176 pairs per expert since 43)
     _graph_replay_of(lambda *shape: TILES["x256m_sa_t32_wsb_p"], 4096, (4096, 4096 * 2 // 3, 5), "swiglu")
 

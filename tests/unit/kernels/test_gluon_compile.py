@@ -536,7 +536,7 @@ def test_gluon_one_factor_squared_relu_fc1_fits_128_registers():
 
 
 def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, staged=False, persistent=False,
-                dstages=2, wstages=0, gated=False, prefetch=False, warps=8, producer_warps=4):
+                dstages=2, wstages=0, gated=False, prefetch=False):
     """The warp-specialized FC1 (``fc`` 1, squared ReLU, or ``gated`` SwiGLU) or FC2 (session 39) compiled for sm_90
     at 128 rows: ``(ptx, sass, shared bytes)``."""
     import triton
@@ -551,8 +551,8 @@ def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, sta
     w_desc = nvmma_descriptor(w, [64 if gated else 128, block_k])  # gated: one half's box
     a_desc = nvmma_descriptor(torch.zeros(4 * block_t, 1024, dtype=torch.bfloat16), [block_t, block_k])
     constants = dict(BLOCK_N=128, BLOCK_T=block_t, BLOCK_K=block_k, STAGES=stages, WSTAGES=wstages or 2 * stages,
-                     DSTAGES=dstages, PRODUCER_WARPS=producer_warps, PRODUCER_REGS=152, SX=sx, STEPS_P2=16,
-                     THREAD_ARRIVE=thread_arrive, num_warps=warps)
+                     DSTAGES=dstages, PRODUCER_WARPS=4, PRODUCER_REGS=152, SX=sx, STEPS_P2=16,
+                     THREAD_ARRIVE=thread_arrive, num_warps=8)
     if persistent:
         constants.update(PREFETCH=prefetch)
     else:
@@ -575,7 +575,7 @@ def _compile_ws(fc, block_t, block_k, stages, sx=False, thread_arrive=False, sta
              if kind.startswith("*") or name in ints}
     source = GluonASTSource(fn=fn, signature=signature, attrs=attrs,
                             constexprs={(fn.arg_names.index(k),): v for k, v in constants.items()})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8))
     return compiled.asm["ptx"], disassemble(compiled.asm["cubin"]), compiled.metadata.shared
 
 
@@ -752,9 +752,8 @@ def test_ws_persistent_kernels_at_4_stages_fit_with_6_weight_stages(fc, gated):
 @pytest.mark.parametrize("fc,gated", [(1, False), (1, True), (2, False)])
 def test_ws_prefetch_and_decode_forms_compile_for_sm90(fc, gated):
     """Session 44: ``ws_prefetch`` adds the persistent producer's cross-tile copy sites (the weights' TMA, and the
-    token rows': FC2 TMA, FC1 cp.async) beside the in-tile ones; the decode ws tiles' forms (16-token blocks, 4 token
-    / 12 fp8 / 4 bf16 stages, 8 producer warps and one consumer warpgroup: "_p8d4") keep 384 threads, fit their
-    ``ws_shared_bytes`` within 227 KiB and do not spill."""
+    token rows': FC2 TMA, FC1 cp.async) beside the in-tile ones; the decode ws tiles (16-token blocks, 4 token / 12 fp8
+    stages) keep 384 threads, fit their ``ws_shared_bytes`` within 227 KiB and do not spill."""
     from megatron_mxfp8_moe.kernels.triton_moe import ws_shared_bytes
 
     def copy_sites(ptx):
@@ -765,8 +764,7 @@ def test_ws_prefetch_and_decode_forms_compile_for_sm90(fc, gated):
     (tma, gathers), (base_tma, base_gathers) = copy_sites(ptx), copy_sites(base_ptx)
     assert tma > base_tma and (gathers > base_gathers if fc == 1 else gathers == base_gathers == 0), (
         copy_sites(ptx), copy_sites(base_ptx))
-    ptx, _, shared = _compile_ws(fc, 16, 64, 4, persistent=True, gated=gated, prefetch=True, wstages=12, dstages=4,
-                                 warps=4, producer_warps=8)
-    assert ws_shared_bytes(16, 64, 4, 4, persistent=True, wstages=12) - 8 * 1024 <= shared <= 227 * 1024
+    ptx, _, shared = _compile_ws(fc, 16, 64, 4, persistent=True, gated=gated, prefetch=True, wstages=12)
+    assert ws_shared_bytes(16, 64, 4, persistent=True, wstages=12) - 8 * 1024 <= shared <= 227 * 1024
     assert ".reqntid 384" in ptx
     _assert_ws_spills_bounded(ptx)
