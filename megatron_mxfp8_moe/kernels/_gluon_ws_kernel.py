@@ -33,7 +33,9 @@ needs: with a separate loader warp the kernel took 512 threads, and ptxas refuse
 Compile (Triton 3.6, sm_90, CPU): 168 registers, no spill; shared memory ``triton_moe.ws_shared_bytes``.
 Persistent forms of both kernels (``_fc1_ws_persistent_kernel`` / ``_fc2_ws_persistent_kernel``, session 41; first
 run in session 42, run 45, and the default from 176 pairs per expert since): one program per SM walks the live tiles,
-the rings' positions counted across them.
+the rings' positions counted across them. ``PREFETCH`` (``ws_prefetch``, session 44, opt-in; run 47: the same bits, no
+faster): a tile's last steps issue the next tile's first weight and token copies, and the next tile's expert, pairs
+and first scale words load a tile ahead.
 """
 
 from __future__ import annotations
