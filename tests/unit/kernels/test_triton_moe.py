@@ -1683,10 +1683,10 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
 
     def stand_in(inter, w, scales, scale_tiles, slots, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
                  block_n, block_t, block_k, stages, num_warps, sx, thread_arrive, staged_epilogue, persistent,
-                 dstages, wstages):
+                 dstages, wstages, prefetch):
         # the kernel's contract in torch: each routed position's unweighted FC2 row from its K-ordered inter row
         calls.append(dict(block_n=block_n, block_t=block_t, block_k=block_k, stages=stages, warps=num_warps, sx=sx,
-                          ta=thread_arrive, se=staged_epilogue, p=persistent, d=(dstages, wstages),
+                          ta=thread_arrive, se=staged_epilogue, p=persistent, d=(dstages, wstages), pf=prefetch,
                           cols=inter.shape[1], rows=inter.shape[0], blocks=int(num_blocks[0]), grid=grid_blocks,
                           same_w=w.data_ptr() == fc2.data.data_ptr()))
         for b in range(int(num_blocks[0])):
@@ -1701,12 +1701,12 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
 
     def fc1_stand_in(x_in, w, scales, scale_tiles, inter, sorted_pairs, block_expert, num_blocks, grid_blocks, *,
                      n_out, activation, topk, block_n, block_t, block_k, stages, num_warps, sx, thread_arrive,
-                     staged_epilogue, persistent, dstages, wstages, gated):
+                     staged_epilogue, persistent, dstages, wstages, gated, prefetch):
         # FC1's contract: each routed position's activated row (squared ReLU, or gated SwiGLU on [gate; up]) from its
         # token's x row, in K order
         fc1_calls.append(dict(block_n=block_n, block_t=block_t, block_k=block_k, stages=stages, warps=num_warps, sx=sx,
                               ta=thread_arrive, se=staged_epilogue, p=persistent, d=(dstages, wstages),
-                              n_out=n_out, topk=topk, rows=inter.shape[0], gated=gated,
+                              pf=prefetch, n_out=n_out, topk=topk, rows=inter.shape[0], gated=gated,
                               same_w=w.data_ptr() == (fc1_gated if gated else fc1).data.data_ptr()))
         for b in range(int(num_blocks[0])):
             for p in range(b * block_t, (b + 1) * block_t):
@@ -1746,6 +1746,8 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
                        ("both_ta", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_thread_arrive=True)),
                        ("both_se", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_staged_epilogue=True)),
                        ("both_p", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_persistent=True)),
+                       ("both_pf", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_persistent=True,
+                                                       ws_prefetch=True)),
                        ("both_d3", dataclasses.replace(plain, fc1_ws=True, fc2_ws=True, ws_dstages=3, ws_wstages=3))):
         run(name, tile, fc1, "squared_relu", ref, "plain")
     # session 43: the gated ws FC1 (64 gate rows and their up rows per tile: fc1_block_n 64), SwiGLU
@@ -1761,7 +1763,7 @@ _WS_FC2_WIRING_SCRIPT = _WIRING_PRELUDE + textwrap.dedent(
 
 
 def test_warp_specialized_fcs_wiring_under_the_interpreter():
-    """``fc2_ws`` / ``fc1_ws`` (session 39): the main tile's FC2 goes to ``launch_gluon_ws_fc2`` with the tile's FC2
+    """``fc2_ws`` / ``fc1_ws`` (session 39; their forms' flags, ``ws_prefetch`` since session 44): the main tile's FC2 goes to ``launch_gluon_ws_fc2`` with the tile's FC2
     shape, the K-ordered inter rows of the main blocks, the FC2 stack in place and the route's tables; its FC1 to
     ``launch_gluon_ws_fc1`` with x, the FC1 stack in place and the same inter rows; the tail keeps its Triton FCs.
     With torch stand-ins for the kernels (their contracts) the layer under the Triton interpreter gives the float64
@@ -1770,13 +1772,14 @@ def test_warp_specialized_fcs_wiring_under_the_interpreter():
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _WS_FC2_WIRING_SCRIPT], timeout=900)
     assert result["plain"]["calls"] == result["plain"]["fc1_calls"] == [], result["plain"]
-    for name in ("fc2", "fc1", "both", "both_sx", "both_ta", "both_se", "both_p", "both_d3"):
+    for name in ("fc2", "fc1", "both", "both_sx", "both_ta", "both_se", "both_p", "both_pf", "both_d3"):
         run = result[name]
         assert len(run["calls"]) == (name != "fc1") and len(run["fc1_calls"]) == (name != "fc2"), (name, run)
         assert all(call["sx"] == (name == "both_sx") for call in run["calls"] + run["fc1_calls"]), (name, run)
         assert all(call["ta"] == (name == "both_ta") for call in run["calls"] + run["fc1_calls"]), (name, run)
         assert all(call["se"] == (name == "both_se") for call in run["calls"] + run["fc1_calls"]), (name, run)
-        assert all(call["p"] == (name == "both_p") for call in run["calls"] + run["fc1_calls"]), (name, run)
+        assert all(call["p"] == (name in ("both_p", "both_pf")) for call in run["calls"] + run["fc1_calls"]), run
+        assert all(call["pf"] == (name == "both_pf") for call in run["calls"] + run["fc1_calls"]), (name, run)
         assert all(call["d"] == ([3, 3] if name == "both_d3" else [2, 0]) for call in run["calls"] + run["fc1_calls"])
         for call in run["calls"]:
             assert (call["block_n"], call["block_t"], call["block_k"], call["stages"], call["warps"]) == (128, 32, 64,
