@@ -1766,9 +1766,9 @@ def test_warp_specialized_fcs_wiring_under_the_interpreter():
     """``fc2_ws`` / ``fc1_ws`` (session 39; their forms' flags, ``ws_prefetch`` since session 44): the main tile's FC2
     goes to ``launch_gluon_ws_fc2`` with the tile's FC2 shape, the K-ordered inter rows of the main blocks, the FC2
     stack in place and the route's tables; its FC1 to ``launch_gluon_ws_fc1`` with x, the FC1 stack in place and the
-    same inter rows; the tail keeps its Triton FCs. With torch stand-ins for the kernels (their contracts) the layer under the Triton interpreter gives the float64
-    oracle within 1e-2 and the Triton tile within 1e-2 with either or both, every row written, rows past
-    ``valid_tokens`` zero."""
+    same inter rows; the tail keeps its Triton FCs. With torch stand-ins for the kernels (their contracts) the layer
+    under the Triton interpreter gives the float64 oracle within 1e-2 and the Triton tile within 1e-2 with either or
+    both, every row written, rows past ``valid_tokens`` zero."""
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _WS_FC2_WIRING_SCRIPT], timeout=900)
     assert result["plain"]["calls"] == result["plain"]["fc1_calls"] == [], result["plain"]
