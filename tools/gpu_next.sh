@@ -342,6 +342,16 @@ probe_shapes() {
       --configs "$configs" >> $OUT/probe.jsonl 2>> $OUT/probe.err
   done
 }
+# persistent_ab_4096 SECONDS SUFFIX: probe_shapes of both activations' persistent ws defaults against their SUFFIX
+# forms at 4096 tokens (squared ReLU, then SwiGLU; 235b, then 30b), two alternating rounds
+persistent_ab_4096() {
+  local pair name C
+  for pair in x256w_sa_t32a_wsb_p:squared_relu x256m_sa_t32_wsb_p:swiglu; do
+    name=${pair%%:*}
+    C=$name,$name$2
+    probe_shapes "$1" 4096 "${pair#*:}" "$C,$C" qwen3-235b-a22b qwen3-30b-a3b
+  done
+}
 # layer_probe_summary WIDTH: one line per layer probe of $OUT/probe.jsonl (the config's last WIDTH characters), then
 # the end of $OUT/probe.err
 layer_probe_summary() {
@@ -1155,10 +1165,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     probe_shapes 70 16,64 swiglu s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x,$M16 qwen3-30b-a3b qwen3-235b-a22b
     probe_shapes 70 256 swiglu m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt,m16_wsb_pf,m32_wsb_pf \
       qwen3-30b-a3b qwen3-235b-a22b
-    C=x256w_sa_t32a_wsb_p,x256w_sa_t32a_wsb_p_pf
-    probe_shapes 90 4096 squared_relu "$C,$C" qwen3-235b-a22b qwen3-30b-a3b
-    C=x256m_sa_t32_wsb_p,x256m_sa_t32_wsb_p_pf
-    probe_shapes 90 4096 swiglu "$C,$C" qwen3-235b-a22b qwen3-30b-a3b
+    persistent_ab_4096 90 _pf
     layer_probe_summary 30 ;;
   s44b)
     # for session 44 (about 4 device minutes): "_p_s4" (4 token stages, 6 fp8 weight stages, 216 KiB) against the
@@ -1166,10 +1173,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # activations and shapes, two alternating rounds
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     smoke_tests 150 "persistent_ws_at_4_stages"
-    C=x256w_sa_t32a_wsb_p,x256w_sa_t32a_wsb_p_s4
-    probe_shapes 110 4096 squared_relu "$C,$C" qwen3-235b-a22b qwen3-30b-a3b
-    C=x256m_sa_t32_wsb_p,x256m_sa_t32_wsb_p_s4
-    probe_shapes 110 4096 swiglu "$C,$C" qwen3-235b-a22b qwen3-30b-a3b
+    persistent_ab_4096 110 _s4
     layer_probe_summary 24 ;;
   s43b)
     # session 43 (about 5 device minutes): the gated ws FC1's GPU tests (a hang in the persistent form ends at the
