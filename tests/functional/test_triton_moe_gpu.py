@@ -1521,7 +1521,7 @@ def test_gated_ws_fc1_matches_float64(name, case):
         _assert_tiles_keep_bits(TILES["x256m_sa_t32_wsb"], tile, case, "swiglu")
 
 
-# Session 43 (prepared; tools/gpu_next.sh s44b): the persistent defaults at 4 token stages ("_p_s4", 6 fp8 weight
+# Session 43 (run 47 call 2, tools/gpu_next.sh s44b: passed on an H100): the persistent defaults at 4 token stages ("_p_s4", 6 fp8 weight
 # stages): ring depths change no value, so the bits of the 3-stage tiles.
 @pytest.mark.parametrize("name,activation", [("x256w_sa_t32a_wsb_p_s4", "squared_relu"),
                                              ("x256m_sa_t32_wsb_p_s4", "swiglu")])
@@ -1529,7 +1529,7 @@ def test_persistent_ws_at_4_stages_keeps_the_bits(name, activation):
     _assert_tiles_keep_bits(TILES[name.removesuffix("_s4")], TILES[name], (128, 8, 2048, 768, 4096), activation)
 
 
-# Session 44 (prepared; tools/gpu_next.sh s44c): ``ws_prefetch`` ("_pf": each tile's last steps issue the next tile's
+# Session 44 (run 47 call 3, tools/gpu_next.sh s44c: all passed on an H100): ``ws_prefetch`` ("_pf": each tile's last steps issue the next tile's
 # first copies) changes no value, so the bits of the tile without it: the persistent defaults at 4096 tokens (30b: 32 /
 # 24 K steps, so the copies run on; odd: 4 steps, fewer than the 6 fp8 stages, so each tile starts its own), and the
 # decode-sized ws tiles (16 / 32 / 64-token blocks, no tail) at 16-256 tokens on both shapes.
