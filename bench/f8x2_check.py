@@ -16,7 +16,8 @@ import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from megatron_mxfp8_moe.kernels.triton_moe import _split_into, split_rows_buffers, split_rows_reference  # noqa: E402
+from megatron_mxfp8_moe.kernels.triton_launch import _split_into  # noqa: E402
+from megatron_mxfp8_moe.kernels.triton_moe import split_rows_buffers, split_rows_reference  # noqa: E402
 
 
 @triton.jit

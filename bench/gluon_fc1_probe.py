@@ -30,7 +30,8 @@ ACT_SWIGLU, ACT_SQUARED_RELU = 0, 2  # the codes of _triton_moe_kernel
 
 def main() -> None:
     from megatron_mxfp8_moe.kernels import _triton_moe_kernel as kernels
-    from megatron_mxfp8_moe.kernels.triton_moe import TILES, _scale_args, planes_of
+    from megatron_mxfp8_moe.kernels.triton_launch import _scale_args
+    from megatron_mxfp8_moe.kernels.triton_moe import TILES, planes_of
     from megatron_mxfp8_moe.tensor import quantize_mxfp8
     from megatron_mxfp8_moe.testing import relative_error
 

@@ -29,7 +29,8 @@ from bench.common import time_variants  # noqa: E402
 def main() -> None:
     from megatron_mxfp8_moe.kernels import _triton_moe_kernel as kernels
     from megatron_mxfp8_moe.kernels._gluon_fc2_kernel import launch_gluon_fc2
-    from megatron_mxfp8_moe.kernels.triton_moe import TILES, _scale_args, planes_of
+    from megatron_mxfp8_moe.kernels.triton_launch import _scale_args
+    from megatron_mxfp8_moe.kernels.triton_moe import TILES, planes_of
     from megatron_mxfp8_moe.tensor import quantize_mxfp8
     from megatron_mxfp8_moe.testing import relative_error
 

@@ -84,7 +84,7 @@ def main() -> None:
     from bench.triton_moe_probe import parse_config
     from megatron_mxfp8_moe.kernels import _triton_f8x2_kernel as f8x2_kernels
     from megatron_mxfp8_moe.kernels import _triton_moe_kernel as kernels
-    from megatron_mxfp8_moe.kernels import triton_moe
+    from megatron_mxfp8_moe.kernels import triton_launch, triton_moe, triton_tiles
     from megatron_mxfp8_moe.kernels.sass_hazards import register_a_hazards
     from megatron_mxfp8_moe.tensor import quantize_mxfp8
     from megatron_mxfp8_moe.testing import random_routing
@@ -106,7 +106,7 @@ def main() -> None:
         for name in dir(module):
             if name.endswith("_kernel") and isinstance(getattr(module, name), JITFunction):
                 setattr(module, name, _Recorder(name, getattr(module, name), launches))
-    triton_moe._side_stream = lambda device: None  # CPU: one stream
+    triton_launch._side_stream = lambda device: None  # CPU: one stream
     e, h, i = args.experts, args.hidden, args.inter
     names = {id(tile): name for name, tile in triton_moe.TILES.items()}
     for activation in args.activations.split(","):
@@ -122,7 +122,7 @@ def main() -> None:
             else:
                 cfg, tile = parse_config(named), named
             if args.sync_dots:
-                cfg, tile = triton_moe._synced(cfg), tile + " (sync_dots)"
+                cfg, tile = triton_tiles._synced(cfg), tile + " (sync_dots)"
             launches.clear()
             x = torch.randn(tokens, h, dtype=torch.bfloat16)
             probs, ids = random_routing(tokens, e, 8)

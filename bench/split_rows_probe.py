@@ -19,7 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import graph_median_us  # noqa: E402
 from bench.moe_layer import SHAPES  # noqa: E402
-from megatron_mxfp8_moe.kernels.triton_moe import _split_into, routing_capacity, split_rows_buffers  # noqa: E402
+from megatron_mxfp8_moe.kernels.triton_launch import _split_into  # noqa: E402
+from megatron_mxfp8_moe.kernels.triton_moe import routing_capacity, split_rows_buffers  # noqa: E402
 
 VARIANTS = {"r8k128w4": (8, 128, 4), "r16k128w4": (16, 128, 4), "r32k128w4": (32, 128, 4), "r32k128w8": (32, 128, 8),
             "r8k256w4": (8, 256, 4), "r16k256w4": (16, 256, 4), "r4k256w2": (4, 256, 2), "r64k128w8": (64, 128, 8)}

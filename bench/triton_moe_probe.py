@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import graph_median_us  # noqa: E402
 from bench.moe_layer import CANDIDATES, ROTATE, SHAPES, rotated_inputs  # noqa: E402
-from megatron_mxfp8_moe.kernels import triton_moe  # noqa: E402
+from megatron_mxfp8_moe.kernels import triton_route  # noqa: E402
 from megatron_mxfp8_moe.kernels.triton_moe import triton_mxfp8_moe  # noqa: E402
 from megatron_mxfp8_moe.tensor import quantize_mxfp8  # noqa: E402
 
@@ -101,7 +101,7 @@ def main():
                         help="override the pair count up to which one program runs the whole route")
     args = parser.parse_args()
     if args.route_one_program_max is not None:
-        triton_moe._ROUTE_ONE_PROGRAM_PAIRS = args.route_one_program_max
+        triton_route._ROUTE_ONE_PROGRAM_PAIRS = args.route_one_program_max
     device = torch.device("cuda")
     experts, topk, hidden, inter = SHAPES[args.shape] if args.dims is None else map(int, args.dims.split(","))
     if args.dims is not None:
@@ -129,7 +129,7 @@ def probe_config(args, name, cfg, tokens, xs, probs, maps, valid, outs, fc1, fc2
 
     if args.profile:
         print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
-                              route_one_program_max=triton_moe._ROUTE_ONE_PROGRAM_PAIRS,
+                              route_one_program_max=triton_route._ROUTE_ONE_PROGRAM_PAIRS,
                               kernels_us=kernel_means_us(run))), flush=True)
         return
     try:

@@ -11,7 +11,7 @@ target (ungated): the block MMAs pipelined against the scale FMAs as in the Gluo
 and odd blocks in two accumulator tiles; the scales a step ahead, ``_f8x2_step_scales``), the weights by TMA and the
 token rows gathered by cp.async into the same stage (Hopper's TMA cannot gather; every thread's copies counted by the stage's mbarrier, as
 in ``_gluon_fc1_kernel``). The activated rows are stored in bf16 by sorted position and the caller splits them for FC2
-(``triton_moe._split_into``); the Triton f8x2 FC1 splits the fp32 activations instead, so the two are held to the
+(``triton_launch._split_into``); the Triton f8x2 FC1 splits the fp32 activations instead, so the two are held to the
 float64 oracle, not to each other's bits.
 Hopper only (sm_90 wgmma); needs ``triton.experimental.gluon`` (compiled with Triton 3.6 and 3.8).
 

@@ -217,7 +217,7 @@ def launch_gluon_fc1(x_planes: torch.Tensor, w: torch.Tensor, scales: torch.Tens
                      maxnreg: Optional[int] = None, launch_dependents: bool = False) -> None:
     """One ``_fc1_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``x_planes`` ``[R, Kp]`` bf16 plane-major per 128 (row stride a multiple of 8), ``w`` ``[E, N1, H]`` fp8
-    contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
+    contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_launch._scale_args``),
     ``inter`` ``[positions, >= n_out]`` bf16 written plane-major per ``plane_k2``; ``activation`` an ACT_* code.
     The caller checks ``H % 128 == 0`` and ``n_out % block_n == 0``. ``overlap=False`` waits for each step's MMAs
     before the next step's dequant, ``scale_words=True`` reads the E8M0 bytes as one int32 per row and step (both as

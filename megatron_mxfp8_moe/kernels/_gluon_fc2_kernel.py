@@ -400,7 +400,7 @@ def launch_gluon_fc2(inter: torch.Tensor, w: torch.Tensor, scales: torch.Tensor,
                      one_factor: bool = False, pdl: bool = False) -> None:
     """One ``_fc2_gluon_kernel`` launch over ``grid_blocks`` token blocks (blocks past ``num_blocks[0]`` exit):
     ``inter`` ``[positions, I]`` bf16 plane-major per 128-deep step (row stride a multiple of 8), ``w`` ``[E, H, I]``
-    fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_moe._scale_args``),
+    fp8 contiguous, ``scales`` ``[E, Mp * Cp]`` uint8 with ``scale_tiles`` = Cp // 4 (``triton_launch._scale_args``),
     ``slots`` ``[pairs, H]`` bf16 (row stride ``slots.stride(0)``). The caller checks ``I % 128 == 0`` and
     ``H % block_n == 0``. ``overlap=False`` waits for each step's MMAs before the next step's dequant (the same bits;
     fewer registers, so more programs per SM; session 28's 32-token gated defaults). ``scale_words=True`` reads the

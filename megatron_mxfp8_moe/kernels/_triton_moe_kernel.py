@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
-# Activation codes (keep in sync with ``_ACTIVATION_CODE`` in triton_moe.py).
+# Activation codes (keep in sync with ``_ACTIVATION_CODE`` in triton_config.py).
 ACT_SWIGLU = tl.constexpr(0)
 ACT_GEGLU = tl.constexpr(1)
 ACT_SQUARED_RELU = tl.constexpr(2)
@@ -332,7 +332,7 @@ def _route_plan_scatter_kernel(routing_map_ptr, valid_tokens_ptr, sorted_pairs_p
                    local_expert_offset, E, E_POW2, CHUNK)
 
 
-# Dequant modes (keep in sync with ``_DEQUANT_CODE`` in triton_moe.py).
+# Dequant modes (keep in sync with ``_DEQUANT_CODE`` in triton_config.py).
 DQ_CVT = tl.constexpr(0)  # cvt e4m3x2 -> f16x2 -> bf16, times 2 ** (s - 127) in bf16 (v1/v2)
 DQ_FP32 = tl.constexpr(1)  # fp32 convert and multiply (Triton interpreter: its bf16 math is wrong)
 DQ_BITS = tl.constexpr(2)  # bit trick in inline PTX (prmt/shift/and/or), two exact bf16 multiplies

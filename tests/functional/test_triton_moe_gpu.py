@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from megatron_mxfp8_moe.errors import MXFP8InputError
+from megatron_mxfp8_moe.kernels import triton_policy, triton_tiles
 from megatron_mxfp8_moe.kernels.reference import moe_reference
 from megatron_mxfp8_moe.kernels.triton_moe import (
     TILES,
@@ -315,7 +316,8 @@ def test_route_tables_match_the_torch_twin(rows, topk, experts, block_t, tail_t,
     """Both route forms on the GPU against ``route_reference``, position by position: the same block and
     tail-block counts, block -> expert tables and pair tables (the scatter keeps pair order, so which pairs take
     the tail block is fixed), -1 everywhere else; and the same tables on a second run."""
-    from megatron_mxfp8_moe.kernels.triton_moe import _route, route_launch_shape, route_layout, route_reference
+    from megatron_mxfp8_moe.kernels.triton_moe import route_launch_shape, route_layout, route_reference
+    from megatron_mxfp8_moe.kernels.triton_route import _route
 
     ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
@@ -357,7 +359,8 @@ def test_one_program_route_on_other_warp_counts(rows, topk, experts, block_t, ta
 def _assert_route_tables(rows, topk, experts, block_t, tail_t, valid_rows, **route_form):
     """``_route`` (in ``route_form``) on a fresh random map with ids in [-1, experts + 10) gives
     ``route_reference``'s tables: every position, the blocks in use and their experts (tail table included)."""
-    from megatron_mxfp8_moe.kernels.triton_moe import _route, route_layout, route_reference
+    from megatron_mxfp8_moe.kernels.triton_moe import route_layout, route_reference
+    from megatron_mxfp8_moe.kernels.triton_route import _route
 
     ids = torch.randint(-1, experts + 10, (rows, topk), device="cuda", dtype=torch.int32)
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
@@ -928,7 +931,7 @@ def test_gluon_defaults_and_the_env_switch(activation, monkeypatch):
             monkeypatch.delenv(host.GLUON_ENV)
         else:
             monkeypatch.setenv(host.GLUON_ENV, switch)
-        tile = host._tile(base + "_s2", hidden, inter)
+        tile = triton_policy._tile(base + "_s2", hidden, inter)
         assert (tile.fc2_gluon, tile is TILES[base + "_s2"]) == ((True, False) if switch == "1" else (False, True))
         outs = _poisoned_outputs((None, tile), fc1, fc2, x, probs, ids, valid_rows, activation)
         assert chosen[-2:] == [tile, tile]
@@ -993,7 +996,7 @@ def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, m
     experts, topk, hidden, inter = 128, 8, 2048, 768
     monkeypatch.setenv(host.GLUON_ENV, "1")
     tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
-    assert any(tile is TILES[name] for name in host._GLUON_TWINS.values())
+    assert any(tile is TILES[name] for name in triton_tiles._GLUON_TWINS.values())
     _assert_tiles_keep_bits(triton_form(tile), tile, (experts, topk, hidden, inter, tokens), activation,
                             same_bits=same_bits_as_triton_form(tile))
 
@@ -1055,7 +1058,7 @@ def test_cuda_graph_replay_with_the_default_gluon_tiles(activation, tokens, monk
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     monkeypatch.delenv(host.GLUON_ENV, raising=False)
-    monkeypatch.setattr(host, "_gpu_tested_triton", lambda: True)  # with another Triton too: what "auto" would run
+    monkeypatch.setattr(triton_policy, "_gpu_tested_triton", lambda: True)  # with another Triton too: what "auto" would run
 
     def config_for(tokens, hidden, inter, topk, experts):
         cfg = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
@@ -1072,11 +1075,11 @@ def test_cuda_graph_replay_with_the_large_hidden_squared_relu_default(tokens, mo
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     monkeypatch.delenv(host.GLUON_ENV, raising=False)
-    monkeypatch.setattr(host, "_gpu_tested_triton", lambda: True)
+    monkeypatch.setattr(triton_policy, "_gpu_tested_triton", lambda: True)
 
     def config_for(tokens, hidden, inter, topk, experts):
         cfg = choose_config(tokens, hidden, inter, gated=False, topk=topk, experts=experts)
-        assert cfg is TILES[host._ALL_F8X2_16]
+        assert cfg is TILES[triton_policy._ALL_F8X2_16]
         return cfg
     _graph_replay_of(config_for, tokens, (tokens, tokens * 2 // 3, 5), "squared_relu", shape=(128, 8, 4096, 1536))
 
@@ -1087,10 +1090,9 @@ def test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls(activation, tokens
     rows: session 21 measured 3-5% of calls on the removed 64-token Gluon tiles): every call the bits of the
     Triton form (two-chain FC2 tiles: within 1e-2 of it, all finite), every row written; the float64 oracle on the
     first."""
-    from megatron_mxfp8_moe.kernels import triton_moe as host
 
     tile = choose_config(tokens, 2048, 768, gated=activation == "swiglu", topk=8, experts=128, gluon=True)
-    assert any(tile is TILES[name] for name in host._GLUON_TWINS.values())
+    assert any(tile is TILES[name] for name in triton_tiles._GLUON_TWINS.values())
     fc1, fc2, x, probs, ids, out = _assert_fresh_calls_agree(triton_form(tile), tile, tokens, activation, 40,
                                                              exact=same_bits_as_triton_form(tile))
     ref = _reference(x, fc1, fc2, probs, ids, activation, 3, tokens - 2, tokens)
@@ -1431,9 +1433,8 @@ def test_forms_of_the_picks_keep_the_bits(form, activation, hidden, inter, token
 def test_one_factor_with_scales_above_2_pow_7_in_some_programs(activation, tokens):
     """E8M0 bytes > 134 in some row groups (``_mixed_scale_layer``): the one-factor form of the Gluon pick (those
     programs on two factors, the others on one) is bit-equal to the pick, finite and nonzero."""
-    from megatron_mxfp8_moe.kernels import triton_moe as host
 
-    _, outs = _mixed_scale_outputs(activation, tokens, lambda tile: (tile, host._one_factored(tile)))
+    _, outs = _mixed_scale_outputs(activation, tokens, lambda tile: (tile, triton_tiles._one_factored(tile)))
     assert torch.equal(outs[0], outs[1])
 
 

@@ -135,11 +135,11 @@ def test_device_caps_frozen_hashable_and_detect_on_cpu():
 
 def test_triton_backend_names_a_triton_other_than_the_gpu_tested_one(caplog):
     """Selecting the Triton backend on an H200 with Triton 3.8 logs the untested-version warning once; 3.6 does not."""
-    from megatron_mxfp8_moe.kernels import triton_moe
+    from megatron_mxfp8_moe.kernels import triton_support
 
-    triton_moe.warn_untested_triton.cache_clear()
-    with caplog.at_level("WARNING", logger=triton_moe.__name__):
+    triton_support.warn_untested_triton.cache_clear()
+    with caplog.at_level("WARNING", logger=triton_support.__name__):
         assert TritonBackend.check_support(dataclasses.replace(H200, triton_version="3.6.0")).ok
         assert not caplog.records
         assert TritonBackend.check_support(H200).ok and TritonBackend.check_support(H200).ok
-    assert [r.getMessage() for r in caplog.records] == [triton_moe.untested_triton_note("3.8.0")]
+    assert [r.getMessage() for r in caplog.records] == [triton_support.untested_triton_note("3.8.0")]

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from megatron_mxfp8_moe.errors import MXFP8InputError
+from megatron_mxfp8_moe.kernels import triton_launch, triton_policy, triton_tiles
 from megatron_mxfp8_moe.kernels.triton_moe import (
     TILES,
     TritonMoEConfig,
@@ -46,17 +47,17 @@ def test_support_is_a_pure_function_of_capability():
 
 def test_a_triton_other_than_the_gpu_tested_one_is_named_once(caplog):
     """Triton 3.6 ran on the H200s; another version gets one logged warning that names both versions and the scan."""
-    from megatron_mxfp8_moe.kernels import triton_moe
+    from megatron_mxfp8_moe.kernels import triton_support
 
-    assert triton_moe.untested_triton_note("3.6.0") is None and triton_moe.untested_triton_note("3.6.1+git") is None
-    note = triton_moe.untested_triton_note("3.8.0")
+    assert triton_support.untested_triton_note("3.6.0") is None and triton_support.untested_triton_note("3.6.1+git") is None
+    note = triton_support.untested_triton_note("3.8.0")
     assert "3.6" in note and "3.8.0" in note and "sass_hazard_scan" in note
-    triton_moe.warn_untested_triton.cache_clear()
-    with caplog.at_level("WARNING", logger=triton_moe.__name__):
+    triton_support.warn_untested_triton.cache_clear()
+    with caplog.at_level("WARNING", logger=triton_support.__name__):
         for _ in range(3):
-            triton_moe.warn_untested_triton("3.7.1")
-        triton_moe.warn_untested_triton("3.6.0")
-    assert [r.getMessage() for r in caplog.records] == [triton_moe.untested_triton_note("3.7.1")]
+            triton_support.warn_untested_triton("3.7.1")
+        triton_support.warn_untested_triton("3.6.0")
+    assert [r.getMessage() for r in caplog.records] == [triton_support.untested_triton_note("3.7.1")]
 
 
 @pytest.mark.parametrize("rows,block_t", [(1, 16), (16, 1), (64, 16), (256, 32), (1024, 128), (4096, 256)])
@@ -73,17 +74,17 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
     from megatron_mxfp8_moe.kernels import triton_moe
 
     monkeypatch.setenv(triton_moe.GLUON_ENV, gluon)
-    monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)  # "auto" as with Triton 3.6
+    monkeypatch.setattr(triton_policy, "_gpu_tested_triton", lambda: True)  # "auto" as with Triton 3.6
     names = {id(tile): name for name, tile in TILES.items()}
     picked = {names[id(choose_config(rows, hidden, inter, gated=gated, topk=8, experts=128))]
               for rows in (1, 4, 8, 16, 64, 256, 1024, 4096) for hidden, inter in ((2048, 768), (4096, 1536))
               for gated in (True, False)}
     bases = ("s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2", "l128m_sa_t64pu_s2",
              "l128w_sa_t64p2_s2")
-    gluon_able = {names[id(triton_moe._tile(base, 2048, 768))] for base in bases}
+    gluon_able = {names[id(triton_policy._tile(base, 2048, 768))] for base in bases}
     for base in bases:  # "auto" (the default): all these twins (the 32-token ones since session 26)
         expected = gluon != "0"
-        assert any(t.fc1_gluon or t.fc2_gluon for t in triton_moe._tile(base, 2048, 768).launch_tiles) == expected
+        assert any(t.fc1_gluon or t.fc2_gluon for t in triton_policy._tile(base, 2048, 768).launch_tiles) == expected
     # the 256-token tiles' persistent ws twins (session 42; the squared-ReLU ws FCs since session 40)
     tiles_256 = {"x256w_sa_t32a", "x256m_sa_t32"} if gluon == "0" else {"x256w_sa_t32a_wsb_p", "x256m_sa_t32_wsb_p"}
     assert picked <= set(TILES) and {"g16p3", "g32p", "g16p", "q1"} | tiles_256 | gluon_able <= picked
@@ -102,14 +103,14 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     from megatron_mxfp8_moe.kernels import triton_moe
 
     monkeypatch.setenv(triton_moe.GLUON_ENV, gluon)
-    monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)  # "auto" as with Triton 3.6
+    monkeypatch.setattr(triton_policy, "_gpu_tested_triton", lambda: True)  # "auto" as with Triton 3.6
 
     def pick(rows, experts=128):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=experts)
         return next(name for name, tile in TILES.items() if tile is cfg)
     small = "s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4"
     if gluon != "0":  # the 16-token tiles' Gluon twins (64-row FC2) are on by default since session 23
-        small = triton_moe._GLUON_TWINS[small]
+        small = triton_tiles._GLUON_TWINS[small]
     # 1-1.5 pairs per expert (16-24 tokens): the twin with the f8x2 FC1 where it is picked (session 34), else q1
     mid = small if gluon != "0" else "q1"
     assert [pick(rows) for rows in (1, 2, 4, 8, 15, 16, 24, 25, 64)] == (
@@ -131,9 +132,9 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     picks = [pick(rows) for rows in (256, 257, 447, 448, 639, 640, 1023, 1024, 1151, 1152, 2815, 2816, 4096)]
     if gluon != "0":  # "1" and "auto" (the default): every twin; from 176 pairs per expert (2816 tokens) the
         # warp-specialized twin (squared ReLU since session 40, SwiGLU since session 42; its gated ws FC1 since 43)
-        gluon_names = {name: triton_name for triton_name, name in triton_moe._GLUON_TWINS.items()}
+        gluon_names = {name: triton_name for triton_name, name in triton_tiles._GLUON_TWINS.items()}
         assert [name in gluon_names for name in picks] == [True] * 9 + [False] * 4
-        ws_names = {name: triton_name for triton_name, name in triton_moe._WS_TWINS.items()}
+        ws_names = {name: triton_name for triton_name, name in triton_tiles._WS_TWINS.items()}
         assert [name in ws_names for name in picks] == [False] * 11 + [True] * 2
         picks = [gluon_names.get(name, ws_names.get(name, name)) for name in picks]
     assert picks == (
@@ -155,7 +156,7 @@ def test_large_hidden_squared_relu_picks_the_all_f8x2_tile(gluon, monkeypatch):
     from megatron_mxfp8_moe.kernels import triton_moe
 
     monkeypatch.setenv(triton_moe.GLUON_ENV, gluon)
-    monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)
+    monkeypatch.setattr(triton_policy, "_gpu_tested_triton", lambda: True)
     picks = {(rows, hidden, gated): choose_config(rows, hidden, hidden * 3 // 8, gated=gated, topk=8, experts=128)
              for rows in (8, 11, 12, 16, 24, 64, 128, 129, 256) for hidden in (2048, 3072, 4096, 7168)
              for gated in (False, True)}
@@ -299,17 +300,17 @@ def test_second_stream_orders_the_launches(monkeypatch):
         def __exit__(self, *exc):
             current.pop()
 
-    monkeypatch.setattr(triton_moe, "_side_stream", lambda device: side)
+    monkeypatch.setattr(triton_launch, "_side_stream", lambda device: side)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: main)
     monkeypatch.setattr(torch.cuda, "stream", StreamContext)
-    monkeypatch.setattr(triton_moe, "_planes_into", lambda x, planes, block_k: events.append(f"planes {current[-1].name}"))
-    monkeypatch.setattr(triton_moe, "_route", lambda *args: (events.append(f"route {current[-1].name}"),
+    monkeypatch.setattr(triton_launch, "_planes_into", lambda x, planes, block_k: events.append(f"planes {current[-1].name}"))
+    monkeypatch.setattr(triton_launch, "_route", lambda *args: (events.append(f"route {current[-1].name}"),
                                                                 torch.zeros(4096, dtype=torch.int32),
                                                                 torch.zeros(4096, dtype=torch.int32),
                                                                 torch.zeros(8, dtype=torch.int32))[1:])
-    monkeypatch.setattr(triton_moe, "_launch_mma", lambda cfg, *args: events.append(
+    monkeypatch.setattr(triton_launch, "_launch_mma", lambda cfg, *args: events.append(
         f"{'tail' if cfg.block_t == 16 else 'main'} pair {current[-1].name}"))
-    monkeypatch.setattr(triton_moe, "_launch_combine", lambda *args: events.append(f"combine {current[-1].name}"))
+    monkeypatch.setattr(triton_launch, "_launch_combine", lambda *args: events.append(f"combine {current[-1].name}"))
     fc1 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
     fc2 = quantize_mxfp8(random_weights((4, 64, 32), scale=0.1), backend="reference")
     x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
@@ -328,13 +329,12 @@ def test_second_stream_orders_the_launches(monkeypatch):
     assert steps[2] == ["side waits main", "planes side", "route main", "side waits main", "main waits side",
                         "main pair main", "tail pair side", "main waits side", "combine main"]
     monkeypatch.undo()
-    assert triton_moe._side_stream(torch.device("cpu")) is None  # CPU tensors (the interpreter): one stream
+    assert triton_launch._side_stream(torch.device("cpu")) is None  # CPU tensors (the interpreter): one stream
 
 
 def test_route_warps_reach_the_route_launch(monkeypatch):
     """``route_warps``, ``route_in_registers`` and ``route_parallel_pairs`` are checked and handed to ``_route``;
     None keeps the default warp rule."""
-    from megatron_mxfp8_moe.kernels import triton_moe
 
     seen = []
 
@@ -345,7 +345,7 @@ def test_route_warps_reach_the_route_launch(monkeypatch):
         seen.append(args[-3:])
         raise Stop
 
-    monkeypatch.setattr(triton_moe, "_route", fake_route)
+    monkeypatch.setattr(triton_launch, "_route", fake_route)
     fc1 = quantize_mxfp8(random_weights((4, 128, 64), scale=0.1), backend="reference")
     fc2 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
     x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
@@ -394,7 +394,8 @@ _PLANES_SCRIPT = textwrap.dedent(
     import json, os
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
-    from megatron_mxfp8_moe.kernels.triton_moe import _planes_into, planes_of
+    from megatron_mxfp8_moe.kernels.triton_moe import planes_of
+    from megatron_mxfp8_moe.kernels.triton_launch import _planes_into
 
     torch.manual_seed(5)
     same = []
@@ -423,7 +424,8 @@ _SPLIT_SCRIPT = textwrap.dedent(
     import json, os
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
-    from megatron_mxfp8_moe.kernels.triton_moe import _split_into, split_rows_buffers, split_rows_reference
+    from megatron_mxfp8_moe.kernels.triton_moe import split_rows_buffers, split_rows_reference
+    from megatron_mxfp8_moe.kernels.triton_launch import _split_into
 
     torch.manual_seed(6)
     checks = []
@@ -513,9 +515,8 @@ def test_sx4_needs_word_aligned_weight_rows(monkeypatch):
 
 def _sw_twins() -> dict:
     """``_GLUON_TWINS`` with session 29's "_sw" tiles where session 32 put the f8x2 FC1 twins ("_f1x" / "_f1xt")."""
-    from megatron_mxfp8_moe.kernels import triton_moe
 
-    return {name: twin.rsplit("_f1x", 1)[0] for name, twin in triton_moe._GLUON_TWINS.items()}
+    return {name: twin.rsplit("_f1x", 1)[0] for name, twin in triton_tiles._GLUON_TWINS.items()}
 
 
 def test_f8x2_fc1_twins_are_the_sw_twins_with_that_fc1():
@@ -526,11 +527,11 @@ def test_f8x2_fc1_twins_are_the_sw_twins_with_that_fc1():
     from megatron_mxfp8_moe.kernels import triton_moe
 
     sixteen, thirty_two = "s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw", "m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw"
-    assert triton_moe._GLUON_TWINS["s16k_sx4_f4"] == sixteen + "_f1x"
-    assert triton_moe._GLUON_TWINS["m32k_sx4p_f4_t16_s2"] == thirty_two + "_f1xt"
-    assert triton_moe._GLUON_TWINS["s16k4_sx4p_m3_s2"] == "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x"
-    assert triton_moe._GLUON_TWINS["m32l4_sx4p_m_t16_s2"] == "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt"
-    assert sum("_f1x" in twin for twin in triton_moe._GLUON_TWINS.values()) == 4
+    assert triton_tiles._GLUON_TWINS["s16k_sx4_f4"] == sixteen + "_f1x"
+    assert triton_tiles._GLUON_TWINS["m32k_sx4p_f4_t16_s2"] == thirty_two + "_f1xt"
+    assert triton_tiles._GLUON_TWINS["s16k4_sx4p_m3_s2"] == "s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x"
+    assert triton_tiles._GLUON_TWINS["m32l4_sx4p_m_t16_s2"] == "m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt"
+    assert sum("_f1x" in twin for twin in triton_tiles._GLUON_TWINS.values()) == 4
     f1x, f1xt = TILES[sixteen + "_f1x"], TILES[thirty_two + "_f1xt"]
     assert f1x == dataclasses.replace(TILES[sixteen], fc1_f8x2=True)
     assert f1xt.tail == dataclasses.replace(TILES[thirty_two].tail, fc1_f8x2=True, fc1_gluon=True, fc1_block_n=128,
@@ -789,14 +790,14 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
 
     for version, tested in (("3.6.0", True), ("3.6.1+git", True), ("3.7.0", False), ("3.8.0", False)):
         monkeypatch.setattr(triton, "__version__", version)
-        triton_moe._gpu_tested_triton.cache_clear()
-        assert triton_moe._gpu_tested_triton() is tested, version
+        triton_policy._gpu_tested_triton.cache_clear()
+        assert triton_policy._gpu_tested_triton() is tested, version
         assert choose_config(640, 2048, 768, **shape).fc1_gluon is tested, version
         monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
         assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2_sw"]
         monkeypatch.delenv(triton_moe.GLUON_ENV)
-    triton_moe._gpu_tested_triton.cache_clear()
-    monkeypatch.setattr(triton_moe, "_gpu_tested_triton", lambda: True)
+    triton_policy._gpu_tested_triton.cache_clear()
+    monkeypatch.setattr(triton_policy, "_gpu_tested_triton", lambda: True)
     assert choose_config(256, 2048, 768, **shape) is TILES["m32l4_sx4p_m_t16_gg_s2_gt_n64_c2_nov_sw_f1xt"]
     assert choose_config(384, 2048, 768, **shape) is TILES["m32l4_sx4p_m_gg_s2_nov_sw"]
     for value, policy in (("1", "all"), ("on", "all"), ("TRUE", "all"), ("yes", "all"), ("all", "all"),
@@ -811,7 +812,7 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     for rows, gated, name in ((256, True, "m32l4_sx4p_m_t16"), (256, False, "m32k_sx4p_f4_t16"),
                               (384, True, "m32l4_sx4p_m"), (384, False, "m32k_sx4p_f4")):
         cfg = choose_config(rows, 2048, 768, gated=gated, topk=8, experts=128)
-        assert cfg is TILES[triton_moe._GLUON_TWINS[name + "_s2"]]
+        assert cfg is TILES[triton_tiles._GLUON_TWINS[name + "_s2"]]
         assert TILES[name + "_g_s2"] == dataclasses.replace(TILES[name + "_s2"], fc2_block_k=128, fc2_gluon=True,
                                                             fc2_block_n=128, fc2_stages=3, fc2_maxnreg=None)
         assert TILES[name + "_gg_s2"] == dataclasses.replace(TILES[name + "_g_s2"], fc1_block_k=128, fc1_gluon=True,
@@ -868,10 +869,9 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
 def test_gluon_defaults_differ_from_their_triton_tiles_in_gluon_kernels_only():
     """Each ``_GLUON_TWINS`` tile keeps its Triton tile's token blocks and tail blocks (so the same route) and runs
     at least one Gluon kernel; session 20's tails run the Gluon FC2 (at 128-deep steps, as the GPU tests compare)."""
-    from megatron_mxfp8_moe.kernels import triton_moe
 
-    assert len(triton_moe._GLUON_TWINS) == 12
-    for triton_name, name in triton_moe._GLUON_TWINS.items():
+    assert len(triton_tiles._GLUON_TWINS) == 12
+    for triton_name, name in triton_tiles._GLUON_TWINS.items():
         tile, base = TILES[name], TILES[triton_name]
         assert any(t.fc1_gluon or t.fc2_gluon for t in tile.launch_tiles) and tile.side_stream == 2, name
         assert (tile.block_t, tile.tail is None) == (base.block_t, base.tail is None), name
@@ -931,7 +931,7 @@ def test_kernel_path_by_config_and_pairs():
 def test_route_refuses_pairs_beyond_its_int32_sort_keys():
     """The scatter sorts int32 keys ``expert * chunk + lane``: a pair count and expert count whose keys would
     overflow are refused with a clear error before anything is allocated or launched."""
-    from megatron_mxfp8_moe.kernels.triton_moe import _route
+    from megatron_mxfp8_moe.kernels.triton_route import _route
 
     ids = torch.zeros(2 ** 19, 8, dtype=torch.int32)  # 2**22 pairs: 64 chunks of 65536
     with pytest.raises(MXFP8InputError, match="int32 sort keys"):
@@ -1085,7 +1085,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     # route kernels vs their torch twin (the same tables, position by position: the scatter keeps pair order), at
     # the MMA paths' block sizes and the routed GEMV's 1 (one position per pair, capacity = pairs); the one-program form
     # and the three-launch form (forced with small chunks: 27 pairs in 4 chunks of 8, 1200 pairs in 38 of 32)
-    from megatron_mxfp8_moe.kernels import triton_moe as host
+    from megatron_mxfp8_moe.kernels import triton_moe as host, triton_route
     small = torch.randint(-1, 7, (9, 3), dtype=torch.int32)
     large = torch.randint(-1, 10, (300, 4), dtype=torch.int32, generator=torch.Generator().manual_seed(7))
     # (the "_reg" cases: the one-program form with its tables in registers, ``_route_in_registers_kernel``)
@@ -1104,9 +1104,9 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             ("route4_par", small, 8, 5, 4, 0, None), ("route1_par", small, 8, 5, 1, 0, None),
             ("route4_tail2_par", small, 8, 5, 4, 2, None), ("route16_par", large, 251, 8, 16, 0, None),
             ("route64_tail32_par", large, 251, 8, 64, 32, None), ("route1_many_par", large, 251, 8, 1, 0, None)]:
-        host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (4096, 256)
+        triton_route._ROUTE_ONE_PROGRAM_PAIRS, triton_route._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (4096, 256)
         rows = ids.shape[0]
-        sorted_pairs, block_expert, blocks = host._route(ids, torch.tensor([valid], dtype=torch.int32), rows,
+        sorted_pairs, block_expert, blocks = triton_route._route(ids, torch.tensor([valid], dtype=torch.int32), rows,
                                                          ids.shape[1], experts, 1, block_t, tail_t,
                                                          in_registers=name.endswith("_reg"),
                                                          parallel_pairs=4096 if "_par" in name else 0)
@@ -1131,7 +1131,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             tail_used=bool(tail_t) and ref_counts[1] > 0,
             tables_equal=all(same_blocks(*region) for region in regions),
             padding=bool((sorted_pairs[padding] == -1).all()))
-    host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = 1024, 256
+    triton_route._ROUTE_ONE_PROGRAM_PAIRS, triton_route._ROUTE_CHUNK = 1024, 256
 
     def run(x, probs, ids, fc1, fc2, activation, rows, valid, cfg):
         out = torch.full((x.shape[0], fc2.shape[1]), float("nan"))
@@ -1213,12 +1213,12 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     ref = moe_reference(x, fc1, fc2, probs, ids, "swiglu", local_expert_offset=1, valid_tokens=valid)
     tails = route_reference(ids, valid, experts=4, local_expert_offset=1, block_t=16, tail_t=8)[2][1]
     for suffix, split_chunk in (("", None), ("_split", 16)):
-        host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (1024, 256)
+        triton_route._ROUTE_ONE_PROGRAM_PAIRS, triton_route._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (1024, 256)
         out = run(x, probs, ids, fc1, fc2, "swiglu", rows, valid,
                   dataclasses.replace(cfg, tail=dataclasses.replace(cfg, block_t=8)))
         check("tail_tiles" + suffix, out, ref, rows, valid)
         result["tail_tiles" + suffix]["tails"] = tails
-    host._ROUTE_ONE_PROGRAM_PAIRS, host._ROUTE_CHUNK = 1024, 256
+    triton_route._ROUTE_ONE_PROGRAM_PAIRS, triton_route._ROUTE_CHUNK = 1024, 256
     # the tail tile with another dequant than the main tile (the "sx4" 16-token tails of the 32-token tiles)
     out = run(x, probs, ids, fc1, fc2, "swiglu", rows, valid, dataclasses.replace(
         cfg, tail=dataclasses.replace(cfg, block_t=8, dequant_fp32=False, dequant="sx4_int")))
@@ -1529,14 +1529,13 @@ def test_triton_backend_passes_the_expert_spread(monkeypatch):
 def test_sync_dots_tiles_differ_only_in_the_dot_mode():
     """The "_sd" tiles (session 21) are their base tile and its tail with ``sync_dots``; ``dot_mode`` is the kernels'
     ``FP32_DOT``: 1 for fp32 operands (which wins), 2 for bf16 with ``sync_dots``, else 0."""
-    from megatron_mxfp8_moe.kernels import triton_moe
 
     for name in ("l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2", "l128m_sa_t32_s2", "l128w_sa_t32a_s2", "x256m_sa_t32",
                  "x256w_sa_t32a"):
         base, synced = TILES[name], TILES[name + "_sd"]
         assert [t.dot_mode for t in base.launch_tiles] == [0] * len(base.launch_tiles)
         assert [t.dot_mode for t in synced.launch_tiles] == [2] * len(base.launch_tiles)
-        assert synced == triton_moe._synced(base) == dataclasses.replace(
+        assert synced == triton_tiles._synced(base) == dataclasses.replace(
             base, sync_dots=True, tail=None if base.tail is None else dataclasses.replace(base.tail, sync_dots=True))
     assert dataclasses.replace(TILES["x256m_sa_t32_sd"], fp32_dot=True).dot_mode == 1
     assert not any(t.sync_dots for name, tile in TILES.items() if not name.endswith("_sd") for t in tile.launch_tiles)
