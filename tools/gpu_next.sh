@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s44a     # for session 44: the full benchmark and the demo with session 43's defaults (the
+#   bash tools/gpu_next.sh s44a     # for session 46 on an H200 (never run there; runs 47-48 got H100s): the full
+#                                   # benchmark and the demo with the current defaults, then the default tests
+#   bash tools/gpu_next.sh s45b     # for session 46 (any Hopper card): 42 GPU tests not yet run on session 45's
+#                                   # split of the host module (second stream, graph replays of the other paths)
+#   bash tools/gpu_next.sh s44a     # (as written) for session 44: the full benchmark and the demo with session 43's defaults (the
 #                                   # gated ws FC1 in SwiGLU's from 176 pairs per expert; run 46 ran them on an H100
 #                                   # only: ask for an H200), then both activations' default tests from 176 pairs
 #   bash tools/gpu_next.sh s45a     # for session 45: the decode ws tiles with 4 bf16 stages / 8 producer warps: bit
@@ -1123,6 +1127,14 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s45b)
+    # for session 46 (about 9 device minutes, any Hopper card): 42 GPU tests that have not run on session 45's split of
+    # the host module (kernels/triton_{config,tiles,policy,route,launch,support}.py): the second-stream bit tests (run
+    # 48 cut 10 of them), the graph replays of the chunked route, the merged 256-token, tail, f8x2 and
+    # warp-specialized tiles (the test names pick them; a fresh machine compiles each tile once)
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    moe_gpu_tests 520 "side_stream_keeps or side_stream_on_odd or (cuda_graph_replay and (tail_tiles or merged \
+or f8x2 or warp_specialized_fcs or chunked_route))" ;;
   s44a)
     # for session 44 (one call, about 8 device minutes): the full benchmark and the demo with session 43's defaults
     # from 176 pairs per expert (SwiGLU's persistent ws tile with the gated ws FC1 too; run 46 timed it on an H100
