@@ -4,9 +4,6 @@
 #                                   # benchmark and the demo with the current defaults, then the default tests
 #   bash tools/gpu_next.sh s45b     # for session 46 (any Hopper card): 42 GPU tests not yet run on session 45's
 #                                   # split of the host module (second stream, graph replays of the other paths)
-#   bash tools/gpu_next.sh s44a     # (as written) for session 44: the full benchmark and the demo with session 43's defaults (the
-#                                   # gated ws FC1 in SwiGLU's from 176 pairs per expert; run 46 ran them on an H100
-#                                   # only: ask for an H200), then both activations' default tests from 176 pairs
 #   bash tools/gpu_next.sh s45a     # for session 45: the decode ws tiles with 4 bf16 stages / 8 producer warps: bit
 #                                   # tests, probes at 16-256 tokens against the defaults
 #   bash tools/gpu_next.sh s44c     # session 44: "_pf" (ws_prefetch: the persistent ws copies run on across tiles) and
