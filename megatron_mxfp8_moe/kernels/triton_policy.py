@@ -12,11 +12,12 @@ from .triton_support import _GPU_TESTED_TRITON, _major_minor
 from .triton_tiles import _GLUON_TWINS, _WS_TWINS, TILES
 
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles;
-# from 1 pair per expert, in place of q1, since session 34; Gluon FC2 on 64 rows: run 26 probes in triton_tiles.py, 0 of 300 bad
-# calls at 64 / 100 tokens; two chains and 4 stages since session 26), 8-16 (the 32-token tiles with 16-token tails,
-# session 26), 16-28 (squared ReLU since session 26, gated since session 28) and 28-72 (the 64-token tiles and the
-# 128-token tiles' 64-token tails). Since session 28 the gated 8-28 twins are "_nov" and the squared-ReLU 1.5-16 ones
-# "_f1q"; since sessions 32 / 33 the 1.5-16 twins of both activations run the Gluon f8x2 FC1 ("_f1x" / "_f1xt", triton_tiles.py).
+# from 1 pair per expert, in place of q1, since session 34; Gluon FC2 on 64 rows: run 26 probes in triton_tiles.py, 0
+# of 300 bad calls at 64 / 100 tokens; two chains and 4 stages since session 26), 8-16 (the 32-token tiles with
+# 16-token tails, session 26), 16-28 (squared ReLU since session 26, gated since session 28) and 28-72 (the 64-token
+# tiles and the 128-token tiles' 64-token tails). Since session 28 the gated 8-28 twins are "_nov" and the
+# squared-ReLU 1.5-16 ones "_f1q"; since sessions 32 / 33 the 1.5-16 twins of both activations run the Gluon f8x2 FC1
+# ("_f1x" / "_f1xt", triton_tiles.py).
 _GLUON_BY_DEFAULT = frozenset({"s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2",
                                "m32l4_sx4p_m_s2", "m32k_sx4p_f4_s2", "l64_sx4p_mu_t32_s2", "l64k2_sx4p_f4_t32_s2",
                                "l64_sx4p_mu_s2", "l64k2_sx4p_f4_s2", "l128m_sa_t64pu_s2", "l128w_sa_t64p2_s2",
