@@ -1061,7 +1061,8 @@ def test_cuda_graph_replay_with_the_default_gluon_tiles(activation, tokens, monk
     from megatron_mxfp8_moe.kernels import triton_moe as host
 
     monkeypatch.delenv(host.GLUON_ENV, raising=False)
-    monkeypatch.setattr(triton_policy, "_gpu_tested_triton", lambda: True)  # with another Triton too: what "auto" would run
+    # with another Triton too: what "auto" would run
+    monkeypatch.setattr(triton_policy, "_gpu_tested_triton", lambda: True)
 
     def config_for(tokens, hidden, inter, topk, experts):
         cfg = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)

@@ -49,7 +49,8 @@ def test_a_triton_other_than_the_gpu_tested_one_is_named_once(caplog):
     """Triton 3.6 ran on the H200s; another version gets one logged warning that names both versions and the scan."""
     from megatron_mxfp8_moe.kernels import triton_support
 
-    assert triton_support.untested_triton_note("3.6.0") is None and triton_support.untested_triton_note("3.6.1+git") is None
+    assert triton_support.untested_triton_note("3.6.0") is None
+    assert triton_support.untested_triton_note("3.6.1+git") is None
     note = triton_support.untested_triton_note("3.8.0")
     assert "3.6" in note and "3.8.0" in note and "sass_hazard_scan" in note
     triton_support.warn_untested_triton.cache_clear()
@@ -303,11 +304,12 @@ def test_second_stream_orders_the_launches(monkeypatch):
     monkeypatch.setattr(triton_launch, "_side_stream", lambda device: side)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: main)
     monkeypatch.setattr(torch.cuda, "stream", StreamContext)
-    monkeypatch.setattr(triton_launch, "_planes_into", lambda x, planes, block_k: events.append(f"planes {current[-1].name}"))
+    monkeypatch.setattr(triton_launch, "_planes_into",
+                        lambda x, planes, block_k: events.append(f"planes {current[-1].name}"))
     monkeypatch.setattr(triton_launch, "_route", lambda *args: (events.append(f"route {current[-1].name}"),
-                                                                torch.zeros(4096, dtype=torch.int32),
-                                                                torch.zeros(4096, dtype=torch.int32),
-                                                                torch.zeros(8, dtype=torch.int32))[1:])
+                                                                   torch.zeros(4096, dtype=torch.int32),
+                                                                   torch.zeros(4096, dtype=torch.int32),
+                                                                   torch.zeros(8, dtype=torch.int32))[1:])
     monkeypatch.setattr(triton_launch, "_launch_mma", lambda cfg, *args: events.append(
         f"{'tail' if cfg.block_t == 16 else 'main'} pair {current[-1].name}"))
     monkeypatch.setattr(triton_launch, "_launch_combine", lambda *args: events.append(f"combine {current[-1].name}"))
@@ -1085,7 +1087,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     # route kernels vs their torch twin (the same tables, position by position: the scatter keeps pair order), at
     # the MMA paths' block sizes and the routed GEMV's 1 (one position per pair, capacity = pairs); the one-program form
     # and the three-launch form (forced with small chunks: 27 pairs in 4 chunks of 8, 1200 pairs in 38 of 32)
-    from megatron_mxfp8_moe.kernels import triton_moe as host, triton_route
+    from megatron_mxfp8_moe.kernels import triton_route as route
     small = torch.randint(-1, 7, (9, 3), dtype=torch.int32)
     large = torch.randint(-1, 10, (300, 4), dtype=torch.int32, generator=torch.Generator().manual_seed(7))
     # (the "_reg" cases: the one-program form with its tables in registers, ``_route_in_registers_kernel``)
@@ -1104,15 +1106,15 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             ("route4_par", small, 8, 5, 4, 0, None), ("route1_par", small, 8, 5, 1, 0, None),
             ("route4_tail2_par", small, 8, 5, 4, 2, None), ("route16_par", large, 251, 8, 16, 0, None),
             ("route64_tail32_par", large, 251, 8, 64, 32, None), ("route1_many_par", large, 251, 8, 1, 0, None)]:
-        triton_route._ROUTE_ONE_PROGRAM_PAIRS, triton_route._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (4096, 256)
+        route._ROUTE_ONE_PROGRAM_PAIRS, route._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (4096, 256)
         rows = ids.shape[0]
-        sorted_pairs, block_expert, blocks = triton_route._route(ids, torch.tensor([valid], dtype=torch.int32), rows,
+        sorted_pairs, block_expert, blocks = route._route(ids, torch.tensor([valid], dtype=torch.int32), rows,
                                                          ids.shape[1], experts, 1, block_t, tail_t,
                                                          in_registers=name.endswith("_reg"),
                                                          parallel_pairs=4096 if "_par" in name else 0)
         ref_pairs, ref_blocks, ref_count = route_reference(ids, valid, experts=experts, local_expert_offset=1,
                                                            block_t=block_t, tail_t=tail_t)
-        max_sorted, _, _, tail_offset = host.route_layout(rows, ids.shape[1], experts, block_t, tail_t)
+        max_sorted, _, _, tail_offset = route.route_layout(rows, ids.shape[1], experts, block_t, tail_t)
         counts, ref_counts = [int(blocks[0])], [ref_count]
         regions = [(0, 0, block_t, ref_count)]
         if tail_t:
@@ -1127,11 +1129,11 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
         for pos0, _, width, count in regions:
             padding[pos0:pos0 + count * width] = False
         result[name] = dict(
-            split=not host.route_launch_shape(ids.numel())[0], blocks=[counts, ref_counts],
+            split=not route.route_launch_shape(ids.numel())[0], blocks=[counts, ref_counts],
             tail_used=bool(tail_t) and ref_counts[1] > 0,
             tables_equal=all(same_blocks(*region) for region in regions),
             padding=bool((sorted_pairs[padding] == -1).all()))
-    triton_route._ROUTE_ONE_PROGRAM_PAIRS, triton_route._ROUTE_CHUNK = 1024, 256
+    route._ROUTE_ONE_PROGRAM_PAIRS, route._ROUTE_CHUNK = 1024, 256
 
     def run(x, probs, ids, fc1, fc2, activation, rows, valid, cfg):
         out = torch.full((x.shape[0], fc2.shape[1]), float("nan"))
@@ -1213,12 +1215,12 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     ref = moe_reference(x, fc1, fc2, probs, ids, "swiglu", local_expert_offset=1, valid_tokens=valid)
     tails = route_reference(ids, valid, experts=4, local_expert_offset=1, block_t=16, tail_t=8)[2][1]
     for suffix, split_chunk in (("", None), ("_split", 16)):
-        triton_route._ROUTE_ONE_PROGRAM_PAIRS, triton_route._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (1024, 256)
+        route._ROUTE_ONE_PROGRAM_PAIRS, route._ROUTE_CHUNK = (0, split_chunk) if split_chunk else (1024, 256)
         out = run(x, probs, ids, fc1, fc2, "swiglu", rows, valid,
                   dataclasses.replace(cfg, tail=dataclasses.replace(cfg, block_t=8)))
         check("tail_tiles" + suffix, out, ref, rows, valid)
         result["tail_tiles" + suffix]["tails"] = tails
-    triton_route._ROUTE_ONE_PROGRAM_PAIRS, triton_route._ROUTE_CHUNK = 1024, 256
+    route._ROUTE_ONE_PROGRAM_PAIRS, route._ROUTE_CHUNK = 1024, 256
     # the tail tile with another dequant than the main tile (the "sx4" 16-token tails of the 32-token tiles)
     out = run(x, probs, ids, fc1, fc2, "swiglu", rows, valid, dataclasses.replace(
         cfg, tail=dataclasses.replace(cfg, block_t=8, dequant_fp32=False, dequant="sx4_int")))
