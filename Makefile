@@ -30,8 +30,15 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/decode.py
 
+# The benchmarks on a CUDA GPU (the Triton backend: H100 / H200), each writing its table (.md) and raw .json into
+# $(BENCH_OUT): the quantizer, one layer's refit, and the MoE layer against Megatron-Core's BF16 kernels (minutes).
+BENCH_OUT ?= bench/results/local
 bench: $(STAMP)
-	$(PY) bench/quantize.py
+	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "make bench needs a CUDA GPU (the Triton MoE backend runs on H100 / H200, SM 9.0); torch sees none")'
+	$(PY) bench/quantize.py --out $(BENCH_OUT)
+	$(PY) bench/refit.py --out $(BENCH_OUT)
+	$(PY) bench/moe_layer.py --out $(BENCH_OUT)
+	@echo "tables and raw results: $(BENCH_OUT)"
 
 lint: $(STAMP)
 	$(PY) -m pip install -q ruff
