@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s44a     # for session 46 on an H200 (never run there; runs 47-48 got H100s): the full
-#                                   # benchmark and the demo with the current defaults, then the default tests
-#   bash tools/gpu_next.sh s45b     # for session 46 (any Hopper card): 42 GPU tests not yet run on session 45's
-#                                   # split of the host module (second stream, graph replays of the other paths)
+#   bash tools/gpu_next.sh s46a     # for session 47 (any Hopper card): the Gluon GPU tests other than graph replays
+#                                   # (run 49 passed the first 27 in collection order before its time limit), more of
+#                                   # the suite on session 45's split host modules
+#   bash tools/gpu_next.sh s44a     # session 46, run 49 call 1 (H200): the full benchmark and the demo with the
+#                                   # current defaults, then the default tests
+#   bash tools/gpu_next.sh s45b     # session 46, run 49 call 2 (H200): 42 GPU tests on session 45's split of the host
+#                                   # module (second stream, graph replays of the other paths)
 #   bash tools/gpu_next.sh s45a     # for session 45: the decode ws tiles with 4 bf16 stages / 8 producer warps: bit
 #                                   # tests, probes at 16-256 tokens against the defaults
 #   bash tools/gpu_next.sh s44c     # session 44: "_pf" (ws_prefetch: the persistent ws copies run on across tiles) and
@@ -1124,6 +1127,11 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s46a)
+    # for session 47 (about 9 device minutes, any Hopper card): the Gluon GPU tests other than graph replays, which
+    # run 49 cut after 27 (collection order) at its 270 s limit
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    moe_gpu_tests 540 "gluon and not cuda_graph_replay" ;;
   s45b)
     # for session 46 (about 9 device minutes, any Hopper card): 42 GPU tests that have not run on session 45's split of
     # the host module (kernels/triton_{config,tiles,policy,route,launch,support}.py): the second-stream bit tests (run
