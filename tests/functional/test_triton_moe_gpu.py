@@ -545,18 +545,25 @@ def _poisoned_outputs(configs, fc1, fc2, x, probs, ids, valid_rows, activation):
     return outs
 
 
-def _assert_tiles_keep_bits(old, new, case, activation, same_bits=True):
-    """Tiles ``new`` are bit-equal to ``old`` on ``case`` (experts, topk, hidden, inter, tokens) (unless not
-    ``same_bits``), within BOUND of the float64 oracle, every row written (NaN-poisoned output), nothing written past
-    ``rows``, zeros past ``valid_tokens``. Returns both outputs ``[tokens, H]``."""
+def _checked_outputs(tiles, case, activation):
+    """Each of ``tiles`` once on one input set of ``case`` (experts, topk, hidden, inter, tokens): every row written
+    (NaN-poisoned output), nothing written past ``rows``; the last tile's output within BOUND of the float64 oracle
+    and zeros past ``valid_tokens``. Returns the outputs ``[tokens, H]``, one per tile."""
     experts, topk, hidden, inter, tokens = case
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
-    outs = _poisoned_outputs((old, new), fc1, fc2, x, probs, ids, valid_rows, activation)
+    outs = _poisoned_outputs(tiles, fc1, fc2, x, probs, ids, valid_rows, activation)
+    ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
+    assert relative_error(outs[-1], ref) <= BOUND
+    assert outs[-1][valid_rows:].abs().max().item() == 0 if valid_rows < tokens else True
+    return outs
+
+
+def _assert_tiles_keep_bits(old, new, case, activation, same_bits=True):
+    """Tiles ``new`` are bit-equal to ``old`` on ``case`` (unless not ``same_bits``), and ``_checked_outputs``' checks
+    hold for ``new``. Returns both outputs ``[tokens, H]``."""
+    outs = _checked_outputs((old, new), case, activation)
     if same_bits:
         assert torch.equal(outs[0], outs[1]), (outs[0] - outs[1]).abs().max().item()
-    ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
-    assert relative_error(outs[1], ref) <= BOUND
-    assert outs[1][valid_rows:].abs().max().item() == 0 if valid_rows < tokens else True
     return outs
 
 
@@ -1521,14 +1528,10 @@ def test_gated_ws_fc1_matches_float64(name, case):
     within 2e-3 of the Triton tile (``triton_form``); the persistent form the same bits as the one-tile form."""
     tile = TILES[name]
     one_tile = (TILES["x256m_sa_t32_wsb"],) if tile.ws_persistent else ()
-    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(*case, "swiglu")
-    outs = _poisoned_outputs((tile, triton_form(tile)) + one_tile, fc1, fc2, x, probs, ids, valid_rows, "swiglu")
-    ref = _reference(x, fc1, fc2, probs, ids, "swiglu", 3, valid_rows, case[-1])
-    assert relative_error(outs[0], ref) <= BOUND
-    assert outs[0][valid_rows:].abs().max().item() == 0 if valid_rows < case[-1] else True
-    assert relative_error(outs[0], outs[1]) <= 2e-3
-    if one_tile:  # each tile runs once: the persistent form against the one-tile form's bits
-        assert torch.equal(outs[0], outs[2]), (outs[0] - outs[2]).abs().max().item()
+    *others, out = _checked_outputs((triton_form(tile),) + one_tile + (tile,), case, "swiglu")  # each tile once
+    assert relative_error(out, others[0]) <= 2e-3
+    if one_tile:  # the persistent form against the one-tile form's bits
+        assert torch.equal(out, others[1]), (out - others[1]).abs().max().item()
 
 
 # Session 43 (run 47 call 2, tools/gpu_next.sh s44b: passed on an H100): the persistent defaults at 4 token stages ("_p_s4", 6 fp8 weight
