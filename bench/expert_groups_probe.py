@@ -1,0 +1,147 @@
+"""Probe: does running a layer's experts as groups on concurrent streams beat one call (decode rows)?
+
+The question (session 47): at 16-256 tokens each FC launch of the default tiles is short and ends in a partial last
+wave, and FC2 starts only when FC1's last program is done. If the experts are split into ``N`` groups whose FC1 -> FC2
+chains run on ``N`` streams, one group's FC2 can fill the SMs that another group's FC1 leaves idle.
+
+Built from the public API alone, with no kernel change: group ``g`` is one ``triton_mxfp8_moe`` call on the experts
+``[g E / N, (g + 1) E / N)`` of the stacks (EP form: ``local_expert_offset``, ``route_experts = E`` so the tile is the
+whole layer's), into its own fp32 ``[T, H]`` output; the outputs are summed into bf16. Each group therefore runs its
+own route, split / plane copy of x and combine: the probe pays that overhead, which a real implementation (one route
+with a table per group, one combine) would not.
+
+Variants, per (shape, activation, tokens), timed as ``bench/moe_layer.py`` times ours (CUDA graph of ``ROTATE``
+calls, median replay / ROTATE), in rounds (``--rounds``) so that drift shows; ``ratio_vs_whole`` compares the means of the rounds:
+- ``whole``: the default call;
+- ``gN_one``: the N group calls one after the other on one stream (the overhead of the groups alone);
+- ``gN_streams``: the same N calls on N streams (fork / join by event waits inside the graph).
+
+Each variant's output is checked against ``whole`` (relative error; bf16 rounding of the sum differs, so not bits).
+Usage: ``python bench/expert_groups_probe.py --out DIR`` (CUDA); one JSON line per row, ``expert_groups.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.common import graph_median_us  # noqa: E402
+from bench.moe_layer import ROTATE, SHAPES, rotated_inputs  # noqa: E402
+from megatron_mxfp8_moe.kernels.triton_moe import triton_mxfp8_moe  # noqa: E402
+from megatron_mxfp8_moe.tensor import MXFP8Tensor, quantize_mxfp8  # noqa: E402
+
+
+def expert_slice(stack: MXFP8Tensor, first: int, last: int) -> MXFP8Tensor:
+    """Experts ``[first, last)`` of ``stack`` as a stack sharing its storage (fp8 rows and swizzled scales)."""
+    return MXFP8Tensor(stack.data[first:last], stack.scale[first:last])
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shapes", default="qwen3-30b-a3b,qwen3-235b-a22b")
+    parser.add_argument("--activations", default="squared_relu,swiglu")
+    parser.add_argument("--tokens", default="16,64,256")
+    parser.add_argument("--groups", default="2,4")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    rows_out = []
+    for shape in args.shapes.split(","):
+        experts, topk, hidden, inter = SHAPES[shape]
+        for activation in args.activations.split(","):
+            gated = activation == "swiglu"
+            inner = inter if gated else 2 * inter
+            gen = torch.Generator(device="cpu").manual_seed(0)
+            fc1 = quantize_mxfp8((torch.randn(experts, 2 * inter, hidden, generator=gen) * 0.02).to(device, torch.bfloat16))
+            fc2 = quantize_mxfp8((torch.randn(experts, hidden, inner, generator=gen) * 0.02).to(device, torch.bfloat16))
+            for tokens in map(int, args.tokens.split(",")):
+                xs, probs, maps, valid = rotated_inputs(tokens, hidden, experts, topk, device)
+                outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
+
+                def whole():
+                    for i in range(ROTATE):
+                        triton_mxfp8_moe(xs[i], probs[i], maps[i], fc1, fc2, activation=activation,
+                                         valid_tokens=valid, out=outs[i], route_experts=experts)
+
+                variants = {"whole": whole}
+                for count in map(int, args.groups.split(",")):
+                    bounds = [experts * g // count for g in range(count + 1)]
+                    stacks = [(expert_slice(fc1, a, b), expert_slice(fc2, a, b), a) for a, b in zip(bounds, bounds[1:])]
+                    parts = [[torch.empty(tokens, hidden, device=device, dtype=torch.float32) for _ in range(count)]
+                             for _ in range(ROTATE)]
+                    streams = [torch.cuda.Stream(device) for _ in range(count - 1)]
+
+                    def group_call(i, g, stacks=stacks, parts=parts):
+                        w1, w2, offset = stacks[g]
+                        triton_mxfp8_moe(xs[i], probs[i], maps[i], w1, w2, activation=activation, valid_tokens=valid,
+                                         out=parts[i][g], local_expert_offset=offset, route_experts=experts)
+
+                    def summed(i, parts=parts):
+                        total = parts[i][0]
+                        for part in parts[i][1:]:
+                            total = total + part
+                        outs[i].copy_(total)
+
+                    def one_stream(count=count, group_call=group_call, summed=summed):
+                        for i in range(ROTATE):
+                            for g in range(count):
+                                group_call(i, g)
+                            summed(i)
+
+                    def on_streams(count=count, group_call=group_call, summed=summed, streams=streams):
+                        main = torch.cuda.current_stream(device)
+                        for i in range(ROTATE):
+                            for stream in streams:
+                                stream.wait_stream(main)
+                            for g in range(1, count):
+                                with torch.cuda.stream(streams[g - 1]):
+                                    group_call(i, g)
+                            group_call(i, 0)
+                            for stream in streams:
+                                main.wait_stream(stream)
+                            summed(i)
+
+                    variants[f"g{count}_one"] = one_stream
+                    variants[f"g{count}_streams"] = on_streams
+                row = dict(shape=shape, activation=activation, tokens=tokens, us={}, rel_err_vs_whole={})
+                whole()
+                torch.cuda.synchronize()
+                reference = [out.clone() for out in outs]
+                for name, run in variants.items():
+                    if name == "whole":
+                        continue
+                    for out in outs:
+                        out.fill_(float("nan"))
+                    run()
+                    torch.cuda.synchronize()
+                    row["rel_err_vs_whole"][name] = max(relative_error(o, r) for o, r in zip(outs, reference))
+                for round_ in range(args.rounds):
+                    for name, run in variants.items():
+                        row["us"].setdefault(name, []).append(round(graph_median_us(run) / ROTATE, 1))
+                base = sum(row["us"]["whole"]) / args.rounds
+                row["ratio_vs_whole"] = {name: round(sum(t) / args.rounds / base, 4) for name, t in row["us"].items()}
+                print(json.dumps(row), flush=True)
+                rows_out.append(row)
+            del fc1, fc2
+            torch.cuda.empty_cache()
+    if args.out:
+        path = pathlib.Path(args.out)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "expert_groups.json").write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
+                                                                 torch=torch.__version__, rows=rows_out), indent=1))
+
+
+if __name__ == "__main__":
+    main()
