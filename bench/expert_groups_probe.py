@@ -127,7 +127,7 @@ def main():
                     run()
                     torch.cuda.synchronize()
                     row["rel_err_vs_whole"][name] = max(relative_error(o, r) for o, r in zip(outs, reference))
-                for round_ in range(args.rounds):
+                for _ in range(args.rounds):
                     for name, run in variants.items():
                         row["us"].setdefault(name, []).append(round(graph_median_us(run) / ROTATE, 1))
                 base = sum(row["us"]["whole"]) / args.rounds
