@@ -141,6 +141,14 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
             _planes_into(x[:rows], planes, block_k)
         if x_split is not None:
             _split_into(x[:rows], *x_split)
+    if cfg.expert_groups > 1:
+        if side is not None:
+            main.wait_stream(side)  # the groups' FC1s read the planes / split rows of x
+        fc1_input = x_split if split_x else x_planes[cfg.fc1_block_k] if cfg.planes else x
+        _launch_expert_groups(cfg, fc1_input, dims, weights, slots, routing_map, valid_tokens, rows, topk, experts,
+                              local_expert_offset, activation, split_k, inter_cols, scales_t, group)
+        _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
+        return
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
                    cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
     sorted_pairs, block_expert, num_blocks = route
@@ -166,6 +174,69 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     if tails_beside:
         main.wait_stream(side)  # join before the combine reads every slot row
     _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
+
+
+class _ExpertSlice:
+    """Experts ``[first, last)`` of a stack as the launchers read it (``.data``: the fp8 rows ``[last - first, M, K]``)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: torch.Tensor):
+        self.data = data
+
+
+def _launch_expert_groups(cfg, fc1_input, dims, weights, slots, routing_map, valid_tokens, rows, topk, experts,
+                          local_expert_offset, activation, split_k, inter_cols, scales_t, scale_group) -> None:
+    """``cfg.expert_groups`` route + FC1 / FC2 launch pairs over contiguous groups of the local experts, group ``g``
+    on stream ``g`` (0: the current one), into the shared ``slots`` (each pair's row is written by its expert's
+    group); the current stream waits for every group before returning. ``fc1_input``: what the tile's FC1 reads (x,
+    its planes or its split rows). All buffers come from the current stream."""
+    fc1, fc2, s1, s2, s1_args, s2_args = weights
+    _, n_out, _ = dims
+    count = min(cfg.expert_groups, experts)
+    bounds = [experts * g // count for g in range(count + 1)]
+    launches = []
+    for first, last in zip(bounds, bounds[1:]):
+        size = last - first
+        _, max_blocks, sorted_len, _ = route_layout(rows, topk, size, cfg.block_t, 0)
+        inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=slots.device)
+        if cfg.dequant == "f8x2":  # FC2 reads split rows of FC1's output
+            operands = (fc1_input, (*split_rows_buffers(sorted_len, n_out, slots.device, scales_t, scale_group), inter))
+        else:
+            operands = (fc1_input, inter)
+        group_weights = (_ExpertSlice(fc1.data[first:last]), _ExpertSlice(fc2.data[first:last]), s1[first:last],
+                         s2[first:last], s1_args, s2_args)
+        launches.append((first, size, max_blocks, operands, group_weights))
+    streams = _group_streams(slots.device, count - 1)
+    main = torch.cuda.current_stream(slots.device) if streams else None
+    for stream in streams:
+        stream.wait_stream(main)  # fork: x, its copies and every group's buffers are ready
+    for index, (first, size, max_blocks, operands, group_weights) in enumerate(launches):
+        with torch.cuda.stream(streams[index - 1] if index and streams else None):
+            route = _route(routing_map, valid_tokens, rows, topk, size, local_expert_offset + first, cfg.block_t, 0,
+                           cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
+            _launch_mma(cfg, *operands, dims, group_weights, slots, route, max_blocks, activation, topk, split_k)
+    for stream in streams:
+        main.wait_stream(stream)  # join before the combine reads every slot row
+
+
+_GROUP_STREAMS: dict = {}
+
+
+def _group_streams(device: torch.device, count: int) -> list:
+    """``count`` streams of this process on ``device`` for ``_launch_expert_groups`` (cached), none of them the
+    current stream; [] on a CPU device (the Triton interpreter) or when called on one of them: then the groups run
+    in order on the current stream."""
+    if device.type != "cuda" or count == 0:
+        return []
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    streams = _GROUP_STREAMS.setdefault(index, [])
+    while len(streams) < count:
+        streams.append(torch.cuda.Stream(device=index))
+    current = torch.cuda.current_stream(index)
+    if any(stream == current for stream in streams[:count]):
+        return []
+    return streams[:count]
 
 
 _SIDE_STREAMS: dict = {}
