@@ -4,25 +4,25 @@ The question (session 47): at 16-256 tokens each FC launch of the default tiles 
 wave, and FC2 starts only when FC1's last program is done. If the experts are split into ``N`` groups whose FC1 -> FC2
 chains run on ``N`` streams, one group's FC2 can fill the SMs that another group's FC1 leaves idle.
 
-Built from the public API alone, with no kernel change: group ``g`` is one ``triton_mxfp8_moe`` call on the experts
-``[g E / N, (g + 1) E / N)`` of the stacks (EP form: ``local_expert_offset``, ``route_experts = E`` so the tile is the
-whole layer's), into its own fp32 ``[T, H]`` output; the outputs are summed into bf16. Each group therefore runs its
-own route, split / plane copy of x and combine: the probe pays that overhead, which a real implementation (one route
-with a table per group, one combine) would not.
-
 Variants, per (shape, activation, tokens), timed as ``bench/moe_layer.py`` times ours (CUDA graph of ``ROTATE``
-calls, median replay / ROTATE), in rounds (``--rounds``) so that drift shows; ``ratio_vs_whole`` compares the means of the rounds:
-- ``whole``: the default call;
-- ``gN_one``: the N group calls one after the other on one stream (the overhead of the groups alone);
-- ``gN_streams``: the same N calls on N streams (fork / join by event waits inside the graph).
+calls, median replay / ROTATE), in rounds (``--rounds``) so that drift shows; ``ratio_vs_whole`` compares the means
+of the rounds:
+- ``whole``: the default call (``choose_config``);
+- ``gN_cfg``: the default tile with ``TritonMoEConfig.expert_groups = N`` (one call: a route and launch pair per
+  group on its own stream, one combine; must keep the bits of ``whole``); where the default has a tail tile, the
+  groups run without it, and ``no_tail`` times that tile with one group;
+- with ``--public``, the groups as separate public calls (EP form: ``local_expert_offset``, ``route_experts = E``),
+  each into its own fp32 output, summed into bf16 (each pays its own split of x and combine): ``gN_one`` in order on
+  one stream, ``gN_streams`` on N streams.
 
-Each variant's output is checked against ``whole`` (relative error; bf16 rounding of the sum differs, so not bits).
+Each variant's output is checked against ``whole``: ``bits_equal_whole`` and the relative error.
 Usage: ``python bench/expert_groups_probe.py --out DIR`` (CUDA); one JSON line per row, ``expert_groups.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import graph_median_us  # noqa: E402
 from bench.moe_layer import ROTATE, SHAPES, rotated_inputs  # noqa: E402
-from megatron_mxfp8_moe.kernels.triton_moe import triton_mxfp8_moe  # noqa: E402
+from megatron_mxfp8_moe.kernels.triton_moe import choose_config, triton_mxfp8_moe  # noqa: E402
 from megatron_mxfp8_moe.tensor import MXFP8Tensor, quantize_mxfp8  # noqa: E402
 
 
@@ -52,8 +52,9 @@ def main():
     parser.add_argument("--shapes", default="qwen3-30b-a3b,qwen3-235b-a22b")
     parser.add_argument("--activations", default="squared_relu,swiglu")
     parser.add_argument("--tokens", default="16,64,256")
-    parser.add_argument("--groups", default="2,4")
+    parser.add_argument("--groups", default="2,4,8")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--public", action="store_true", help="also the groups as separate calls (gN_one / gN_streams)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     device = torch.device("cuda")
@@ -75,7 +76,20 @@ def main():
                         triton_mxfp8_moe(xs[i], probs[i], maps[i], fc1, fc2, activation=activation,
                                          valid_tokens=valid, out=outs[i], route_experts=experts)
 
+                def configured(cfg):
+                    def run():
+                        for i in range(ROTATE):
+                            triton_mxfp8_moe(xs[i], probs[i], maps[i], fc1, fc2, activation=activation,
+                                             valid_tokens=valid, out=outs[i], config=cfg)
+                    return run
+
                 variants = {"whole": whole}
+                default = choose_config(tokens, hidden, inner, gated=gated, topk=topk, experts=experts)
+                base = default if default.tail is None else dataclasses.replace(default, tail=None)
+                if base is not default:  # the groups run without tail tiles: time that tile alone too
+                    variants["no_tail"] = configured(base)
+                for count in map(int, args.groups.split(",")):
+                    variants[f"g{count}_cfg"] = configured(dataclasses.replace(base, expert_groups=count))
                 for count in map(int, args.groups.split(",")):
                     bounds = [experts * g // count for g in range(count + 1)]
                     stacks = [(expert_slice(fc1, a, b), expert_slice(fc2, a, b), a) for a, b in zip(bounds, bounds[1:])]
@@ -113,8 +127,9 @@ def main():
                                 main.wait_stream(stream)
                             summed(i)
 
-                    variants[f"g{count}_one"] = one_stream
-                    variants[f"g{count}_streams"] = on_streams
+                    if args.public:
+                        variants[f"g{count}_one"] = one_stream
+                        variants[f"g{count}_streams"] = on_streams
                 row = dict(shape=shape, activation=activation, tokens=tokens, us={}, rel_err_vs_whole={})
                 whole()
                 torch.cuda.synchronize()
@@ -127,6 +142,7 @@ def main():
                     run()
                     torch.cuda.synchronize()
                     row["rel_err_vs_whole"][name] = max(relative_error(o, r) for o, r in zip(outs, reference))
+                    row.setdefault("bits_equal_whole", {})[name] = all(torch.equal(o, r) for o, r in zip(outs, reference))
                 for _ in range(args.rounds):
                     for name, run in variants.items():
                         row["us"].setdefault(name, []).append(round(graph_median_us(run) / ROTATE, 1))

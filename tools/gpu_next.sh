@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s47a     # session 47 (ask for an H200): the experts as 2 / 4 groups on concurrent streams
-#                                   # against one call (bench/expert_groups_probe.py), then the first third of "one
-#                                   # case per test function" of the Triton MoE GPU tests (tools/one_case_each.py)
+#   bash tools/gpu_next.sh s47a     # session 47 (ask for an H200): expert_groups (the experts in groups on concurrent
+#                                   # streams): GPU tests, probes against one call (bench/expert_groups_probe.py), then
+#                                   # the first third of "one case per test function" (tools/one_case_each.py)
 #   bash tools/gpu_next.sh s47b     # session 47 (any Hopper card): the other two thirds of that list
 #   bash tools/gpu_next.sh s46a     # for session 47 (any Hopper card): the Gluon GPU tests other than graph replays
 #                                   # (run 49 passed the first 27 in collection order before its time limit), more of
@@ -1132,18 +1132,20 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
   s47a)
-    # session 47 (about 9 device minutes; H200): does splitting the experts into groups whose FC1 -> FC2 chains run on
-    # concurrent streams beat one call at 16-256 tokens? (Public API only, each group paying its own route and
-    # combine.) Then the first third of one case per test function (tools/one_case_each.py), a test log each.
+    # session 47 (about 9 device minutes; H200): TritonMoEConfig.expert_groups (the experts in 2 / 4 / 8 groups, each
+    # with its own route and FC1 -> FC2 launch pair on its own stream): its GPU tests (bits of one group, graph
+    # replays), then layer probes against the defaults at 16 / 64 / 256 tokens (bench/expert_groups_probe.py), then
+    # the first third of one case per test function (tools/one_case_each.py)
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
-    timeout 330 python3 bench/expert_groups_probe.py --out $OUT > $OUT/groups.jsonl 2> $OUT/groups.err
+    moe_gpu_tests 150 "expert_groups and (T16 or T64 or graph)"
+    timeout 300 python3 bench/expert_groups_probe.py --out $OUT > $OUT/groups.jsonl 2> $OUT/groups.err
     echo "groups rc=$?" >> $OUT/groups.err
     python3 -c "
 import json
 for d in map(json.loads, open('$OUT/groups.jsonl')):
-    print(d['shape'][:10], d['activation'][:6], d['tokens'], d['us'], d['ratio_vs_whole'], max(d['rel_err_vs_whole'].values()))"
+    print(d['shape'][:10], d['activation'][:6], d['tokens'], d['us'], d['ratio_vs_whole'], d['bits_equal_whole'])"
     tail -2 $OUT/groups.err
-    timeout 200 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py --part 1/3 > $OUT/tests1.log 2>&1
+    timeout 100 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py --part 1/3 > $OUT/tests1.log 2>&1
     echo "pytest rc=$?" >> $OUT/tests1.log; grep "one_case_each\|passed\|failed\|rc=\|^FAILED" $OUT/tests1.log | tail -8 ;;
   s47b)
     # session 47 (about 9 device minutes, any Hopper card): the other two thirds of one case per test function

@@ -1592,3 +1592,30 @@ def test_default_from_176_pairs_runs_the_ws_fcs_and_falls_back_on_unaligned_x(ac
     assert torch.equal(fallback, triton_tile) and relative_error(fallback, ref) <= BOUND
     with pytest.raises(MXFP8InputError, match="fc1_ws: x rows must be 16-byte aligned"):
         _poisoned_outputs((ws,), fc1, fc2, shifted, probs, ids, valid_rows, activation)
+
+
+# Session 47: ``expert_groups`` (the local experts in groups, each with its own route and FC1 / FC2 launch pair on its
+# own stream, one combine). Same blocks in the same order per expert, so the bits of one group.
+def _grouped(tokens, hidden, inter, topk, experts, activation, groups):
+    """``choose_config``'s pick (its tail tile dropped: the groups run without tails) with ``expert_groups`` set."""
+    cfg = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
+    return dataclasses.replace(cfg, tail=None, expert_groups=groups)
+
+
+@pytest.mark.parametrize("groups", [2, 4, 8])
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+@pytest.mark.parametrize("case", [(128, 8, 2048, 768, 16), (128, 8, 2048, 768, 64), (128, 8, 4096, 1536, 256),
+                                  (40, 4, 1024, 512, 33)], ids=["30b-T16", "30b-T64", "235b-T256", "odd33"])
+def test_expert_groups_keep_the_bits(case, activation, groups):
+    experts, topk, hidden, inter, tokens = case
+    one = _grouped(tokens, hidden, inter, topk, experts, activation, 1)
+    _assert_tiles_keep_bits(one, dataclasses.replace(one, expert_groups=groups), case, activation)
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
+@pytest.mark.parametrize("tokens", [16, 64])
+def test_cuda_graph_replay_with_expert_groups(tokens, activation):
+    """The group streams captured in one graph (forks and joins as event waits), replayed with new routing and
+    valid-token counts: equal to eager, within BOUND of float64."""
+    _graph_replay_of(lambda t, h, i, k, e: _grouped(t, h, i, k, e, activation, 4), tokens,
+                     (tokens, tokens * 2 // 3, 5), activation)
