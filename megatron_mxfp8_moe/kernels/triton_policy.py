@@ -9,7 +9,7 @@ from typing import Optional
 
 from .triton_config import TritonMoEConfig, _reads_x_split
 from .triton_support import _GPU_TESTED_TRITON, _major_minor
-from .triton_tiles import _GLUON_TWINS, _WS_TWINS, TILES
+from .triton_tiles import _GLUON_TWINS, _WS_TWINS, GROUPED_SUFFIX, TILES
 
 # The Triton tiles whose Gluon twins ``choose_config`` picks by default: 1.5-8 pairs per expert (the 16-token tiles;
 # from 1 pair per expert, in place of q1, since session 34; Gluon FC2 on 64 rows: run 26 probes in triton_tiles.py, 0
@@ -53,17 +53,22 @@ def _gpu_tested_triton() -> bool:
     return _major_minor(triton.__version__) == _GPU_TESTED_TRITON
 
 
-def _tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
-    """``TILES[name]`` (a Triton tile), or where H and I tile by 128 its Gluon twin (``_GLUON_TWINS``, or
-    ``_WS_TWINS``: the warp-specialized FCs): with ``gluon`` True every twin, False none, None as ``gluon_policy()``
-    says (by default those of ``_GLUON_BY_DEFAULT``, and only with the GPU-tested Triton)."""
+def _tile_name(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> str:
+    """``name`` (a Triton tile of ``TILES``), or where H and I tile by 128 the name of its Gluon twin
+    (``_GLUON_TWINS``, or ``_WS_TWINS``: the warp-specialized FCs): with ``gluon`` True every twin, False none, None as
+    ``gluon_policy()`` says (by default those of ``_GLUON_BY_DEFAULT``, and only with the GPU-tested Triton)."""
     twins = _WS_TWINS if name in _WS_TWINS else _GLUON_TWINS
     if hidden % 128 or intermediate % 128 or name not in twins or gluon is False:
-        return TILES[name]
+        return name
     if gluon is None:
         policy = gluon_policy()
         gluon = policy == "all" or (policy == "auto" and name in _GLUON_BY_DEFAULT and _gpu_tested_triton())
-    return TILES[twins[name]] if gluon else TILES[name]
+    return twins[name] if gluon else name
+
+
+def _tile(name: str, hidden: int, intermediate: int, gluon: Optional[bool] = None) -> TritonMoEConfig:
+    """``TILES[_tile_name(...)]``: the Triton tile ``name`` or its Gluon twin."""
+    return TILES[_tile_name(name, hidden, intermediate, gluon)]
 
 
 # Pairs per expert below which the routed GEMV q1 runs rather than the 16-token Gluon twins with the f8x2 FC1.
@@ -89,11 +94,19 @@ _Q1_BELOW_ALL_F8X2_PAIRS = 0.75
 def _sixteen_token_tile(gated: bool, hidden: int, intermediate: int, gluon: Optional[bool]) -> TritonMoEConfig:
     """The 16-token tile of 1-8 pairs per expert (and below, down to where q1 keeps the pairs): the Gluon twin with
     the f8x2 FC1 where ``_tile`` picks it (squared ReLU from H ``_ALL_F8X2_FROM_HIDDEN``: the all-f8x2 "_f128_st" in
-    its place), else the Triton tile."""
-    small = _tile("s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4", hidden, intermediate, gluon)
-    if not gated and small.fc1_f8x2 and hidden >= _ALL_F8X2_FROM_HIDDEN:
-        return TILES[_ALL_F8X2_16]
-    return small
+    its place), else the Triton tile; each in its "_eg2" form (``GROUPED_SUFFIX``, below)."""
+    name = _tile_name("s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4", hidden, intermediate, gluon)
+    if not gated and TILES[name].fc1_f8x2 and hidden >= _ALL_F8X2_FROM_HIDDEN:
+        name = _ALL_F8X2_16
+    return TILES[name + GROUPED_SUFFIX]
+
+
+# Session 47 (run 50 on an H100, bench/expert_groups_probe.py, us per layer, one group / two, two rounds each): the
+# 16-token tiles with their experts in two groups, each with its own route and launch pair on its own stream
+# (``expert_groups``, the "_eg2" tiles; the same bits): 30b squared ReLU 16 tokens 205.3, 205.7 / 199.9, 200.8, 64
+# 309.7, 308.8 / 302.0, 302.6; SwiGLU 16 161.5, 166.9 / 155.0, 155.1, 64 238.6, 238.3 / 231.5, 231.6; 235b 1.0-1.6%
+# faster at 16 / 64 with both activations. Four groups were no faster than two, eight slower at 64 tokens. (One
+# group's FC2 starts on the SMs that another group's FC1 leaves idle in its last wave.)
 
 
 def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, topk: int, experts: int,
@@ -138,7 +151,7 @@ def choose_config(rows: int, hidden: int, intermediate: int, *, gated: bool, top
         # tokens q1 is 5-12% faster (30b squared ReLU 95.8 / 107.0). Where the twin is not picked, q1 up to 1.5; where
         # "_f128_st" is, it runs from 0.75 pairs per expert (``_Q1_BELOW_ALL_F8X2_PAIRS``).
         small = _sixteen_token_tile(gated, hidden, intermediate, gluon)
-        q1_below = _Q1_BELOW_ALL_F8X2_PAIRS if small is TILES[_ALL_F8X2_16] else _Q1_BELOW_TWIN_PAIRS
+        q1_below = _Q1_BELOW_ALL_F8X2_PAIRS if small is TILES[_ALL_F8X2_16 + GROUPED_SUFFIX] else _Q1_BELOW_TWIN_PAIRS
         return small if pairs_per_expert >= q1_below and _reads_x_split(small) else TILES["q1"]
     # Session 11: from 1.5 to 24 pairs per expert the 4-warp FC2 (and gated, the 4-warp merged FC1) tiles: three
     # CTAs per SM, 3-10% faster than s16k_sx_rm / s16k_sx_r / m32l_sx / m32a at 64 and 256 tokens (TILES).

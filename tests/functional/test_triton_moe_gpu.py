@@ -113,8 +113,8 @@ def _mma_config(tokens, hidden, inter, topk, experts):
     """choose_config (gated), or where it now picks a GEMV tile the MMA tiles it picked before (d4_sx up to 0.25
     pairs per expert, s16k_sx_r above): the dequant variants these tests compare exist on the MMA path only."""
     base = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
-    if not base.gemv:
-        return base
+    if not (base.gemv or base.planes or base.fc1_f8x2 or base.dequant == "f8x2"):  # the plane / f8x2 tiles and
+        return base  # the Gluon twins (since session 34 the picks from one pair per expert) have no such variants
     return TILES["d4_sx"] if tokens * topk <= 0.25 * experts else TILES["s16k_sx_r"]
 
 
@@ -996,6 +996,12 @@ def test_cuda_graph_replay_with_the_gluon_fc1(name):
 # Session 20: the Gluon tiles (with Gluon tails, the Gluon FC2 on the 16-token tiles); session 21: opt-in, the
 # 16- / 32-token ones only; session 22: the 64-token ones and the 128-token tiles' Gluon tails again (two register
 # sets): choose_config's pick at these token counts, then its bits against its Triton form.
+def _is_gluon_twin(tile) -> bool:
+    """Whether ``tile`` is one of ``_GLUON_TWINS``' tiles, or (the 16-token picks since session 47) its "_eg2" form."""
+    return any(tile is TILES[name] or tile is TILES.get(name + triton_tiles.GROUPED_SUFFIX)
+               for name in triton_tiles._GLUON_TWINS.values())
+
+
 @pytest.mark.parametrize("activation,tokens", [(a, t) for t in (64, 256, 384, 512, 640, 1024)
                                                for a in ("swiglu", "squared_relu")])
 def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, monkeypatch):
@@ -1006,7 +1012,7 @@ def test_gluon_defaults_keep_the_bits_of_their_triton_form(activation, tokens, m
     experts, topk, hidden, inter = 128, 8, 2048, 768
     monkeypatch.setenv(host.GLUON_ENV, "1")
     tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts)
-    assert any(tile is TILES[name] for name in triton_tiles._GLUON_TWINS.values())
+    assert _is_gluon_twin(tile)
     _assert_tiles_keep_bits(triton_form(tile), tile, (experts, topk, hidden, inter, tokens), activation,
                             same_bits=same_bits_as_triton_form(tile))
 
@@ -1090,7 +1096,7 @@ def test_cuda_graph_replay_with_the_large_hidden_squared_relu_default(tokens, mo
 
     def config_for(tokens, hidden, inter, topk, experts):
         cfg = choose_config(tokens, hidden, inter, gated=False, topk=topk, experts=experts)
-        assert cfg is TILES[triton_policy._ALL_F8X2_16]
+        assert cfg is TILES[triton_policy._ALL_F8X2_16 + triton_tiles.GROUPED_SUFFIX]  # two expert groups (session 47)
         return cfg
     _graph_replay_of(config_for, tokens, (tokens, tokens * 2 // 3, 5), "squared_relu", shape=(128, 8, 4096, 1536))
 
@@ -1103,7 +1109,7 @@ def test_opt_in_gluon_tiles_keep_the_bits_over_repeated_calls(activation, tokens
     first."""
 
     tile = choose_config(tokens, 2048, 768, gated=activation == "swiglu", topk=8, experts=128, gluon=True)
-    assert any(tile is TILES[name] for name in triton_tiles._GLUON_TWINS.values())
+    assert _is_gluon_twin(tile)
     fc1, fc2, x, probs, ids, out = _assert_fresh_calls_agree(triton_form(tile), tile, tokens, activation, 40,
                                                              exact=same_bits_as_triton_form(tile))
     ref = _reference(x, fc1, fc2, probs, ids, activation, 3, tokens - 2, tokens)

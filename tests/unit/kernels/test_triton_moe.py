@@ -82,7 +82,9 @@ def test_choose_config_returns_named_tiles_and_launch_options(gluon, monkeypatch
               for gated in (True, False)}
     bases = ("s16k4_sx4p_m3_s2", "s16k_sx4_f4", "m32l4_sx4p_m_t16_s2", "m32k_sx4p_f4_t16_s2", "l128m_sa_t64pu_s2",
              "l128w_sa_t64p2_s2")
-    gluon_able = {names[id(triton_policy._tile(base, 2048, 768))] for base in bases}
+    grouped = ("s16k4_sx4p_m3_s2", "s16k_sx4_f4")  # picked in their "_eg2" form (two expert groups, session 47)
+    gluon_able = {names[id(triton_policy._tile(base, 2048, 768))] + (triton_tiles.GROUPED_SUFFIX if base in grouped
+                                                                       else "") for base in bases}
     for base in bases:  # "auto" (the default): all these twins (the 32-token ones since session 26)
         expected = gluon != "0"
         assert any(t.fc1_gluon or t.fc2_gluon for t in triton_policy._tile(base, 2048, 768).launch_tiles) == expected
@@ -112,6 +114,7 @@ def test_choice_by_pairs_per_expert(gated, gluon, monkeypatch):
     small = "s16k4_sx4p_m3_s2" if gated else "s16k_sx4_f4"
     if gluon != "0":  # the 16-token tiles' Gluon twins (64-row FC2) are on by default since session 23
         small = triton_tiles._GLUON_TWINS[small]
+    small += triton_tiles.GROUPED_SUFFIX  # with two expert groups (session 47)
     # 1-1.5 pairs per expert (16-24 tokens): the twin with the f8x2 FC1 where it is picked (session 34), else q1
     mid = small if gluon != "0" else "q1"
     assert [pick(rows) for rows in (1, 2, 4, 8, 15, 16, 24, 25, 64)] == (
@@ -161,7 +164,7 @@ def test_large_hidden_squared_relu_picks_the_all_f8x2_tile(gluon, monkeypatch):
     picks = {(rows, hidden, gated): choose_config(rows, hidden, hidden * 3 // 8, gated=gated, topk=8, experts=128)
              for rows in (8, 11, 12, 16, 24, 64, 128, 129, 256) for hidden in (2048, 3072, 4096, 7168)
              for gated in (False, True)}
-    large = {key for key, tile in picks.items() if tile is TILES["s16_f8q_s2_gf_g1_f128_st"]}
+    large = {key for key, tile in picks.items() if tile is TILES["s16_f8q_s2_gf_g1_f128_st" + triton_tiles.GROUPED_SUFFIX]}
     expected = {(rows, hidden, False) for rows in (12, 16, 24, 64, 128) for hidden in (3072, 4096, 7168)}
     assert large == (expected if gluon != "0" else set())
     for (rows, hidden, gated), tile in picks.items():
@@ -186,7 +189,7 @@ def test_tile_choice_uses_the_global_expert_count(monkeypatch):
     for global_experts in (None, 128):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, local_expert_offset=32, valid_tokens=valid,
                          route_experts=global_experts)
-    assert chosen == [TILES["s16k4_sx4p_m3_s2"], TILES["q1"]]
+    assert chosen == [TILES["s16k4_sx4p_m3_s2" + triton_tiles.GROUPED_SUFFIX], TILES["q1"]]
     with pytest.raises(MXFP8InputError, match="route_experts"):
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, valid_tokens=valid, route_experts=8)
 
@@ -670,7 +673,8 @@ def test_transposed_split_scales_are_checked():
         assert TILES[name + "_st"] == dataclasses.replace(TILES[name], split_scales_t=True), name
         assert triton_moe.triton_form(TILES[name + "_st"]) == triton_moe.triton_form(TILES[name]), name
     assert sorted(name for name, tile in TILES.items() if any(t.split_scales_t for t in tile.launch_tiles)) == [
-        "s16_f8q_s2_gf_g1_f128_fs_st", "s16_f8q_s2_gf_g1_f128_st", "s16_f8q_s2_gf_g1_f128_st_g128"]
+        "s16_f8q_s2_gf_g1_f128_fs_st", "s16_f8q_s2_gf_g1_f128_st", "s16_f8q_s2_gf_g1_f128_st_eg2",
+        "s16_f8q_s2_gf_g1_f128_st_g128"]
     for bad in (TILES["s16_f8q_s2_gf"], dataclasses.replace(TILES["s16_f8q_s2_gf_g1_f128"], fc2_gluon=False),
                 TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"]):  # Triton f8x2 FC1; Triton f8x2 FC2; a plane tile
         with pytest.raises(ValueError, match="split_scales_t=True needs an 'f8x2' tile with the Gluon FC1 and FC2"):
@@ -897,8 +901,8 @@ def test_gluon_switch_and_the_triton_fallback(monkeypatch):
     assert not choose_config(256, 2048, 800, **shape).fc2_gluon  # I not a multiple of 128
     # 4 pairs per expert (the 16-token tiles), 40 (the 64-token tiles), 64 (the 128-token tiles' Gluon tails); from
     # 72 pairs per expert (the 128-token tiles with 32-token tails, the 256-token tiles) Triton only
-    assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x"]
-    assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x"]
+    assert choose_config(64, 2048, 768, **shape) is TILES["s16k4_sx4p_m3_g_s2_n64_c2_st4_sw_f1x_eg2"]
+    assert choose_config(64, 2048, 768, **dict(shape, gated=False)) is TILES["s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x_eg2"]
     assert choose_config(640, 2048, 768, **shape) is TILES["l64_sx4p_mu_gg_s2_sw"]
     assert choose_config(640, 2048, 768, **dict(shape, gated=False)) is TILES["l64k2_sx4p_f4_gq_s2_sw"]
     assert choose_config(1024, 2048, 768, **shape) is TILES["l128m_sa_t64pu_s2_gt_sw"]
