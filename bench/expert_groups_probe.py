@@ -7,10 +7,9 @@ chains run on ``N`` streams, one group's FC2 can fill the SMs that another group
 Variants, per (shape, activation, tokens), timed as ``bench/moe_layer.py`` times ours (CUDA graph of ``ROTATE``
 calls, median replay / ROTATE), in rounds (``--rounds``) so that drift shows; ``ratio_vs_whole`` compares the means
 of the rounds:
-- ``whole``: the default call (``choose_config``);
-- ``gN_cfg``: the default tile with ``TritonMoEConfig.expert_groups = N`` (one call: a route and launch pair per
-  group on its own stream, one combine; must keep the bits of ``whole``); where the default has a tail tile, the
-  groups run without it, and ``no_tail`` times that tile with one group;
+- ``whole``: ``choose_config``'s tile with one expert group (``default_groups``: the groups of the default itself);
+- ``gN_cfg``: that tile with ``TritonMoEConfig.expert_groups = N`` (one call: a route and launch pair(s) per group on
+  its own stream, a tail tile's pair after the main one, one combine; must keep the bits of ``whole``);
 - with ``--public``, the groups as separate public calls (EP form: ``local_expert_offset``, ``route_experts = E``),
   each into its own fp32 output, summed into bf16 (each pays its own split of x and combine): ``gN_one`` in order on
   one stream, ``gN_streams`` on N streams.
@@ -71,11 +70,6 @@ def main():
                 xs, probs, maps, valid = rotated_inputs(tokens, hidden, experts, topk, device)
                 outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
 
-                def whole():
-                    for i in range(ROTATE):
-                        triton_mxfp8_moe(xs[i], probs[i], maps[i], fc1, fc2, activation=activation,
-                                         valid_tokens=valid, out=outs[i], route_experts=experts)
-
                 def configured(cfg):
                     def run():
                         for i in range(ROTATE):
@@ -83,13 +77,10 @@ def main():
                                              valid_tokens=valid, out=outs[i], config=cfg)
                     return run
 
-                variants = {"whole": whole}
                 default = choose_config(tokens, hidden, inner, gated=gated, topk=topk, experts=experts)
-                base = default if default.tail is None else dataclasses.replace(default, tail=None)
-                if base is not default:  # the groups run without tail tiles: time that tile alone too
-                    variants["no_tail"] = configured(base)
+                variants = {"whole": configured(dataclasses.replace(default, expert_groups=1))}
                 for count in map(int, args.groups.split(",")):
-                    variants[f"g{count}_cfg"] = configured(dataclasses.replace(base, expert_groups=count))
+                    variants[f"g{count}_cfg"] = configured(dataclasses.replace(default, expert_groups=count))
                 for count in map(int, args.groups.split(",")):
                     bounds = [experts * g // count for g in range(count + 1)]
                     stacks = [(expert_slice(fc1, a, b), expert_slice(fc2, a, b), a) for a, b in zip(bounds, bounds[1:])]
@@ -130,8 +121,9 @@ def main():
                     if args.public:
                         variants[f"g{count}_one"] = one_stream
                         variants[f"g{count}_streams"] = on_streams
-                row = dict(shape=shape, activation=activation, tokens=tokens, us={}, rel_err_vs_whole={})
-                whole()
+                row = dict(shape=shape, activation=activation, tokens=tokens, us={}, rel_err_vs_whole={},
+                           default_groups=default.expert_groups)
+                variants["whole"]()
                 torch.cuda.synchronize()
                 reference = [out.clone() for out in outs]
                 for name, run in variants.items():

@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s48a     # for session 48 (ask for an H200): the full benchmark and the demo with the
+#                                   # "_eg2" defaults (two expert groups at 1-8 pairs per expert: run 50 timed them on an
+#                                   # H100 only), then the expert-group tests with tail tiles (256 tokens, odd shapes)
+#   bash tools/gpu_next.sh s48b     # then (any Hopper card): expert groups with tails at 128-512 tokens against one
+#                                   # group (bench/expert_groups_probe.py), one case per test function, parts 2-3
 #   bash tools/gpu_next.sh s47a     # session 47 (ask for an H200): expert_groups (the experts in groups on concurrent
 #                                   # streams): GPU tests, probes against one call (bench/expert_groups_probe.py), then
 #                                   # the first third of "one case per test function" (tools/one_case_each.py)
@@ -1131,6 +1136,30 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s48a)
+    # for session 48 (about 9 device minutes; H200): the full benchmark and the demo with session 47's "_eg2" defaults
+    # (the 16-token picks in two expert groups; run 50 measured them on an H100 at 16 / 64 / 128 tokens only), then
+    # the expert-group GPU tests of the 32-token picks with their 16-token tails in each group (prepared after run 50)
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    moe_bench_and_demo 380 $OUT/log.txt
+    moe_gpu_tests 150 "expert_groups and (T256 or odd33 or graph)" ;;
+  s48b)
+    # for session 48 (about 9 device minutes, any Hopper card): the 32-token picks (8-16 pairs per expert, with tails)
+    # and the 64-token ones in 2 / 4 expert groups against one, then one case per test function, parts 2 and 3
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    timeout 200 python3 bench/expert_groups_probe.py --tokens 128,256,384 --groups 2,4 --out $OUT > $OUT/groups.jsonl \
+      2> $OUT/groups.err
+    echo "groups rc=$?" >> $OUT/groups.err
+    python3 -c "
+import json
+for d in map(json.loads, open('$OUT/groups.jsonl')):
+    print(d['shape'][:10], d['activation'][:6], d['tokens'], d['us'], d['ratio_vs_whole'], d['bits_equal_whole'])"
+    tail -2 $OUT/groups.err
+    for P in 2 3; do
+      timeout 160 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py --part $P/3 > $OUT/tests$P.log 2>&1
+      echo "pytest rc=$?" >> $OUT/tests$P.log; grep -c " PASSED" $OUT/tests$P.log
+      grep "one_case_each\| FAILED\| ERROR\|rc=" $OUT/tests$P.log | tail -8
+    done ;;
   s47a)
     # session 47 (about 9 device minutes; H200): TritonMoEConfig.expert_groups (the experts in 2 / 4 / 8 groups, each
     # with its own route and FC1 -> FC2 launch pair on its own stream): its GPU tests (bits of one group, graph
@@ -1146,13 +1175,15 @@ for d in map(json.loads, open('$OUT/groups.jsonl')):
     print(d['shape'][:10], d['activation'][:6], d['tokens'], d['us'], d['ratio_vs_whole'], d['bits_equal_whole'])"
     tail -2 $OUT/groups.err
     timeout 100 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py --part 1/3 > $OUT/tests1.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests1.log; grep "one_case_each\|passed\|failed\|rc=\|^FAILED" $OUT/tests1.log | tail -8 ;;
+    echo "pytest rc=$?" >> $OUT/tests1.log; grep -c " PASSED" $OUT/tests1.log
+    grep "one_case_each\| FAILED\| ERROR\|rc=" $OUT/tests1.log | tail -8 ;;
   s47b)
     # session 47 (about 9 device minutes, any Hopper card): the other two thirds of one case per test function
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     for P in 2 3; do
       timeout 260 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py --part $P/3 > $OUT/tests$P.log 2>&1
-      echo "pytest rc=$?" >> $OUT/tests$P.log; grep "one_case_each\|passed\|failed\|rc=\|^FAILED" $OUT/tests$P.log | tail -6
+      echo "pytest rc=$?" >> $OUT/tests$P.log; grep -c " PASSED" $OUT/tests$P.log
+      grep "one_case_each\| FAILED\| ERROR\|rc=" $OUT/tests$P.log | tail -8
     done ;;
   s46a)
     # for session 47 (about 9 device minutes, any Hopper card): the Gluon GPU tests other than graph replays, which

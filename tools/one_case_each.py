@@ -42,7 +42,7 @@ def main() -> int:
         return 1
     part = ids[(k - 1) * len(ids) // n:k * len(ids) // n]
     print(f"one_case_each: {len(part)} of {len(ids)} test functions (part {k}/{n})", flush=True)
-    return pytest.main(["-q", "-p", "no:cacheprovider", *[arg for arg in extra if arg != "--"], *part])
+    return pytest.main(["-v", "-p", "no:cacheprovider", *[arg for arg in extra if arg != "--"], *part])
 
 
 if __name__ == "__main__":

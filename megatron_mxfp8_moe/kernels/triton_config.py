@@ -103,8 +103,9 @@ class TritonMoEConfig:
     # SMs idle while the other has work. 0: one stream. Forks and joins are event waits: graph-safe, no host sync.
     side_stream: int = 0
     # Session 47: the local experts as ``expert_groups`` contiguous groups of about E / groups, each with its own route
-    # and FC1 -> FC2 launch pair on a stream of its own (the first on the call's stream), one combine after the join
-    # (MMA path without tails; CUDA only, on a CPU device the groups run in order). So one group's FC2 can start on
+    # and FC1 -> FC2 launch pair on a stream of its own (the first on the call's stream; a tail tile's pair after the
+    # main pair on the group's stream), one combine after the join (MMA path; CUDA only, on a CPU device the groups run
+    # in order). So one group's FC2 can start on
     # the SMs another group's FC1 leaves idle in its last wave. A pair's block holds the same pairs in the same order
     # as in one route, so the bits equal ``expert_groups=1``'s.
     expert_groups: int = 1
@@ -366,9 +367,8 @@ class TritonMoEConfig:
             raise ValueError(f"TritonMoEConfig: side_stream must be 0, 1 or 2, got {self.side_stream}")
         if not 1 <= self.expert_groups <= 8:
             raise ValueError(f"TritonMoEConfig: expert_groups must be 1-8, got {self.expert_groups}")
-        if self.expert_groups > 1 and (self.tail is not None or self.gemv or self.direct):
-            raise ValueError("TritonMoEConfig: expert_groups > 1 needs the MMA path without tail tiles (no tail, "
-                             "gemv or direct)")
+        if self.expert_groups > 1 and (self.gemv or self.direct):
+            raise ValueError("TritonMoEConfig: expert_groups > 1 needs the MMA path (no gemv or direct)")
         if self.route_warps is not None and self.route_warps not in (1, 2, 4, 8, 16, 32):
             raise ValueError(f"TritonMoEConfig: route_warps must be a power of two up to 32, got {self.route_warps}")
         if not 0 <= self.route_parallel_pairs <= 8192:

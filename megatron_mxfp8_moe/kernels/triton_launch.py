@@ -9,7 +9,7 @@ from ..errors import MXFP8InputError
 from ..format.constants import BLOCK_SIZE, DATA_DTYPE
 from ..format.swizzle import padded_scale_shape
 from ..tensor import MXFP8Tensor
-from .triton_config import _ACTIVATION_CODE, TritonMoEConfig
+from .triton_config import _ACTIVATION_CODE, TritonMoEConfig, _reads_x_split
 from .triton_route import _pow2_at_least, _route, route_layout
 
 
@@ -144,9 +144,10 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     if cfg.expert_groups > 1:
         if side is not None:
             main.wait_stream(side)  # the groups' FC1s read the planes / split rows of x
-        fc1_input = x_split if split_x else x_planes[cfg.fc1_block_k] if cfg.planes else x
-        _launch_expert_groups(cfg, fc1_input, dims, weights, slots, routing_map, valid_tokens, rows, topk, experts,
-                              local_expert_offset, activation, split_k, inter_cols, scales_t, group)
+        fc1_inputs = tuple(x_split if _reads_x_split(t) else x_planes[t.fc1_block_k] if t.planes else x
+                           for t in cfg.launch_tiles)
+        _launch_expert_groups(cfg, fc1_inputs, dims, weights, slots, routing_map, valid_tokens, rows, topk, experts,
+                              local_expert_offset, activation, split_k, inter_cols, split_tiles, scales_t, group)
         _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
         return
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
@@ -185,37 +186,45 @@ class _ExpertSlice:
         self.data = data
 
 
-def _launch_expert_groups(cfg, fc1_input, dims, weights, slots, routing_map, valid_tokens, rows, topk, experts,
-                          local_expert_offset, activation, split_k, inter_cols, scales_t, scale_group) -> None:
-    """``cfg.expert_groups`` route + FC1 / FC2 launch pairs over contiguous groups of the local experts, group ``g``
-    on stream ``g`` (0: the current one), into the shared ``slots`` (each pair's row is written by its expert's
-    group); the current stream waits for every group before returning. ``fc1_input``: what the tile's FC1 reads (x,
-    its planes or its split rows). All buffers come from the current stream."""
+def _launch_expert_groups(cfg, fc1_inputs, dims, weights, slots, routing_map, valid_tokens, rows, topk, experts,
+                          local_expert_offset, activation, split_k, inter_cols, split_tiles, scales_t,
+                          scale_group) -> None:
+    """``cfg.expert_groups`` routes and launch pairs over contiguous groups of the local experts, group ``g`` on
+    stream ``g`` (0: the current one), into the shared ``slots`` (each pair's row is written by its expert's group);
+    with a tail tile, each group's tail pair follows its main pair on the group's stream. The current stream waits for
+    every group before returning. ``fc1_inputs``: what each of ``cfg.launch_tiles``' FC1 reads (x, its planes or its
+    split rows). All buffers come from the current stream."""
     fc1, fc2, s1, s2, s1_args, s2_args = weights
     _, n_out, _ = dims
+    tail_t = cfg.tail.block_t if cfg.tail is not None else 0
     count = min(cfg.expert_groups, experts)
     bounds = [experts * g // count for g in range(count + 1)]
-    launches = []
+    groups = []
     for first, last in zip(bounds, bounds[1:]):
-        size = last - first
-        _, max_blocks, sorted_len, _ = route_layout(rows, topk, size, cfg.block_t, 0)
-        inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=slots.device)
-        if cfg.dequant == "f8x2":  # FC2 reads split rows of FC1's output
-            operands = (fc1_input, (*split_rows_buffers(sorted_len, n_out, slots.device, scales_t, scale_group), inter))
-        else:
-            operands = (fc1_input, inter)
+        layout = route_layout(rows, topk, last - first, cfg.block_t, tail_t)
+        sorted_len = layout[2]
+        rows_of = (torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=slots.device),)
+        if split_tiles:  # an "f8x2" FC2 reads split rows of FC1's output
+            rows_of = (*split_rows_buffers(sorted_len, n_out, slots.device, scales_t, scale_group), *rows_of)
         group_weights = (_ExpertSlice(fc1.data[first:last]), _ExpertSlice(fc2.data[first:last]), s1[first:last],
                          s2[first:last], s1_args, s2_args)
-        launches.append((first, size, max_blocks, operands, group_weights))
+        groups.append((first, last - first, layout, rows_of, group_weights))
     streams = _group_streams(slots.device, count - 1)
     main = torch.cuda.current_stream(slots.device) if streams else None
     for stream in streams:
         stream.wait_stream(main)  # fork: x, its copies and every group's buffers are ready
-    for index, (first, size, max_blocks, operands, group_weights) in enumerate(launches):
+    for index, (first, size, layout, rows_of, group_weights) in enumerate(groups):
+        max_sorted, max_blocks, sorted_len, tail_block_offset = layout
         with torch.cuda.stream(streams[index - 1] if index and streams else None):
-            route = _route(routing_map, valid_tokens, rows, topk, size, local_expert_offset + first, cfg.block_t, 0,
-                           cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
-            _launch_mma(cfg, *operands, dims, group_weights, slots, route, max_blocks, activation, topk, split_k)
+            route = _route(routing_map, valid_tokens, rows, topk, size, local_expert_offset + first, cfg.block_t,
+                           tail_t, cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
+            sorted_pairs, block_expert, num_blocks = route
+            tables = (route, (sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:]))
+            spans = ((0, max_sorted, max_blocks), (max_sorted, sorted_len, min(size, rows * topk)))
+            for tile, fc1_input, table, (begin, end, grid) in zip(cfg.launch_tiles, fc1_inputs, tables, spans):
+                inter = tuple(buffer[begin:end] for buffer in rows_of)
+                _launch_mma(tile, fc1_input, inter if tile.dequant == "f8x2" else inter[-1], dims, group_weights,
+                            slots, table, grid, activation, topk, split_k)
     for stream in streams:
         main.wait_stream(stream)  # join before the combine reads every slot row
 

@@ -486,13 +486,14 @@ def test_side_stream_is_checked():
 
 
 def test_expert_groups_are_checked():
-    """``expert_groups``: 1-8, and above 1 only on the MMA path without tail tiles."""
+    """``expert_groups``: 1-8, and above 1 only on the MMA path (tail tiles included)."""
     assert dataclasses.replace(TILES["s16k_sx4_f4"], expert_groups=4).expert_groups == 4
+    assert dataclasses.replace(TILES["m32k_sx4p_f4_t16"], expert_groups=2).tail is TILES["m32k_sx4p_f4_t16"].tail
     for bad in (0, 9):
         with pytest.raises(ValueError, match="expert_groups must be 1-8"):
             dataclasses.replace(TILES["s16k_sx4_f4"], expert_groups=bad)
-    for tile in ("m32k_sx4p_f4_t16", "q1", "g16p"):  # a tail tile, the routed GEMV, the direct GEMV
-        with pytest.raises(ValueError, match="without tail tiles"):
+    for tile in ("q1", "g16p"):  # the routed GEMV, the direct GEMV
+        with pytest.raises(ValueError, match="needs the MMA path"):
             dataclasses.replace(TILES[tile], expert_groups=2)
 
 
@@ -510,20 +511,26 @@ _GROUPS_SCRIPT = textwrap.dedent(
     base = TritonMoEConfig(16, 16, 64, 4, 1, 16, 64, 4, 1, True, True)
     forms = {"fp32": {}, "sx4_planes": dict(dequant_fp32=False, dequant="sx4_int", planes=True),
              "f8x2": dict(dequant_fp32=False, dequant="f8x2", fp32_dot=False, fc1_block_n=64, fc2_block_n=64,
-                          fc1_block_k=64, fc2_block_k=64)}
+                          fc1_block_k=64, fc2_block_k=64),
+             # 32-token blocks with 16-token tail tiles (an expert's last 1-16 pairs): 64 rows put about 18 pairs on
+             # each expert, so both tables are used (``tables``); the f8x2 tail beside a fp32 main tile reads split rows
+             "tail": dict(block_t=32, tail=base), "f8x2_tail": dict(block_t=32, tail=dataclasses.replace(
+                 base, dequant_fp32=False, dequant="f8x2", fp32_dot=False, fc1_block_n=64, fc2_block_n=64,
+                 fc1_block_k=64, fc2_block_k=64))}
     result = {}
     for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32)):
-        experts, topk, rows = 5, 2, 9
+        experts, topk = 5, 2
         n1 = 2 * inter if activation == "swiglu" else inter
         fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=0.1), backend="reference")
         fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.1), backend="reference")
-        x = torch.randn(rows + 2, hidden).to(torch.bfloat16)
-        probs, ids = random_routing(rows + 2, experts + 2, topk)
-        ids = ids - 1  # -1 and the id past the local range are skipped (offset 1: local ids 1..5)
-        valid = rows - 2
-        ref = moe_reference(x[:rows], fc1, fc2, probs[:rows], ids[:rows], activation, local_expert_offset=1,
-                            valid_tokens=valid)
         for form, extra in forms.items():
+            rows = 64 if "tail" in form else 9
+            x = torch.randn(rows + 2, hidden).to(torch.bfloat16)
+            probs, ids = random_routing(rows + 2, experts + 2, topk)
+            ids = ids - 1  # -1 and the id past the local range are skipped (offset 1: local ids 1..5)
+            valid = rows - 2
+            ref = moe_reference(x[:rows], fc1, fc2, probs[:rows], ids[:rows], activation, local_expert_offset=1,
+                                valid_tokens=valid)
             outs = {}
             for groups in (1, 2, 3, 5, 8):  # 8 > 5 experts: one group per expert
                 cfg = dataclasses.replace(base, expert_groups=groups, **extra)
@@ -537,6 +544,11 @@ _GROUPS_SCRIPT = textwrap.dedent(
                 untouched=bool(torch.isnan(one[rows:]).all()),
                 same_bits={g: bool(torch.equal(o[:rows], one[:rows]) and torch.isnan(o[rows:]).all())
                            for g, o in outs.items()})
+            if "tail" in form:  # whether some expert fills a 32-token block and some leaves 1-16 pairs for a tail
+                local = ids[:valid][(ids[:valid] >= 1) & (ids[:valid] <= experts)] - 1
+                counts = torch.bincount(local, minlength=experts)
+                result[f"{activation}_{form}"]["tables"] = [bool((counts > 16).any()),
+                                                            bool(((counts % 32 >= 1) & (counts % 32 <= 16)).any())]
     print(json.dumps(result))
     """
 )
@@ -544,15 +556,17 @@ _GROUPS_SCRIPT = textwrap.dedent(
 
 def test_expert_groups_keep_the_bits_under_the_interpreter():
     """``expert_groups`` (session 47): the local experts in 2, 3, 5 or 8 groups (more groups than experts: one each),
-    each with its own route and launch pair, give the bits of one group (Triton interpreter; on the CPU the groups run
-    in order on one stream), for fp32 operands, "sx4" with planes and the f8x2 tiles, both activations, with ids
-    outside the local range, -1 and rows past ``valid_tokens``; one group matches the float64 oracle."""
+    each with its own route and launch pair(s), give the bits of one group (Triton interpreter; on the CPU the groups
+    run in order on one stream), for fp32 operands, "sx4" with planes, the f8x2 tiles and 32-token tiles with 16-token
+    tails (bf16 or f8x2), both activations, with ids outside the local range, -1 and rows past ``valid_tokens``; one
+    group matches the float64 oracle."""
     pytest.importorskip("triton")
     result = _interpreter_json(["-c", _GROUPS_SCRIPT], timeout=900)
-    assert len(result) == 6, result
+    assert len(result) == 10, result
     for name, check in result.items():
         assert check["err"] < 1e-2 and check["tail_zero"] and check["untouched"], (name, check)
         assert check["same_bits"] == {"1": True, "2": True, "3": True, "5": True, "8": True}, (name, check)
+        assert check.get("tables", [True, True]) == [True, True], (name, check)
 
 
 def test_planes_need_the_sx4_tiles():
