@@ -287,6 +287,24 @@ benchmark_tests_race() {
   } > $OUT/race.jsonl 2> $OUT/race.err
   cat $OUT/race.jsonl; tail -2 $OUT/race.err
 }
+# groups_probe SECONDS ARGS...: bench/expert_groups_probe.py ARGS into $OUT (groups.jsonl, groups.err ending with its
+# exit status), one summary line per row printed
+groups_probe() {
+  timeout "$1" python3 bench/expert_groups_probe.py --out $OUT "${@:2}" > $OUT/groups.jsonl 2> $OUT/groups.err
+  echo "groups rc=$?" >> $OUT/groups.err
+  python3 -c "
+import json
+for d in map(json.loads, open('$OUT/groups.jsonl')):
+    print(d['shape'][:10], d['activation'][:6], d['tokens'], d['us'], d['ratio_vs_whole'], d['bits_equal_whole'])"
+  tail -2 $OUT/groups.err
+}
+# one_case_part SECONDS K: part K/3 of one case per test function of the Triton MoE GPU tests (tools/one_case_each.py)
+# into $OUT/testsK.log (ending with pytest's exit status): the count passed, then the failures printed
+one_case_part() {
+  timeout "$1" python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py --part $2/3 > $OUT/tests$2.log 2>&1
+  echo "pytest rc=$?" >> $OUT/tests$2.log; grep -c " PASSED" $OUT/tests$2.log
+  grep "one_case_each\| FAILED\| ERROR\|rc=" $OUT/tests$2.log | tail -8
+}
 # refit_bench SECONDS [ARGS...]: bench/refit.py ARGS into $OUT (refit.md / refit.json; refit.log ends with its exit
 # status), its table rows printed
 refit_bench() {
@@ -1147,19 +1165,9 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     # for session 48 (about 9 device minutes, any Hopper card): the 32-token picks (8-16 pairs per expert, with tails)
     # and the 64-token ones in 2 / 4 expert groups against one, then one case per test function, parts 2 and 3
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
-    timeout 200 python3 bench/expert_groups_probe.py --tokens 128,256,384 --groups 2,4 --out $OUT > $OUT/groups.jsonl \
-      2> $OUT/groups.err
-    echo "groups rc=$?" >> $OUT/groups.err
-    python3 -c "
-import json
-for d in map(json.loads, open('$OUT/groups.jsonl')):
-    print(d['shape'][:10], d['activation'][:6], d['tokens'], d['us'], d['ratio_vs_whole'], d['bits_equal_whole'])"
-    tail -2 $OUT/groups.err
-    for P in 2 3; do
-      timeout 160 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py --part $P/3 > $OUT/tests$P.log 2>&1
-      echo "pytest rc=$?" >> $OUT/tests$P.log; grep -c " PASSED" $OUT/tests$P.log
-      grep "one_case_each\| FAILED\| ERROR\|rc=" $OUT/tests$P.log | tail -8
-    done ;;
+    groups_probe 200 --tokens 128,256,384 --groups 2,4
+    one_case_part 160 2
+    one_case_part 160 3 ;;
   s47a)
     # session 47 (about 9 device minutes; H200): TritonMoEConfig.expert_groups (the experts in 2 / 4 / 8 groups, each
     # with its own route and FC1 -> FC2 launch pair on its own stream): its GPU tests (bits of one group, graph
@@ -1167,24 +1175,13 @@ for d in map(json.loads, open('$OUT/groups.jsonl')):
     # the first third of one case per test function (tools/one_case_each.py)
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     moe_gpu_tests 150 "expert_groups and (T16 or T64 or graph)"
-    timeout 300 python3 bench/expert_groups_probe.py --out $OUT > $OUT/groups.jsonl 2> $OUT/groups.err
-    echo "groups rc=$?" >> $OUT/groups.err
-    python3 -c "
-import json
-for d in map(json.loads, open('$OUT/groups.jsonl')):
-    print(d['shape'][:10], d['activation'][:6], d['tokens'], d['us'], d['ratio_vs_whole'], d['bits_equal_whole'])"
-    tail -2 $OUT/groups.err
-    timeout 100 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py --part 1/3 > $OUT/tests1.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests1.log; grep -c " PASSED" $OUT/tests1.log
-    grep "one_case_each\| FAILED\| ERROR\|rc=" $OUT/tests1.log | tail -8 ;;
+    groups_probe 300
+    one_case_part 100 1 ;;
   s47b)
     # session 47 (about 9 device minutes, any Hopper card): the other two thirds of one case per test function
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
-    for P in 2 3; do
-      timeout 260 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py --part $P/3 > $OUT/tests$P.log 2>&1
-      echo "pytest rc=$?" >> $OUT/tests$P.log; grep -c " PASSED" $OUT/tests$P.log
-      grep "one_case_each\| FAILED\| ERROR\|rc=" $OUT/tests$P.log | tail -8
-    done ;;
+    one_case_part 260 2
+    one_case_part 260 3 ;;
   s46a)
     # for session 47 (about 9 device minutes, any Hopper card): the Gluon GPU tests other than graph replays, which
     # run 49 cut after 27 (collection order) at its 270 s limit
