@@ -193,7 +193,8 @@ def _launch_expert_groups(cfg, fc1_inputs, dims, weights, slots, routing_map, va
     stream ``g`` (0: the current one), into the shared ``slots`` (each pair's row is written by its expert's group);
     with a tail tile, each group's tail pair follows its main pair on the group's stream. The current stream waits for
     every group before returning. ``fc1_inputs``: what each of ``cfg.launch_tiles``' FC1 reads (x, its planes or its
-    split rows). All buffers come from the current stream."""
+    split rows). The groups' FC1 rows come from the current stream (freed after the join); each route's tables from
+    its group's stream, which alone uses them."""
     fc1, fc2, s1, s2, s1_args, s2_args = weights
     _, n_out, _ = dims
     tail_t = cfg.tail.block_t if cfg.tail is not None else 0
