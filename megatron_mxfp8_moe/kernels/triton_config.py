@@ -104,10 +104,11 @@ class TritonMoEConfig:
     side_stream: int = 0
     # Session 47: the local experts as ``expert_groups`` contiguous groups of about E / groups, each with its own route
     # and FC1 -> FC2 launch pair on a stream of its own (the first on the call's stream; a tail tile's pair after the
-    # main pair on the group's stream), one combine after the join (MMA path; CUDA only, on a CPU device the groups run
-    # in order). So one group's FC2 can start on the SMs another group's FC1 leaves idle in its last wave. A pair's
-    # block holds the same pairs in the same order as in one route, so the bits equal ``expert_groups=1``'s. More
-    # launches per call: worth it under CUDA graphs (the decode path), where their host cost is paid once at capture.
+    # main pair on the group's stream, or with ``side_stream`` 2 beside it on one more stream), one combine after the
+    # join (MMA path; CUDA only, on a CPU device the groups run in order). So one group's FC2 can start on the SMs
+    # another group's FC1 leaves idle in its last wave. A pair's block holds the same pairs in the same order as in one
+    # route, so the bits equal ``expert_groups=1``'s. More launches per call: worth it under CUDA graphs (the decode
+    # path), where their host cost is paid once at capture.
     expert_groups: int = 1
     # Session 18: FC2 as the Gluon kernel (``_gluon_fc2_kernel``: asynchronous wgmma, TMA stages; the same bits as the
     # Triton FC2 at the same 128-deep K steps). For the plane tiles ("sx4", ``planes``, ``fc2_block_k`` 128, no

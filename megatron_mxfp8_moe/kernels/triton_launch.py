@@ -191,8 +191,9 @@ def _launch_expert_groups(cfg, fc1_inputs, dims, weights, slots, routing_map, va
                           scale_group) -> None:
     """``cfg.expert_groups`` routes and launch pairs over contiguous groups of the local experts, group ``g`` on
     stream ``g`` (0: the current one), into the shared ``slots`` (each pair's row is written by its expert's group);
-    with a tail tile, each group's tail pair follows its main pair on the group's stream. The current stream waits for
-    every group before returning. ``fc1_inputs``: what each of ``cfg.launch_tiles``' FC1 reads (x, its planes or its
+    with a tail tile, each group's tail pair follows its main pair on the group's stream, or with ``side_stream`` 2
+    runs beside it on a stream of its own (after the group's route). The current stream waits for every stream before
+    returning. ``fc1_inputs``: what each of ``cfg.launch_tiles``' FC1 reads (x, its planes or its
     split rows). The groups' FC1 rows come from the current stream (freed after the join); each route's tables from
     its group's stream, which alone uses them."""
     fc1, fc2, s1, s2, s1_args, s2_args = weights
@@ -210,20 +211,27 @@ def _launch_expert_groups(cfg, fc1_inputs, dims, weights, slots, routing_map, va
         group_weights = (_ExpertSlice(fc1.data[first:last]), _ExpertSlice(fc2.data[first:last]), s1[first:last],
                          s2[first:last], s1_args, s2_args)
         groups.append((first, last - first, layout, rows_of, group_weights))
-    streams = _group_streams(slots.device, count - 1)
+    lanes_per_group = 2 if tail_t and cfg.side_stream == 2 else 1  # "side_stream" 2: each tail pair on a lane of its own
+    streams = _group_streams(slots.device, count * lanes_per_group - 1)
     main = torch.cuda.current_stream(slots.device) if streams else None
+    lanes = [main, *streams] if streams else [None] * (count * lanes_per_group)  # None: the current stream, in order
     for stream in streams:
         stream.wait_stream(main)  # fork: x, its copies and every group's buffers are ready
     for index, (first, size, layout, rows_of, group_weights) in enumerate(groups):
         max_sorted, max_blocks, sorted_len, tail_block_offset = layout
-        with torch.cuda.stream(streams[index - 1] if index and streams else None):
+        own, beside = lanes[index * lanes_per_group], lanes[index * lanes_per_group + lanes_per_group - 1]
+        with torch.cuda.stream(own):
             route = _route(routing_map, valid_tokens, rows, topk, size, local_expert_offset + first, cfg.block_t,
                            tail_t, cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
-            sorted_pairs, block_expert, num_blocks = route
-            tables = (route, (sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:]))
-            spans = ((0, max_sorted, max_blocks), (max_sorted, sorted_len, min(size, rows * topk)))
-            for tile, fc1_input, table, (begin, end, grid) in zip(cfg.launch_tiles, fc1_inputs, tables, spans):
-                inter = tuple(buffer[begin:end] for buffer in rows_of)
+        if beside is not own:
+            beside.wait_stream(own)  # the tail pair needs the group's route
+        sorted_pairs, block_expert, num_blocks = route
+        tables = (route, (sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:]))
+        spans = ((0, max_sorted, max_blocks), (max_sorted, sorted_len, min(size, rows * topk)))
+        for lane, tile, fc1_input, table, (begin, end, grid) in zip((own, beside), cfg.launch_tiles, fc1_inputs,
+                                                                      tables, spans):
+            inter = tuple(buffer[begin:end] for buffer in rows_of)
+            with torch.cuda.stream(lane):
                 _launch_mma(tile, fc1_input, inter if tile.dequant == "f8x2" else inter[-1], dims, group_weights,
                             slots, table, grid, activation, topk, split_k)
     for stream in streams:

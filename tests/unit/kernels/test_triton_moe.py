@@ -337,6 +337,78 @@ def test_second_stream_orders_the_launches(monkeypatch):
     assert triton_launch._side_stream(torch.device("cpu")) is None  # CPU tensors (the interpreter): one stream
 
 
+def test_expert_groups_order_the_launches(monkeypatch):
+    """Where the launches of ``expert_groups`` go (CPU: the stream calls recorded): the plane copies on the side stream,
+    the call's stream waits for them; every group stream forks from the call's stream; group ``g``'s route (over its
+    experts: local offset and count) and main pair on its own stream; with ``side_stream`` 2 its tail pair on one more
+    stream, which waits for the group's route; the call's stream joins every group stream before the one combine.
+    Without a tail (or below level 2) one stream per group, its pairs in order; on a CPU device no group streams."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    events = []
+
+    class FakeStream:
+        def __init__(self, name):
+            self.name = name
+
+        def wait_stream(self, other):
+            events.append(f"{self.name} waits {other.name}")
+
+    main, side = FakeStream("main"), FakeStream("side")
+    current = [main]
+
+    class StreamContext:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def __enter__(self):  # None stays on the current stream, as torch.cuda.stream(None) does
+            current.append(self.stream or current[-1])
+
+        def __exit__(self, *exc):
+            current.pop()
+
+    monkeypatch.setattr(triton_launch, "_side_stream", lambda device: side)
+    monkeypatch.setattr(triton_launch, "_group_streams", lambda device, count: [FakeStream(f"g{i + 1}")
+                                                                                 for i in range(count)])
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: main)
+    monkeypatch.setattr(torch.cuda, "stream", StreamContext)
+    monkeypatch.setattr(triton_launch, "_planes_into",
+                        lambda x, planes, block_k: events.append(f"planes {current[-1].name}"))
+
+    def route(routing_map, valid_tokens, rows, topk, experts, offset, *args):
+        events.append(f"route {offset}+{experts} {current[-1].name}")
+        return torch.zeros(4096, dtype=torch.int32), torch.zeros(4096, dtype=torch.int32), torch.zeros(8, dtype=torch.int32)
+
+    monkeypatch.setattr(triton_launch, "_route", route)
+    monkeypatch.setattr(triton_launch, "_launch_mma", lambda cfg, fc1_input, inter, dims, weights, *args: events.append(
+        f"{'tail' if cfg.block_t == 16 else 'main'} pair {weights[0].data.shape[0]} {current[-1].name}"))
+    monkeypatch.setattr(triton_launch, "_launch_combine", lambda *args: events.append(f"combine {current[-1].name}"))
+    fc1 = quantize_mxfp8(random_weights((5, 64, 64), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((5, 64, 32), scale=0.1), backend="reference")
+    x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 5, (8, 2), dtype=torch.int32)
+    probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
+
+    def launches(cfg):
+        events.clear()
+        triton_moe._launch(cfg, x, probs, ids, fc1, fc2, triton_moe.parse_activation("swiglu"), 3, valid, 8,
+                           torch.empty(8, 64, dtype=torch.bfloat16), 5, 64, 32, 2)
+        return list(events)
+
+    tails = dataclasses.replace(TILES["m32l4_sx4p_m_t16"], side_stream=2, expert_groups=2)
+    assert launches(tails) == [
+        "side waits main", "planes side", "main waits side",  # x's planes, then the fork
+        "g1 waits main", "g2 waits main", "g3 waits main",
+        "route 3+2 main", "g1 waits main", "main pair 2 main", "tail pair 2 g1",  # experts 0-1 (global 3-4)
+        "route 5+3 g2", "g3 waits g2", "main pair 3 g2", "tail pair 3 g3",  # experts 2-4 (global 5-7)
+        "main waits g1", "main waits g2", "main waits g3", "combine main"]
+    assert launches(dataclasses.replace(tails, side_stream=1, expert_groups=3)) == [
+        "side waits main", "planes side", "main waits side", "g1 waits main", "g2 waits main",
+        "route 3+1 main", "main pair 1 main", "tail pair 1 main", "route 4+2 g1", "main pair 2 g1", "tail pair 2 g1",
+        "route 6+2 g2", "main pair 2 g2", "tail pair 2 g2", "main waits g1", "main waits g2", "combine main"]
+    monkeypatch.undo()
+    assert triton_launch._group_streams(torch.device("cpu"), 3) == []  # CPU tensors (the interpreter): in order
+
+
 def test_route_warps_reach_the_route_launch(monkeypatch):
     """``route_warps``, ``route_in_registers`` and ``route_parallel_pairs`` are checked and handed to ``_route``;
     None keeps the default warp rule."""
