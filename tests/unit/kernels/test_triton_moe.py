@@ -275,23 +275,21 @@ def test_second_stream_defaults_are_the_tested_tiles():
     assert TILES["l64k2_sx4p_f4_t32"] == dataclasses.replace(TILES["l64k2_sx4p_f4"], tail=TILES["m32k_sx4p_f4"])
 
 
-def test_second_stream_orders_the_launches(monkeypatch):
-    """Where the launches go (CPU: the stream calls recorded): with ``side_stream`` 2 the plane copies and the tail pair
-    run on the second stream, which forks from the call's stream first and waits for the route before the tail
-    pair; the main pair waits for the plane copies, the combine for the tail pair. Level 1 keeps the tail pair on
-    the call's stream; 0 makes no stream calls, and CPU tensors get no second stream."""
-    from megatron_mxfp8_moe.kernels import triton_moe
+class _FakeStream:
+    """A stream that records its waits into ``events`` (CPU tests of where launches go)."""
 
+    def __init__(self, name, events):
+        self.name, self.events = name, events
+
+    def wait_stream(self, other):
+        self.events.append(f"{self.name} waits {other.name}")
+
+
+def _record_streams(monkeypatch):
+    """Patch torch's stream calls and the side stream with ``_FakeStream``s; the plane copies record their stream.
+    Returns (events, current): the recorded calls and the stack whose last entry is the current stream."""
     events = []
-
-    class FakeStream:
-        def __init__(self, name):
-            self.name = name
-
-        def wait_stream(self, other):
-            events.append(f"{self.name} waits {other.name}")
-
-    main, side = FakeStream("main"), FakeStream("side")
+    main = _FakeStream("main", events)
     current = [main]
 
     class StreamContext:
@@ -304,11 +302,22 @@ def test_second_stream_orders_the_launches(monkeypatch):
         def __exit__(self, *exc):
             current.pop()
 
-    monkeypatch.setattr(triton_launch, "_side_stream", lambda device: side)
+    monkeypatch.setattr(triton_launch, "_side_stream", lambda device: _FakeStream("side", events))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: main)
     monkeypatch.setattr(torch.cuda, "stream", StreamContext)
     monkeypatch.setattr(triton_launch, "_planes_into",
                         lambda x, planes, block_k: events.append(f"planes {current[-1].name}"))
+    return events, current
+
+
+def test_second_stream_orders_the_launches(monkeypatch):
+    """Where the launches go (CPU: the stream calls recorded): with ``side_stream`` 2 the plane copies and the tail pair
+    run on the second stream, which forks from the call's stream first and waits for the route before the tail
+    pair; the main pair waits for the plane copies, the combine for the tail pair. Level 1 keeps the tail pair on
+    the call's stream; 0 makes no stream calls, and CPU tensors get no second stream."""
+    from megatron_mxfp8_moe.kernels import triton_moe
+
+    events, current = _record_streams(monkeypatch)
     monkeypatch.setattr(triton_launch, "_route", lambda *args: (events.append(f"route {current[-1].name}"),
                                                                    torch.zeros(4096, dtype=torch.int32),
                                                                    torch.zeros(4096, dtype=torch.int32),
@@ -345,35 +354,9 @@ def test_expert_groups_order_the_launches(monkeypatch):
     Without a tail (or below level 2) one stream per group, its pairs in order; on a CPU device no group streams."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
-    events = []
-
-    class FakeStream:
-        def __init__(self, name):
-            self.name = name
-
-        def wait_stream(self, other):
-            events.append(f"{self.name} waits {other.name}")
-
-    main, side = FakeStream("main"), FakeStream("side")
-    current = [main]
-
-    class StreamContext:
-        def __init__(self, stream):
-            self.stream = stream
-
-        def __enter__(self):  # None stays on the current stream, as torch.cuda.stream(None) does
-            current.append(self.stream or current[-1])
-
-        def __exit__(self, *exc):
-            current.pop()
-
-    monkeypatch.setattr(triton_launch, "_side_stream", lambda device: side)
-    monkeypatch.setattr(triton_launch, "_group_streams", lambda device, count: [FakeStream(f"g{i + 1}")
+    events, current = _record_streams(monkeypatch)
+    monkeypatch.setattr(triton_launch, "_group_streams", lambda device, count: [_FakeStream(f"g{i + 1}", events)
                                                                                  for i in range(count)])
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: main)
-    monkeypatch.setattr(torch.cuda, "stream", StreamContext)
-    monkeypatch.setattr(triton_launch, "_planes_into",
-                        lambda x, planes, block_k: events.append(f"planes {current[-1].name}"))
 
     def route(routing_map, valid_tokens, rows, topk, experts, offset, *args):
         events.append(f"route {offset}+{experts} {current[-1].name}")
