@@ -9,7 +9,7 @@ from ..errors import MXFP8InputError
 from ..format.constants import BLOCK_SIZE, DATA_DTYPE
 from ..format.swizzle import padded_scale_shape
 from ..tensor import MXFP8Tensor
-from .triton_config import _ACTIVATION_CODE, TritonMoEConfig, _reads_x_split
+from .triton_config import _ACTIVATION_CODE, TritonMoEConfig
 from .triton_route import _pow2_at_least, _route, route_layout
 
 
@@ -107,7 +107,12 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     split_x = split_tiles or any(t.fc1_f8x2 for t in cfg.launch_tiles)
     if all(t.dequant == "f8x2" and (not t.fc1_gluon or t.fc1_split_out) for t in cfg.launch_tiles):
         inter_cols = 0  # no bf16 rows: FC1 writes FC2's split rows (a Gluon f8x2 FC1 may write bf16 rows, then split)
-    inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=device)
+    # main tile and tail agree on the buffers both read (__post_init__)
+    group = 128 if any(t.step_scales for t in cfg.launch_tiles) else BLOCK_SIZE
+    scales_t = any(t.split_scales_t for t in cfg.launch_tiles)
+    pair_rows = (inter_cols, n_out, split_tiles, scales_t, group)  # what _pair_rows needs besides the positions
+    # FC1's output rows by sorted position (expert groups: one set per group, made by _launch_expert_groups)
+    inter, inter_split = _pair_rows(sorted_len, *pair_rows, device) if cfg.expert_groups == 1 else (None, None)
     if path == "routed_gemv":
         route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, 0,
                        cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
@@ -126,11 +131,7 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     x_planes = {t.fc1_block_k: torch.empty(rows, triton.cdiv(hidden, t.fc1_block_k) * t.fc1_block_k,
                                            dtype=x.dtype, device=device)
                 for t in cfg.launch_tiles if t.planes and not t.fc1_f8x2}
-    # main tile and tail agree on the buffers both read (__post_init__)
-    group = 128 if any(t.step_scales for t in cfg.launch_tiles) else BLOCK_SIZE
     x_split = split_rows_buffers(rows, hidden, device, group=group) if split_x else None
-    scales_t = any(t.split_scales_t for t in cfg.launch_tiles)
-    inter_split = split_rows_buffers(sorted_len, n_out, device, scales_t, group) if split_tiles else None
     side = _side_stream(device) if cfg.side_stream and (x_planes or x_split or tail_t) else None
     tails_beside = side is not None and cfg.side_stream == 2 and bool(tail_t)
     main = torch.cuda.current_stream(device) if side is not None else None
@@ -144,34 +145,25 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
     if cfg.expert_groups > 1:
         if side is not None:
             main.wait_stream(side)  # the groups' FC1s read the planes / split rows of x
-        fc1_inputs = tuple(x_split if _reads_x_split(t) else x_planes[t.fc1_block_k] if t.planes else x
-                           for t in cfg.launch_tiles)
-        _launch_expert_groups(cfg, fc1_inputs, dims, weights, slots, routing_map, valid_tokens, rows, topk, experts,
-                              local_expert_offset, activation, split_k, inter_cols, split_tiles, scales_t, group)
+        _launch_expert_groups(cfg, (x, x_planes, x_split), pair_rows, dims, weights, slots, routing_map, valid_tokens,
+                              rows, topk, experts, local_expert_offset, activation, split_k)
         _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
         return
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
                    cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
-    sorted_pairs, block_expert, num_blocks = route
     if side is not None:
         if tails_beside:
             side.wait_stream(main)  # the tail pair needs the route's tables
         main.wait_stream(side)  # the main pair needs the planes
-    def operands(tile, first, last):  # a tile's FC1 input and its inter rows [first, last)
-        if tile.dequant == "f8x2":
-            return x_split, tuple(buffer[first:last] for buffer in (*inter_split, inter))
-        if tile.fc1_f8x2:
-            return x_split, inter[first:last]
-        return x_planes[tile.fc1_block_k] if tile.planes else x, inter[first:last]
-
-    _launch_mma(cfg, *operands(cfg, 0, max_sorted), dims, weights, slots, route, max_blocks, activation, topk,
-                split_k)
+    x_in = (x, x_planes, x_split)
+    _launch_mma(cfg, *_tile_operands(cfg, x_in, inter, inter_split, 0, max_sorted), dims, weights, slots, route,
+                max_blocks, activation, topk, split_k)
     if tail_t:  # the tail blocks: narrower tiles over the second table (positions from max_sorted)
         tail = cfg.tail
-        tail_route = (sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:])
         with torch.cuda.stream(side if tails_beside else None):
-            _launch_mma(tail, *operands(tail, max_sorted, sorted_len), dims, weights, slots, tail_route,
-                        min(experts, rows * topk), activation, topk, split_k)
+            _launch_mma(tail, *_tile_operands(tail, x_in, inter, inter_split, max_sorted, sorted_len), dims, weights,
+                        slots, _tail_table(route, max_sorted, tail_block_offset), min(experts, rows * topk),
+                        activation, topk, split_k)
     if tails_beside:
         main.wait_stream(side)  # join before the combine reads every slot row
     _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
@@ -186,38 +178,58 @@ class _ExpertSlice:
         self.data = data
 
 
-def _launch_expert_groups(cfg, fc1_inputs, dims, weights, slots, routing_map, valid_tokens, rows, topk, experts,
-                          local_expert_offset, activation, split_k, inter_cols, split_tiles, scales_t,
-                          scale_group) -> None:
+def _pair_rows(sorted_len: int, inter_cols: int, n_out: int, split_tiles: bool, scales_t: bool, group: int,
+               device) -> tuple:
+    """FC1's output rows for ``sorted_len`` sorted positions: bf16 ``[sorted_len, inter_cols]``, and where a launch tile
+    is "f8x2" the split rows of them that its FC2 reads (``split_rows_buffers``), else None."""
+    inter = torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=device)
+    return inter, split_rows_buffers(sorted_len, n_out, device, scales_t, group) if split_tiles else None
+
+
+def _tile_operands(tile: TritonMoEConfig, x_in: tuple, inter, inter_split, first: int, last: int) -> tuple:
+    """``tile``'s FC1 input (from ``x_in`` = (x, its plane copies by FC1 depth, its split rows)) and its FC1 output
+    rows ``[first, last)``: with an "f8x2" FC2 also their split rows."""
+    x, x_planes, x_split = x_in
+    if tile.dequant == "f8x2":
+        return x_split, tuple(buffer[first:last] for buffer in (*inter_split, inter))
+    if tile.fc1_f8x2:
+        return x_split, inter[first:last]
+    return x_planes[tile.fc1_block_k] if tile.planes else x, inter[first:last]
+
+
+def _tail_table(route: tuple, max_sorted: int, tail_block_offset: int) -> tuple:
+    """The tail tile's view of ``route`` = (sorted_pairs, block_expert, num_blocks): its positions from
+    ``max_sorted``, its blocks from ``tail_block_offset``, its block count at ``num_blocks[4]``."""
+    sorted_pairs, block_expert, num_blocks = route
+    return sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:]
+
+
+def _launch_expert_groups(cfg, x_in, pair_rows, dims, weights, slots, routing_map, valid_tokens, rows, topk, experts,
+                          local_expert_offset, activation, split_k) -> None:
     """``cfg.expert_groups`` routes and launch pairs over contiguous groups of the local experts, group ``g`` on
     stream ``g`` (0: the current one), into the shared ``slots`` (each pair's row is written by its expert's group);
     with a tail tile, each group's tail pair follows its main pair on the group's stream, or with ``side_stream`` 2
     runs beside it on a stream of its own (after the group's route). The current stream waits for every stream before
-    returning. ``fc1_inputs``: what each of ``cfg.launch_tiles``' FC1 reads (x, its planes or its
-    split rows). The groups' FC1 rows come from the current stream (freed after the join); each route's tables from
-    its group's stream, which alone uses them."""
+    returning. ``x_in``: (x, its plane copies, its split rows); ``pair_rows``: ``_pair_rows``' sizes but the
+    positions. The groups' FC1 rows come from the current stream (freed after the join); each route's tables from its
+    group's stream, which alone uses them."""
     fc1, fc2, s1, s2, s1_args, s2_args = weights
-    _, n_out, _ = dims
     tail_t = cfg.tail.block_t if cfg.tail is not None else 0
     count = min(cfg.expert_groups, experts)
     bounds = [experts * g // count for g in range(count + 1)]
     groups = []
     for first, last in zip(bounds, bounds[1:]):
         layout = route_layout(rows, topk, last - first, cfg.block_t, tail_t)
-        sorted_len = layout[2]
-        rows_of = (torch.empty(sorted_len, inter_cols, dtype=torch.bfloat16, device=slots.device),)
-        if split_tiles:  # an "f8x2" FC2 reads split rows of FC1's output
-            rows_of = (*split_rows_buffers(sorted_len, n_out, slots.device, scales_t, scale_group), *rows_of)
         group_weights = (_ExpertSlice(fc1.data[first:last]), _ExpertSlice(fc2.data[first:last]), s1[first:last],
                          s2[first:last], s1_args, s2_args)
-        groups.append((first, last - first, layout, rows_of, group_weights))
+        groups.append((first, last - first, layout, _pair_rows(layout[2], *pair_rows, slots.device), group_weights))
     lanes_per_group = 2 if tail_t and cfg.side_stream == 2 else 1  # "side_stream" 2: each tail pair on a lane of its own
-    streams = _group_streams(slots.device, count * lanes_per_group - 1)
+    streams = _streams(slots.device, count * lanes_per_group - 1)
     main = torch.cuda.current_stream(slots.device) if streams else None
     lanes = [main, *streams] if streams else [None] * (count * lanes_per_group)  # None: the current stream, in order
     for stream in streams:
         stream.wait_stream(main)  # fork: x, its copies and every group's buffers are ready
-    for index, (first, size, layout, rows_of, group_weights) in enumerate(groups):
+    for index, (first, size, layout, (inter, inter_split), group_weights) in enumerate(groups):
         max_sorted, max_blocks, sorted_len, tail_block_offset = layout
         own, beside = lanes[index * lanes_per_group], lanes[index * lanes_per_group + lanes_per_group - 1]
         with torch.cuda.stream(own):
@@ -225,51 +237,38 @@ def _launch_expert_groups(cfg, fc1_inputs, dims, weights, slots, routing_map, va
                            tail_t, cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
         if beside is not own:
             beside.wait_stream(own)  # the tail pair needs the group's route
-        sorted_pairs, block_expert, num_blocks = route
-        tables = (route, (sorted_pairs[max_sorted:], block_expert[tail_block_offset:], num_blocks[4:]))
+        tables = (route, _tail_table(route, max_sorted, tail_block_offset))
         spans = ((0, max_sorted, max_blocks), (max_sorted, sorted_len, min(size, rows * topk)))
-        for lane, tile, fc1_input, table, (begin, end, grid) in zip((own, beside), cfg.launch_tiles, fc1_inputs,
-                                                                      tables, spans):
-            inter = tuple(buffer[begin:end] for buffer in rows_of)
+        for lane, tile, table, (begin, end, grid) in zip((own, beside), cfg.launch_tiles, tables, spans):
             with torch.cuda.stream(lane):
-                _launch_mma(tile, fc1_input, inter if tile.dequant == "f8x2" else inter[-1], dims, group_weights,
+                _launch_mma(tile, *_tile_operands(tile, x_in, inter, inter_split, begin, end), dims, group_weights,
                             slots, table, grid, activation, topk, split_k)
     for stream in streams:
         main.wait_stream(stream)  # join before the combine reads every slot row
 
 
-_GROUP_STREAMS: dict = {}
+_STREAMS: dict = {}
 
 
-def _group_streams(device: torch.device, count: int) -> list:
-    """``count`` streams of this process on ``device`` for ``_launch_expert_groups`` (cached), none of them the
-    current stream; [] on a CPU device (the Triton interpreter) or when called on one of them: then the groups run
-    in order on the current stream."""
+def _streams(device: torch.device, count: int) -> list:
+    """``count`` streams of this process on ``device`` beside the current one (cached per device; the first is the
+    side stream of ``TritonMoEConfig.side_stream``, the rest serve ``expert_groups``); [] for a CPU device (the Triton
+    interpreter) and where the current stream is one of them (then everything runs in order on that one)."""
     if device.type != "cuda" or count == 0:
         return []
     index = device.index if device.index is not None else torch.cuda.current_device()
-    streams = _GROUP_STREAMS.setdefault(index, [])
+    streams = _STREAMS.setdefault(index, [])
     while len(streams) < count:
         streams.append(torch.cuda.Stream(device=index))
     current = torch.cuda.current_stream(index)
-    if any(stream == current for stream in streams[:count]):
-        return []
-    return streams[:count]
-
-
-_SIDE_STREAMS: dict = {}
+    return [] if any(stream == current for stream in streams[:count]) else streams[:count]
 
 
 def _side_stream(device: torch.device):
-    """This process's second stream on ``device`` (``TritonMoEConfig.side_stream``), or None for a CPU device (the
-    Triton interpreter) and where it is the current stream itself (then everything runs in order on that one)."""
-    if device.type != "cuda":
-        return None
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = _SIDE_STREAMS.get(index)
-    if stream is None:
-        stream = _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
-    return None if stream == torch.cuda.current_stream(index) else stream
+    """This process's second stream on ``device`` (``TritonMoEConfig.side_stream``; ``_streams``' first), or None
+    where ``_streams`` gives none."""
+    streams = _streams(device, 1)
+    return streams[0] if streams else None
 
 
 def _planes_into(x: torch.Tensor, planes: torch.Tensor, block_k: int) -> None:
