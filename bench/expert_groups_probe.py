@@ -10,9 +10,6 @@ of the rounds:
 - ``whole``: ``choose_config``'s tile with one expert group (``default_groups``: the groups of the default itself);
 - ``gN_cfg``: that tile with ``TritonMoEConfig.expert_groups = N`` (one call: a route and launch pair(s) per group on
   its own stream, a tail tile's pair after the main one, one combine; must keep the bits of ``whole``);
-- with ``--public``, the groups as separate public calls (EP form: ``local_expert_offset``, ``route_experts = E``),
-  each into its own fp32 output, summed into bf16 (each pays its own split of x and combine): ``gN_one`` in order on
-  one stream, ``gN_streams`` on N streams.
 
 Each variant's output is checked against ``whole``: ``bits_equal_whole`` and the relative error.
 Usage: ``python bench/expert_groups_probe.py --out DIR`` (CUDA); one JSON line per row, ``expert_groups.json``.
@@ -34,16 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.common import graph_median_us  # noqa: E402
 from bench.moe_layer import ROTATE, SHAPES, rotated_inputs  # noqa: E402
 from megatron_mxfp8_moe.kernels.triton_moe import choose_config, triton_mxfp8_moe  # noqa: E402
-from megatron_mxfp8_moe.tensor import MXFP8Tensor, quantize_mxfp8  # noqa: E402
-
-
-def expert_slice(stack: MXFP8Tensor, first: int, last: int) -> MXFP8Tensor:
-    """Experts ``[first, last)`` of ``stack`` as a stack sharing its storage (fp8 rows and swizzled scales)."""
-    return MXFP8Tensor(stack.data[first:last], stack.scale[first:last])
-
-
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+from megatron_mxfp8_moe.tensor import quantize_mxfp8  # noqa: E402
+from megatron_mxfp8_moe.testing import relative_error  # noqa: E402
 
 
 def main():
@@ -53,7 +42,6 @@ def main():
     parser.add_argument("--tokens", default="16,64,256")
     parser.add_argument("--groups", default="2,4,8")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--public", action="store_true", help="also the groups as separate calls (gN_one / gN_streams)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     device = torch.device("cuda")
@@ -81,46 +69,6 @@ def main():
                 variants = {"whole": configured(dataclasses.replace(default, expert_groups=1))}
                 for count in map(int, args.groups.split(",")):
                     variants[f"g{count}_cfg"] = configured(dataclasses.replace(default, expert_groups=count))
-                for count in map(int, args.groups.split(",")):
-                    bounds = [experts * g // count for g in range(count + 1)]
-                    stacks = [(expert_slice(fc1, a, b), expert_slice(fc2, a, b), a) for a, b in zip(bounds, bounds[1:])]
-                    parts = [[torch.empty(tokens, hidden, device=device, dtype=torch.float32) for _ in range(count)]
-                             for _ in range(ROTATE)]
-                    streams = [torch.cuda.Stream(device) for _ in range(count - 1)]
-
-                    def group_call(i, g, stacks=stacks, parts=parts):
-                        w1, w2, offset = stacks[g]
-                        triton_mxfp8_moe(xs[i], probs[i], maps[i], w1, w2, activation=activation, valid_tokens=valid,
-                                         out=parts[i][g], local_expert_offset=offset, route_experts=experts)
-
-                    def summed(i, parts=parts):
-                        total = parts[i][0]
-                        for part in parts[i][1:]:
-                            total = total + part
-                        outs[i].copy_(total)
-
-                    def one_stream(count=count, group_call=group_call, summed=summed):
-                        for i in range(ROTATE):
-                            for g in range(count):
-                                group_call(i, g)
-                            summed(i)
-
-                    def on_streams(count=count, group_call=group_call, summed=summed, streams=streams):
-                        main = torch.cuda.current_stream(device)
-                        for i in range(ROTATE):
-                            for stream in streams:
-                                stream.wait_stream(main)
-                            for g in range(1, count):
-                                with torch.cuda.stream(streams[g - 1]):
-                                    group_call(i, g)
-                            group_call(i, 0)
-                            for stream in streams:
-                                main.wait_stream(stream)
-                            summed(i)
-
-                    if args.public:
-                        variants[f"g{count}_one"] = one_stream
-                        variants[f"g{count}_streams"] = on_streams
                 row = dict(shape=shape, activation=activation, tokens=tokens, us={}, rel_err_vs_whole={},
                            default_groups=default.expert_groups)
                 variants["whole"]()

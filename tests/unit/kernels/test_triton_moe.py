@@ -310,6 +310,14 @@ def _record_streams(monkeypatch):
     return events, current
 
 
+def _small_gated_layer(experts: int) -> tuple:
+    """(fc1, fc2, x, ids, probs, valid): a gated layer of ``experts`` experts (H 64, I 32) and 8 tokens at top-2."""
+    fc1 = quantize_mxfp8(random_weights((experts, 64, 64), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((experts, 64, 32), scale=0.1), backend="reference")
+    x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, experts, (8, 2), dtype=torch.int32)
+    return fc1, fc2, x, ids, torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
+
+
 def test_second_stream_orders_the_launches(monkeypatch):
     """Where the launches go (CPU: the stream calls recorded): with ``side_stream`` 2 the plane copies and the tail pair
     run on the second stream, which forks from the call's stream first and waits for the route before the tail
@@ -325,10 +333,7 @@ def test_second_stream_orders_the_launches(monkeypatch):
     monkeypatch.setattr(triton_launch, "_launch_mma", lambda cfg, *args: events.append(
         f"{'tail' if cfg.block_t == 16 else 'main'} pair {current[-1].name}"))
     monkeypatch.setattr(triton_launch, "_launch_combine", lambda *args: events.append(f"combine {current[-1].name}"))
-    fc1 = quantize_mxfp8(random_weights((4, 64, 64), scale=0.1), backend="reference")
-    fc2 = quantize_mxfp8(random_weights((4, 64, 32), scale=0.1), backend="reference")
-    x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 4, (8, 2), dtype=torch.int32)
-    probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
+    fc1, fc2, x, ids, probs, valid = _small_gated_layer(4)
 
     steps = {}
     for level in (0, 1, 2):
@@ -355,7 +360,7 @@ def test_expert_groups_order_the_launches(monkeypatch):
     from megatron_mxfp8_moe.kernels import triton_moe
 
     events, current = _record_streams(monkeypatch)
-    monkeypatch.setattr(triton_launch, "_group_streams", lambda device, count: [_FakeStream(f"g{i + 1}", events)
+    monkeypatch.setattr(triton_launch, "_streams", lambda device, count: [_FakeStream(f"g{i + 1}", events)
                                                                                  for i in range(count)])
 
     def route(routing_map, valid_tokens, rows, topk, experts, offset, *args):
@@ -366,10 +371,7 @@ def test_expert_groups_order_the_launches(monkeypatch):
     monkeypatch.setattr(triton_launch, "_launch_mma", lambda cfg, fc1_input, inter, dims, weights, *args: events.append(
         f"{'tail' if cfg.block_t == 16 else 'main'} pair {weights[0].data.shape[0]} {current[-1].name}"))
     monkeypatch.setattr(triton_launch, "_launch_combine", lambda *args: events.append(f"combine {current[-1].name}"))
-    fc1 = quantize_mxfp8(random_weights((5, 64, 64), scale=0.1), backend="reference")
-    fc2 = quantize_mxfp8(random_weights((5, 64, 32), scale=0.1), backend="reference")
-    x, ids = torch.randn(8, 64).to(torch.bfloat16), torch.randint(0, 5, (8, 2), dtype=torch.int32)
-    probs, valid = torch.rand(8, 2), torch.tensor([8], dtype=torch.int32)
+    fc1, fc2, x, ids, probs, valid = _small_gated_layer(5)
 
     def launches(cfg):
         events.clear()
@@ -389,7 +391,7 @@ def test_expert_groups_order_the_launches(monkeypatch):
         "route 3+1 main", "main pair 1 main", "tail pair 1 main", "route 4+2 g1", "main pair 2 g1", "tail pair 2 g1",
         "route 6+2 g2", "main pair 2 g2", "tail pair 2 g2", "main waits g1", "main waits g2", "combine main"]
     monkeypatch.undo()
-    assert triton_launch._group_streams(torch.device("cpu"), 3) == []  # CPU tensors (the interpreter): in order
+    assert triton_launch._streams(torch.device("cpu"), 3) == []  # CPU tensors (the interpreter): in order
 
 
 def test_route_warps_reach_the_route_launch(monkeypatch):
