@@ -437,9 +437,10 @@ _GLUON_TWINS = {name: f"{twin}_sw" for name, twin in _GLUON_TWINS.items()}
 
 
 def _one_factored(cfg: TritonMoEConfig) -> TritonMoEConfig:
-    """``cfg`` with ``fc1_one_factor`` / ``fc2_one_factor`` on each Gluon FC of each launch tile (scale words on)."""
-    return map_launch_tiles(cfg, lambda tile: dataclasses.replace(tile, fc1_one_factor=tile.fc1_gluon,
-                                                                  fc2_one_factor=tile.fc2_gluon))
+    """``cfg`` with ``fc1_one_factor`` / ``fc2_one_factor`` on each Gluon FC of each launch tile (scale words on) that
+    reads E8M0 factors (not an f8x2 FC1: its products carry the scales)."""
+    return map_launch_tiles(cfg, lambda tile: dataclasses.replace(
+        tile, fc1_one_factor=tile.fc1_gluon and not tile.fc1_f8x2, fc2_one_factor=tile.fc2_gluon))
 
 
 # Session 29 (run 33: bit-equal, no layer gain; tools/gpu_next.sh s30a): "_of", the default twins with one scale factor

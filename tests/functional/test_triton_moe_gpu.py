@@ -1167,12 +1167,12 @@ def _check_f8x2_tile(tile, activation, case):
     within BOUND of the float64 oracle and at most 1.5x that of the default tile's Triton form (dequantizing, no f8x2
     kernel: since sessions 32 / 33 the defaults at 1.5-16 pairs per expert, since 34 at 1-16, run the f8x2 FC1) on
     the same inputs; the same bits again."""
-    from megatron_mxfp8_moe.kernels import triton_moe as host
+    from megatron_mxfp8_moe.kernels import triton_policy
 
     experts, topk, hidden, inter, tokens = case
     fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
     with pytest.MonkeyPatch.context() as patch:  # the twin's Triton form, not the all-f8x2 pick of large H
-        patch.setattr(host, "_ALL_F8X2_FROM_HIDDEN", 1 << 30)
+        patch.setattr(triton_policy, "_ALL_F8X2_FROM_HIDDEN", 1 << 30)
         dequantizing = triton_form(choose_config(tokens, hidden, fc2.data.shape[2], gated=activation == "swiglu",
                                                  topk=topk, experts=experts))
     assert all(t.dequant != "f8x2" and not t.fc1_f8x2 for t in dequantizing.launch_tiles)
@@ -1427,8 +1427,8 @@ def test_scale_words_with_scales_above_2_pow_7_in_some_programs(activation, toke
 # ``fc2_one_factor`` on each Gluon FC; the second factor is then exactly 1); each Gluon FC2 a programmatic dependent
 # launch of its FC1 (session 30, the "_pdl" tiles: ``fc2_pdl``; its weight copies start before the FC1 ends, its
 # token-plane copies after). Name: (TILES suffix, whether a launch tile runs the form).
-_SAME_BITS_FORMS = {"one_factor": ("_of", lambda t: t.fc1_one_factor or t.fc2_one_factor),
-                    "dependent_launch": ("_pdl", lambda t: t.fc2_pdl)}
+_SAME_BITS_FORMS = {"one_factor": (triton_tiles._one_factored, lambda t: t.fc1_one_factor or t.fc2_one_factor),
+                    "dependent_launch": (triton_tiles._dependent_launched, lambda t: t.fc2_pdl)}
 
 
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
@@ -1437,11 +1437,11 @@ _SAME_BITS_FORMS = {"one_factor": ("_of", lambda t: t.fc1_one_factor or t.fc2_on
 def test_forms_of_the_picks_keep_the_bits(form, activation, hidden, inter, tokens):
     """The ``form`` of choose_config's Gluon pick is bit-equal to the pick, within BOUND of float64, every row
     written."""
-    suffix, runs_it = _SAME_BITS_FORMS[form]
+    form_of, runs_it = _SAME_BITS_FORMS[form]
     tile = choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=8, experts=128, gluon=True)
-    name = next(name for name, cfg in TILES.items() if cfg is tile)
-    assert any(runs_it(t) for t in TILES[name + suffix].launch_tiles)
-    _assert_tiles_keep_bits(tile, TILES[name + suffix], (128, 8, hidden, inter, tokens), activation)
+    formed = form_of(tile)  # the pick's f8x2 FC1s, "_f1x", and expert groups kept (no named "_of" / "_pdl" twins)
+    assert any(runs_it(t) for t in formed.launch_tiles)
+    _assert_tiles_keep_bits(tile, formed, (128, 8, hidden, inter, tokens), activation)
 
 
 # the "_of" form where some programs hold E8M0 bytes > 134 (those take both factors)
