@@ -3,6 +3,7 @@
 #   bash tools/gpu_next.sh s48c     # session 48 (ask for an H200): the full benchmark and the demo with the "_eg2"
 #                                   # defaults, the six test functions fixed after run 51 call 1, then the 16 functions
 #                                   # of part 1/3 of one case per test function that run 50 did not reach
+#   bash tools/gpu_next.sh s48d     # the tests of s48c and the demo, without the benchmark (any Hopper card)
 #   bash tools/gpu_next.sh s48a     # for session 48 (ask for an H200): the full benchmark and the demo with the
 #                                   # "_eg2" defaults (two expert groups at 1-8 pairs per expert: run 50 timed them on an
 #                                   # H100 only), then the expert-group tests with tail tiles (256 tokens, odd shapes)
@@ -300,6 +301,23 @@ import json
 for d in map(json.loads, open('$OUT/groups.jsonl')):
     print(d['shape'][:10], d['activation'][:6], d['tokens'], d['us'], d['ratio_vs_whole'], d['bits_equal_whole'])"
   tail -2 $OUT/groups.err
+}
+# fixed_and_part1_tests: the first case of each test function that failed in run 51 call 1 (fixed since: the f8x2
+# checks patch triton_policy, the same-bits forms are built from the pick, one factor leaves an f8x2 FC1 alone) and the
+# one-factor form at 64 tokens into $OUT/tests_fixed.log; then part 1/3 of one case per test function past the 11 that
+# run 50 passed into $OUT/tests1.log (each log ends with pytest's exit status)
+fixed_and_part1_tests() {
+  timeout 100 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py -- -k "f8x2_tiles_match_float64 \
+    or f8x2_gluon_fc2_tiles_match or f8x2_gluon_fc1_tiles_match or f8x2_fc1_twins_match or forms_of_the_picks \
+    or one_factor_with_scales_above" > $OUT/tests_fixed.log 2>&1
+  echo "pytest rc=$?" >> $OUT/tests_fixed.log
+  timeout 30 python3 -m pytest -v -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
+    -k "forms_of_the_picks and one_factor and 2048-768-64-" >> $OUT/tests_fixed.log 2>&1
+  echo "pytest rc=$?" >> $OUT/tests_fixed.log; grep " PASSED\| FAILED\|rc=" $OUT/tests_fixed.log | cut -c1-150
+  timeout 100 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py --part 1/3 --skip 11 \
+    > $OUT/tests1.log 2>&1
+  echo "pytest rc=$?" >> $OUT/tests1.log; grep -c " PASSED" $OUT/tests1.log
+  grep "one_case_each\| FAILED\| ERROR\|rc=" $OUT/tests1.log | tail -8
 }
 # one_case_part SECONDS K: part K/3 of one case per test function of the Triton MoE GPU tests (tools/one_case_each.py)
 # into $OUT/testsK.log (ending with pytest's exit status): the count passed, then the failures printed
@@ -1158,23 +1176,16 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
   s48c)
-    # session 48 (about 9.5 device minutes; H200): the benchmark and demo of s48a; the first case of each test function
-    # that failed in run 51 call 1 (fixed since: the f8x2 checks patch triton_policy, the same-bits forms are built
-    # from the pick, one factor leaves an f8x2 FC1 alone) and the one-factor form at 64 tokens; then part 1/3 of one
-    # case per test function past the 11 that run 50 passed
+    # session 48 (about 9.5 device minutes; H200): the benchmark and demo of s48a, then the tests of s48d
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     moe_bench_and_demo 360 $OUT/log.txt
-    timeout 100 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py -- -k "f8x2_tiles_match_float64 \
-      or f8x2_gluon_fc2_tiles_match or f8x2_gluon_fc1_tiles_match or f8x2_fc1_twins_match or forms_of_the_picks \
-      or one_factor_with_scales_above" > $OUT/tests_fixed.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests_fixed.log
-    timeout 30 python3 -m pytest -v -p no:cacheprovider tests/functional/test_triton_moe_gpu.py \
-      -k "forms_of_the_picks and one_factor and 2048-768-64-" >> $OUT/tests_fixed.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests_fixed.log; grep " PASSED\| FAILED\|rc=" $OUT/tests_fixed.log | cut -c1-150
-    timeout 100 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py --part 1/3 --skip 11 \
-      > $OUT/tests1.log 2>&1
-    echo "pytest rc=$?" >> $OUT/tests1.log; grep -c " PASSED" $OUT/tests1.log
-    grep "one_case_each\| FAILED\| ERROR\|rc=" $OUT/tests1.log | tail -8 ;;
+    fixed_and_part1_tests ;;
+  s48d)
+    # session 48 (about 4 device minutes, any Hopper card): the tests of s48c without the benchmark, then the demo
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    fixed_and_part1_tests
+    TORCHDYNAMO_DISABLE=1 timeout 35 python3 examples/decode.py --steps 12 --batch-size 8 >> $OUT/log.txt 2>&1
+    echo "demo rc=$?" >> $OUT/log.txt; tail -3 $OUT/log.txt ;;
   s48a)
     # for session 48 (about 9 device minutes; H200): the full benchmark and the demo with session 47's "_eg2" defaults
     # (the 16-token picks in two expert groups; run 50 measured them on an H100 at 16 / 64 / 128 tokens only), then
