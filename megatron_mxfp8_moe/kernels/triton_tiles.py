@@ -437,10 +437,11 @@ _GLUON_TWINS = {name: f"{twin}_sw" for name, twin in _GLUON_TWINS.items()}
 
 
 def _one_factored(cfg: TritonMoEConfig) -> TritonMoEConfig:
-    """``cfg`` with ``fc1_one_factor`` / ``fc2_one_factor`` on each Gluon FC of each launch tile (scale words on) that
-    reads E8M0 factors (not an f8x2 FC1: its products carry the scales)."""
+    """``cfg`` with ``fc1_one_factor`` / ``fc2_one_factor`` on each Gluon FC of each launch tile that reads its E8M0
+    factors as scale words (not an f8x2 FC1, nor the all-f8x2 tiles: their products carry the scales)."""
     return map_launch_tiles(cfg, lambda tile: dataclasses.replace(
-        tile, fc1_one_factor=tile.fc1_gluon and not tile.fc1_f8x2, fc2_one_factor=tile.fc2_gluon))
+        tile, fc1_one_factor=tile.fc1_gluon and tile.scale_words and not tile.fc1_f8x2,
+        fc2_one_factor=tile.fc2_gluon and tile.scale_words))
 
 
 # Session 29 (run 33: bit-equal, no layer gain; tools/gpu_next.sh s30a): "_of", the default twins with one scale factor
@@ -454,8 +455,10 @@ for _twin in ("s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw", "m32k_sx4p_f4_t16_g_s2_gt_n
 
 
 def _dependent_launched(cfg: TritonMoEConfig) -> TritonMoEConfig:
-    """``cfg`` with ``fc2_pdl`` on each launch tile whose FC2 is Gluon."""
-    return map_launch_tiles(cfg, lambda tile: dataclasses.replace(tile, fc2_pdl=tile.fc2_gluon))
+    """``cfg`` with ``fc2_pdl`` on each launch tile whose FC2 is the Gluon FC2 of the plane tiles (dequant "sx4"; not
+    the all-f8x2 tiles)."""
+    return map_launch_tiles(cfg, lambda tile: dataclasses.replace(
+        tile, fc2_pdl=tile.fc2_gluon and tile.dequant == "sx4"))
 
 
 # Session 30 (run 33: bit-equal, no layer gain; tools/gpu_next.sh s30c): "_pdl", the default twins with each Gluon FC2 a

@@ -706,6 +706,33 @@ def test_f8x2_fc1_twins_are_the_sw_twins_with_that_fc1():
             dataclasses.replace(bad, fc1_split_out=True)
 
 
+@pytest.mark.parametrize("gated", [True, False])
+def test_same_bits_forms_of_the_gluon_picks_are_valid(gated, monkeypatch):
+    """The one-factor (``_one_factored``) and dependent-launch (``_dependent_launched``) forms of every Gluon pick
+    from 1 to 4096 tokens, both shapes, build (each config checks itself), keep the pick's expert groups and f8x2
+    FC1s, change nothing else but their flags, and set them wherever a Gluon FC2 can take them (one factor: with scale
+    words; a dependent launch: "sx4"); neither lands on the all-f8x2 tiles of large H, nor one factor on an f8x2 FC1
+    (run 51: it did, a ValueError on the GPU)."""
+    monkeypatch.setattr(triton_policy, "_gpu_tested_triton", lambda: True)
+    seen = 0
+    for hidden, inter in ((2048, 768), (4096, 1536)):
+        for tokens in (1, 4, 16, 24, 48, 64, 88, 128, 200, 256, 384, 640, 1024, 4096):
+            pick = choose_config(tokens, hidden, inter, gated=gated, topk=8, experts=128, gluon=True)
+            for form_of, flags, takes_it in (
+                    (triton_tiles._one_factored, ("fc1_one_factor", "fc2_one_factor"), lambda t: t.scale_words),
+                    (triton_tiles._dependent_launched, ("fc2_pdl",), lambda t: t.dequant == "sx4")):
+                form = form_of(pick)
+                assert form.expert_groups == pick.expert_groups
+                for tile, formed in zip(pick.launch_tiles, form.launch_tiles):
+                    assert formed.fc1_f8x2 == tile.fc1_f8x2 and not (formed.fc1_f8x2 and formed.fc1_one_factor)
+                    assert dataclasses.replace(formed, **{flag: getattr(tile, flag) for flag in flags},
+                                               tail=tile.tail) == tile
+                if any(t.fc2_gluon and takes_it(t) for t in pick.launch_tiles):
+                    seen += 1
+                    assert any(getattr(t, flag) for t in form.launch_tiles for flag in flags)
+    assert seen >= 20
+
+
 def test_step_scales_are_checked():
     """"_g128" (session 35, ``step_scales``, prepared): one token scale per 128-value step on the f8x2 FC1 of the
     16-token twins, on the "_f1xt" twins' tails, and on both FCs of "_f128_st", nothing else changed; the Triton form
