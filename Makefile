@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# then the GPU tests' host-side parts on a machine without CUDA (each must reach its first CUDA call)
 test: $(STAMP)
 	$(PY) -m pytest -q tests/unit tests/functional
+	$(PY) tools/host_side_of_gpu_tests.py tests/functional -- -m gpu
 
 demo: $(STAMP)
 	$(PY) examples/decode.py

@@ -1170,12 +1170,12 @@ def _check_f8x2_tile(tile, activation, case):
     from megatron_mxfp8_moe.kernels import triton_policy
 
     experts, topk, hidden, inter, tokens = case
-    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
     with pytest.MonkeyPatch.context() as patch:  # the twin's Triton form, not the all-f8x2 pick of large H
         patch.setattr(triton_policy, "_ALL_F8X2_FROM_HIDDEN", 1 << 30)
-        dequantizing = triton_form(choose_config(tokens, hidden, fc2.data.shape[2], gated=activation == "swiglu",
-                                                 topk=topk, experts=experts))
+        dequantizing = triton_form(choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk,
+                                                 experts=experts))
     assert all(t.dequant != "f8x2" and not t.fc1_f8x2 for t in dequantizing.launch_tiles)
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
     default, split = _poisoned_outputs((dequantizing, TILES[tile]), fc1, fc2, x, probs, ids, valid_rows, activation)
     ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
     err, err_default = relative_error(split, ref), relative_error(default, ref)
@@ -1350,12 +1350,13 @@ def _mixed_scale_outputs(activation, tokens, configs_of):
     gated = activation == "swiglu"
     tile = choose_config(tokens, hidden, inter, gated=gated, topk=topk, experts=experts, gluon=True)
     assert any(t.fc1_gluon or t.fc2_gluon for t in tile.launch_tiles)
+    configs = configs_of(tile)  # before the first CUDA call (tools/host_side_of_gpu_tests.py)
     fc1, fc2 = _mixed_scale_layer(experts, hidden, inter, wide=True, gated=gated)
     assert int(fc1.scale_bytes().max()) > 134 and int(fc2.scale_bytes().max()) > 134
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
     valid = torch.tensor([tokens - 1], device="cuda", dtype=torch.int32)
-    outs = _fp32_outputs(configs_of(tile), x, probs, ids, fc1, fc2, activation, valid)
+    outs = _fp32_outputs(configs, x, probs, ids, fc1, fc2, activation, valid)
     assert torch.isfinite(outs[1]).all() and outs[1][: tokens - 1].abs().max() > 0
     return tile, outs
 

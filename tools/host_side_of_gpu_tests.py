@@ -1,0 +1,90 @@
+"""Run GPU tests on a machine without CUDA to find defects in their host-side part (config lookups, patches, names).
+
+Each test runs with its ``gpu`` skip lifted: a test that stops at its first CUDA call reached the device part (counted,
+not a pass); any other failure comes before the device and is a defect of the test or of the code it calls on the
+host. Prints one line per such failure and returns 1 if there is any (``make test`` runs it on ``tests/functional``
+with ``-m gpu``; where CUDA is visible it does nothing: run the tests themselves). Usage:
+
+    python tools/host_side_of_gpu_tests.py tests/functional/test_triton_moe_gpu.py [-- PYTEST_ARGS...]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+_NO_CUDA = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver", "No CUDA GPUs are available",
+            "CUDA driver initialization failed", "CUDA driver version is insufficient", "0 active drivers")
+
+
+def _cuda_first(random_weights):
+    """``random_weights`` touching its device before it draws (on the CPU, then moved): without CUDA it fails at once
+    instead of drawing gigabytes first."""
+
+    def drawn_on(*args, device="cpu", **kwargs):
+        torch.empty(0, device=device)
+        return random_weights(*args, device=device, **kwargs)
+
+    drawn_on.cuda_first = True
+    return drawn_on
+
+
+class _LiftGpuSkips:
+    """Drops the conftest's "needs a CUDA GPU" skips and sorts each failure by whether it came from the missing GPU."""
+
+    def __init__(self):
+        self.reached, self.host_failures = 0, []
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items):
+        from megatron_mxfp8_moe.kernels import triton_policy
+
+        triton_policy._gpu_tested_triton = lambda: True  # the GPUs' Triton, whatever this machine has: the same picks
+        for item in items:
+            item.own_markers = [mark for mark in item.own_markers if not (
+                mark.name == "skip" and str(mark.kwargs.get("reason", "")).startswith("needs a CUDA GPU"))]
+            module = getattr(item, "module", None)
+            if hasattr(module, "triton_moe_support"):  # the modules' Hopper-only fixtures ask it at each test
+                module.triton_moe_support = lambda capability: (True, "")
+            if hasattr(module, "random_weights") and not hasattr(module.random_weights, "cuda_first"):
+                module.random_weights = _cuda_first(module.random_weights)
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "teardown" or not report.failed:
+            return
+        text = str(report.longrepr)
+        if any(marker in text for marker in _NO_CUDA):
+            self.reached += 1
+        else:
+            last = text.strip().splitlines()[-1:] or ["?"]  # --tb=line: "path:line: Error: message"
+            self.host_failures.append(f"{report.nodeid}: {last[0].strip()[:240]}")
+
+
+def main() -> int:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, root)  # as `python -m pytest` from the checkout: `tests` importable, in spawned workers too
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
+    if torch.cuda.is_available():
+        print("host_side_of_gpu_tests: CUDA is visible here; run the GPU tests themselves")
+        return 0
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    plugin = _LiftGpuSkips()
+    status = pytest.main(["-p", "no:cacheprovider", "-q", "--tb=line", "-rN", "--no-header", *argv[:cut],
+                          *argv[cut + 1:]],
+                         plugins=[plugin])  # one line per failure, not its traceback
+    if status in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+        print(f"host_side_of_gpu_tests: pytest stopped ({status.name})")
+        return 1
+    print(f"host_side_of_gpu_tests: {plugin.reached} stopped at their first CUDA call, "
+          f"{len(plugin.host_failures)} failed before it")
+    for line in plugin.host_failures:
+        print("  " + line)
+    return 1 if plugin.host_failures or not plugin.reached else 0  # none reached: nothing was checked
+
+
+if __name__ == "__main__":
+    sys.exit(main())
