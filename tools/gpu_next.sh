@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
-#   bash tools/gpu_next.sh s48c     # session 48 (ask for an H200): the full benchmark and the demo with the "_eg2"
+#   bash tools/gpu_next.sh s48c     # for session 49 (ask for an H200): the full benchmark and the demo with the "_eg2"
 #                                   # defaults, the six test functions fixed after run 51 call 1, then the 16 functions
 #                                   # of part 1/3 of one case per test function that run 50 did not reach
-#   bash tools/gpu_next.sh s48d     # the tests of s48c and the demo, without the benchmark (any Hopper card)
+#   bash tools/gpu_next.sh s48d     # for session 49: the tests of s48c and the demo, without the benchmark (any Hopper card)
 #   bash tools/gpu_next.sh s48a     # for session 48 (ask for an H200): the full benchmark and the demo with the
 #                                   # "_eg2" defaults (two expert groups at 1-8 pairs per expert: run 50 timed them on an
 #                                   # H100 only), then the expert-group tests with tail tiles (256 tokens, odd shapes)
