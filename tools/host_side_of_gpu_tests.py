@@ -10,6 +10,8 @@ with ``-m gpu``; where CUDA is visible it does nothing: run the tests themselves
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 
@@ -73,11 +75,13 @@ def main() -> int:
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     plugin = _LiftGpuSkips()
-    status = pytest.main(["-p", "no:cacheprovider", "-q", "--tb=line", "-rN", "--no-header", *argv[:cut],
-                          *argv[cut + 1:]],
-                         plugins=[plugin])  # one line per failure, not its traceback
+    # pytest's report kept aside (it counts every CUDA stop as a failure: a line each); "line" tracebacks are fast
+    report = io.StringIO()
+    with contextlib.redirect_stdout(report):
+        status = pytest.main(["-p", "no:cacheprovider", "-q", "--tb=line", "-rN", "--no-header", *argv[:cut],
+                              *argv[cut + 1:]], plugins=[plugin])
     if status in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
-        print(f"host_side_of_gpu_tests: pytest stopped ({status.name})")
+        print(report.getvalue()[-4000:] + f"\nhost_side_of_gpu_tests: pytest stopped ({status.name})")
         return 1
     print(f"host_side_of_gpu_tests: {plugin.reached} stopped at their first CUDA call, "
           f"{len(plugin.host_failures)} failed before it")
