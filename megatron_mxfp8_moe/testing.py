@@ -41,6 +41,18 @@ def random_weights(shape, *, dtype=torch.bfloat16, device="cpu", scale=0.02, gen
     return blocks.flatten(-2).to(dtype=dtype, device=device)
 
 
+def random_expert_stacks(experts: int, hidden: int, inter: int, activation: str, *, scale=0.02, device="cpu",
+                         backend: str = "auto"):
+    """A MoE layer's fc1 / fc2 MXFP8 stacks from ``random_weights``: fc1 ``[E, 2I, H]`` (``[gate; up]``) for a gated
+    ``activation``, ``[E, I, H]`` for squared ReLU; fc2 ``[E, H, I]``. fc1 is drawn first."""
+    from .tensor import quantize_mxfp8  # on first use: the tensor module pulls in Megatron-Core
+
+    n1 = inter if activation == "squared_relu" else 2 * inter
+    fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=scale, device=device), backend=backend)
+    fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=scale, device=device), backend=backend)
+    return fc1, fc2
+
+
 def random_routing(rows: int, experts: int, topk: int, *, device="cpu", generator=None):
     """Softmax top-k routing over random logits: (probs fp32 ``[rows, topk]``, ids int64 ``[rows, topk]``)."""
     logits = torch.randn(rows, experts, generator=generator)

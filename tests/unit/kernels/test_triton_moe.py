@@ -561,8 +561,7 @@ _GROUPS_SCRIPT = textwrap.dedent(
     import torch
     from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, triton_mxfp8_moe
     from megatron_mxfp8_moe.kernels.reference import moe_reference
-    from megatron_mxfp8_moe.tensor import quantize_mxfp8
-    from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
+    from megatron_mxfp8_moe.testing import random_expert_stacks, random_routing, relative_error
 
     torch.manual_seed(11)
     base = TritonMoEConfig(16, 16, 64, 4, 1, 16, 64, 4, 1, True, True)
@@ -577,9 +576,7 @@ _GROUPS_SCRIPT = textwrap.dedent(
     result = {}
     for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32)):
         experts, topk = 5, 2
-        n1 = 2 * inter if activation == "swiglu" else inter
-        fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=0.1), backend="reference")
-        fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.1), backend="reference")
+        fc1, fc2 = random_expert_stacks(experts, hidden, inter, activation, scale=0.1, backend="reference")
         for form, extra in forms.items():
             rows = 64 if "tail" in form else 9
             x = torch.randn(rows + 2, hidden).to(torch.bfloat16)
@@ -1252,7 +1249,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     from megatron_mxfp8_moe.kernels.triton_moe import (TILES, TritonMoEConfig, route_reference, routing_capacity,
                                                      triton_mxfp8_moe)
     from megatron_mxfp8_moe.tensor import quantize_mxfp8
-    from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
+    from megatron_mxfp8_moe.testing import random_expert_stacks, random_routing, random_weights, relative_error
 
     torch.manual_seed(7)
     result = {}
@@ -1356,9 +1353,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     for activation, hidden, inter in (("swiglu", 96, 32), ("squared_relu", 64, 32), ("geglu", 160, 96),
                                       ("swiglu", 160, 96)):
         experts, topk, rows = 4, 2, 6
-        n1 = 2 * inter if activation != "squared_relu" else inter
-        fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=0.1), backend="reference")
-        fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.1), backend="reference")
+        fc1, fc2 = random_expert_stacks(experts, hidden, inter, activation, scale=0.1, backend="reference")
         x = torch.randn(rows + 2, hidden).to(torch.bfloat16)
         probs, ids = random_routing(rows + 2, experts + 2, topk)
         ids = ids - 1  # -1 and the id past the local range are skipped (offset 1: local ids 1..4)
@@ -1379,8 +1374,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     # 1..8 pairs in an 8-token tail block; both route forms (one program; two launches over chunks of 16).
     rng_state = torch.get_rng_state()  # the sections after this one draw the same inputs as without it
     hidden, inter, rows = 96, 32, 48
-    fc1 = quantize_mxfp8(random_weights((4, 2 * inter, hidden), scale=0.1), backend="reference")
-    fc2 = quantize_mxfp8(random_weights((4, hidden, inter), scale=0.1), backend="reference")
+    fc1, fc2 = random_expert_stacks(4, hidden, inter, "swiglu", scale=0.1, backend="reference")
     x = torch.randn(rows, hidden).to(torch.bfloat16)
     probs, ids = random_routing(rows, 5, 2)  # offset 1: global id 0 is not local
     valid = rows - 3
@@ -1435,9 +1429,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
             ("q1_sq", "q1", "squared_relu", 2, 2, 3, torch.bfloat16),
             ("q1_e1k1", "q1", "swiglu", 1, 1, 4, torch.float32)):
         hidden, inter, tokens, rows = 96, 32, 6, 5
-        n1 = inter if activation == "squared_relu" else 2 * inter
-        fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=0.1), backend="reference")
-        fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.1), backend="reference")
+        fc1, fc2 = random_expert_stacks(experts, hidden, inter, activation, scale=0.1, backend="reference")
         x = torch.randn(tokens, 2 * hidden).to(torch.bfloat16)[:, :hidden]
         x[valid:] = float("nan")
         ids = torch.randint(-1, experts + 2, (tokens, topk), dtype=torch.int32)  # offset 1: local ids 1..experts
@@ -1455,8 +1447,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
 
     # Refit without hooks: quantize_experts_ / copy_ on the canonical stacks change what the kernel reads.
     activation, hidden, inter, experts, topk, rows = "swiglu", 160, 96, 4, 2, 5
-    fc1 = quantize_mxfp8(random_weights((experts, 2 * inter, hidden), scale=0.1), backend="reference")
-    fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.1), backend="reference")
+    fc1, fc2 = random_expert_stacks(experts, hidden, inter, "swiglu", scale=0.1, backend="reference")
     x = torch.randn(rows, hidden).to(torch.bfloat16)
     probs, ids = random_routing(rows, experts, topk)
     ids = ids + 1
