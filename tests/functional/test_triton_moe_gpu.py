@@ -109,10 +109,10 @@ V4_CASES = [(v, c) for v in ("sx", "k256", "k256_sx", "m32k_sx", "m32j_sx") for 
     [(v, c) for v in SX_AUTO for c in (_ODD7, _BIG16, _ODD33, (128, 8, 2048, 768, 256))]
 
 
-def _mma_config(tokens, hidden, inter, topk, experts):
-    """choose_config (gated), or where it now picks a GEMV tile the MMA tiles it picked before (d4_sx up to 0.25
+def _mma_config(tokens, hidden, inter, topk, experts, gated=True):
+    """choose_config, or where it now picks a GEMV tile the MMA tiles it picked before (d4_sx up to 0.25
     pairs per expert, s16k_sx_r above): the dequant variants these tests compare exist on the MMA path only."""
-    base = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
+    base = choose_config(tokens, hidden, inter, gated=gated, topk=topk, experts=experts)
     if not (base.gemv or base.planes or base.fc1_f8x2 or base.dequant == "f8x2"):  # the plane / f8x2 tiles and
         return base  # the Gluon twins (since session 34 the picks from one pair per expert) have no such variants
     return TILES["d4_sx"] if tokens * topk <= 0.25 * experts else TILES["s16k_sx_r"]
@@ -705,16 +705,17 @@ def test_v3_variants(experts, topk, hidden, inter, tokens, variant):
 def test_v3_bits_exact_with_scales_above_2_pow_7():
     """E8M0 bytes > 134 take the second bf16 factor: outputs stay bit-identical to the cvt path."""
     experts, topk, hidden, inter, tokens = 8, 2, 256, 128, 24
+    base = dataclasses.replace(_mma_config(tokens, hidden, inter, topk, experts, gated=False),
+                               dequant="cvt", fc2_split_k=1)
+    configs = (base, dataclasses.replace(base, dequant="bits"), dataclasses.replace(base, dequant="sx"))
     fc1 = quantize_mxfp8(random_weights((experts, inter, hidden), scale=2e5, device="cuda"))
     fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=0.02, device="cuda"))
     assert int(fc1.scale_bytes().max()) > 134, "the case must reach the second factor"
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
     valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
-    base = dataclasses.replace(choose_config(tokens, hidden, inter, gated=False, topk=topk, experts=experts),
-                               dequant="cvt", fc2_split_k=1)
     outs = []
-    for cfg in (base, dataclasses.replace(base, dequant="bits"), dataclasses.replace(base, dequant="sx")):
+    for cfg in configs:
         out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="relu", valid_tokens=valid, out=out, config=cfg)
         torch.cuda.synchronize()
