@@ -131,13 +131,13 @@ def _moe_inputs(experts, topk, hidden, inter, tokens, activation="swiglu"):
 @pytest.mark.parametrize("variant,case", V4_CASES, ids=[f"{v}-{c[2]}x{c[3]}-T{c[4]}" for v, c in V4_CASES])
 def test_v4_variants(variant, case):
     experts, topk, hidden, inter, tokens = case
-    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens)
-    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
     base = _mma_config(tokens, hidden, inter, topk, experts)
     cvt = dataclasses.replace(base, dequant="cvt", direct=False)
     cfg = dataclasses.replace(cvt, dequant="sx") if V4[variant] is None else V4[variant]
     if variant in SX_AUTO:
         cvt = dataclasses.replace(cfg, dequant="cvt")  # the same tile: bit-for-bit comparable
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens)
+    valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
     outs = {}
     for name, c in (("cvt", cvt), (variant, cfg)):
         out = torch.full((tokens + 1, hidden), float("nan"), device="cuda", dtype=torch.float32)
@@ -174,8 +174,8 @@ def _graph_replay_of(config_for, tokens: int, valid_counts, activation: str = "s
     """A call of ``shape`` (experts, topk, H, I; by default qwen3-30b-a3b's) with tiles ``config_for(tokens, hidden,
     inter, topk, experts)``, captured once and replayed with new routing and ``valid_counts`` (``_check_graph_replay``)."""
     experts, topk, hidden, inter = shape
+    cfg = config_for(tokens, hidden, inter, topk, experts)  # before CUDA: the host-side check reaches it
     fc1, fc2 = _layer(experts, hidden, inter, activation)
-    cfg = config_for(tokens, hidden, inter, topk, experts)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
     valid = torch.tensor([tokens], device="cuda", dtype=torch.int32)
@@ -679,6 +679,8 @@ _V3 = {
 @pytest.mark.parametrize("experts,topk,hidden,inter,tokens", [CASES[0], CASES[1], CASES[3], CASES[7], CASES[8]])
 def test_v3_variants(experts, topk, hidden, inter, tokens, variant):
     activation = "swiglu"
+    base = dataclasses.replace(_mma_config(tokens, hidden, inter, topk, experts), dequant="cvt", fc2_split_k=1)
+    configs = (("cvt", base), (variant, dataclasses.replace(base, **_V3[variant])))
     fc1, fc2 = _layer(experts, hidden, inter, activation)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
     probs, ids = random_routing(tokens, experts + 5, topk, device="cuda")
@@ -686,9 +688,8 @@ def test_v3_variants(experts, topk, hidden, inter, tokens, variant):
     ids[::3, 0] = -1
     valid_rows = max(1, tokens - 2)
     valid = torch.tensor([valid_rows], device="cuda", dtype=torch.int32)
-    base = dataclasses.replace(_mma_config(tokens, hidden, inter, topk, experts), dequant="cvt", fc2_split_k=1)
     outs = {}
-    for name, cfg in (("cvt", base), (variant, dataclasses.replace(base, **_V3[variant]))):
+    for name, cfg in configs:
         out = torch.full((tokens, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation=activation, local_expert_offset=3,
                          valid_tokens=valid, out=out, config=cfg)
@@ -793,12 +794,12 @@ def test_sx_auto_shift_on_odd_shapes(split_k):
     64), and FC2 splits K: still bit-equal to the cvt path of the same tile. (Written in session 7 after its last
     GPU call: first run with ``tools/gpu_next.sh final``.)"""
     experts, topk, hidden, inter, tokens = 6, 2, 160, 96, 200
+    cfg = dataclasses.replace(V4["l128a_sa"], fc2_split_k=split_k)
     fc1, fc2 = _mixed_scale_layer(experts, hidden, inter, wide=True)
     assert int(fc1.scale_bytes().max()) > 134 and int(fc2.scale_bytes().max()) > 134
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
     valid = torch.tensor([tokens - 1], device="cuda", dtype=torch.int32)
-    cfg = dataclasses.replace(V4["l128a_sa"], fc2_split_k=split_k)
     outs = _cvt_and(cfg, x, probs, ids, fc1, fc2, "swiglu", valid)
     assert torch.isfinite(outs[1]).all() and outs[1][: tokens - 1].abs().max() > 0
     assert torch.equal(outs[0], outs[1])
@@ -809,6 +810,7 @@ def test_sx_auto_graph_replay_after_a_refit_that_widens_the_scales():
     correctly after an in-place refit to scales above 2 ** 7 (and back)."""
     experts, topk, hidden, inter, tokens = 8, 2, 512, 256, 24
     cfg = V4["s16k_sa"]
+    cvt = dataclasses.replace(cfg, dequant="cvt")
     fc1, fc2 = _mixed_scale_layer(experts, hidden, inter, wide=False)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 1e-6
     probs, ids = random_routing(tokens, experts, topk, device="cuda")
@@ -834,7 +836,7 @@ def test_sx_auto_graph_replay_after_a_refit_that_widens_the_scales():
         torch.cuda.synchronize()
         expected = torch.zeros_like(out)
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=expected,
-                         config=dataclasses.replace(cfg, dequant="cvt"))
+                         config=cvt)
         torch.cuda.synchronize()
         assert (int(fc1.scale_bytes().max()) > 134) == wide
         assert torch.isfinite(out).all() and torch.equal(out, expected)
@@ -1586,9 +1588,9 @@ def test_default_from_176_pairs_runs_the_ws_fcs_and_falls_back_on_unaligned_x(ac
     (cp.async) runs its Triton tile instead, within BOUND of float64, and that x with the ws tile named raises before
     any launch."""
     experts, topk, hidden, inter, tokens = 128, 8, 2048, 768, 4096
-    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
     ws = TILES[ws_name]
     assert choose_config(tokens, hidden, inter, gated=activation == "swiglu", topk=topk, experts=experts) is ws
+    fc1, fc2, x, probs, ids, valid_rows = _moe_inputs(experts, topk, hidden, inter, tokens, activation)
     default, named = _poisoned_outputs((None, ws), fc1, fc2, x, probs, ids, valid_rows, activation)
     assert torch.equal(default, named)
     ref = _reference(x, fc1, fc2, probs, ids, activation, 3, valid_rows, tokens)
