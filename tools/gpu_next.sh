@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s49a     # for session 50 (ask for an H200, about 8 minutes): the full benchmark and the demo
+#                                   # with the "_eg2" defaults, then the GPU tests session 49 reordered (configs first)
 #   bash tools/gpu_next.sh s48c     # for session 49 (ask for an H200): the full benchmark and the demo with the "_eg2"
 #                                   # defaults, the six test functions fixed after run 51 call 1, then the 16 functions
 #                                   # of part 1/3 of one case per test function that run 50 did not reach
@@ -1175,6 +1177,15 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s49a)
+    # session 49 (about 8 device minutes; H200): the benchmark and demo of s48c, then one case of each test function
+    # whose configs session 49 moved before its first CUDA call
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    moe_bench_and_demo 360 $OUT/log.txt
+    timeout 100 python3 tools/one_case_each.py tests/functional/test_triton_moe_gpu.py -- -k "test_v4_variants \
+      or test_v3_variants or sx_auto_shift_on_odd or widens_the_scales or test_v4_cuda_graph_replay \
+      or v3_bits_exact or default_from_176" > $OUT/moved.log 2>&1
+    echo "pytest rc=$?" >> $OUT/moved.log; grep " PASSED\| FAILED\|rc=" $OUT/moved.log | cut -c1-150 ;;
   s48c)
     # session 48 (about 9.5 device minutes; H200): the benchmark and demo of s48a, then the tests of s48d
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
