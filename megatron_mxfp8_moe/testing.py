@@ -6,6 +6,8 @@ import sys
 
 import torch
 
+from .activations import parse_activation
+
 
 def load_file_module(path, name: str):
     """Import the Python file ``path`` as module ``name`` (registered in ``sys.modules``, which dataclasses
@@ -27,7 +29,9 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def random_weights(shape, *, dtype=torch.bfloat16, device="cpu", scale=0.02, generator=None) -> torch.Tensor:
     """Fresh random weights with MX edge cases built in: per 32-block magnitudes spread over 2**-8..2**8,
-    one all-zero block, one block with a single huge outlier, and block maxima at 448 when ``K >= 128``."""
+    one all-zero block, one block with a single huge outlier, and block maxima at 448 when ``K >= 128``.
+    Drawn on the CPU, then moved; ``device`` is touched first, so a missing one fails before the draw."""
+    torch.empty(0, device=device)
     values = torch.randn(shape, generator=generator, dtype=torch.float32) * scale
     blocks = values.unflatten(-1, (-1, 32))
     spread = torch.exp2(torch.randint(-8, 9, blocks.shape[:-1], generator=generator).to(torch.float32))
@@ -44,10 +48,10 @@ def random_weights(shape, *, dtype=torch.bfloat16, device="cpu", scale=0.02, gen
 def random_expert_stacks(experts: int, hidden: int, inter: int, activation: str, *, scale=0.02, device="cpu",
                          backend: str = "auto"):
     """A MoE layer's fc1 / fc2 MXFP8 stacks from ``random_weights``: fc1 ``[E, 2I, H]`` (``[gate; up]``) for a gated
-    ``activation``, ``[E, I, H]`` for squared ReLU; fc2 ``[E, H, I]``. fc1 is drawn first."""
+    ``activation``, ``[E, I, H]`` otherwise; fc2 ``[E, H, I]``. fc1 is drawn first."""
     from .tensor import quantize_mxfp8  # on first use: the tensor module pulls in Megatron-Core
 
-    n1 = inter if activation == "squared_relu" else 2 * inter
+    n1 = 2 * inter if parse_activation(activation).gated else inter
     fc1 = quantize_mxfp8(random_weights((experts, n1, hidden), scale=scale, device=device), backend=backend)
     fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=scale, device=device), backend=backend)
     return fc1, fc2

@@ -22,18 +22,6 @@ _NO_CUDA = ("Torch not compiled with CUDA enabled", "Found no NVIDIA driver", "N
             "CUDA driver initialization failed", "CUDA driver version is insufficient", "0 active drivers")
 
 
-def _cuda_first(random_weights):
-    """``random_weights`` touching its device before it draws (on the CPU, then moved): without CUDA it fails at once
-    instead of drawing gigabytes first."""
-
-    def drawn_on(*args, device="cpu", **kwargs):
-        torch.empty(0, device=device)
-        return random_weights(*args, device=device, **kwargs)
-
-    drawn_on.cuda_first = True
-    return drawn_on
-
-
 class _LiftGpuSkips:
     """Drops the conftest's "needs a CUDA GPU" skips and sorts each failure by whether it came from the missing GPU."""
 
@@ -51,8 +39,6 @@ class _LiftGpuSkips:
             module = getattr(item, "module", None)
             if hasattr(module, "triton_moe_support"):  # the modules' Hopper-only fixtures ask it at each test
                 module.triton_moe_support = lambda capability: (True, "")
-            if hasattr(module, "random_weights") and not hasattr(module.random_weights, "cuda_first"):
-                module.random_weights = _cuda_first(module.random_weights)
 
     def pytest_runtest_logreport(self, report):
         if report.when == "teardown" or not report.failed:

@@ -25,7 +25,7 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     triton_mxfp8_moe,
 )
 from megatron_mxfp8_moe.tensor import quantize_mxfp8
-from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
+from megatron_mxfp8_moe.testing import random_expert_stacks, random_routing, random_weights, relative_error
 
 pytestmark = pytest.mark.gpu
 
@@ -40,10 +40,7 @@ def _hopper_only():
 
 
 def _layer(experts, hidden, inter, activation, scale=0.02):
-    gated = activation in ("swiglu", "geglu")
-    fc1 = quantize_mxfp8(random_weights((experts, (2 if gated else 1) * inter, hidden), scale=scale, device="cuda"))
-    fc2 = quantize_mxfp8(random_weights((experts, hidden, inter), scale=scale, device="cuda"))
-    return fc1, fc2
+    return random_expert_stacks(experts, hidden, inter, activation, scale=scale, device="cuda")
 
 
 def _reference(x, fc1, fc2, probs, ids, activation, offset, valid, rows):
