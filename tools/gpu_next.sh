@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
 #   bash tools/gpu_next.sh s53a     # session 50 (ask for an H200, about 4 minutes there): the full benchmark and the
-#                                   # demo on an H200 only; on any other card it prints the card's name and stops
+#                                   # demo on an H200 only; on any other card (about 3 minutes) the refit benchmark and
+#                                   # the squared-ReLU rows at 16-256 tokens again (the spread of run 53's misses)
 #   bash tools/gpu_next.sh s49a     # session 50, run 53 call 1 (on an H100) (ask for an H200, about 8 minutes): the full benchmark and the demo
 #                                   # with the "_eg2" defaults, then the GPU tests session 49 reordered (configs first)
 #   bash tools/gpu_next.sh s48c     # for session 49 (ask for an H200): the full benchmark and the demo with the "_eg2"
@@ -1182,7 +1183,10 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
   s53a)
     # session 50: the benchmark of s49a where the card is an H200 (the issue's GPU); elsewhere nothing
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
-    if grep -q H200 $OUT/log.txt; then moe_bench_and_demo 360 $OUT/log.txt; else echo "not an H200: $(cat $OUT/log.txt)"; fi ;;
+    if grep -q H200 $OUT/log.txt; then moe_bench_and_demo 360 $OUT/log.txt; else
+      echo "not an H200: $(cat $OUT/log.txt)"; refit_bench 150 --reps 20
+      mkdir -p $OUT/moe; timeout 200 python3 bench/moe_layer.py --warm 14 --tokens 16,64,256 --out $OUT/moe \
+        > $OUT/moe_bench.log 2>&1; echo "moe rc=$?" >> $OUT/moe_bench.log; tail -8 $OUT/moe_bench.log; fi ;;
   s49a)
     # session 49 (about 8 device minutes; H200): the benchmark and demo of s48c, then one case of each test function
     # whose configs session 49 moved before its first CUDA call
