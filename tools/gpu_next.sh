@@ -1181,7 +1181,7 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
   s53a)
-    # session 50: the benchmark of s49a where the card is an H200 (the issue's GPU); elsewhere nothing
+    # session 50: the benchmark of s49a where the card is an H200 (the issue's GPU); elsewhere refit and 16-256 rows
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     if grep -q H200 $OUT/log.txt; then moe_bench_and_demo 360 $OUT/log.txt; else
       echo "not an H200: $(cat $OUT/log.txt)"; refit_bench 150 --reps 20
