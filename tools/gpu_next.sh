@@ -1181,8 +1181,11 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
   s53a)
-    # session 50: the benchmark of s49a where the card is an H200 (the issue's GPU); elsewhere refit and 16-256 rows
+    # session 50: the copy ceiling by size and method (bench/copy_bandwidth.py), then the benchmark of s49a where the
+    # card is an H200 (the issue's GPU); elsewhere the refit benchmark and the 16-256 token rows
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    timeout 90 python3 bench/copy_bandwidth.py --out $OUT > $OUT/copy.log 2>&1; echo "copy rc=$?" >> $OUT/copy.log
+    grep "^| \|rc=" $OUT/copy_bandwidth.md $OUT/copy.log
     if grep -q H200 $OUT/log.txt; then moe_bench_and_demo 360 $OUT/log.txt; else
       echo "not an H200: $(cat $OUT/log.txt)"; refit_bench 150 --reps 20
       mkdir -p $OUT/moe; timeout 200 python3 bench/moe_layer.py --warm 14 --tokens 16,64,256 --out $OUT/moe \
