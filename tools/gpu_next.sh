@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s53b     # session 50, last try (about 4.5 minutes): s53a's copy ceilings, then on an H200
+#                                   # the benchmark at 16 / 64 / 256 tokens only, elsewhere the refit benchmark
 #   bash tools/gpu_next.sh s53a     # session 50 (ask for an H200, about 4 minutes there): the full benchmark and the
 #                                   # demo on an H200 only; on any other card (about 3 minutes) the refit benchmark and
 #                                   # the squared-ReLU rows at 16-256 tokens again (the spread of run 53's misses)
@@ -1180,6 +1182,16 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s53b)
+    # session 50's last device minutes: the copy ceilings, then the rows of the squared-ReLU misses on an H200 or the
+    # refit benchmark on another card
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    timeout 90 python3 bench/copy_bandwidth.py --out $OUT > $OUT/copy.log 2>&1; echo "copy rc=$?" >> $OUT/copy.log
+    grep "^| \|rc=" $OUT/copy_bandwidth.md $OUT/copy.log
+    if grep -q H200 $OUT/log.txt; then mkdir -p $OUT/moe
+      timeout 200 python3 bench/moe_layer.py --warm 14 --tokens 16,64,256 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+      echo "moe rc=$?" >> $OUT/moe_bench.log; tail -9 $OUT/moe_bench.log
+    else echo "not an H200: $(cat $OUT/log.txt)"; refit_bench 150 --reps 20; fi ;;
   s53a)
     # session 50: the copy ceiling by size and method (bench/copy_bandwidth.py), then the benchmark of s49a where the
     # card is an H200 (the issue's GPU); elsewhere the refit benchmark and the 16-256 token rows
