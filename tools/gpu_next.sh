@@ -5,7 +5,7 @@
 #   bash tools/gpu_next.sh s53a     # session 50 (ask for an H200, about 4 minutes there): the full benchmark and the
 #                                   # demo on an H200 only; on any other card (about 3 minutes) the refit benchmark and
 #                                   # the squared-ReLU rows at 16-256 tokens again (the spread of run 53's misses)
-#   bash tools/gpu_next.sh s49a     # session 50, run 53 call 1 (on an H100) (ask for an H200, about 8 minutes): the full benchmark and the demo
+#   bash tools/gpu_next.sh s49a     # session 50, run 53 call 1 (an H100; ask for an H200, about 8 minutes): the full benchmark and the demo
 #                                   # with the "_eg2" defaults, then the GPU tests session 49 reordered (configs first)
 #   bash tools/gpu_next.sh s48c     # for session 49 (ask for an H200): the full benchmark and the demo with the "_eg2"
 #                                   # defaults, the six test functions fixed after run 51 call 1, then the 16 functions
@@ -362,15 +362,26 @@ refit_timeline() {
   timeout "$1" python3 bench/refit_timeline.py --out $OUT/$2 > $OUT/$2.log 2>&1
   echo "timeline rc=$?" >> $OUT/$2.log; tail -1 $OUT/$2.log
 }
-# moe_bench_and_demo SECONDS LOG: the full MoE benchmark into $OUT/moe (SECONDS at most), then the demo appended to LOG
-moe_bench_and_demo() {
+# moe_bench SECONDS [ARGS...]: bench/moe_layer.py --warm 14 ARGS into $OUT/moe (SECONDS at most; log
+# $OUT/moe_bench.log, ending with its exit status; its table printed)
+moe_bench() {
   mkdir -p $OUT/moe
-  timeout "$1" python3 bench/moe_layer.py --warm 14 --out $OUT/moe > $OUT/moe_bench.log 2>&1
+  timeout "$1" python3 bench/moe_layer.py --warm 14 --out $OUT/moe "${@:2}" > $OUT/moe_bench.log 2>&1
   echo "moe rc=$?" >> $OUT/moe_bench.log
   tail -16 $OUT/moe_bench.log
+}
+# moe_bench_and_demo SECONDS LOG: the full MoE benchmark (moe_bench SECONDS), then the demo appended to LOG
+moe_bench_and_demo() {
+  moe_bench "$1"
   TORCHDYNAMO_DISABLE=1 timeout 35 python3 examples/decode.py --steps 12 --batch-size 8 >> "$2" 2>&1
   echo "demo rc=$?" >> "$2"
   tail -3 "$2"
+}
+# card_and_copy_ceilings: the card's name into $OUT/log.txt, then bench/copy_bandwidth.py into $OUT (log copy.log)
+card_and_copy_ceilings() {
+  nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+  timeout 90 python3 bench/copy_bandwidth.py --out $OUT > $OUT/copy.log 2>&1; echo "copy rc=$?" >> $OUT/copy.log
+  grep "^| \|rc=" $OUT/copy_bandwidth.md $OUT/copy.log
 }
 # tests_bench_demo SECONDS BENCH_SECONDS PYTEST_ARGS...: the GPU tests PYTEST_ARGS pick (log $OUT/tests.log, ending
 # with pytest's exit status; summary printed), then the full MoE benchmark and the demo (moe_bench_and_demo)
@@ -1185,23 +1196,15 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
   s53b)
     # session 50's last device minutes: the copy ceilings, then the rows of the squared-ReLU misses on an H200 or the
     # refit benchmark on another card
-    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
-    timeout 90 python3 bench/copy_bandwidth.py --out $OUT > $OUT/copy.log 2>&1; echo "copy rc=$?" >> $OUT/copy.log
-    grep "^| \|rc=" $OUT/copy_bandwidth.md $OUT/copy.log
-    if grep -q H200 $OUT/log.txt; then mkdir -p $OUT/moe
-      timeout 200 python3 bench/moe_layer.py --warm 14 --tokens 16,64,256 --out $OUT/moe > $OUT/moe_bench.log 2>&1
-      echo "moe rc=$?" >> $OUT/moe_bench.log; tail -9 $OUT/moe_bench.log
+    card_and_copy_ceilings
+    if grep -q H200 $OUT/log.txt; then moe_bench 200 --tokens 16,64,256
     else echo "not an H200: $(cat $OUT/log.txt)"; refit_bench 150 --reps 20; fi ;;
   s53a)
     # session 50: the copy ceiling by size and method (bench/copy_bandwidth.py), then the benchmark of s49a where the
     # card is an H200 (the issue's GPU); elsewhere the refit benchmark and the 16-256 token rows
-    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
-    timeout 90 python3 bench/copy_bandwidth.py --out $OUT > $OUT/copy.log 2>&1; echo "copy rc=$?" >> $OUT/copy.log
-    grep "^| \|rc=" $OUT/copy_bandwidth.md $OUT/copy.log
-    if grep -q H200 $OUT/log.txt; then moe_bench_and_demo 360 $OUT/log.txt; else
-      echo "not an H200: $(cat $OUT/log.txt)"; refit_bench 150 --reps 20
-      mkdir -p $OUT/moe; timeout 200 python3 bench/moe_layer.py --warm 14 --tokens 16,64,256 --out $OUT/moe \
-        > $OUT/moe_bench.log 2>&1; echo "moe rc=$?" >> $OUT/moe_bench.log; tail -8 $OUT/moe_bench.log; fi ;;
+    card_and_copy_ceilings
+    if grep -q H200 $OUT/log.txt; then moe_bench_and_demo 360 $OUT/log.txt
+    else echo "not an H200: $(cat $OUT/log.txt)"; refit_bench 150 --reps 20; moe_bench 200 --tokens 16,64,256; fi ;;
   s49a)
     # session 49 (about 8 device minutes; H200): the benchmark and demo of s48c, then one case of each test function
     # whose configs session 49 moved before its first CUDA call
