@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s54a     # session 51 (ask for an H200): copy ceilings by method, the quantize benchmark; on
+#                                   # an H200 then the full benchmark, the demo and the refit benchmark (about 9 minutes)
 #   bash tools/gpu_next.sh s53b     # session 50, last try (about 4.5 minutes): s53a's copy ceilings, then on an H200
 #                                   # the benchmark at 16 / 64 / 256 tokens only, elsewhere the refit benchmark
 #   bash tools/gpu_next.sh s53a     # session 50 (ask for an H200, about 4 minutes there): the full benchmark and the
@@ -382,6 +384,11 @@ card_and_copy_ceilings() {
   nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
   timeout 90 python3 bench/copy_bandwidth.py --out $OUT > $OUT/copy.log 2>&1; echo "copy rc=$?" >> $OUT/copy.log
   grep "^| \|rc=" $OUT/copy_bandwidth.md $OUT/copy.log
+}
+# quantize_bench SECONDS: bench/quantize.py into $OUT (log quantize.log), its table printed
+quantize_bench() {
+  timeout "$1" python3 bench/quantize.py --out $OUT > $OUT/quantize.log 2>&1; echo "quantize rc=$?" >> $OUT/quantize.log
+  grep "^| \|rc=\|Device copy" $OUT/quantize.log | cut -c1-400
 }
 # tests_bench_demo SECONDS BENCH_SECONDS PYTEST_ARGS...: the GPU tests PYTEST_ARGS pick (log $OUT/tests.log, ending
 # with pytest's exit status; summary printed), then the full MoE benchmark and the demo (moe_bench_and_demo)
@@ -1193,6 +1200,13 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s54a)
+    # session 51: the copy ceilings by method (now with an elementwise kernel in a graph) and the quantize benchmark
+    # against the fastest; then on an H200 the full benchmark, the demo and the refit benchmark; elsewhere nothing more
+    card_and_copy_ceilings
+    quantize_bench 90
+    if grep -q H200 $OUT/log.txt; then moe_bench_and_demo 330 $OUT/log.txt; refit_bench 100 --reps 20
+    else echo "not an H200: $(cat $OUT/log.txt)"; fi ;;
   s53b)
     # session 50's last device minutes: the copy ceilings, then the rows of the squared-ReLU misses on an H200 or the
     # refit benchmark on another card
