@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps (run each with timeout_s=600; carry .whl). For the next session:
+#   bash tools/gpu_next.sh s54b     # session 51, later tries (ask for an H200): on an H200 only, the full benchmark, the
+#                                   # demo, copy ceilings, quantize and refit benchmarks (about 9 minutes)
 #   bash tools/gpu_next.sh s54a     # session 51 (ask for an H200): copy ceilings by method, the quantize benchmark; on
 #                                   # an H200 then the full benchmark, the demo and the refit benchmark (about 9 minutes)
 #   bash tools/gpu_next.sh s53b     # session 50, last try (about 4.5 minutes): s53a's copy ceilings, then on an H200
@@ -1200,6 +1202,13 @@ and 30b and not n64s4)" > $OUT/tests.log 2>&1
     twin_probes 120 4096 squared_relu sx
     twin_probes 80 4096 swiglu ws,ws_sx
     layer_probe_summary 22 ;;
+  s54b)
+    # session 51, after call 2: on an H200 only (other cards exit at once) the full benchmark and the demo, then the
+    # copy ceilings, the quantize and the refit benchmarks
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    if ! grep -q H200 $OUT/log.txt; then echo "not an H200: $(cat $OUT/log.txt)"; exit 0; fi
+    moe_bench_and_demo 330 $OUT/log.txt
+    card_and_copy_ceilings; quantize_bench 60; refit_bench 100 --reps 20 ;;
   s54a)
     # session 51: the copy ceilings by method (now with an elementwise kernel in a graph) and the quantize benchmark
     # against the fastest; then on an H200 the full benchmark, the demo and the refit benchmark; elsewhere nothing more
