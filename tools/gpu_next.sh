@@ -2,7 +2,7 @@
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
 #   s54b     # session 51, later tries (ask for an H200): on an H200 only (other cards exit at once) the full benchmark,
-#            # the demo, copy ceilings, quantize and refit benchmarks (about 9 minutes)
+#            # the demo, copy ceilings, quantize and refit benchmarks (about 5 minutes)
 #   s54a     # session 51 (run 54 call 2): copy ceilings by method and the quantize benchmark; on an H200 then the full
 #            # benchmark, the demo and the refit benchmark
 #   s53b     # session 50: copy ceilings; on an H200 the benchmark at 16 / 64 / 256 tokens, elsewhere the refit benchmark
