@@ -93,6 +93,11 @@ def copy_bandwidth_gbps(elements: int = 2**31, device: str = "cuda") -> tuple[fl
     return max(by_method.values()), by_method
 
 
+def copy_methods_text(by_method: dict) -> str:
+    """``copy_gbps_by_method``'s table as one line for a benchmark's header: "name GB/s, name GB/s, ..."."""
+    return ", ".join(f"{name} {gbps:.0f}" for name, gbps in by_method.items())
+
+
 def read_bandwidth_gbps(nbytes: int = 4 * 1024**3) -> float:
     """HBM read bandwidth in GB/s from a large float32 sum of bf16 data (reads dominate)."""
     source = torch.randn(nbytes // 2, dtype=torch.bfloat16, device="cuda")

@@ -2,7 +2,7 @@
 
 Run 54 (H100) found the graph-captured ``copy_`` (a memcpy node) 19-20% slower than an eager ``copy_`` at every size
 from 0.6 to 2.1 G elements, so ``bench/quantize.py``'s ceiling is now the fastest of ``common.copy_gbps_by_method``
-(``bench/refit.py`` divides by an eager copy). This times those methods at the refit layer's size and at
+(``bench/refit.py``'s too). This times those methods at the refit layer's size and at
 2 ** 31 elements. Bandwidth counts bytes read plus bytes written. Run on a CUDA GPU:
 ``python bench/copy_bandwidth.py --out DIR``; writes ``copy_bandwidth.md`` / ``copy_bandwidth.json`` into DIR.
 """

@@ -13,7 +13,14 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench.common import copy_bandwidth_gbps, eager_median_us, environment, graph_median_us, write_outputs  # noqa: E402
+from bench.common import (  # noqa: E402
+    copy_bandwidth_gbps,
+    copy_methods_text,
+    eager_median_us,
+    environment,
+    graph_median_us,
+    write_outputs,
+)
 from megatron_mxfp8_moe import quantize_mxfp8  # noqa: E402
 
 SHAPE = (128, 1536, 2048)
@@ -54,7 +61,7 @@ def main() -> None:
         f"{env['gpu']} (SM {env['sm']}), torch {env['torch']}, Triton {env['triton']}, "
         f"megatron-core {env['megatron_core']}, {env['date']}. CUDA-graph medians. "
         f"Device copy measured in the same run (read + write, 2 ** 31 bf16 values): {copy_gbps:.0f} GB/s, the fastest "
-        "of " + ", ".join(f"{name} {gbps:.0f}" for name, gbps in copy_by_method.items()) + ". "
+        f"of {copy_methods_text(copy_by_method)}. "
         "Bytes per weight: read 2, write 1 + 1/32.",
         "",
         "| quantizer | time (us) | GB/s | fraction of copy bandwidth |",

@@ -7,8 +7,8 @@ new weights are bf16 tensors on the device. Per weight element a refit moves 2 b
     refit bandwidth = N * (2 + 1 + 1/32) / t_refit,    fraction = refit bandwidth / copy bandwidth,
 
 where the copy bandwidth is a device-to-device copy of the same N bf16 elements (read 2N + write 2N bytes): on a GPU
-the fastest of an eager ``copy_`` and ``bench.common.copy_gbps_by_method`` (since session 51; before, the eager
-``copy_`` alone, within about 1% of the fastest on run 54's H100).
+the fastest of ``bench.common.copy_gbps_by_method`` (since session 51; before, an eager ``copy_`` alone, within about
+1% of the fastest on run 54's H100), on the CPU an eager ``copy_``.
 Timing: CUDA events around each call (perf_counter on the CPU), median over ``--reps`` after ``--warmup``.
 
 Targets: the real ``megatron_mxfp8_moe.layer.MXFP8ExpertLayer`` with its backend stack built (the Triton stack is
@@ -38,9 +38,11 @@ import time
 
 import torch
 
-from megatron_mxfp8_moe import MXFP8Tensor
-from megatron_mxfp8_moe.quant import triton as qt
-from megatron_mxfp8_moe.refit import refit_experts
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.common import copy_bandwidth_gbps, copy_methods_text  # noqa: E402
+from megatron_mxfp8_moe import MXFP8Tensor  # noqa: E402
+from megatron_mxfp8_moe.quant import triton as qt  # noqa: E402
+from megatron_mxfp8_moe.refit import refit_experts  # noqa: E402
 
 HIDDEN = 2048  # H
 INTERMEDIATE = 768  # I (moe_intermediate_size); fc1 = [gate; up] = 2 * I rows
@@ -219,19 +221,16 @@ def main(argv=None) -> int:
     refit_bytes = elements * (2 + 1 + 1 / 32)
 
     # device-copy bandwidth over the same N bf16 elements: read 2N + write 2N bytes
-    flat_source = torch.cat([fc1.reshape(-1), fc2.reshape(-1)])
-    flat_target = torch.empty_like(flat_source)
-    copy_ms = statistics.median(time_ms(lambda: flat_target.copy_(flat_source), device, args.reps, args.warmup))
-    copy_gbps = 4 * elements / (copy_ms * 1e-3) / 1e9
-    del flat_source, flat_target
-    copy_by_method = {"copy_ eager (this benchmark's timer)": copy_gbps}
-    if device.type == "cuda":  # the ceiling is the fastest copy (bench/quantize.py's rule; run 54)
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        from bench.common import copy_gbps_by_method
-
-        copy_by_method.update(copy_gbps_by_method(elements))
-        copy_gbps = max(copy_by_method.values())
-        copy_ms = 4 * elements / (copy_gbps * 1e9) * 1e3
+    if device.type == "cuda":  # the fastest of common's copy methods (bench/quantize.py's rule; run 54)
+        copy_gbps, copy_by_method = copy_bandwidth_gbps(elements)
+    else:  # no CUDA graphs here: an eager copy_ of the sources, timed by this benchmark's clock
+        flat_source = torch.cat([fc1.reshape(-1), fc2.reshape(-1)])
+        flat_target = torch.empty_like(flat_source)
+        eager_ms = statistics.median(time_ms(lambda: flat_target.copy_(flat_source), device, args.reps, args.warmup))
+        del flat_source, flat_target
+        copy_gbps = 4 * elements / (eager_ms * 1e-3) / 1e9
+        copy_by_method = {"copy_ eager": copy_gbps}
+    copy_ms = 4 * elements / (copy_gbps * 1e9) * 1e3
 
     targets = [("canonical stacks (no hooks)", CanonicalStacks(args.experts, device))]
     layer, layer_note = real_layer(fc1, fc2)
@@ -302,7 +301,7 @@ def main(argv=None) -> int:
         f"# refit_experts: one Qwen3-30B-A3B MoE layer ({args.experts} experts, bf16 sources) on {result['device']}",
         "",
         f"Device copy: {copy_ms:.3f} ms for {4 * elements / 1e9:.2f} GB moved = **{copy_gbps:.1f} GB/s**, the "
-        "fastest of " + ", ".join(f"{name} {gbps:.0f}" for name, gbps in copy_by_method.items()) + " GB/s. "
+        f"fastest of {copy_methods_text(copy_by_method)} GB/s. "
         f"Refit moves {refit_bytes / 1e9:.2f} GB per call (2 B read + 1 + 1/32 B written per weight).",
         f"Real layer: {layer_note}. Median of {args.reps} after {args.warmup} warm-up calls "
         f"({'CUDA events' if device.type == 'cuda' else 'perf_counter'}).",

@@ -61,7 +61,7 @@ case "${1:-}" in
     # copy ceilings, the quantize and the refit benchmarks
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     if ! grep -q H200 $OUT/log.txt; then echo "not an H200: $(cat $OUT/log.txt)"; exit 0; fi
-    moe_bench_and_demo 330 $OUT/log.txt
+    moe_bench_and_demo 330 $OUT/demo.log  # not log.txt: card_and_copy_ceilings rewrites it
     card_and_copy_ceilings; quantize_bench 60; refit_bench 100 --reps 20 ;;
   s54a)
     # session 51: the copy ceilings by method (now with an elementwise kernel in a graph) and the quantize benchmark
