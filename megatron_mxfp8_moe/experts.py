@@ -39,6 +39,12 @@ _GROUPED_NAME = re.compile(r"^linear_(?P<linear>fc1|fc2)\.weight(?P<index>0|[1-9
 WeightSource = Union[torch.Tensor, MegatronMXFP8Tensor]
 
 
+def is_expert_weight_name(local: str) -> bool:
+    """Whether ``local`` (a state-dict key without its module prefix) names an expert weight in either accepted form:
+    ``linear_fc{1,2}.weight{i}`` or ``local_experts.{i}.linear_fc{1,2}.weight``."""
+    return bool(_GROUPED_NAME.match(local) or _SEQUENTIAL_NAME.match(local))
+
+
 def _unwrap_mxfp8(value) -> Optional[MegatronMXFP8Tensor]:
     """The MXFP8 tensor inside ``value`` (itself, or a Parameter whose ``.data`` is one), else None."""
     if isinstance(value, MegatronMXFP8Tensor):

@@ -34,7 +34,7 @@ from megatron.core.utils import get_pg_rank, get_pg_size
 
 from ..activations import Activation, parse_activation
 from ..errors import BackendUnavailableError, MXFP8InputError, ReleasedWeightError
-from ..experts import ExpertSet
+from ..experts import ExpertSet, is_expert_weight_name
 from ..format.scales import dequantize_from_bytes
 from ..kernels.base import Backend
 from ..kernels.caps import DeviceCaps, detect_caps
@@ -273,11 +273,14 @@ class MXFP8Experts(MegatronModule):
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
         """Loads every expert found under ``prefix`` (names in the class docstring); under ``strict``, absent
-        experts go to ``missing_keys`` (``linear_fc{1,2}.weight{i}``) and out-of-range ones to ``unexpected_keys``."""
+        experts go to ``missing_keys`` (``linear_fc{1,2}.weight{i}``), and to ``unexpected_keys`` go out-of-range
+        experts and every other key under ``prefix`` (expert biases, say) except Megatron's / TE's ``_extra_state``
+        and the keys of child modules, as torch's own loader reports them."""
         expert_set = self.layer.expert_set
         found, out_of_range, missing = expert_set.expert_keys(state_dict, prefix)
         if strict:
             unexpected_keys.extend(key for key, _ in out_of_range)
+            unexpected_keys.extend(self._foreign_keys(state_dict, prefix))
             missing_keys.extend(missing)
         if not found:
             return
@@ -285,6 +288,19 @@ class MXFP8Experts(MegatronModule):
             expert_set.load_state_dict_({key: state_dict[key] for key in found.values()}, prefix=prefix, partial=True)
         except MXFP8InputError as error:
             error_msgs.append(f"{prefix}: {error}")
+
+    def _foreign_keys(self, state_dict, prefix: str) -> list[str]:
+        """Keys under ``prefix`` that name no expert weight, no ``_extra_state`` and nothing of a child module."""
+        foreign = []
+        for key in state_dict:
+            if not key.startswith(prefix):
+                continue
+            local = key[len(prefix):]
+            if is_expert_weight_name(local) or local.rsplit(".", 1)[-1] == "_extra_state":
+                continue
+            if local.split(".", 1)[0] not in self._modules:
+                foreign.append(key)
+        return foreign
 
     def sharded_state_dict(self, prefix: str = "", sharded_offsets=(), metadata=None):
         """Not supported: raises MXFP8InputError (a silent empty result would leave the experts unloaded)."""

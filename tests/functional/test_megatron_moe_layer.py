@@ -353,6 +353,25 @@ def test_strict_load_without_expert_weights_reports_them_missing(cpu_megatron):
     assert result.unexpected_keys == ["experts.linear_fc1.weight9"]  # reported, as torch does for parameters
 
 
+def test_strict_load_reports_foreign_expert_keys_and_accepts_extra_state(cpu_megatron):
+    """Keys under the experts prefix that name no expert weight (a biased checkpoint's expert biases, a typo) are
+    unexpected, as Megatron's BF16 experts report them (torch raises for them under strict, after loading, and returns
+    them otherwise); Megatron's / TE's ``_extra_state`` is not."""
+    a, b = _two_spec_layers(cpu_megatron)
+    state = dict(a.state_dict())
+    foreign = {"experts.local_experts.0.linear_fc1.bias": torch.ones(I), "experts.linear_fc2.bias1": torch.ones(H),
+               "experts.bogus": torch.ones(1)}
+    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\).*linear_fc1\.bias.*linear_fc2\.bias1.*experts\.bogus"):
+        b.load_state_dict({**state, **foreign}, strict=True)
+    result = b.load_state_dict({**state, **foreign}, strict=False)
+    assert result.unexpected_keys == list(foreign) and not result.missing_keys
+    assert torch.equal(b.experts.expert_set.dequantize(torch.float32)[0], a.experts.expert_set.dequantize(torch.float32)[0])
+    state["experts.linear_fc1._extra_state"] = None  # as TEGroupedMLP / Megatron's linears save it
+    state["experts.local_experts.0.linear_fc2._extra_state"] = None
+    result = b.load_state_dict(state, strict=True)
+    assert not result.unexpected_keys and not result.missing_keys
+
+
 def test_sharded_state_dict_is_refused_with_the_documented_path(cpu_megatron):
     a, _ = _two_spec_layers(cpu_megatron)
     with pytest.raises(MXFP8InputError, match="distributed checkpoints.*swap_experts_to_mxfp8_"):
