@@ -19,6 +19,7 @@ Not thread-safe: concurrent writes to one tensor must be serialized by the calle
 
 from __future__ import annotations
 
+import copy
 import functools
 import weakref
 from typing import Callable, Optional, Sequence
@@ -31,13 +32,14 @@ from .format.checks import check_contiguous, check_device, check_dtype, check_fi
 from .format.constants import BLOCK_SIZE, DATA_DTYPE, SCALE_DTYPE
 from .format.scales import dequantize_from_bytes
 from .format.swizzle import swizzle_scales, swizzled_scale_numel, unswizzle_scales
-from .quant.backends import QuantBackend, quantize_into, resolve_quant_backend
+from .quant.backends import QuantBackend, quantize_into, resolve_quant_backend, source_dtype_problem
 
 # A write hook gets (tensor, data, scale): the tensor it was registered on and that tensor's new canonical
 # bytes (its own storage, or temporaries when the storage was released). It must not keep references to the
 # temporaries. A stack's own hooks also run after writes of single experts, with the whole stack [E, M, K].
 WriteHook = Callable[["MXFP8Tensor", torch.Tensor, torch.Tensor], None]
 
+MAX_FINITE_SCALE_BYTE = 247  # E8M0 2 ** 120: the scale of fp32's largest finite value (amax / 448 rounded up)
 _CANONICAL_BACKEND = "triton"  # Megatron-Core's name for the 128x4-swizzled scales of its Triton quantizer
 
 
@@ -46,6 +48,18 @@ def _padding_mask(rows: int, scale_cols: int, device: torch.device) -> torch.Ten
     """bool ``[Mp * Cp]``: True at the padding bytes of the swizzled scales of one ``[rows, scale_cols]`` matrix."""
     logical = swizzle_scales(torch.ones(rows, scale_cols, dtype=torch.uint8, device=device))
     return logical == 0
+
+
+def _check_matrix_shape(name: str, shape: tuple) -> None:
+    """``[M, K]`` / ``[E, M, K]`` with M and K positive and K a multiple of 32 (E may be 0)."""
+    if shape[-2] < 1 or shape[-1] < 1 or shape[-1] % BLOCK_SIZE:
+        raise MXFP8InputError(f"{name}: M and K must be positive, K a multiple of {BLOCK_SIZE}; got shape {shape}")
+
+
+def _check_source_dtype(name: str, backend: QuantBackend, source: torch.Tensor) -> None:
+    problem = source_dtype_problem(backend, source.dtype)
+    if problem:
+        raise MXFP8InputError(f"{name}: {problem}")
 
 
 def _check_source(name: str, source: torch.Tensor, shape, device: torch.device, *, finite: bool) -> None:
@@ -64,11 +78,12 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
     def __init__(self, data: torch.Tensor, scale: torch.Tensor, backend: Optional[str] = _CANONICAL_BACKEND):
         """``data`` fp8 ``[M, K]`` / ``[E, M, K]`` and ``scale`` (E8M0 or uint8, ``Mp * Cp`` bytes per matrix, any
         shape), both contiguous and on one device; the tensor keeps them (no copy)."""
+        if not isinstance(data, torch.Tensor):
+            raise MXFP8InputError(f"data: expected a torch.Tensor, got {type(data).__name__}")
         check_dtype("data", data, (DATA_DTYPE,))
         if data.dim() not in (2, 3):
             raise MXFP8InputError(f"data: must be [M, K] or [E, M, K], got shape {tuple(data.shape)}")
-        if data.shape[-1] % BLOCK_SIZE:
-            raise MXFP8InputError(f"data: K = {data.shape[-1]} must be a multiple of {BLOCK_SIZE}")
+        _check_matrix_shape("data", tuple(data.shape))
         check_contiguous("data", data)
         self._released = False
         self._write_hooks: list[WriteHook] = []
@@ -131,6 +146,11 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
             raise ReleasedWeightError(f"{what}: this MXFP8 weight's storage was released; it cannot be rebound")
         if value.data_ptr() == current.data_ptr():
             return
+        if self.has_write_hooks():
+            raise MXFP8InputError(
+                f"{what}: this MXFP8 weight has write hooks (a kernel stack is repacked from it); rebinding its "
+                f"storage would bypass them and leave that stack stale (write with quantize_()/copy_())"
+            )
         if self._parent is not None:
             raise MXFP8InputError(
                 f"{what}: this tensor is expert {self._parent[1]} of a stack (made by expert()) and shares its "
@@ -194,8 +214,9 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
     def empty(cls, shape, device="cpu") -> "MXFP8Tensor":
         """Zero-filled storage for logical ``shape`` ``[M, K]`` or ``[E, M, K]``."""
         shape = tuple(shape)
-        if len(shape) not in (2, 3) or shape[-1] % BLOCK_SIZE:
+        if len(shape) not in (2, 3):
             raise MXFP8InputError(f"shape must be [M, K] or [E, M, K] with K % 32 == 0, got {shape}")
+        _check_matrix_shape("shape", shape)
         per_matrix = swizzled_scale_numel(shape[-2], shape[-1] // BLOCK_SIZE)
         scale_shape = (shape[0], per_matrix) if len(shape) == 3 else (per_matrix,)
         data = torch.zeros(shape, dtype=torch.uint8, device=device).view(DATA_DTYPE)
@@ -213,12 +234,36 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         """Expert ``index`` of a stack as an ``[M, K]`` tensor sharing this storage."""
         if not self.is_stacked:
             raise MXFP8InputError("expert(): this tensor is not a stack [E, M, K]")
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise MXFP8InputError(f"expert(): index must be an int, got {type(index).__name__}")
         if not 0 <= index < self._shape[0]:
             raise MXFP8InputError(f"expert(): index {index} out of range [0, {self._shape[0]})")
         view = type(self)(self.data[index], self.scale[index], backend=self.backend)
         view._parent = (self, index)
         self._expert_views.setdefault(index, []).append(weakref.ref(view))
         return view
+
+    def __deepcopy__(self, memo: dict) -> "MXFP8Tensor":
+        """An independent copy (``copy.deepcopy``): its own bytes; a stack's copy links the copies of its live expert
+        views (those the copied object graph holds), a view's copy the copy of its stack. Refused (MXFP8InputError)
+        when a write of this tensor runs write hooks (a built kernel stack's writeback): hooks are closures over the
+        original's kernel stack, so the copy's writes would repack the original's."""
+        if self.has_write_hooks():
+            raise MXFP8InputError(
+                "copy.deepcopy: this MXFP8 weight has write hooks (a kernel stack built from it is repacked through "
+                "them), which a copy would share: its writes would repack the original's stack. Deep-copy the layer "
+                "before building its kernel stack, or build a new one from the weights (state_dict())"
+            )
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        for key, value in self.__dict__.items():
+            if key != "_expert_views":
+                copied.__dict__[key] = copy.deepcopy(value, memo)
+        copied._expert_views = {
+            index: [weakref.ref(copy.deepcopy(view, memo)) for view in self._live_views(index)]
+            for index in self._expert_views
+        }
+        return copied
 
     @property
     def parent(self) -> Optional[tuple["MXFP8Tensor", int]]:
@@ -412,6 +457,7 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         """
         self.validate_source(source, finite=not finite_checked)
         resolved = resolve_quant_backend(backend, self._device)
+        _check_source_dtype("source", resolved, source)
         self._check_writes_land()
         if abort_flag is not None or nonfinite_flags is not None:
             self._check_flagged_write(resolved, True)
@@ -476,6 +522,8 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         if not indices:
             return self
         resolved = resolve_quant_backend(backend, self._device)
+        for index, source in zip(indices, sources):  # before any write: a per-expert loop below may stop part-way
+            _check_source_dtype(f"sources[expert {index}]", resolved, source)
         whole = indices == list(range(self._shape[0]))  # every expert, in order: data/scale are the whole stack
         self._check_writes_land(None if whole else indices)
         one_dtype = len({source.dtype for source in sources}) == 1
@@ -509,6 +557,9 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         """
         if not isinstance(other, MegatronMXFP8Tensor):
             raise MXFP8InputError(f"{name}: expected an MXFP8Tensor, got {type(other).__name__}")
+        for field in ("data", "scale"):
+            if not isinstance(getattr(other, field), torch.Tensor):
+                raise MXFP8InputError(f"{name}.{field}: expected a torch.Tensor, got {type(getattr(other, field)).__name__}")
         check_dtype(f"{name}.data", other.data, (DATA_DTYPE,))
         check_shape(f"{name}.data", other.data, self._shape)
         check_device(f"{name}.data", other.data, self._device)
@@ -525,14 +576,18 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
                 raise MXFP8InputError(problem)
 
     def mxfp8_nan_flags(self, other) -> torch.Tensor:
-        """bool ``[2]`` on ``other``'s device, no host sync: (any e4m3 NaN data byte, any E8M0 NaN byte 0xFF among
-        the logical scale bytes). ``other`` already passed ``validate_mxfp8_source(other, finite=False)``."""
+        """bool ``[3]`` on ``other``'s device, no host sync: (any e4m3 NaN data byte, any E8M0 NaN byte 0xFF among
+        the logical scale bytes, any logical scale byte in 248..254). No finite source quantizes to a scale above
+        2 ** 120 (byte 247: fp32's largest value over 448 rounds up to it), and one above it times an e4m3 value
+        of 448 overflows fp32: such bytes would dequantize to Inf. ``other`` already passed
+        ``validate_mxfp8_source(other, finite=False)``."""
         rows, scale_cols = self._shape[-2], self._shape[-1] // BLOCK_SIZE
         scale = other.scale.view(torch.uint8).reshape(-1, swizzled_scale_numel(rows, scale_cols))
         logical = ~_padding_mask(rows, scale_cols, scale.device)
         return torch.stack((
             ((other.data.view(torch.uint8) & 0x7F) == 0x7F).any(),  # e4m3fn has no Inf; NaN is 0x7F / 0xFF
             ((scale == 255) & logical).any(),
+            ((scale > MAX_FINITE_SCALE_BYTE) & (scale < 255) & logical).any(),
         ))
 
     def copy_(self, other, *, finite_checked: bool = False) -> "MXFP8Tensor":
@@ -552,12 +607,15 @@ class MXFP8Tensor(MegatronMXFP8Tensor):
         return self
 
 
-def mxfp8_nan_byte_problem(name: str, nan_data: bool, nan_scale: bool) -> Optional[str]:
+def mxfp8_nan_byte_problem(name: str, nan_data: bool, nan_scale: bool, huge_scale: bool = False) -> Optional[str]:
     """What is wrong with MXFP8 source ``name`` given its ``MXFP8Tensor.mxfp8_nan_flags`` (the data first), or None."""
     if nan_data:
         return f"{name}.data: holds non-finite value(s) (the e4m3 NaN encoding)"
     if nan_scale:
         return f"{name}.scale: holds the E8M0 NaN byte 0xFF"
+    if huge_scale:
+        return (f"{name}.scale: holds E8M0 scale bytes above {MAX_FINITE_SCALE_BYTE} (2 ** 120, the largest scale "
+                f"a finite source quantizes to); they would dequantize past float32's range (Inf)")
     return None
 
 

@@ -40,7 +40,7 @@ def moe_reference(
     fc2_weights = _as_float(fc2, compute_dtype).to(x.device)
     local_experts = fc1_weights.shape[0]
     rows = x.shape[0]
-    valid = rows if valid_tokens is None else min(int(valid_tokens), rows)
+    valid = rows if valid_tokens is None else max(0, min(int(valid_tokens), rows))  # < 0: no valid rows
     hidden = x[:valid].to(compute_dtype)
     local_ids = routing_map[:valid].to(torch.int64) - local_expert_offset
     out = torch.zeros(rows, fc2_weights.shape[1], dtype=compute_dtype, device=x.device)

@@ -1,11 +1,17 @@
 """Quantizer backend names and dispatch: ``"reference"``, ``"triton"``, ``"flashinfer"``, ``"auto"``."""
 
 import enum
+from typing import Optional
 
 import torch
 
 from ..errors import BackendUnavailableError
-from .flashinfer import flashinfer_quantizer_support, quantize_into_flashinfer
+from .flashinfer import (
+    FLASHINFER_SOURCE_DTYPES,
+    flashinfer_quantizer_support,
+    flashinfer_source_dtype_problem,
+    quantize_into_flashinfer,
+)
 from .reference import quantize_into_reference
 from .triton import quantize_into_triton, triton_quantizer_support
 
@@ -49,6 +55,15 @@ _QUANTIZE_INTO = {
 }
 
 
+def source_dtype_problem(backend: QuantBackend, dtype: torch.dtype) -> Optional[str]:
+    """Why ``backend`` cannot quantize a ``dtype`` source that passed ``check_quantizable`` (bf16 / fp16 / fp32), or
+    None: FlashInfer's quantizer takes no fp32."""
+    if backend is QuantBackend.FLASHINFER and dtype not in FLASHINFER_SOURCE_DTYPES:
+        return flashinfer_source_dtype_problem(dtype)
+    return None
+
+
 def quantize_into(source: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, backend: QuantBackend) -> None:
-    """Quantize checked ``source`` into ``data`` / ``scale`` storage with ``backend``."""
-    _QUANTIZE_INTO[backend](source, data, scale)
+    """Quantize checked ``source`` into ``data`` / ``scale`` storage with ``backend`` (a source that requires grad
+    is read detached: the stored bytes never join an autograd graph)."""
+    _QUANTIZE_INTO[backend](source.detach(), data, scale)

@@ -68,6 +68,9 @@ def test_rows_past_valid_tokens_are_ignored_on_device():
     out = layer(x, None, probs, ids, valid_tokens=valid)
     assert torch.equal(out[3:], torch.zeros(7, H))
     assert relative_error(out[:3], _oracle(layer, x[:3], probs[:3], ids[:3])) <= FP32_BOUND
+    valid.fill_(-1)  # negative: no valid row, in the layer and in the oracle (which sliced x[:-1] before)
+    assert torch.equal(layer(x, None, probs, ids, valid_tokens=valid), torch.zeros(10, H))
+    assert torch.equal(_oracle(layer, x, probs, ids, valid=-1), torch.zeros(10, H, dtype=torch.float64))
 
 
 def test_bounded_rows_read_only_the_prefix(monkeypatch):

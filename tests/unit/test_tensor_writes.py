@@ -262,3 +262,108 @@ def test_padding_check_still_names_nan_scale_bytes():
     scale[0] = 255  # logical byte (row 0, col 0)
     with pytest.raises(MXFP8InputError, match="NaN byte"):
         MXFP8Tensor.empty((100, 64)).copy_(MegatronMXFP8Tensor(source.data, scale, "triton"))
+
+
+# -- copies, grads, rebinds of hooked weights, mixed-dtype batches, degenerate inputs (session 52 review) -------------
+
+
+def test_deepcopy_of_an_unhooked_stack_is_independent_and_keeps_its_views_linked():
+    import copy
+
+    stack = quantize_mxfp8(random_weights((2, 32, 64)))
+    views = [stack.expert(i) for i in range(2)]
+    original = _bytes(stack)
+    twin_stack, twin_views = copy.deepcopy((stack, views))
+    assert twin_views[0].parent[0] is twin_stack and twin_stack.data.data_ptr() != stack.data.data_ptr()
+    assert _same(_bytes(twin_stack), original)
+    seen = []
+    twin_views[1].register_write_hook(lambda tensor, data, scale: seen.append(tensor))
+    twin_stack.quantize_(random_weights((2, 32, 64)))  # reaches the twin's views, not the original's
+    assert seen == [twin_views[1]] and _same(_bytes(stack), original) and not _same(_bytes(twin_stack), original)
+    twin_views[0].quantize_(random_weights((32, 64)))  # a view's write lands in its own (copied) stack
+    assert torch.equal(twin_views[0].data.view(U8), twin_stack.data[0].view(U8)) and _same(_bytes(stack), original)
+
+
+def test_deepcopy_of_a_hooked_weight_is_refused():
+    import copy
+
+    stack = quantize_mxfp8(random_weights((2, 32, 64)))
+    view = stack.expert(0)
+    view.register_write_hook(lambda *args: None)
+    for tensor in (stack, view):
+        with pytest.raises(MXFP8InputError, match="deepcopy.*write hooks"):
+            copy.deepcopy(tensor)
+
+
+def test_deepcopy_of_a_layer_before_its_build_is_independent_and_after_a_hooked_build_refused():
+    import copy
+
+    from megatron_mxfp8_moe import ExpertSet, MXFP8ExpertLayer
+
+    layer = MXFP8ExpertLayer(ExpertSet.from_bf16(random_weights((2, 64, 64)), random_weights((2, 64, 32)), "swiglu"),
+                             backend="reference")
+    x, probs = random_weights((4, 64)).bfloat16(), torch.rand(4, 1)
+    routing = torch.zeros(4, 1, dtype=torch.int64)
+    twin = copy.deepcopy(layer)
+    before = layer.forward_routed(x, probs, routing).clone()
+    twin.build_()
+    next(iter(twin.mxfp8_weights().values())).quantize_(random_weights((64, 64)))
+    assert torch.equal(layer.forward_routed(x, probs, routing), before)
+    assert not torch.equal(twin.forward_routed(x, probs, routing), before)
+    with pytest.raises(MXFP8InputError, match="deepcopy"):
+        copy.deepcopy(twin)  # built: the reference stack is repacked through hooks on its weights
+
+
+def test_a_source_that_requires_grad_leaves_the_stored_bytes_out_of_autograd():
+    source = torch.nn.Parameter(random_weights((32, 64)))
+    weight = MXFP8Tensor.empty((32, 64))
+    weight.quantize_(source, backend="reference")
+    assert not weight.data.requires_grad and weight.data.grad_fn is None
+    assert not quantize_mxfp8(source, backend="reference").data.requires_grad
+    assert _same(_bytes(weight), _bytes(quantize_mxfp8(source.detach())))
+
+
+def test_rebinding_a_hooked_weight_is_refused():
+    weight = quantize_mxfp8(random_weights((32, 64)))
+    weight.register_write_hook(lambda *args: None)
+    other = quantize_mxfp8(random_weights((32, 64)))
+    before = _bytes(weight)
+    for field in ("data", "scale"):
+        with pytest.raises(MXFP8InputError, match=f"{field}: .*write hooks"):
+            setattr(weight, field, getattr(other, field))
+    assert _same(_bytes(weight), before)
+
+
+def test_a_batch_with_a_dtype_the_quantizer_cannot_take_writes_nothing(monkeypatch):
+    """FlashInfer's quantizer takes no fp32: a [bf16, fp32] batch is refused before expert 0 is written (the per-expert
+    write loop used to stop after it). The backend is only resolved here, never run (it needs CUDA)."""
+    import megatron_mxfp8_moe.tensor as tensor_module
+    from megatron_mxfp8_moe.quant.backends import QuantBackend
+
+    stack = quantize_mxfp8(random_weights((2, 32, 64)))
+    before = _bytes(stack)
+    monkeypatch.setattr(tensor_module, "resolve_quant_backend", lambda name, device: QuantBackend.FLASHINFER)
+    sources = [random_weights((32, 64)), random_weights((32, 64), dtype=torch.float32)]
+    with pytest.raises(MXFP8InputError, match=r"sources\[expert 1\]: the flashinfer quantizer takes bf16/fp16"):
+        stack.quantize_experts_([0, 1], sources, backend="flashinfer")
+    with pytest.raises(MXFP8InputError, match="source: the flashinfer quantizer"):
+        stack.expert(1).quantize_(sources[1], backend="flashinfer")
+    assert _same(_bytes(stack), before)
+
+
+@pytest.mark.parametrize("shape", [(0, 32), (4, 0), (2, 0, 32), (2, 4, 0)])
+def test_empty_matrices_are_refused(shape):
+    with pytest.raises(MXFP8InputError, match="M and K must be positive"):
+        MXFP8Tensor.empty(shape)
+    with pytest.raises(MXFP8InputError, match="M and K must be positive"):
+        quantize_mxfp8(torch.zeros(shape))
+
+
+def test_non_tensor_fields_and_bool_indices_get_clear_errors():
+    with pytest.raises(MXFP8InputError, match="data: expected a torch.Tensor, got list"):
+        MXFP8Tensor([1, 2], torch.zeros(512, dtype=U8))
+    megatron = MegatronMXFP8Tensor(torch.zeros(4, 64).to(torch.float8_e4m3fn), None, "triton")
+    with pytest.raises(MXFP8InputError, match="other.scale: expected a torch.Tensor, got NoneType"):
+        MXFP8Tensor.from_megatron(megatron)
+    with pytest.raises(MXFP8InputError, match="index must be an int, got bool"):
+        quantize_mxfp8(random_weights((2, 32, 64))).expert(True)
