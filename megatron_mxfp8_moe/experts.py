@@ -33,8 +33,8 @@ from .tensor import MXFP8Tensor
 # ``[M, K]`` and ``scale`` swizzled E8M0 bytes. The tensors may be temporaries: do not keep them.
 ExpertWriteHook = Callable[[str, int, torch.Tensor, torch.Tensor], None]
 
-_SEQUENTIAL_NAME = re.compile(r"^local_experts\.(?P<index>0|[1-9][0-9]*)\.linear_(?P<linear>fc1|fc2)\.weight$")
-_GROUPED_NAME = re.compile(r"^linear_(?P<linear>fc1|fc2)\.weight(?P<index>0|[1-9][0-9]*)$")
+_SEQUENTIAL_NAME = re.compile(r"^local_experts\.(?P<index>0|[1-9][0-9]*)\.linear_(?P<linear>fc1|fc2)\.weight\Z")
+_GROUPED_NAME = re.compile(r"^linear_(?P<linear>fc1|fc2)\.weight(?P<index>0|[1-9][0-9]*)\Z")
 
 WeightSource = Union[torch.Tensor, MegatronMXFP8Tensor]
 

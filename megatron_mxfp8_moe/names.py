@@ -22,8 +22,8 @@ from typing import Optional
 
 LINEARS = ("fc1", "fc2")  # Megatron's names of the two expert projections
 
-_EXPERT_WEIGHT = re.compile(r"^(?:(?P<module>.+)\.)?linear_(?P<linear>fc1|fc2)\.weight(?P<index>0|[1-9][0-9]*)$")
-_EXPERT_STACK = re.compile(r"^(?:(?P<module>.+)\.)?linear_(?P<linear>fc1|fc2)\.weight$")
+_EXPERT_WEIGHT = re.compile(r"^(?:(?P<module>.+)\.)?linear_(?P<linear>fc1|fc2)\.weight(?P<index>0|[1-9][0-9]*)\Z")
+_EXPERT_STACK = re.compile(r"^(?:(?P<module>.+)\.)?linear_(?P<linear>fc1|fc2)\.weight\Z")
 
 
 @dataclass(frozen=True)

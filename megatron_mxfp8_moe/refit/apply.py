@@ -310,7 +310,7 @@ def refit_experts(model_or_layer: torch.nn.Module, weights: Weights, *, strict: 
           resolves to another module arrives, or the stream ends. When an error is raised, every complete
           group has been fully written and refreshed; the group being buffered (also when the offending entry
           is a name that resolves to no module) and all later ones are untouched. ``error.applied_modules`` lists the modules
-          already written. Non-expert names skipped under ``strict=False`` do not break a group. A source may
+          already written (set on any exception raised while the stream is consumed, the generator's own included). Non-expert names skipped under ``strict=False`` do not break a group. A source may
           lie in bytes an earlier group wrote (it is read after that write), not in bytes its own group writes.
           Pipelined: the device writes one module while the host validates the next, so the sources of two experts
           modules are held at a time, and a module's sources are read on the current CUDA stream after the
@@ -442,8 +442,12 @@ def _refit_stream(validator: RefitValidator, weights: Any, totals: _Totals, prog
             if isinstance(error, Exception):
                 raise
             logger.exception("refit_experts: finishing the module written before %s failed", type(error).__name__)
-        if isinstance(error, RefitError) and not getattr(error, "applied_modules", None):
-            error.applied_modules = tuple(applied)
+        if not getattr(error, "applied_modules", None):  # also on the generator's own errors (a failed broadcast)
+            try:
+                error.applied_modules = tuple(applied)
+            except AttributeError:  # an exception type without a __dict__: the record cannot ride on it
+                logger.error("refit_experts: %s raised after these modules were written: %s",
+                             type(error).__name__, applied)
         raise
     finally:
         if bar is not None:

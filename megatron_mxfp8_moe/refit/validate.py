@@ -56,7 +56,7 @@ from typing import Any, NoReturn, Optional, Union
 import torch
 from megatron.core.inference.quantization.mxfp8_tensor import MXFP8Tensor as MegatronMXFP8Tensor
 
-from ..errors import MXFP8Error, MXFP8InputError, RefitError
+from ..errors import MXFP8Error, MXFP8InputError, RefitError, ReleasedWeightError
 from ..format.checks import check_device, check_shape
 from ..format.constants import BLOCK_SIZE, SOURCE_DTYPES
 from ..format.swizzle import swizzled_scale_numel
@@ -80,7 +80,7 @@ NONFINITE_MODES = ("reject", "detect")
 
 def _source_error(name: Any, target: MXFP8Tensor, problem: Any) -> RefitError:
     """The RefitError for a source that ``target`` cannot take (the check's message or error, plus the target)."""
-    return refit_error(name, f"{problem} (target: {target.shape[-2]}x{target.shape[-1]} on {target.device})")
+    return refit_error(name, f"{problem} (target: {'x'.join(map(str, target.shape))} on {target.device})")
 
 
 def refit_error(name: Any, reason: str, *, applied_modules: tuple[str, ...] = ()) -> RefitError:
@@ -989,6 +989,7 @@ class _PlanBuilder:
         if self.copy_flags or _logical_sources_may_alias(batches, self.copied):
             _check_sources_alias_no_target(writes)
         _check_sources_avoid_derived_stacks(writes, self.experts)
+        _check_writes_land(batches)
         on_device = finite_on_device and _device_check_possible(batches, validator.backend)
         detect = on_device and validator.detect_nonfinite
         scan = self.scan
@@ -1013,6 +1014,24 @@ class _PlanBuilder:
         return RefitPlan(writes=tuple(writes) if type(writes) is list else writes,  # else a _LazyWrites
                          skipped=tuple(skipped), backend=validator.backend, finite_on_device=on_device,
                          detects_nonfinite=detect, batches=batches, device_scan=scan, experts=tuple(self.experts))
+
+
+def _check_writes_land(batches: Sequence[WriteBatch]) -> None:
+    """Raise RefitError, before any write, for a write into released storage that would reach no write hook (a
+    kernel stack whose hooks were removed after the release, ``StackState.close()``); the writes check this again
+    as they run, but by then earlier entries would have been written. Only released targets are looked at."""
+    for batch in batches:
+        stack = batch.stack
+        try:
+            if stack is not None:
+                if stack.is_released:
+                    stack._check_writes_land(None if batch.whole else batch.indices)
+            else:
+                for write in batch.writes:
+                    if write.target.is_released:
+                        write.target._check_writes_land()
+        except ReleasedWeightError as error:
+            raise refit_error(batch.writes[0].name, str(error)) from None
 
 
 def _byte_extent(tensor: torch.Tensor) -> tuple[int, int]:
@@ -1170,8 +1189,9 @@ def nonfinite_error(write: PlannedWrite, *, written: bool = False) -> RefitError
     return refit_error(write.name, f"source holds {nans} NaN and {infs} Inf value(s); {outcome}")
 
 
-def _nan_byte_copies(copy_flags: Sequence[tuple[int, torch.Tensor]]) -> dict[int, tuple[bool, bool]]:
-    """Write position -> (NaN data byte, NaN scale byte) of the MXFP8 copy sources holding NaN bytes; one host
+def _nan_byte_copies(copy_flags: Sequence[tuple[int, torch.Tensor]]) -> dict[int, tuple[bool, ...]]:
+    """Write position -> ``MXFP8Tensor.mxfp8_nan_flags`` (NaN data byte, NaN scale byte, a scale byte past 2 ** 120)
+    of the MXFP8 copy sources holding such bytes; one host
     sync per device for all of them (``MXFP8Tensor.mxfp8_nan_flags`` launched the scans)."""
     by_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
     for position, flags in copy_flags:
@@ -1183,9 +1203,9 @@ def _nan_byte_copies(copy_flags: Sequence[tuple[int, torch.Tensor]]) -> dict[int
     return bad
 
 
-def _check_finite(writes: list[PlannedWrite], bad_copies: Optional[Mapping[int, tuple[bool, bool]]] = None) -> None:
+def _check_finite(writes: list[PlannedWrite], bad_copies: Optional[Mapping[int, tuple[bool, ...]]] = None) -> None:
     """Raise naming the first entry (in entry order) whose source is not finite: a logical source holding NaN or
-    Inf, or an MXFP8 source in ``bad_copies`` (``_nan_byte_copies``: write position -> its NaN-byte flags).
+    Inf, or an MXFP8 source in ``bad_copies`` (``_nan_byte_copies``: write position -> its bad-byte flags).
 
     Per (device, dtype), one multi-tensor max-abs reduction over all logical sources (``torch._foreach_norm``
     with ``ord=inf``: NaN and Inf propagate into the norm), then one host sync.

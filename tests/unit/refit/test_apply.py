@@ -452,3 +452,49 @@ def test_the_report_gives_local_indices_not_stack_slots(as_stream):
     report = refit_experts(model, _stream(sources) if as_stream else sources)
     assert sorted(layer.hook_calls) == [("fc1", 2), ("fc1", 3), ("fc2", 3)]  # stack slots 3 - i
     assert report.experts == ((E0, (4, 5)),) and report.experts_updated == 2
+
+
+def test_stream_generator_errors_carry_the_modules_written_before():
+    """An exception of the trainer's own generator (a failed broadcast) while module k+1 is buffered keeps its type
+    and carries ``applied_modules`` (module k was written and refreshed), as a RefitError would."""
+    model = fake.FakeModel()
+    sources = fake.new_sources()
+
+    def failing():
+        for name, tensor in sources.items():
+            if name.startswith(E1) and name.endswith("weight2"):  # module E0 was launched when E1's entries began
+                raise ValueError("broadcast failed")
+            yield name, tensor
+
+    with pytest.raises(ValueError, match="broadcast failed") as caught:
+        refit_experts(model, failing())
+    assert caught.value.applied_modules == (E0,)
+    assert [experts.refresh_calls for experts in model.all_experts()] == [1, 0]
+
+
+def test_a_write_that_would_reach_nothing_is_refused_before_any_write():
+    """A layer whose canonical bytes were released and whose kernel-stack hooks were then removed
+    (``StackState.close()``): a mapping naming it and another layer is refused whole; the other layer keeps its
+    bytes (the write used to fail only after the first layer was written)."""
+    layer_module = pytest.importorskip("megatron_mxfp8_moe.layer")
+    experts_module = pytest.importorskip("megatron_mxfp8_moe.experts")
+    generator = torch.Generator().manual_seed(5)
+    model = torch.nn.Module()
+    model.decoder = torch.nn.Module()
+    model.decoder.layers = torch.nn.ModuleList()
+    for _ in range(2):
+        block = torch.nn.Module()
+        block.mlp = torch.nn.Module()
+        fc1, fc2 = fake.random_logical(generator=generator)
+        block.mlp.experts = layer_module.MXFP8ExpertLayer(
+            experts_module.ExpertSet.from_bf16(fc1, fc2, "swiglu", backend="reference"), backend="reference",
+            local_expert_offset=4, num_global_experts=8, release_canonical=True)
+        block.mlp.experts.build_()
+        model.decoder.layers.append(block)
+    model.decoder.layers[1].mlp.experts.stack_state.close()
+    before = model.decoder.layers[0].mlp.experts.stack_state.fc1.clone()
+    batch = {f"{fake.experts_path(layer)}.linear_fc1.weight0": fake.random_weights(fake.FC1_SHAPE, generator=generator)
+             for layer in (0, 1)}
+    with pytest.raises(RefitError, match=rf"^refit entry '{E1}.linear_fc1.weight0': .*released.*no write hook"):
+        refit_experts(model, batch)
+    assert torch.equal(model.decoder.layers[0].mlp.experts.stack_state.fc1, before)

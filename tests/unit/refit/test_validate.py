@@ -44,6 +44,14 @@ def _nan_scale_byte():
     return _megatron_copy(good, scale)
 
 
+def _huge_scale_byte():
+    """A scale byte of 2 ** 127 (0xFE): no finite source quantizes to it, and it times e4m3 448 is Inf in fp32."""
+    good = quantize_mxfp8(_fc1(), backend="reference")
+    scale = good.scale.view(torch.uint8).clone()
+    scale[17] = 0xFE
+    return _megatron_copy(good, scale)
+
+
 def _short_scale():
     good = quantize_mxfp8(_fc1(), backend="reference")
     return _megatron_copy(good, good.scale.view(torch.uint8)[:-512].clone())
@@ -73,6 +81,8 @@ BAD_ENTRIES = {
     "mxfp8_short_scale": (f"{E0}.linear_fc1.weight0", _short_scale, "swizzled bytes"),
     "mxfp8_nan_scale_byte": (f"{E1}.linear_fc1.weight1", _nan_scale_byte, "NaN byte 0xFF"),
     "mxfp8_nan_data": (f"{E1}.linear_fc2.weight1", _nan_fp8_data, "non-finite"),
+    "mxfp8_huge_scale_byte": (f"{E0}.linear_fc1.weight2", _huge_scale_byte, "scale bytes above 247"),
+    "name_with_trailing_newline": (f"{E0}.linear_fc1.weight1\n", _fc1, "not an expert weight"),
     "mxfp8_wrong_shape": (f"{E1}.linear_fc2.weight3", lambda: _megatron_copy(quantize_mxfp8(_fc1(), backend="reference")), "shape"),
     "mxfp8_meta": (f"{E0}.linear_fc2.weight0", lambda: MXFP8Tensor.empty(fake.FC2_SHAPE, device="meta"), "must be on cpu"),
     "not_a_tensor": (f"{E0}.linear_fc2.weight3", lambda: [[1.0] * 96] * 64, "expected a torch.Tensor"),
@@ -358,7 +368,7 @@ def test_mxfp8_nan_bytes_are_read_once_per_plan_and_name_the_first_bad_entry(mon
     real_stack = torch.stack
 
     def counting_stack(tensors, *args, **kwargs):  # _nan_byte_copies stacks the per-source flags once per device
-        if len(tensors) and all(t.dtype == torch.bool and t.shape == (2,) for t in tensors):
+        if len(tensors) and all(t.dtype == torch.bool and t.shape == (3,) for t in tensors):
             reads.append(len(tensors))
         return real_stack(tensors, *args, **kwargs)
 
