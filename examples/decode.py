@@ -348,11 +348,14 @@ def main(argv=None) -> int:
                   f"top-1 changed at {100 * (1 - moved.top1):.1f}% of positions; "
                   f"alignment with the BF16 change: cosine {refit['alignment']:.4f} (median)")
         if not refits:
-            print("refit: disabled (--refit-interval 0)")
+            print("refit: disabled (--refit-interval 0)" if args.refit_interval == 0 else
+                  f"refit: none ran (no step before {steps} is a refit step with --refit-interval "
+                  f"{args.refit_interval if args.refit_interval is not None else 'default: half way'})")
         print(f"agreement at the end (MXFP8 vs BF16, {sequence.numel()} positions): "
               f"{fmt_agreement(dm.logits_agreement(final_q, final_r))}")
-        print(f"decode vs eager re-run: {100 * consistency:.1f}% of the {chosen.numel()} tokens decoded since the "
-              f"last refit are the argmax of an eager teacher-forced forward{gap_note}")
+        print(f"decode vs eager re-run: {100 * consistency:.1f}% of the {chosen.numel()} tokens decoded "
+              f"{'since the last refit' if refits else 'in all'} are the argmax of an eager teacher-forced "
+              f"forward{gap_note}")
         print(f"expert weights: {memory.weights:,} weights; BF16 {fmt_bytes(memory.bf16_bytes)} -> MXFP8 canonical "
               f"{fmt_bytes(memory.canonical_bytes)} (ratio {memory.ratio:.3f}; fp8 data + E8M0 scales incl. padding)")
         extra_note = ("the reference backend keeps an fp32 dequantized copy" if experts0.backend.value == "reference"

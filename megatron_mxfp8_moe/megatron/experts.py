@@ -70,6 +70,26 @@ def activation_from_config(config: TransformerConfig) -> Activation:
     return _ACTIVATIONS[key]
 
 
+def _routed_only_activation(activation, config: TransformerConfig) -> Activation:
+    """An explicit ``activation`` for the routed experts; refused where it differs from the config's and the layer
+    has shared experts, which Megatron builds from the config (they would silently run the config's activation)."""
+    activation = parse_activation(activation)
+    if getattr(config, "moe_shared_expert_intermediate_size", None):
+        try:
+            configured = activation_from_config(config)
+        except MXFP8InputError:
+            configured = None
+        if activation is not configured:
+            raise MXFP8InputError(
+                f"activation={activation.value!r}: the override reaches the routed experts only, but this layer has "
+                f"shared experts (config.moe_shared_expert_intermediate_size), which Megatron builds from "
+                f"config.activation_func / gated_linear_unit; they would run another activation than a "
+                f"{activation.value} checkpoint holds. Set the activation in the config instead (SwiGLU: the "
+                f"standard dispatcher, since 0.19.2's inference-optimized one rejects gated units)"
+            )
+    return activation
+
+
 def _check_config(config: TransformerConfig) -> None:
     unsupported = {
         "add_bias_linear": (bool(config.add_bias_linear), "expert biases"),
@@ -169,7 +189,7 @@ class MXFP8Experts(MegatronModule):
         self.name = name
         # An explicit activation lets gated experts (SwiGLU) sit behind 0.19.2's inference-optimized dispatcher,
         # whose config validation rejects gated linear units; the router and dispatcher never read it.
-        activation = activation_from_config(config) if activation is None else parse_activation(activation)
+        activation = activation_from_config(config) if activation is None else _routed_only_activation(activation, config)
         hidden = config.moe_latent_size if getattr(config, "moe_latent_size", None) else config.hidden_size
         ffn = config.moe_ffn_hidden_size if config.moe_ffn_hidden_size is not None else config.ffn_hidden_size
         if token_capacity is None:

@@ -33,6 +33,7 @@ from megatron.core.transformer.mlp import MLPSubmodules
 from megatron.core.transformer.moe.experts import SequentialMLP
 from megatron.core.transformer.moe.moe_layer import MoELayer, MoESubmodules
 from megatron.core.transformer.moe.router import InferenceTopKRouter, TopKRouter
+from megatron.core.transformer.moe.shared_experts import SharedExpertMLP
 from megatron.core.transformer.moe.token_dispatcher_inference import InferenceAllGatherDispatcherBase
 from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -223,6 +224,19 @@ def test_spec_builds_initialized_layer_and_refit_reaches_it(cpu_megatron):
     oracle = _oracle(x.view(-1, H), ids, probs, layer.experts, "squared_relu")
     assert relative_error(after.view(-1, H), oracle) <= LAYER_BOUND
     assert relative_error(before, after) > 0.1  # the new weights are in use
+
+
+def test_an_activation_override_is_refused_where_shared_experts_would_keep_the_config_one(cpu_megatron):
+    """Shared experts are built from the config, so an override that differs from it would leave them on the
+    placeholder activation (squared ReLU here) beside SwiGLU routed experts: refused, naming the way out."""
+    shared = partial(SharedExpertMLP, submodules=MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear))
+    config = _config(False, moe_shared_expert_intermediate_size=I)
+    with pytest.raises(MXFP8InputError, match="activation='swiglu'.*shared experts.*Set the activation in the config"):
+        get_mxfp8_moe_layer_spec(backend="reference", shared_experts=shared, activation="swiglu")(
+            config=config, pg_collection=cpu_megatron)
+    layer = get_mxfp8_moe_layer_spec(backend="reference", shared_experts=shared, activation="squared_relu")(
+        config=config, pg_collection=cpu_megatron)  # the config's own activation: fine
+    assert layer.experts.expert_set.activation.value == "squared_relu" and layer.shared_experts is not None
 
 
 def test_gated_swiglu_through_the_inference_dispatcher_with_an_activation_override(cpu_megatron):
