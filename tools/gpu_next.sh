@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
+#   s55a     # session 52: on an H200 what s54b runs; elsewhere the GPU tests of quantize / refit / memory / layer CUDA
+#            # graphs (the review's changes to writes and refit validation) and the refit benchmark
 #   s54b     # session 51, later tries (ask for an H200): on an H200 only (other cards exit at once) the full benchmark,
 #            # the demo, copy ceilings, quantize and refit benchmarks (about 5 minutes)
 #   s54a     # session 51 (run 54 call 2): copy ceilings by method and the quantize benchmark; on an H200 then the full
@@ -56,6 +58,19 @@ quantize_bench() {
   grep "^| \|rc=\|Device copy" $OUT/quantize.log | cut -c1-400
 }
 case "${1:-}" in
+  s55a)
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    if grep -q H200 $OUT/log.txt; then
+      moe_bench_and_demo 330 $OUT/demo.log
+      card_and_copy_ceilings; quantize_bench 60; refit_bench 100 --reps 20
+    else
+      echo "not an H200: $(cat $OUT/log.txt)"
+      timeout 330 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
+        tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py \
+        tests/functional/test_layer_cuda_graph_gpu.py > $OUT/gpu_tests.log 2>&1
+      echo "pytest rc=$?" >> $OUT/gpu_tests.log; tail -4 $OUT/gpu_tests.log
+      refit_bench 150 --reps 20
+    fi ;;
   s54b)
     # session 51, after call 2: on an H200 only (other cards exit at once) the full benchmark and the demo, then the
     # copy ceilings, the quantize and the refit benchmarks
@@ -117,5 +132,5 @@ case "${1:-}" in
     timeout 60 python3 bench/bounded_rows.py --out $OUT > $OUT/bounded.log 2>&1
     echo "bounded rc=$?" >> $OUT/bounded.log
     tail -3 $OUT/gpu_tests.log; tail -2 $OUT/refit.log; tail -3 $OUT/bounded.log; cat $OUT/refit.md ;;
-  *) echo "usage: bash tools/gpu_next.sh s54b|s54a|s53b|s53a|s49a|final|refit" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh s55a|s54b|s54a|s53b|s53a|s49a|final|refit" >&2; exit 2 ;;
 esac
