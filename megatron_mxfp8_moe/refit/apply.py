@@ -19,7 +19,6 @@ from typing import Any, Optional
 
 import torch
 
-from ..errors import RefitError
 from .validate import (
     COPY,
     ExpertsModule,
