@@ -71,7 +71,7 @@ def detect_caps(device: Union[str, torch.device, None] = None) -> DeviceCaps:
         device_type=device.type,
         capability=capability,
         flashinfer_version=_installed_version("flashinfer-python"),
-        triton_version=_installed_version("triton"),
+        triton_version=_installed_version("triton") or _installed_version("pytorch-triton"),  # (the nightlies' name)
     )
 
 

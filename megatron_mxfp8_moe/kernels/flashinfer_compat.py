@@ -87,6 +87,25 @@ def _describe_gpu(capability, device_name: Optional[str]) -> str:
     return f"{_sm_name(capability)} ({name})" if name else _sm_name(capability)
 
 
+def _arch_reason(title: str, capability: tuple[int, int], device_name: Optional[str]) -> str:
+    """Why ``title`` cannot run on a GPU of ``capability`` (not SM100/SM103)."""
+    note = _ARCH_NOTES.get(capability[0], "only SM100/SM103 have FlashInfer MXFP8 MoE kernels")
+    if capability[0] == 10:
+        note = "FlashInfer ships MXFP8 MoE kernels only for SM100 and SM103"
+    return f"{title} needs an SM100/SM103 Blackwell GPU; found {_describe_gpu(capability, device_name)}: {note}"
+
+
+@functools.lru_cache(maxsize=1)
+def flashinfer_import_problem() -> Optional[str]:
+    """Why ``import flashinfer`` fails here although the package is installed (a missing dependency, a broken
+    build), or None; imports it once per process. ``backend="auto"`` asks before it picks a FlashInfer backend."""
+    try:
+        import flashinfer  # noqa: F401
+    except Exception as error:  # noqa: BLE001 - any import failure means the kernels cannot run
+        return f"flashinfer-python is installed but `import flashinfer` fails ({type(error).__name__}: {error})"
+    return None
+
+
 def flashinfer_support(caps: Any, kernel: str = "routed") -> tuple[bool, str]:
     """Can ``kernel`` ("routed" or "cutlass") run given ``caps``? Returns ``(ok, reason)``; pure, no probing.
 
@@ -103,6 +122,9 @@ def flashinfer_support(caps: Any, kernel: str = "routed") -> tuple[bool, str]:
         capability = getattr(caps, "capability", None)
     device_name = getattr(caps, "device_name", None)
     import_error = getattr(caps, "import_error", None)
+    if capability is not None and tuple(int(part) for part in capability) not in MXFP8_MOE_ARCHS:
+        return False, _arch_reason(title, tuple(int(part) for part in capability), device_name)  # before the package:
+        # no FlashInfer version runs these kernels on this GPU, so installing one is no advice
     if version is None:
         detail = f": {import_error}" if import_error else ""
         return False, (
@@ -118,13 +140,6 @@ def flashinfer_support(caps: Any, kernel: str = "routed") -> tuple[bool, str]:
             f"Use the reference or Triton backends here"
         )
     capability = tuple(int(part) for part in capability)
-    if capability not in MXFP8_MOE_ARCHS:
-        note = _ARCH_NOTES.get(capability[0], "only SM100/SM103 have FlashInfer MXFP8 MoE kernels")
-        if capability[0] == 10:
-            note = "FlashInfer ships MXFP8 MoE kernels only for SM100 and SM103"
-        return False, (
-            f"{title} needs an SM100/SM103 Blackwell GPU; found {_describe_gpu(capability, device_name)}: {note}"
-        )
     return True, (
         f"{title}: flashinfer-python {version} on {_describe_gpu(capability, device_name)}"
     )

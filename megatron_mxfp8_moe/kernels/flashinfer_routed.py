@@ -74,6 +74,8 @@ def quantize_routed_mxfp8_input(
     misreads a 128x4-swizzled buffer silently, FlashInfer issue #3455).
     """
     _check_hidden("hidden_states", hidden_states, padded_hidden_size)
+    if hidden_states.dtype not in (torch.bfloat16, torch.float16):  # FlashInfer's "cuda" mxfp8_quantize: no fp32
+        raise MXFP8InputError(f"hidden_states: dtype must be bf16/fp16 for flashinfer.mxfp8_quantize, got {hidden_states.dtype}")
     import flashinfer
 
     padded = _pad_hidden(hidden_states, padded_hidden_size)

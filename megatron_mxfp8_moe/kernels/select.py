@@ -93,6 +93,11 @@ def select_backend(
     skipped = []
     if caps.capability in _FLASHINFER_FIRST_CAPABILITIES:
         ok, reason = _can_run(Backend.FLASHINFER_ROUTED, caps, activation)
+        if ok:  # the caps read the installed version only: an installed package can still fail to import
+            from .flashinfer_compat import flashinfer_import_problem
+
+            problem = flashinfer_import_problem()
+            ok, reason = (False, problem) if problem else (ok, reason)
         if ok:
             return Backend.FLASHINFER_ROUTED, f"auto: {reason}"
         skipped.append(f"flashinfer_routed: {reason}")

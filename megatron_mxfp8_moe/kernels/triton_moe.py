@@ -166,19 +166,7 @@ def triton_mxfp8_moe(
         return out
     cfg = config or choose_config(rows, hidden, inner, gated=activation.gated, topk=topk,
                                   experts=route_experts or experts)
-    codes = {tile.dequant_code for tile in cfg.launch_tiles}
-    if _DEQUANT_CODE["sx_auto"] in codes:
-        for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
-            if weight.scale_bytes().data_ptr() % 4:  # sx_auto tests the scale rows as 32-bit words
-                raise MXFP8InputError(f"{name}: the swizzled scales must start at a 4-byte aligned address for the "
-                                      "'sx_auto' tiles; got a storage offset that is not (copy the stack)")
-    if not codes.isdisjoint(_WORD_DEQUANT):
-        for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
-            data = weight.data
-            if data.data_ptr() % 4 or data.stride(0) % 4 or data.stride(1) % 4:  # rows read as uint32 words
-                raise MXFP8InputError(f"{name}: the 'sx4' tiles read weight rows as 32-bit words; the fp8 rows must "
-                                      f"start at 4-byte aligned addresses (strides {tuple(data.stride())}, address "
-                                      f"{data.data_ptr()}; copy the stack)")
+    _check_word_alignment(cfg, fc1, fc2)
     problem = next(filter(None, (_gluon_problem(tile, fc1, fc2, x.device) for tile in cfg.launch_tiles)), None)
     if problem is None and any(tile.fc1_ws for tile in cfg.launch_tiles):  # x and the whole inter buffer
         from ._gluon_ws_kernel import gathered_rows_problem
@@ -192,10 +180,29 @@ def triton_mxfp8_moe(
         logger.debug("Gluon tiles not used (%s): the Triton tiles run", problem)
         cfg = choose_config(rows, hidden, inner, gated=activation.gated, topk=topk, experts=route_experts or experts,
                             gluon=False)
+        _check_word_alignment(cfg, fc1, fc2)  # the fallback's tiles may read other words than the Gluon ones
     with on_device(x.device):  # Triton launches on the current device
         _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offset, valid_tokens, rows, out,
                 experts, hidden, inner, topk)
     return out
+
+
+def _check_word_alignment(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor) -> None:
+    """Raise MXFP8InputError, before any launch, where ``cfg``'s tiles read the stacks as 32-bit words ("sx_auto":
+    the scale rows; "sx4" and the other word dequants: the fp8 rows) from addresses that are not 4-byte aligned."""
+    codes = {tile.dequant_code for tile in cfg.launch_tiles}
+    if _DEQUANT_CODE["sx_auto"] in codes:
+        for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
+            if weight.scale_bytes().data_ptr() % 4:  # sx_auto tests the scale rows as 32-bit words
+                raise MXFP8InputError(f"{name}: the swizzled scales must start at a 4-byte aligned address for the "
+                                      "'sx_auto' tiles; got a storage offset that is not (copy the stack)")
+    if not codes.isdisjoint(_WORD_DEQUANT):
+        for name, weight in (("fc1_stack", fc1), ("fc2_stack", fc2)):
+            data = weight.data
+            if data.data_ptr() % 4 or data.stride(0) % 4 or data.stride(1) % 4:  # rows read as uint32 words
+                raise MXFP8InputError(f"{name}: the 'sx4' tiles read weight rows as 32-bit words; the fp8 rows must "
+                                      f"start at 4-byte aligned addresses (strides {tuple(data.stride())}, address "
+                                      f"{data.data_ptr()}; copy the stack)")
 
 
 def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
@@ -239,6 +246,10 @@ def _gluon_problem(cfg: TritonMoEConfig, fc1: MXFP8Tensor, fc2: MXFP8Tensor,
         if cfg.fc2_ring and inner // 128 % cfg.fc2_stages:
             return MXFP8InputError(f"fc2_ring: the FC2 stack {tuple(fc2.data.shape)} needs I a multiple of 128 * "
                                    f"fc2_stages ({128 * cfg.fc2_stages})")
+    for flag, name, weight in ((cfg.fc1_gluon or cfg.fc1_ws, "fc1", fc1), (cfg.fc2_gluon or cfg.fc2_ws, "fc2", fc2)):
+        if flag and weight.data.data_ptr() % 16:  # TMA descriptors over the weight stacks
+            return MXFP8InputError(f"{name}: the Gluon kernels copy the {name.upper()} weights by TMA, whose base "
+                                   "address must be 16-byte aligned; got a storage offset that is not (copy the stack)")
     for flag, name, weight in ((cfg.fc1_gluon, "fc1", fc1), (cfg.fc2_gluon, "fc2", fc2)):  # (fc2_ws: checked above)
         if flag and not (weight.data.is_contiguous() and weight.scale_bytes().is_contiguous()):
             return MXFP8InputError(f"{name}_gluon: the {name.upper()} stack and its scales must be contiguous (TMA "

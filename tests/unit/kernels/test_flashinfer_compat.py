@@ -164,3 +164,12 @@ def test_cutlass_squared_relu_needs_flashinfer_0_6_10():
         assert flashinfer_activation_support(version, "cutlass", Activation.SQUARED_RELU)[0]
         caps = DeviceCaps("cuda", (10, 0), version, "3.6.0")
         assert select_backend("flashinfer_cutlass", caps, activation="squared_relu")[0].value == "flashinfer_cutlass"
+
+
+@pytest.mark.parametrize("kernel", ["routed", "cutlass"])
+@pytest.mark.parametrize("version", [None, "0.6.5"])
+def test_a_hopper_gets_the_architecture_reason_whatever_flashinfer_is_installed(kernel, version):
+    """No FlashInfer version runs these kernels on SM90: the reason says so, not "install / upgrade flashinfer"."""
+    ok, reason = flashinfer_support(FlashInferCaps(version, (9, 0), "NVIDIA H200"), kernel)
+    assert not ok and "SM90 (NVIDIA H200)" in reason and "SM100/SM103" in reason
+    assert "install" not in reason and "0.6.5" not in reason

@@ -22,6 +22,7 @@ from megatron_mxfp8_moe.kernels.flashinfer_emulator import (
 )
 from megatron_mxfp8_moe.kernels.flashinfer_routed import (
     mask_invalid_rows,
+    quantize_routed_mxfp8_input,
     quantize_routed_mxfp8_input_reference,
 )
 from megatron_mxfp8_moe.kernels.reference import moe_reference
@@ -147,6 +148,18 @@ def test_routed_input_quantization_layout_and_padding():
                                                                         expected_data.view(torch.uint8))
     with pytest.raises(MXFP8InputError, match="padded_hidden_size"):
         quantize_routed_mxfp8_input_reference(x, 192)
+
+
+def test_routed_input_quantization_refuses_fp32_before_flashinfer(monkeypatch):
+    """FlashInfer's mxfp8_quantize takes bf16/fp16 only: fp32 activations are refused here, before any call."""
+    import sys
+    import types
+
+    calls = []
+    monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace(mxfp8_quantize=lambda *a: calls.append(a)))
+    with pytest.raises(MXFP8InputError, match="dtype must be bf16/fp16 for flashinfer.mxfp8_quantize"):
+        quantize_routed_mxfp8_input(torch.randn(3, 256), 256)
+    assert calls == []
 
 
 def test_select_active_rows_wraps_the_row_policy():

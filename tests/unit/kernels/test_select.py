@@ -20,6 +20,15 @@ B200_NO_FLASHINFER = dataclasses.replace(B200, flashinfer_version=None)
 A100 = DeviceCaps("cuda", (8, 0), flashinfer_version=None, triton_version="3.8.0")
 
 
+@pytest.fixture(autouse=True)
+def _flashinfer_imports(monkeypatch):
+    """These caps are made up: auto's import probe answers "importable" unless a test says otherwise (on a machine
+    where the package is missing the B200 rows must not depend on it)."""
+    from megatron_mxfp8_moe.kernels import flashinfer_compat
+
+    monkeypatch.setattr(flashinfer_compat, "flashinfer_import_problem", lambda: None)
+
+
 @pytest.mark.parametrize(
     "caps, expected",
     [
@@ -143,3 +152,30 @@ def test_triton_backend_names_a_triton_other_than_the_gpu_tested_one(caplog):
         assert not caplog.records
         assert TritonBackend.check_support(H200).ok and TritonBackend.check_support(H200).ok
     assert [r.getMessage() for r in caplog.records] == [triton_support.untested_triton_note("3.8.0")]
+
+
+def test_auto_skips_an_installed_flashinfer_that_cannot_be_imported(monkeypatch):
+    """The caps read the installed version only; a package whose import fails (a missing hard dependency) is not
+    picked by auto, which falls through to the next backend with the import error in its reason."""
+    import sys
+
+    from megatron_mxfp8_moe.kernels import flashinfer_compat
+
+    monkeypatch.undo()  # the real probe (the autouse fixture replaced it)
+    flashinfer_compat.flashinfer_import_problem.cache_clear()
+    monkeypatch.setitem(sys.modules, "flashinfer", None)  # import flashinfer -> ImportError
+    try:
+        backend, reason = select_backend("auto", B200)
+        assert backend is Backend.REFERENCE  # triton does not run on SM100 either
+        assert "import flashinfer` fails" in reason
+    finally:
+        flashinfer_compat.flashinfer_import_problem.cache_clear()
+
+
+def test_detect_caps_finds_triton_under_the_pytorch_nightly_distribution_name(monkeypatch):
+    """PyTorch nightlies ship the ``triton`` module as the ``pytorch-triton`` distribution."""
+    from megatron_mxfp8_moe.kernels import caps as caps_module
+
+    versions = {"pytorch-triton": "3.8.0+git1234", "flashinfer-python": None}
+    monkeypatch.setattr(caps_module, "_installed_version", lambda name: versions.get(name))
+    assert detect_caps("cpu").triton_version == "3.8.0+git1234"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from megatron_mxfp8_moe.errors import MXFP8InputError
-from megatron_mxfp8_moe.kernels import triton_launch, triton_policy, triton_tiles
+from megatron_mxfp8_moe.kernels import triton_launch, triton_moe, triton_policy, triton_tiles
 from megatron_mxfp8_moe.kernels.triton_moe import (
     TILES,
     TritonMoEConfig,
@@ -2069,3 +2069,46 @@ def test_ws_launch_grid(monkeypatch):
                                                                                         dict(PREFETCH=True))
     assert ws._kernel_grid("one", "persistent", 4, 3, device, False, True, False) == ("persistent", (12,),
                                                                                       dict(PREFETCH=False))
+
+
+def _at_byte_offset(tensor: torch.Tensor, offset: int) -> torch.Tensor:
+    """A contiguous copy of ``tensor`` whose first byte sits ``offset`` bytes past an allocation's start."""
+    raw = tensor.view(torch.uint8)
+    return torch.empty(raw.numel() + offset, dtype=torch.uint8)[offset:].view_as(raw).copy_(raw).view(tensor.dtype)
+
+
+def test_the_fallback_from_gluon_tiles_checks_its_own_word_reads(monkeypatch):
+    """Where the Gluon tile cannot run (here: no GPU) the Triton tile chosen instead is checked for its 32-bit word
+    reads too: squared ReLU at H 4096 falls back to an "sx4" tile, which must refuse fp8 rows 2 bytes off."""
+    launched = []
+    monkeypatch.setattr(triton_moe, "_launch", lambda cfg, *args: launched.append(cfg))
+    monkeypatch.setenv(triton_moe.GLUON_ENV, "1")
+    experts, hidden, inner, tokens, topk = 4, 4096, 128, 8, 2
+    fc1 = quantize_mxfp8(random_weights((experts, inner, hidden), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((experts, hidden, inner), scale=0.1), backend="reference")
+    odd_fc1 = MXFP8Tensor(_at_byte_offset(fc1.data, 2), fc1.scale_bytes())
+    x = torch.randn(tokens, hidden).to(torch.bfloat16)
+    probs, ids = torch.rand(tokens, topk), torch.randint(0, experts, (tokens, topk), dtype=torch.int32)
+    gluon_tile = triton_moe.choose_config(tokens, hidden, inner, gated=False, topk=topk, experts=experts)
+    assert any(tile.fc1_gluon or tile.fc2_gluon for tile in gluon_tile.launch_tiles)
+    with pytest.raises(MXFP8InputError, match="'sx4' tiles read weight rows as 32-bit words"):
+        triton_moe.triton_mxfp8_moe(x, probs, ids, odd_fc1, fc2, activation="squared_relu",
+                                    valid_tokens=torch.tensor([tokens], dtype=torch.int32))
+    assert launched == []
+    triton_moe.triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="squared_relu",
+                                valid_tokens=torch.tensor([tokens], dtype=torch.int32))  # aligned: launches
+    assert len(launched) == 1
+
+
+def test_gluon_tiles_need_16_byte_aligned_weight_stacks_for_tma():
+    """A stack 4 bytes off (fine for word reads) cannot back a TMA descriptor: the Gluon tile reports a problem
+    before any launch (the caller then runs the Triton tiles, or raises for an explicit config)."""
+    experts, hidden, inner = 4, 256, 256
+    fc1 = quantize_mxfp8(random_weights((experts, 2 * inner, hidden), scale=0.1), backend="reference")
+    fc2 = quantize_mxfp8(random_weights((experts, hidden, inner), scale=0.1), backend="reference")
+    cfg = triton_moe.choose_config(64, hidden, inner, gated=True, topk=8, experts=32, gluon=True)
+    assert cfg.fc2_gluon
+    off = MXFP8Tensor(_at_byte_offset(fc2.data, 4), fc2.scale_bytes())
+    problem = triton_moe._gluon_problem(cfg, fc1, off, torch.device("cuda"))  # checked before the device is
+    assert isinstance(problem, MXFP8InputError) and "16-byte aligned" in str(problem)
+    assert "16-byte" not in str(triton_moe._gluon_problem(cfg, fc1, fc2, torch.device("cpu")))
