@@ -2,7 +2,7 @@
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
 #   s55a     # session 52: on an H200 what s54b runs; elsewhere the GPU tests of quantize / refit / memory / layer CUDA
-#            # graphs (the review's changes to writes and refit validation) and the refit benchmark
+#            # graphs and some of the Triton MoE's (the review's changes) and the refit benchmark
 #   s54b     # session 51, later tries (ask for an H200): on an H200 only (other cards exit at once) the full benchmark,
 #            # the demo, copy ceilings, quantize and refit benchmarks (about 5 minutes)
 #   s54a     # session 51 (run 54 call 2): copy ceilings by method and the quantize benchmark; on an H200 then the full
@@ -65,10 +65,12 @@ case "${1:-}" in
       card_and_copy_ceilings; quantize_bench 60; refit_bench 100 --reps 20
     else
       echo "not an H200: $(cat $OUT/log.txt)"
-      timeout 330 python3 -m pytest -q -p no:cacheprovider tests/functional/test_quantize_gpu.py \
-        tests/functional/test_refit_gpu.py tests/functional/test_memory_gpu.py \
-        tests/functional/test_layer_cuda_graph_gpu.py > $OUT/gpu_tests.log 2>&1
-      echo "pytest rc=$?" >> $OUT/gpu_tests.log; tail -4 $OUT/gpu_tests.log
+      bg_pytest 330 $OUT/gpu_tests.log tests/functional/test_quantize_gpu.py tests/functional/test_refit_gpu.py \
+        tests/functional/test_memory_gpu.py tests/functional/test_layer_cuda_graph_gpu.py
+      bg_pytest 330 $OUT/moe_tests.log tests/functional/test_triton_moe_gpu.py -k "test_matches_float64_reference \
+        or test_cuda_graph_replay_with_new_routing_and_valid_tokens or test_gluon_defaults_and_the_env_switch \
+        or test_rejects_bad_shapes or test_fp32_out_and_row_prefix"
+      wait; tail -3 $OUT/gpu_tests.log; tail -3 $OUT/moe_tests.log
       refit_bench 150 --reps 20
     fi ;;
   s54b)
