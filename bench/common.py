@@ -107,26 +107,33 @@ def read_bandwidth_gbps(nbytes: int = 4 * 1024**3) -> float:
     return nbytes / (microseconds * 1e-6) / 1e9
 
 
-def environment() -> dict:
-    """GPU, versions and date for the report header."""
-    import triton
+def versions() -> dict:
+    """torch, Triton, Megatron-Core and Python versions and today's date (no GPU needed), for report headers."""
+    try:
+        import triton
 
+        triton_version = triton.__version__
+    except Exception:  # noqa: BLE001 - report whatever is there
+        triton_version = "not installed"
     try:
         import megatron.core
 
         megatron_version = megatron.core.__version__
     except Exception:  # noqa: BLE001 - report whatever is there
         megatron_version = "not installed"
-    properties = torch.cuda.get_device_properties(0)
     return {
-        "gpu": properties.name,
-        "sm": f"{properties.major}.{properties.minor}",
         "torch": torch.__version__,
-        "triton": triton.__version__,
+        "triton": triton_version,
         "megatron_core": megatron_version,
         "python": platform.python_version(),
         "date": datetime.date.today().isoformat(),
     }
+
+
+def environment() -> dict:
+    """GPU, versions and date for the report header."""
+    properties = torch.cuda.get_device_properties(0)
+    return {"gpu": properties.name, "sm": f"{properties.major}.{properties.minor}", **versions()}
 
 
 def write_outputs(out_dir: str, stem: str, payload: dict, markdown: str) -> None:

@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import graph_median_us  # noqa: E402
+from bench.common import graph_median_us, versions  # noqa: E402
 from megatron_mxfp8_moe.kernels.triton_moe import (  # noqa: E402
     TILES,
     TritonMoEConfig,
@@ -271,12 +271,11 @@ def main():
     if args.warm:
         warm_compile(args.shapes.split(","), [int(t) for t in args.tokens.split(",")], args.sweep, args.warm)
     device = torch.device("cuda")
-    import triton
     from megatron.core.inference.moe import ActivationType, mcore_fused_moe, vllm_fused_moe
 
     props = torch.cuda.get_device_properties(device)
     bandwidth = read_bandwidth(device)
-    env = dict(gpu=props.name, torch=torch.__version__, triton=triton.__version__, sms=props.multi_processor_count,
+    env = dict(gpu=props.name, **versions(), sms=props.multi_processor_count,
                read_bandwidth_GBps=bandwidth / 1e9, rotate=ROTATE, gluon_tiles=gluon_policy())
     print(env, flush=True)
     rows_out = []
@@ -382,7 +381,8 @@ def write_report(env, rows, out_dir):
         return f"{v:.1f}" if isinstance(v, (int, float)) and v is not None else "n/a"
 
     lines = [
-        f"GPU {env['gpu']}, torch {env['torch']}, Triton {env['triton']}; HBM read {env['read_bandwidth_GBps']:.0f} GB/s "
+        f"GPU {env['gpu']}, torch {env['torch']}, Triton {env['triton']}, Megatron-Core {env.get('megatron_core', 'n/a')} "
+        f"(its BF16 kernels), {env.get('date', 'date n/a')}; HBM read {env['read_bandwidth_GBps']:.0f} GB/s "
         f"(measured in this run). us per layer, CUDA-graph medians, {env['rotate']} routings rotated. Gluon tiles "
         f"(MEGATRON_MXFP8_MOE_GLUON): {env['gluon_tiles']}.",
         "",
