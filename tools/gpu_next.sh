@@ -65,13 +65,13 @@ case "${1:-}" in
       card_and_copy_ceilings; quantize_bench 60; refit_bench 100 --reps 20
     else
       echo "not an H200: $(cat $OUT/log.txt)"
-      bg_pytest 330 $OUT/gpu_tests.log tests/functional/test_quantize_gpu.py tests/functional/test_refit_gpu.py \
+      bg_pytest 300 $OUT/gpu_tests.log tests/functional/test_quantize_gpu.py tests/functional/test_refit_gpu.py \
         tests/functional/test_memory_gpu.py tests/functional/test_layer_cuda_graph_gpu.py
-      bg_pytest 330 $OUT/moe_tests.log tests/functional/test_triton_moe_gpu.py -k "test_matches_float64_reference \
+      bg_pytest 300 $OUT/moe_tests.log tests/functional/test_triton_moe_gpu.py -k "test_matches_float64_reference \
         or test_cuda_graph_replay_with_new_routing_and_valid_tokens or test_gluon_defaults_and_the_env_switch \
         or test_rejects_bad_shapes or test_fp32_out_and_row_prefix"
       wait; tail -3 $OUT/gpu_tests.log; tail -3 $OUT/moe_tests.log
-      refit_bench 150 --reps 20
+      refit_bench 120 --reps 20
     fi ;;
   s54b)
     # session 51, after call 2: on an H200 only (other cards exit at once) the full benchmark and the demo, then the
