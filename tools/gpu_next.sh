@@ -4,6 +4,7 @@
 #   s55a     # session 52: on an H200 what s54b runs; elsewhere the GPU tests of quantize / refit / memory / layer CUDA
 #            # graphs and some of the Triton MoE's (the review's changes) and the refit benchmark
 #   s55b     # session 52: the GPU tests of s55a alone, on any card (about 5 minutes)
+#   s55c     # session 52: fewer of those tests (refit, layer CUDA graphs, three Triton MoE functions), 150 s
 #   s54b     # session 51, later tries (ask for an H200): on an H200 only (other cards exit at once) the full benchmark,
 #            # the demo, copy ceilings, quantize and refit benchmarks (about 5 minutes)
 #   s54a     # session 51 (run 54 call 2): copy ceilings by method and the quantize benchmark; on an H200 then the full
@@ -83,6 +84,13 @@ case "${1:-}" in
       or test_cuda_graph_replay_with_new_routing_and_valid_tokens or test_gluon_defaults_and_the_env_switch \
       or test_rejects_bad_shapes or test_fp32_out_and_row_prefix"
     wait; cat $OUT/log.txt; tail -3 $OUT/gpu_tests.log; tail -3 $OUT/moe_tests.log ;;
+  s55c)
+    # session 52, the very last device minutes: fewer of s55b's tests, 150 s at most
+    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
+    bg_pytest 150 $OUT/gpu_tests.log tests/functional/test_refit_gpu.py tests/functional/test_layer_cuda_graph_gpu.py
+    bg_pytest 150 $OUT/moe_tests.log tests/functional/test_triton_moe_gpu.py -k "test_rejects_bad_shapes \
+      or test_fp32_out_and_row_prefix or test_cuda_graph_replay_with_new_routing_and_valid_tokens"
+    wait; cat $OUT/log.txt; tail -3 $OUT/gpu_tests.log; tail -3 $OUT/moe_tests.log ;;
   s54b)
     # session 51, after call 2: on an H200 only (other cards exit at once) the full benchmark and the demo, then the
     # copy ceilings, the quantize and the refit benchmarks
@@ -144,5 +152,5 @@ case "${1:-}" in
     timeout 60 python3 bench/bounded_rows.py --out $OUT > $OUT/bounded.log 2>&1
     echo "bounded rc=$?" >> $OUT/bounded.log
     tail -3 $OUT/gpu_tests.log; tail -2 $OUT/refit.log; tail -3 $OUT/bounded.log; cat $OUT/refit.md ;;
-  *) echo "usage: bash tools/gpu_next.sh s55a|s55b|s54b|s54a|s53b|s53a|s49a|final|refit" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh s55a|s55b|s55c|s54b|s54a|s53b|s53a|s49a|final|refit" >&2; exit 2 ;;
 esac
