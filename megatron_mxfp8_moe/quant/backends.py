@@ -6,12 +6,7 @@ from typing import Optional
 import torch
 
 from ..errors import BackendUnavailableError
-from .flashinfer import (
-    FLASHINFER_SOURCE_DTYPES,
-    flashinfer_quantizer_support,
-    flashinfer_source_dtype_problem,
-    quantize_into_flashinfer,
-)
+from .flashinfer import flashinfer_quantizer_support, flashinfer_source_dtype_problem, quantize_into_flashinfer
 from .reference import quantize_into_reference
 from .triton import quantize_into_triton, triton_quantizer_support
 
@@ -58,9 +53,7 @@ _QUANTIZE_INTO = {
 def source_dtype_problem(backend: QuantBackend, dtype: torch.dtype) -> Optional[str]:
     """Why ``backend`` cannot quantize a ``dtype`` source that passed ``check_quantizable`` (bf16 / fp16 / fp32), or
     None: FlashInfer's quantizer takes no fp32."""
-    if backend is QuantBackend.FLASHINFER and dtype not in FLASHINFER_SOURCE_DTYPES:
-        return flashinfer_source_dtype_problem(dtype)
-    return None
+    return flashinfer_source_dtype_problem(dtype) if backend is QuantBackend.FLASHINFER else None
 
 
 def quantize_into(source: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, backend: QuantBackend) -> None:

@@ -1,5 +1,7 @@
 """FlashInfer's MXFP8 quantizer (``flashinfer.mxfp8_quantize``, 128x4 swizzled scales), where installed."""
 
+from typing import Optional
+
 import torch
 
 from ..errors import BackendUnavailableError, MXFP8InputError
@@ -20,9 +22,11 @@ def flashinfer_quantizer_support(device: torch.device) -> tuple[bool, str]:
     return True, "ok"
 
 
-def flashinfer_source_dtype_problem(dtype: torch.dtype) -> str:
+def flashinfer_source_dtype_problem(dtype: torch.dtype) -> Optional[str]:
     """Why a ``dtype`` source cannot go to FlashInfer's quantizer (its "cuda" kernel takes no fp32, and a cast
-    would change the bytes)."""
+    would change the bytes), or None for bf16 / fp16."""
+    if dtype in FLASHINFER_SOURCE_DTYPES:
+        return None
     return f"the flashinfer quantizer takes bf16/fp16 sources, got {dtype}; use the triton or reference quantizer"
 
 
@@ -33,8 +37,9 @@ def quantize_into_flashinfer(source: torch.Tensor, data: torch.Tensor, scale: to
         raise BackendUnavailableError(reason)
     import flashinfer
 
-    if source.dtype not in FLASHINFER_SOURCE_DTYPES:
-        raise MXFP8InputError(f"source: {flashinfer_source_dtype_problem(source.dtype)}")
+    problem = flashinfer_source_dtype_problem(source.dtype)
+    if problem:
+        raise MXFP8InputError(f"source: {problem}")
     stacked_source = source.to(device=data.device)
     stacked_source = stacked_source if source.dim() == 3 else stacked_source.unsqueeze(0)
     stacked_data = data if data.dim() == 3 else data.unsqueeze(0)

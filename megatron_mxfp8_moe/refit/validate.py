@@ -919,8 +919,8 @@ class _PlanBuilder:
                 self.copy_flags.append((len(self.writes), hit.target.mxfp8_nan_flags(source)))
         if kind == QUANTIZE and hit.device not in validator._checked_backends:
             validator._check_backend(name, hit.device)
-        if kind == QUANTIZE and validator._flashinfer and source.dtype not in FLASHINFER_SOURCE_DTYPES:
-            raise refit_error(name, flashinfer_source_dtype_problem(source.dtype))
+        if kind == QUANTIZE and validator._flashinfer and (problem := flashinfer_source_dtype_problem(source.dtype)):
+            raise refit_error(name, problem)
         if hit.whole:
             claimed_here.update(dict.fromkeys(hit.keys, name))
         else:
