@@ -384,8 +384,8 @@ def write_report(env, rows, out_dir):
         return f"{v:.1f}" if isinstance(v, (int, float)) and v is not None else "n/a"
 
     lines = [
-        f"GPU {env['gpu']}, torch {env['torch']}, Triton {env['triton']}, Megatron-Core {env.get('megatron_core', 'n/a')} "
-        f"(its BF16 kernels), {env.get('date', 'date n/a')}; HBM read {env['read_bandwidth_GBps']:.0f} GB/s "
+        f"GPU {env['gpu']}, torch {env['torch']}, Triton {env['triton']}, Megatron-Core {env['megatron_core']} "
+        f"(its BF16 kernels), {env['date']}; HBM read {env['read_bandwidth_GBps']:.0f} GB/s "
         f"(measured in this run). us per layer, CUDA-graph medians, {env['rotate']} routings rotated. Gluon tiles "
         f"(MEGATRON_MXFP8_MOE_GLUON): {env['gluon_tiles']}.",
         "",

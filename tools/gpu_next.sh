@@ -4,7 +4,6 @@
 #   s55a     # session 52: on an H200 what s54b runs; elsewhere the GPU tests of quantize / refit / memory / layer CUDA
 #            # graphs and some of the Triton MoE's (the review's changes) and the refit benchmark
 #   s55b     # session 52: the GPU tests of s55a alone, on any card (about 5 minutes)
-#   s55c     # session 52: fewer of those tests (refit, layer CUDA graphs, three Triton MoE functions), 150 s
 #   s54b     # session 51, later tries (ask for an H200): on an H200 only (other cards exit at once) the full benchmark,
 #            # the demo, copy ceilings, quantize and refit benchmarks (about 5 minutes)
 #   s54a     # session 51 (run 54 call 2): copy ceilings by method and the quantize benchmark; on an H200 then the full
@@ -54,6 +53,16 @@ card_and_copy_ceilings() {
   timeout 90 python3 bench/copy_bandwidth.py --out $OUT > $OUT/copy.log 2>&1; echo "copy rc=$?" >> $OUT/copy.log
   grep "^| \|rc=" $OUT/copy_bandwidth.md $OUT/copy.log
 }
+# review_gpu_tests SECONDS: the GPU tests of session 52's changes (quantize / refit / memory / layer CUDA graphs, and
+# five Triton MoE test functions), two pytest processes side by side; logs gpu_tests.log / moe_tests.log, tails printed
+review_gpu_tests() {
+  bg_pytest "$1" $OUT/gpu_tests.log tests/functional/test_quantize_gpu.py tests/functional/test_refit_gpu.py \
+    tests/functional/test_memory_gpu.py tests/functional/test_layer_cuda_graph_gpu.py
+  bg_pytest "$1" $OUT/moe_tests.log tests/functional/test_triton_moe_gpu.py -k "test_matches_float64_reference \
+    or test_cuda_graph_replay_with_new_routing_and_valid_tokens or test_gluon_defaults_and_the_env_switch \
+    or test_rejects_bad_shapes or test_fp32_out_and_row_prefix"
+  wait; tail -3 $OUT/gpu_tests.log; tail -3 $OUT/moe_tests.log
+}
 # quantize_bench SECONDS: bench/quantize.py into $OUT (log quantize.log), its table printed
 quantize_bench() {
   timeout "$1" python3 bench/quantize.py --out $OUT > $OUT/quantize.log 2>&1; echo "quantize rc=$?" >> $OUT/quantize.log
@@ -67,30 +76,12 @@ case "${1:-}" in
       card_and_copy_ceilings; quantize_bench 60; refit_bench 100 --reps 20
     else
       echo "not an H200: $(cat $OUT/log.txt)"
-      bg_pytest 300 $OUT/gpu_tests.log tests/functional/test_quantize_gpu.py tests/functional/test_refit_gpu.py \
-        tests/functional/test_memory_gpu.py tests/functional/test_layer_cuda_graph_gpu.py
-      bg_pytest 300 $OUT/moe_tests.log tests/functional/test_triton_moe_gpu.py -k "test_matches_float64_reference \
-        or test_cuda_graph_replay_with_new_routing_and_valid_tokens or test_gluon_defaults_and_the_env_switch \
-        or test_rejects_bad_shapes or test_fp32_out_and_row_prefix"
-      wait; tail -3 $OUT/gpu_tests.log; tail -3 $OUT/moe_tests.log
-      refit_bench 120 --reps 20
+      review_gpu_tests 300; refit_bench 120 --reps 20
     fi ;;
   s55b)
     # session 52, the last device minutes: the GPU tests of s55a alone (any card), no benchmark
-    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
-    bg_pytest 270 $OUT/gpu_tests.log tests/functional/test_quantize_gpu.py tests/functional/test_refit_gpu.py \
-      tests/functional/test_memory_gpu.py tests/functional/test_layer_cuda_graph_gpu.py
-    bg_pytest 270 $OUT/moe_tests.log tests/functional/test_triton_moe_gpu.py -k "test_matches_float64_reference \
-      or test_cuda_graph_replay_with_new_routing_and_valid_tokens or test_gluon_defaults_and_the_env_switch \
-      or test_rejects_bad_shapes or test_fp32_out_and_row_prefix"
-    wait; cat $OUT/log.txt; tail -3 $OUT/gpu_tests.log; tail -3 $OUT/moe_tests.log ;;
-  s55c)
-    # session 52, the very last device minutes: fewer of s55b's tests, 150 s at most
-    nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
-    bg_pytest 150 $OUT/gpu_tests.log tests/functional/test_refit_gpu.py tests/functional/test_layer_cuda_graph_gpu.py
-    bg_pytest 150 $OUT/moe_tests.log tests/functional/test_triton_moe_gpu.py -k "test_rejects_bad_shapes \
-      or test_fp32_out_and_row_prefix or test_cuda_graph_replay_with_new_routing_and_valid_tokens"
-    wait; cat $OUT/log.txt; tail -3 $OUT/gpu_tests.log; tail -3 $OUT/moe_tests.log ;;
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/log.txt
+    review_gpu_tests 270 ;;
   s54b)
     # session 51, after call 2: on an H200 only (other cards exit at once) the full benchmark and the demo, then the
     # copy ceilings, the quantize and the refit benchmarks
@@ -152,5 +143,5 @@ case "${1:-}" in
     timeout 60 python3 bench/bounded_rows.py --out $OUT > $OUT/bounded.log 2>&1
     echo "bounded rc=$?" >> $OUT/bounded.log
     tail -3 $OUT/gpu_tests.log; tail -2 $OUT/refit.log; tail -3 $OUT/bounded.log; cat $OUT/refit.md ;;
-  *) echo "usage: bash tools/gpu_next.sh s55a|s55b|s55c|s54b|s54a|s53b|s53a|s49a|final|refit" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh s55a|s55b|s54b|s54a|s53b|s53a|s49a|final|refit" >&2; exit 2 ;;
 esac
