@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
+#   s56a     # session 53: the card's clocks / power; the 235b rows at 64 / 256 tokens again (H200: run 56 call 1's
+#            # 256-token squared-ReLU row 12% slower than run 49's, same tile); that tile's kernels profiled; then the
+#            # GPU tests of s55b; everything under $OUT in one archive (the 8-file limit)
 #   s55a     # session 52: on an H200 what s54b runs; elsewhere the GPU tests of quantize / refit / memory / layer CUDA
 #            # graphs and some of the Triton MoE's (the review's changes) and the refit benchmark
 #   s55b     # session 52: the GPU tests of s55a alone, on any card (about 5 minutes)
@@ -69,6 +72,15 @@ quantize_bench() {
   grep "^| \|rc=\|Device copy" $OUT/quantize.log | cut -c1-400
 }
 case "${1:-}" in
+  s56a)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
+    moe_bench 150 --shapes qwen3-235b-a22b --tokens 64,256
+    timeout 90 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu \
+      --configs m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt --profile > $OUT/profile.log 2>&1
+    echo "profile rc=$?" >> $OUT/profile.log; grep -v "Warning\|warn" $OUT/profile.log | tail -12
+    nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> $OUT/log.txt
+    review_gpu_tests 240
+    (cd $OUT && tar czf run.tgz --remove-files log.txt moe_bench.log moe profile.log gpu_tests.log moe_tests.log) ;;
   s55a)
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     if grep -q H200 $OUT/log.txt; then
@@ -143,5 +155,5 @@ case "${1:-}" in
     timeout 60 python3 bench/bounded_rows.py --out $OUT > $OUT/bounded.log 2>&1
     echo "bounded rc=$?" >> $OUT/bounded.log
     tail -3 $OUT/gpu_tests.log; tail -2 $OUT/refit.log; tail -3 $OUT/bounded.log; cat $OUT/refit.md ;;
-  *) echo "usage: bash tools/gpu_next.sh s55a|s55b|s54b|s54a|s53b|s53a|s49a|final|refit" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh s56a|s55a|s55b|s54b|s54a|s53b|s53a|s49a|final|refit" >&2; exit 2 ;;
 esac
