@@ -10,6 +10,25 @@ import torch
 
 def graph_median_us(fn, iters: int = 100, warmup: int = 3) -> float:
     """Median time in microseconds of ``fn`` captured once in a CUDA graph and replayed ``iters`` times."""
+    return graph_medians_interleaved({"fn": fn}, iters, warmup)["fn"]
+
+
+def graph_medians_interleaved(fns: dict, iters: int = 100, warmup: int = 3) -> dict:
+    """Median time in microseconds of each ``fns[name]``, each captured once in a CUDA graph; the graphs are then
+    replayed in rounds, one replay of each per round, the order rotated by one each round (so no variant always
+    runs first, or always after the same other one, and a drift of the card's clocks or temperature over the
+    measurement lands on every variant alike). ``{name: us}``."""
+    graphs = {name: _captured(fn, warmup) for name, fn in fns.items()}
+    names = list(graphs)
+    times = {name: [] for name in names}
+    for i in range(iters):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            times[name].append(_replay_us(graphs[name]))
+    return {name: sorted(values)[len(values) // 2] for name, values in times.items()}
+
+
+def _captured(fn, warmup: int):
+    """``fn`` run ``warmup`` times on a side stream, then captured in a CUDA graph, replayed 3 times; the graph."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -22,16 +41,17 @@ def graph_median_us(fn, iters: int = 100, warmup: int = 3) -> float:
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+    return graph
+
+
+def _replay_us(graph) -> float:
+    """Microseconds of one replay of ``graph`` (CUDA events around it, waited for)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3
 
 
 def time_variants(runs, check, result: dict) -> None:

@@ -6,8 +6,10 @@ Side by side in one run, same routing: ours with gated SwiGLU (the real Qwen3 la
 ReLU outputs must agree). HBM read bandwidth is measured in the same run (a large reduction). Roofline = bytes
 of the touched experts' weights (+ scales for MXFP8) / read bandwidth.
 
-Timing: each graph holds ``ROTATE`` calls over different routings (so small batches do not run from L2),
-replayed 100 times; the median replay / ROTATE is reported (us per layer). ``--sweep`` also times several tile
+Timing: each graph holds ``ROTATE`` calls over different routings (so small batches do not run from L2); the
+graphs of one token count (ours, vllm, mcore) are replayed 100 times each, interleaved round by round in a rotating
+order (since session 53; before, each was timed in turn: ours first, then vllm, then mcore); the median replay /
+ROTATE is reported (us per layer). ``--sweep`` also times several tile
 configurations per token count and reports the best (the default ``choose_config`` is always timed).
 
 Writes ``moe_layer.md``, ``moe_layer.json`` and ``moe_layer.png`` into ``$OUT`` (or ``--out``).
@@ -25,7 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import graph_median_us, versions  # noqa: E402
+from bench.common import graph_median_us, graph_medians_interleaved, versions  # noqa: E402
 from megatron_mxfp8_moe.kernels.triton_moe import (  # noqa: E402
     TILES,
     TritonMoEConfig,
@@ -324,13 +326,19 @@ def main():
             t0 = time.time()
             default_sw = choose_config(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
             default_sq = choose_config(tokens, hidden, 2 * inter, gated=False, topk=topk, experts=experts)
-            row["swiglu_default_us"] = graph_median_us(ours("swiglu", default_sw, hw["fc1_sw"], hw["fc2_sw"])) / ROTATE
-            row["sqrelu_default_us"] = graph_median_us(ours("squared_relu", default_sq, hw["fc1_sq"], hw["fc2_sq"])) / ROTATE
-            row["swiglu_default_config"], row["sqrelu_default_config"] = repr(default_sw), repr(default_sq)
             v3_sw = choose_config_v3(tokens, hidden, inter, gated=True, topk=topk, experts=experts)
             v3_sq = choose_config_v3(tokens, hidden, 2 * inter, gated=False, topk=topk, experts=experts)
-            row["swiglu_v3_default_us"] = graph_median_us(ours("swiglu", v3_sw, hw["fc1_sw"], hw["fc2_sw"])) / ROTATE
-            row["sqrelu_v3_default_us"] = graph_median_us(ours("squared_relu", v3_sq, hw["fc1_sq"], hw["fc2_sq"])) / ROTATE
+            row["swiglu_default_config"], row["sqrelu_default_config"] = repr(default_sw), repr(default_sq)
+            # ours and the BF16 baselines timed together, their replays interleaved (common.graph_medians_interleaved)
+            timed = graph_medians_interleaved({
+                "swiglu_default_us": ours("swiglu", default_sw, hw["fc1_sw"], hw["fc2_sw"]),
+                "sqrelu_default_us": ours("squared_relu", default_sq, hw["fc1_sq"], hw["fc2_sq"]),
+                "swiglu_v3_default_us": ours("swiglu", v3_sw, hw["fc1_sw"], hw["fc2_sw"]),
+                "sqrelu_v3_default_us": ours("squared_relu", v3_sq, hw["fc1_sq"], hw["fc2_sq"]),
+                "vllm_bf16_us": megatron(vllm_fused_moe),
+                "mcore_bf16_us": megatron(mcore_fused_moe),
+            })
+            row.update({name: us / ROTATE for name, us in timed.items()})
             # agreement with vllm on identical (dequantized) weights; the buffer is poisoned before each call, so an
             # output that one side did not write shows as NaN, not as a perfect match
             outs[0].fill_(float("nan"))
@@ -367,8 +375,6 @@ def main():
                     cfg = CANDIDATES[best]
                     sq_cfg = dataclasses.replace(cfg)
                     row["sqrelu_best_us"] = graph_median_us(ours("squared_relu", sq_cfg, hw["fc1_sq"], hw["fc2_sq"])) / ROTATE
-            row["vllm_bf16_us"] = graph_median_us(megatron(vllm_fused_moe)) / ROTATE
-            row["mcore_bf16_us"] = graph_median_us(megatron(mcore_fused_moe)) / ROTATE
             row["seconds"] = time.time() - t0
             print(json.dumps(row), flush=True)
             rows_out.append(row)
@@ -386,8 +392,8 @@ def write_report(env, rows, out_dir):
     lines = [
         f"GPU {env['gpu']}, torch {env['torch']}, Triton {env['triton']}, Megatron-Core {env['megatron_core']} "
         f"(its BF16 kernels), {env['date']}; HBM read {env['read_bandwidth_GBps']:.0f} GB/s "
-        f"(measured in this run). us per layer, CUDA-graph medians, {env['rotate']} routings rotated. Gluon tiles "
-        f"(MEGATRON_MXFP8_MOE_GLUON): {env['gluon_tiles']}.",
+        f"(measured in this run). us per layer, CUDA-graph medians, {env['rotate']} routings rotated, the variants' "
+        f"replays interleaved. Gluon tiles (MEGATRON_MXFP8_MOE_GLUON): {env['gluon_tiles']}.",
         "",
         "| shape | T | touched | vllm BF16 | mcore BF16 | MXFP8 SwiGLU (default) | x vllm | roofline SwiGLU | % roof | "
         "v3 default SwiGLU | best of sweep | MXFP8 sq-ReLU (default) | x vllm | roofline sq-ReLU | % roof | "
