@@ -3,7 +3,7 @@
 #   OUT=$OUT bash tools/gpu_next.sh MODE
 #   s56a     # session 53: the card's clocks / power; the 235b rows at 64 / 256 tokens again (H200: run 56 call 1's
 #            # 256-token squared-ReLU row 12% slower than run 49's, same tile); that tile's kernels profiled; then the
-#            # GPU tests of s55b; everything under $OUT in one archive (the 8-file limit)
+#            # GPU tests of s55b first (eight files under $OUT, the limit)
 #   s55a     # session 52: on an H200 what s54b runs; elsewhere the GPU tests of quantize / refit / memory / layer CUDA
 #            # graphs and some of the Triton MoE's (the review's changes) and the refit benchmark
 #   s55b     # session 52: the GPU tests of s55a alone, on any card (about 5 minutes)
@@ -74,13 +74,12 @@ quantize_bench() {
 case "${1:-}" in
   s56a)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
-    moe_bench 130 --shapes qwen3-235b-a22b --tokens 64,256
-    timeout 70 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu \
-      --configs m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt --profile > $OUT/profile.log 2>&1
-    echo "profile rc=$?" >> $OUT/profile.log; grep -v "Warning\|warn" $OUT/profile.log | tail -12
+    review_gpu_tests 170
+    moe_bench 110 --shapes qwen3-235b-a22b --tokens 64,256
     nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> $OUT/log.txt
-    review_gpu_tests 200
-    (cd $OUT && tar czf run.tgz --remove-files log.txt moe_bench.log moe profile.log gpu_tests.log moe_tests.log) ;;
+    timeout 60 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu \
+      --configs m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt --profile > $OUT/profile.log 2>&1
+    echo "profile rc=$?" >> $OUT/profile.log; grep -v "Warning\|warn" $OUT/profile.log | tail -12 ;;
   s55a)
     nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/log.txt
     if grep -q H200 $OUT/log.txt; then
