@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
-#   s56a     # session 53: the card's clocks / power; the 235b rows at 64 / 256 tokens again (H200: run 56 call 1's
-#            # 256-token squared-ReLU row 12% slower than run 49's, same tile); that tile's kernels profiled; then the
-#            # GPU tests of s55b first (eight files under $OUT, the limit)
+#   s56a     # session 53: the card's clocks / power; the GPU tests of s55b; the 235b rows at 64 / 256 tokens again
+#            # (H200: run 56 call 1's 256-token squared-ReLU row 12% slower than run 49's, same tile); that tile's
+#            # kernels profiled (eight files under $OUT, the limit)
 #   s55a     # session 52: on an H200 what s54b runs; elsewhere the GPU tests of quantize / refit / memory / layer CUDA
 #            # graphs and some of the Triton MoE's (the review's changes) and the refit benchmark
 #   s55b     # session 52: the GPU tests of s55a alone, on any card (about 5 minutes)
