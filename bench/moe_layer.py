@@ -278,7 +278,8 @@ def main():
     props = torch.cuda.get_device_properties(device)
     bandwidth = read_bandwidth(device)
     env = dict(gpu=props.name, **versions(), sms=props.multi_processor_count,
-               read_bandwidth_GBps=bandwidth / 1e9, rotate=ROTATE, gluon_tiles=gluon_policy())
+               read_bandwidth_GBps=bandwidth / 1e9, rotate=ROTATE, gluon_tiles=gluon_policy(),
+               timing="the variants' replays interleaved")
     print(env, flush=True)
     rows_out = []
     for shape_name in args.shapes.split(","):
@@ -392,8 +393,8 @@ def write_report(env, rows, out_dir):
     lines = [
         f"GPU {env['gpu']}, torch {env['torch']}, Triton {env['triton']}, Megatron-Core {env['megatron_core']} "
         f"(its BF16 kernels), {env['date']}; HBM read {env['read_bandwidth_GBps']:.0f} GB/s "
-        f"(measured in this run). us per layer, CUDA-graph medians, {env['rotate']} routings rotated, the variants' "
-        f"replays interleaved. Gluon tiles (MEGATRON_MXFP8_MOE_GLUON): {env['gluon_tiles']}.",
+        f"(measured in this run). us per layer, CUDA-graph medians, {env['rotate']} routings rotated, "
+        f"{env.get('timing', 'each variant timed in turn')}. Gluon tiles (MEGATRON_MXFP8_MOE_GLUON): {env['gluon_tiles']}.",
         "",
         "| shape | T | touched | vllm BF16 | mcore BF16 | MXFP8 SwiGLU (default) | x vllm | roofline SwiGLU | % roof | "
         "v3 default SwiGLU | best of sweep | MXFP8 sq-ReLU (default) | x vllm | roofline sq-ReLU | % roof | "
