@@ -4,6 +4,7 @@
 #   s56a     # session 53: the card's clocks / power; the GPU tests of s55b; the 235b rows at 64 / 256 tokens again
 #            # (H200: run 56 call 1's 256-token squared-ReLU row 12% slower than run 49's, same tile); that tile's
 #            # kernels profiled (eight files under $OUT, the limit)
+#   s56b [S] # session 53: the GPU tests of s55b alone, S seconds (150)
 #   s55a     # session 52: on an H200 what s54b runs; elsewhere the GPU tests of quantize / refit / memory / layer CUDA
 #            # graphs and some of the Triton MoE's (the review's changes) and the refit benchmark
 #   s55b     # session 52: the GPU tests of s55a alone, on any card (about 5 minutes)
@@ -72,6 +73,10 @@ quantize_bench() {
   grep "^| \|rc=\|Device copy" $OUT/quantize.log | cut -c1-400
 }
 case "${1:-}" in
+  s56b)
+    # session 53, the last device minutes: the GPU tests of s55b alone, shorter
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/log.txt
+    review_gpu_tests "${2:-150}" ;;
   s56a)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
     review_gpu_tests 170
@@ -154,5 +159,5 @@ case "${1:-}" in
     timeout 60 python3 bench/bounded_rows.py --out $OUT > $OUT/bounded.log 2>&1
     echo "bounded rc=$?" >> $OUT/bounded.log
     tail -3 $OUT/gpu_tests.log; tail -2 $OUT/refit.log; tail -3 $OUT/bounded.log; cat $OUT/refit.md ;;
-  *) echo "usage: bash tools/gpu_next.sh s56a|s55a|s55b|s54b|s54a|s53b|s53a|s49a|final|refit" >&2; exit 2 ;;
+  *) echo "usage: bash tools/gpu_next.sh s56b|s56a|s55a|s55b|s54b|s54a|s53b|s53a|s49a|final|refit" >&2; exit 2 ;;
 esac
