@@ -3,8 +3,11 @@
 spec:  partial(MoELayer, submodules=MoESubmodules(router=InferenceTopKRouter, experts=partial(MXFP8Experts, ...)))
 swap:  every MoELayer in a model: BF16/MXFP8 experts -> quantize/copy -> MXFP8Experts (same EP placement)
 
-The router is set to ``InferenceTopKRouter`` explicitly: 0.19.2's GPT inference spec path leaves the training
-``TopKRouter`` in place, whose dense ``[T, E]`` routing map the inference experts cannot use.
+The router is chosen by the config when the layer is built (``router_for_config``): ``InferenceTopKRouter`` for
+``transformer_impl="inference_optimized"`` (0.19.2's GPT inference spec path leaves the training ``TopKRouter`` in
+place, whose dense ``[T, E]`` routing map the inference dispatchers cannot use), the training ``TopKRouter`` otherwise
+(under Megatron's engines ``InferenceTopKRouter`` returns ``[T, topk]`` ids, which the standard dispatchers take for
+a ``[T, E]`` mask).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Optional
 
 import torch
 from megatron.core.transformer.moe.moe_layer import MoELayer, MoESubmodules
-from megatron.core.transformer.moe.router import InferenceTopKRouter
+from megatron.core.transformer.moe.router import InferenceTopKRouter, TopKRouter
 
 from ..errors import MXFP8InputError
 from .experts import MXFP8Experts
@@ -59,12 +62,21 @@ def _inference_shared_experts():
     return _shared_experts_unavailable(missing) if missing else builder
 
 
+def router_for_config(*, config, **kwargs):
+    """The router ``MoELayer`` builds: ``InferenceTopKRouter(config=config, ...)`` where ``config.transformer_impl`` is
+    ``"inference_optimized"`` (the inference dispatchers take its ``[T, topk]`` ids), else ``TopKRouter`` (the
+    standard dispatchers need its dense ``[T, E]`` map; ``InferenceTopKRouter`` gives ``[T, topk]`` ids whenever
+    Megatron's ``InferenceMode`` is active, as its engines make it)."""
+    router = InferenceTopKRouter if getattr(config, "transformer_impl", None) == "inference_optimized" else TopKRouter
+    return router(config=config, **kwargs)
+
+
 def get_mxfp8_moe_layer_spec(
     *,
     backend: str = "auto",
     token_capacity: Optional[int] = None,
     shared_experts=_DEFAULT,
-    router=InferenceTopKRouter,
+    router=router_for_config,
     **experts_kwargs,
 ):
     """An MoE layer builder (the ``mlp`` entry of a layer spec) with MXFP8 routed experts.
@@ -72,6 +84,8 @@ def get_mxfp8_moe_layer_spec(
     ``shared_experts``: a shared-experts builder; by default the one of Megatron's inference-optimized spec
     (only instantiated when ``config.moe_shared_expert_intermediate_size`` is set; without Transformer Engine a
     builder that raises MXFP8InputError, since that spec then holds mock linear layers); None for none.
+    ``router``: the router builder (by default ``router_for_config``: ``InferenceTopKRouter`` for
+    ``transformer_impl="inference_optimized"``, else ``TopKRouter``).
     ``experts_kwargs``: further keyword arguments of ``MXFP8Experts`` (e.g. ``release_canonical``).
     Returns ``partial(MoELayer, submodules=MoESubmodules(router=..., experts=partial(MXFP8Experts, ...)))``.
     """
@@ -119,4 +133,4 @@ def swap_experts_to_mxfp8_(model: torch.nn.Module, *, backend: str = "auto", tok
     return swapped
 
 
-__all__ = ["get_mxfp8_moe_layer_spec", "swap_experts_to_mxfp8_"]
+__all__ = ["get_mxfp8_moe_layer_spec", "router_for_config", "swap_experts_to_mxfp8_"]

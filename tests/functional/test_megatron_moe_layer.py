@@ -226,6 +226,27 @@ def test_spec_builds_initialized_layer_and_refit_reaches_it(cpu_megatron):
     assert relative_error(before, after) > 0.1  # the new weights are in use
 
 
+def test_spec_router_follows_transformer_impl_and_standard_path_runs_under_inference_mode(cpu_megatron):
+    """Megatron's engines make ``InferenceMode`` active, where ``InferenceTopKRouter`` returns ``[T, topk]`` ids: the
+    standard dispatchers (any ``transformer_impl`` but "inference_optimized") need the training router's dense map, so
+    the spec builds ``TopKRouter`` there. Before, this layer raised inside Megatron's dispatcher under InferenceMode."""
+    config = _config(True)  # transformer_impl="local": the standard (allgather) dispatcher, SwiGLU
+    layer = get_mxfp8_moe_layer_spec(backend="reference", shared_experts=None)(config=config, pg_collection=cpu_megatron).eval()
+    assert type(layer.router) is TopKRouter
+    x = torch.randn(6, 1, H, dtype=torch.bfloat16)
+    with torch.no_grad():
+        eager, _ = layer(x)
+        with InferenceMode.active():
+            engine, _ = layer(x)
+    probs, ids = _route(x, layer.router.weight)
+    oracle = _oracle(x.view(-1, H), ids, probs, layer.experts, "swiglu")
+    assert relative_error(engine.view(-1, H), oracle) <= LAYER_BOUND
+    assert torch.equal(engine, eager)
+    optimized = get_mxfp8_moe_layer_spec(backend="reference", shared_experts=None)(
+        config=_config(False), pg_collection=cpu_megatron)
+    assert type(optimized.router) is InferenceTopKRouter
+
+
 def test_an_activation_override_is_refused_where_shared_experts_would_keep_the_config_one(cpu_megatron):
     """Shared experts are built from the config, so an override that differs from it would leave them on the
     placeholder activation (squared ReLU here) beside SwiGLU routed experts: refused, naming the way out."""
