@@ -245,8 +245,11 @@ class MXFP8ExpertLayer(torch.nn.Module):
         out: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Permuted contract: ``x [R, H]`` grouped by local expert (``tokens_per_expert [E]`` rows each, in
-        order), ``probs [R]`` (or ``[R, 1]``). Returns ``[R, H]`` in ``x.dtype``, or ``out[:R]`` when ``out``
-        (``[>= R, H]``, e.g. the flex dispatcher's persistent zero-copy buffer) is given; rows past R untouched."""
+        order), ``probs [R]`` (or ``[R, 1]``). Rows past ``sum(tokens_per_expert)`` are padding (the flex dispatcher's
+        static-shape / zero-copy mode hands its whole ``[recv_capacity, H]`` buffer): they belong to no expert and
+        come out as zeros. Returns ``[R, H]`` in ``x.dtype``, or ``out[:R]`` when ``out`` (``[>= R, H]``, e.g. that
+        dispatcher's persistent buffer) is given; rows past R untouched. A CPU ``tokens_per_expert`` that sums to
+        more than R raises; a device one is not read on the host (its rows past R are not computed)."""
         experts = self.num_local_experts
         if not isinstance(tokens_per_expert, torch.Tensor) or tuple(tokens_per_expert.shape) != (experts,):
             shape = tuple(tokens_per_expert.shape) if isinstance(tokens_per_expert, torch.Tensor) else type(tokens_per_expert).__name__
@@ -258,14 +261,14 @@ class MXFP8ExpertLayer(torch.nn.Module):
             raise MXFP8InputError(f"probs: expected [{total}] (one weight per permuted row), got {tuple(probs.shape)}")
         if out is not None and (out.dim() != 2 or out.shape[0] < total or out.shape[1] != x.shape[1]):
             raise MXFP8InputError(f"out: expected a buffer [>= {total}, {x.shape[1]}], got {tuple(out.shape)}")
-        if tokens_per_expert.device.type == "cpu" and int(tokens_per_expert.sum()) != total:
-            raise MXFP8InputError(
-                f"tokens_per_expert: sums to {int(tokens_per_expert.sum())}, but x has {total} rows"
-            )
-        local = torch.arange(experts, device=x.device)
-        ids = torch.repeat_interleave(local, tokens_per_expert.to(x.device), output_size=total)  # [R], no host sync
-        routing_map = (ids + self.local_expert_offset).unsqueeze(-1)  # [R, 1] global ids
-        # every permuted row belongs to a local expert: R pairs over the local experts (not the global count)
+        if tokens_per_expert.device.type == "cpu" and (int(tokens_per_expert.sum()) > total or (tokens_per_expert < 0).any()):
+            raise MXFP8InputError(f"tokens_per_expert: {tokens_per_expert.tolist()} sums to "
+                                  f"{int(tokens_per_expert.sum())} (counts must be >= 0 and sum to at most the {total} rows of x)")
+        # row r belongs to the first expert whose cumulative count exceeds r; rows past the sum get E (-> -1: none)
+        ends = torch.cumsum(tokens_per_expert.to(x.device, torch.int64), 0)  # no host sync
+        ids = torch.searchsorted(ends, torch.arange(total, device=x.device), right=True)  # [R] in [0, E]
+        routing_map = torch.where(ids < experts, ids + self.local_expert_offset, -1).unsqueeze(-1)  # [R, 1] global ids
+        # the permuted rows belong to local experts (or none): R pairs over the local experts (not the global count)
         result = self._run(x, probs.reshape(total, 1).to(torch.float32), routing_map, valid_tokens=None,
                            use_bounded_rows=False, out=None, route_experts=experts)
         if out is not None:

@@ -134,8 +134,29 @@ def test_permuted_contract(activation):
         expected[start:start + count] = probs[start:start + count, None].double() * (inner @ fc2[expert].T)
         start += count
     assert relative_error(out, expected) <= 1e-2  # bf16 output rounding (2**-8) dominates
-    with pytest.raises(MXFP8InputError, match="sums to"):
-        layer(x, torch.tensor([3, 0, 4, 1]), probs)
+    with pytest.raises(MXFP8InputError, match="sums to 10"):
+        layer(x, torch.tensor([3, 0, 4, 3]), probs)  # more rows than x has
+    with pytest.raises(MXFP8InputError, match="must be >= 0"):
+        layer(x, torch.tensor([3, 0, 7, -1]), probs)
+
+
+def test_permuted_rows_past_the_counts_are_padding():
+    """The flex dispatcher's static-shape (NCCL-EP zero-copy) mode hands its whole [recv_capacity, H] buffer with
+    tokens_per_expert summing to fewer rows: those rows belong to no expert and come out as zeros (Megatron's combine
+    ignores them), the others as for x cut to the counted rows."""
+    layer = _layer()
+    tokens_per_expert = torch.tensor([2, 0, 3, 0])
+    x = torch.randn(8, H, dtype=torch.bfloat16)
+    probs = torch.rand(8)
+    counted = layer(x[:5], tokens_per_expert, probs[:5])
+    padded = layer(x, tokens_per_expert, probs)
+    assert padded.shape == (8, H)
+    assert torch.equal(padded[:5], counted) and torch.equal(padded[5:], torch.zeros(3, H, dtype=torch.bfloat16))
+    buffer = torch.full((8, H), 7.0, dtype=torch.bfloat16)  # zero copy: x is the dispatcher's buffer itself
+    buffer.copy_(x)
+    assert layer(buffer, tokens_per_expert, probs, out=buffer).data_ptr() == buffer.data_ptr()
+    assert torch.equal(buffer, padded)
+    assert layer(x, torch.tensor([2, 0, 3, 3]), probs)[5:].float().abs().sum() > 0  # counted, those rows are computed
 
 
 def test_permuted_out_buffer_longer_than_x_gets_the_prefix():
