@@ -104,7 +104,10 @@ def test_full_rows_when_not_bounded_or_no_capacity():
     assert _layer(token_capacity=16).row_policy(9, True).rows == 9  # capacity above the buffer: min(C, T)
 
 
-def test_row_policy_logged_once(caplog):
+def test_row_policy_logged_once(caplog, monkeypatch):
+    from megatron_mxfp8_moe.routing import rows
+
+    monkeypatch.setattr(rows, "_LOGGED", set())  # what earlier tests logged does not count here
     layer = _layer(token_capacity=3)
     x, probs, ids = _inputs(5)
     with caplog.at_level(logging.INFO, logger="megatron_mxfp8_moe.routing.rows"):
@@ -112,7 +115,8 @@ def test_row_policy_logged_once(caplog):
             layer(x, None, probs, ids, use_bounded_rows=True)
             layer(x, None, probs, ids)
     messages = [r.getMessage() for r in caplog.records if "row policy" in r.getMessage()]
-    assert len(messages) <= 2 and len(set(messages)) == len(messages)
+    assert messages == ["MoE row policy bounded-decode: processing 3 of 5 rows (token capacity 3)",
+                        "MoE row policy full-rows: processing 5 of 5 rows (token capacity 3)"]
 
 
 @pytest.mark.parametrize("activation", ["swiglu", "squared_relu"])
@@ -133,7 +137,7 @@ def test_permuted_contract(activation):
         inner = apply_activation(rows @ fc1[expert].T, layer.activation)
         expected[start:start + count] = probs[start:start + count, None].double() * (inner @ fc2[expert].T)
         start += count
-    assert relative_error(out, expected) <= 1e-2  # bf16 output rounding (2**-8) dominates
+    assert relative_error(out, expected) <= 2**-8  # bf16 output rounding dominates (measured 1.5-2e-3)
     with pytest.raises(MXFP8InputError, match="sums to 10"):
         layer(x, torch.tensor([3, 0, 4, 3]), probs)  # more rows than x has
     with pytest.raises(MXFP8InputError, match="must be >= 0"):

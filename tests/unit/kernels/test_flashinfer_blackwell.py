@@ -82,6 +82,10 @@ def test_routed_kernel_valid_tokens_bounded_rows_and_writeback():
                                 use_bounded_rows=True, valid_tokens=valid)
     assert int(out[40:64].count_nonzero()) == 0  # invalid rows carry id -1
     assert bool(torch.isnan(out[64:]).all())  # beyond the bounded rows: untouched
+    data, scales = quantize_routed_mxfp8_input(x, routed1.padded_cols)
+    valid_reference = moe_reference(_dequantize(data, scales)[:, :H], fc1, fc2, probs, ids, "swiglu",
+                                    local_expert_offset=OFFSET, valid_tokens=40)
+    assert relative_error(out[:40], valid_reference[:40]) <= RELATIVE_BOUND  # the valid rows themselves
     expert_weight = fc1.expert(1)
     attach_routed_mxfp8_writeback(expert_weight, routed1, 1)
     pointer = routed1.data.data_ptr()
@@ -146,3 +150,4 @@ def test_layer_backends_match_the_reference_and_honour_valid_tokens(backend, act
     # The reference sees the unquantized bf16 input here, so the kernel's input MXFP8 quantization adds to its
     # fc1-output re-quantization: CPU emulation of both gave up to 7.6%, hence 1e-1 rather than RELATIVE_BOUND.
     assert relative_error(out[: TOKENS - 9], reference[: TOKENS - 9]) <= 1e-1
+    assert int(out[TOKENS - 9:].count_nonzero()) == 0  # rows at or past valid_tokens carry id -1: zeros, written

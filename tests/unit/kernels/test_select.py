@@ -126,7 +126,9 @@ def test_every_backend_has_a_name_and_a_class():
 
 
 def test_support_checks_are_pure_values():
-    assert ReferenceBackend.check_support(CPU) == Support(True, ReferenceBackend.check_support(CPU).reason)
+    support = ReferenceBackend.check_support(CPU)
+    assert isinstance(support, Support) and support.ok and support == ReferenceBackend.check_support(CPU)  # a value
+    assert isinstance(support.reason, str) and support.reason
     assert not TritonBackend.check_support(CPU).ok
     assert TritonBackend.check_support(H200).ok
     assert FlashInferRoutedBackend.check_support(B200).ok
