@@ -279,10 +279,15 @@ def test_detect_refit_writes_in_one_pass_and_reports_nan_after_writing(monkeypat
     assert scans == [] and [t.data_ptr() for stack in stacks for t in (stack.data, stack.scale)] == pointers
 
 
-def test_device_checked_refit_of_whole_stacks():
-    """``linear_fc1.weight`` = all experts [E, M, K] in one entry: one scan and one quantize launch per stack;
+def test_device_checked_refit_of_whole_stacks(monkeypatch):
+    """``linear_fc1.weight`` = all experts [E, M, K] in one entry: each stack scanned once on the device (spied);
     the bytes equal a fresh reference quantization, and a NaN anywhere leaves every byte as it was."""
+    import megatron_mxfp8_moe.quant.triton as triton_quant
     from megatron_mxfp8_moe import RefitError, quantize_mxfp8
+
+    scans, original = [], triton_quant.scan_nonfinite_triton
+    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
+                        lambda *a, **k: (scans.append(len(a[0])), original(*a, **k))[1])
 
     device = torch.device("cuda")
     generator = torch.Generator(device=device).manual_seed(6)
@@ -299,7 +304,9 @@ def test_device_checked_refit_of_whole_stacks():
     with pytest.raises(RefitError, match="'linear_fc2.weight'.*nothing was written"):
         refit_experts(module, bad)
     assert all(torch.equal(a, b) for a, b in zip(before, module.stack_bytes()))
+    scans.clear()
     report = refit_experts(module, weights)
+    assert sum(scans) == 2  # the device check ran: each of the two stacked sources scanned once
     assert report.tensors_updated == 2 * experts and report.experts_updated == experts
     for stack, name in ((module.fc1, "linear_fc1.weight"), (module.fc2, "linear_fc2.weight")):
         reference = quantize_mxfp8(weights[name], backend="reference")

@@ -1,7 +1,7 @@
 """Triton launches on a GPU that is not the current device: quantize, the Hopper MoE and a device-checked refit
 run on ``cuda:1`` while ``cuda:0`` is current and give the same bytes / outputs as on the current device.
 Triton launches on the CURRENT device, so without a device guard these raised "Pointer argument cannot be
-accessed from Triton". Needs two CUDA GPUs (marker ``multigpu``; the MoE tests also a Hopper GPU)."""
+accessed from Triton". Needs two CUDA GPUs (marker ``multigpu``; the MoE and refit tests also a Hopper GPU)."""
 
 import pytest
 import torch
@@ -52,24 +52,34 @@ def test_triton_moe_on_a_non_current_gpu(tokens):
     assert torch.isfinite(out).all() and relative_error(out, ref) <= 1e-2
 
 
-def test_device_checked_refit_on_a_non_current_gpu():
-    from megatron_mxfp8_moe import ExpertSet, MXFP8ExpertLayer, refit_experts
+def test_device_checked_refit_on_a_non_current_gpu(monkeypatch):
+    """The Triton layer's stacks are the canonical storage (no write hooks), so its refit takes the device check:
+    the scan (spied) and the quantize kernels run on cuda:1; a NaN source leaves every byte as it was."""
+    import megatron_mxfp8_moe.quant.triton as triton_quant
+    from megatron_mxfp8_moe import ExpertSet, MXFP8ExpertLayer, RefitError, refit_experts
 
+    ok, reason = triton_moe_support(torch.cuda.get_device_capability(OTHER))
+    if not ok:
+        pytest.skip(reason)
+    scans, original = [], triton_quant.scan_nonfinite_triton
+    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
+                        lambda *a, **k: (scans.append(len(a[0])), original(*a, **k))[1])
     experts, hidden, ffn = 8, 256, 128
     expert_set = ExpertSet.from_bf16(random_weights((experts, 2 * ffn, hidden), device=OTHER),
                                      random_weights((experts, hidden, ffn), device=OTHER), "swiglu")
-    layer = MXFP8ExpertLayer(expert_set, backend="reference")
+    layer = MXFP8ExpertLayer(expert_set, backend="triton")
     layer.build_()
     new_fc1 = random_weights((experts, 2 * ffn, hidden), device=OTHER)
     sources = {f"linear_fc1.weight{i}": new_fc1[i] for i in range(experts)}
     report = refit_experts(layer, sources)
     torch.cuda.synchronize(OTHER)
+    assert sum(scans) == experts  # the device check ran: every source scanned once
     assert report.tensors_updated == experts
     fresh = quantize_mxfp8(new_fc1, backend="reference")
     assert torch.equal(expert_set.fc1.data.view(torch.uint8).cpu(), fresh.data.view(torch.uint8).cpu())
     bad = dict(sources)
     bad["linear_fc1.weight3"] = torch.full_like(new_fc1[3], float("nan"))
     before = expert_set.fc1.data.view(torch.uint8).clone()
-    with pytest.raises(Exception, match="weight3"):
+    with pytest.raises(RefitError, match="weight3.*nothing was written"):
         refit_experts(layer, bad)
     assert torch.equal(expert_set.fc1.data.view(torch.uint8), before)
