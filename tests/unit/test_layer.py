@@ -153,6 +153,7 @@ def test_permuted_rows_past_the_counts_are_padding():
     x = torch.randn(8, H, dtype=torch.bfloat16)
     probs = torch.rand(8)
     counted = layer(x[:5], tokens_per_expert, probs[:5])
+    x[5:], probs[5:] = float("nan"), float("nan")  # a receive buffer's padding rows may hold anything
     padded = layer(x, tokens_per_expert, probs)
     assert padded.shape == (8, H)
     assert torch.equal(padded[:5], counted) and torch.equal(padded[5:], torch.zeros(3, H, dtype=torch.bfloat16))
@@ -160,6 +161,7 @@ def test_permuted_rows_past_the_counts_are_padding():
     buffer.copy_(x)
     assert layer(buffer, tokens_per_expert, probs, out=buffer).data_ptr() == buffer.data_ptr()
     assert torch.equal(buffer, padded)
+    x[5:], probs[5:] = torch.randn(3, H, dtype=torch.bfloat16), torch.rand(3)
     assert layer(x, torch.tensor([2, 0, 3, 3]), probs)[5:].float().abs().sum() > 0  # counted, those rows are computed
 
 
