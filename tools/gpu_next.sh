@@ -58,13 +58,13 @@ card_and_copy_ceilings() {
   grep "^| \|rc=" $OUT/copy_bandwidth.md $OUT/copy.log
 }
 # review_gpu_tests SECONDS: the GPU tests of session 52's changes (quantize / refit / memory / layer CUDA graphs, and
-# five Triton MoE test functions), two pytest processes side by side; logs gpu_tests.log / moe_tests.log, tails printed
+# five Triton MoE test functions) and session 53's (the permuted contract's padding rows on the Triton layer), two pytest processes side by side; logs gpu_tests.log / moe_tests.log, tails printed
 review_gpu_tests() {
   bg_pytest "$1" $OUT/gpu_tests.log tests/functional/test_quantize_gpu.py tests/functional/test_refit_gpu.py \
     tests/functional/test_memory_gpu.py tests/functional/test_layer_cuda_graph_gpu.py
   bg_pytest "$1" $OUT/moe_tests.log tests/functional/test_triton_moe_gpu.py -k "test_matches_float64_reference \
     or test_cuda_graph_replay_with_new_routing_and_valid_tokens or test_gluon_defaults_and_the_env_switch \
-    or test_rejects_bad_shapes or test_fp32_out_and_row_prefix"
+    or test_rejects_bad_shapes or test_fp32_out_and_row_prefix or test_layer_permuted_padding_rows_on_the_device"
   wait; tail -3 $OUT/gpu_tests.log; tail -3 $OUT/moe_tests.log
 }
 # quantize_bench SECONDS: bench/quantize.py into $OUT (log quantize.log), its table printed

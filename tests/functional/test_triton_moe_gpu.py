@@ -1628,3 +1628,58 @@ def test_cuda_graph_replay_with_expert_groups(tokens, activation):
     valid-token counts: equal to eager, within BOUND of float64."""
     _graph_replay_of(lambda t, h, i, k, e: _grouped(t, h, i, k, e, activation, 4), tokens,
                      (tokens, tokens * 2 // 3, 5), activation)
+
+
+def test_layer_permuted_padding_rows_on_the_device_and_graph_replay():
+    """The permuted contract on the Triton layer with device counts that cover fewer rows than x (the flex
+    dispatcher's static-shape buffer, padding rows holding NaN): counted rows against the float64 oracle, padding
+    rows zero; a CUDA graph captured once and replayed with other counts equals eager calls (no host read of the
+    counts anywhere). Added in session 53, not yet run on a GPU when written."""
+    from megatron_mxfp8_moe import ExpertSet, MXFP8ExpertLayer
+
+    experts, hidden, inter, rows = 8, 256, 128, 48
+    expert_set = ExpertSet.from_bf16(random_weights((experts, 2 * inter, hidden), scale=0.02, device="cuda"),
+                                     random_weights((experts, hidden, inter), scale=0.02, device="cuda"), "swiglu")
+    layer = MXFP8ExpertLayer(expert_set, backend="triton")
+    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16)
+    probs = torch.rand(rows, device="cuda")
+    counts = torch.zeros(experts, dtype=torch.int64, device="cuda")
+    out = torch.full((rows, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+    def oracle(count_list):
+        used = sum(count_list)
+        ids = torch.repeat_interleave(torch.arange(experts), torch.tensor(count_list)).unsqueeze(-1).cuda()
+        return moe_reference(x[:used], expert_set.fc1, expert_set.fc2, probs[:used, None], ids, "swiglu"), used
+
+    def set_case(count_list, seed):
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        counts.copy_(torch.tensor(count_list))
+        x.copy_(torch.randn(rows, hidden, device="cuda", generator=generator).to(torch.bfloat16))
+        probs.copy_(torch.rand(rows, device="cuda", generator=generator))
+        used = sum(count_list)
+        x[used:], probs[used:] = float("nan"), float("nan")
+
+    cases = [[5, 0, 9, 3, 0, 7, 2, 11], [0, 0, 0, 40, 0, 0, 1, 0], [1, 2, 3, 4, 5, 6, 7, 8]]
+    set_case(cases[0], 0)
+    eager = layer(x, counts, probs, out=out).clone()
+    reference, used = oracle(cases[0])
+    assert relative_error(eager[:used], reference) <= BOUND
+    assert int(eager[used:].count_nonzero()) == 0 and not torch.isnan(eager).any()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        layer(x, counts, probs, out=out)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        layer(x, counts, probs, out=out)
+    for seed, count_list in enumerate(cases[1:], start=1):
+        set_case(count_list, seed)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = out.clone()
+        reference, used = oracle(count_list)
+        assert relative_error(replayed[:used], reference) <= BOUND, count_list
+        assert int(replayed[used:].count_nonzero()) == 0 and not torch.isnan(replayed).any(), count_list
+        assert torch.equal(replayed, layer(x, counts, probs)), count_list  # eager, same inputs: the same bits
