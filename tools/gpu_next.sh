@@ -58,7 +58,8 @@ card_and_copy_ceilings() {
   grep "^| \|rc=" $OUT/copy_bandwidth.md $OUT/copy.log
 }
 # review_gpu_tests SECONDS: the GPU tests of session 52's changes (quantize / refit / memory / layer CUDA graphs, and
-# five Triton MoE test functions) and session 53's (the permuted contract's padding rows on the Triton layer), two pytest processes side by side; logs gpu_tests.log / moe_tests.log, tails printed
+# five Triton MoE test functions) and session 53's (the permuted contract's padding rows on the Triton layer), two
+# pytest processes side by side; logs gpu_tests.log / moe_tests.log, tails printed
 review_gpu_tests() {
   bg_pytest "$1" $OUT/gpu_tests.log tests/functional/test_quantize_gpu.py tests/functional/test_refit_gpu.py \
     tests/functional/test_memory_gpu.py tests/functional/test_layer_cuda_graph_gpu.py
