@@ -1,6 +1,6 @@
 """Plugging MXFP8Experts into Megatron-Core: a MoE layer spec, and an in-place swap for built models.
 
-spec:  partial(MoELayer, submodules=MoESubmodules(router=InferenceTopKRouter, experts=partial(MXFP8Experts, ...)))
+spec:  partial(MoELayer, submodules=MoESubmodules(router=router_for_config, experts=partial(MXFP8Experts, ...)))
 swap:  every MoELayer in a model: BF16/MXFP8 experts -> quantize/copy -> MXFP8Experts (same EP placement)
 
 The router is chosen by the config when the layer is built (``router_for_config``): ``InferenceTopKRouter`` for
