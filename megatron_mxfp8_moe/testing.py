@@ -1,4 +1,5 @@
-"""Input generators, error metrics and a file loader shared by tests/ and bench/ (no pytest import here)."""
+"""Input generators, error metrics, a file loader, CUDA-graph capture and a refit-scan spy shared by tests/ and bench/
+(no pytest import here)."""
 
 import importlib.util
 import pathlib
@@ -62,3 +63,31 @@ def random_routing(rows: int, experts: int, topk: int, *, device="cpu", generato
     logits = torch.randn(rows, experts, generator=generator)
     probs, ids = torch.topk(logits.softmax(-1), topk, dim=-1)
     return probs.to(device=device, dtype=torch.float32), ids.to(device=device, dtype=torch.int64)
+
+
+def capture_cuda_graph(fn, warmup: int = 1):
+    """``fn`` run ``warmup`` times on a side stream (kernels compiled, memory allocated outside the capture), then
+    captured once in a CUDA graph; returns the graph (``graph.replay()`` runs ``fn``'s kernels again)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+def spy_nonfinite_scans(monkeypatch) -> list:
+    """The list that records the source count of every ``quant.triton.scan_nonfinite_triton`` launch (the refit's
+    device NaN/Inf check) from now on; ``monkeypatch``: pytest's fixture, which undoes the spy after the test."""
+    from .quant import triton as triton_quant
+
+    scans, original = [], triton_quant.scan_nonfinite_triton
+    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
+                        lambda *a, **k: (scans.append(len(a[0])), original(*a, **k))[1])
+    return scans

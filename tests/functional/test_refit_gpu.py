@@ -10,28 +10,13 @@ import torch
 from megatron_mxfp8_moe.format.constants import BLOCK_SIZE
 from megatron_mxfp8_moe.format.swizzle import swizzle_offset
 from megatron_mxfp8_moe.refit import refit_experts
-from megatron_mxfp8_moe.testing import load_file_module, random_weights
+from megatron_mxfp8_moe.testing import capture_cuda_graph, load_file_module, random_weights, spy_nonfinite_scans
 
 pytestmark = pytest.mark.gpu
 
 
 fake = load_file_module(pathlib.Path(__file__).parents[1] / "unit" / "refit" / "_fake_experts.py",
                         "refit_fake_experts")
-
-
-def _capture(function):
-    """Warm ``function`` up on a side stream, then capture it; returns the graph (replay to run it)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        function()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        function()
-    torch.cuda.synchronize()
-    return graph
 
 
 def _pointers(value, seen=None) -> list[int]:
@@ -84,7 +69,7 @@ def test_graph_captured_before_refit_replays_new_weights_of_the_real_layer(backe
     probs = torch.rand(rows, topk, generator=generator).to(device)
     routing_map = torch.randint(0, 2 * experts, (rows, topk), generator=generator).to(device)  # half remote
     out = torch.full((rows, hidden), float("nan"), device=device)
-    graph = _capture(lambda: layer.forward_routed(x, probs, routing_map, out=out))
+    graph = capture_cuda_graph(lambda: layer.forward_routed(x, probs, routing_map, out=out))
     pointers = _pointers([layer.expert_set.fc1, layer.expert_set.fc2, layer.stack_state.fc1, layer.stack_state.fc2])
     graph.replay()
     torch.cuda.synchronize()
@@ -158,8 +143,8 @@ def test_graph_captured_before_refit_replays_new_weights_of_the_fake_module():
                 for linear, (rows, _) in fake.SHAPES.items()}
 
     out, fresh_out = outputs(), outputs()
-    graph = _capture(lambda: _derived_matmul(experts, x, out, index))
-    fresh_graph = _capture(lambda: _derived_matmul(fresh, x, fresh_out, index))
+    graph = capture_cuda_graph(lambda: _derived_matmul(experts, x, out, index))
+    fresh_graph = capture_cuda_graph(lambda: _derived_matmul(fresh, x, fresh_out, index))
     pointers = experts.data_ptrs()
     graph.replay()
     torch.cuda.synchronize()
@@ -188,13 +173,9 @@ EXPERTS, ROWS, COLS = 8, 384, 512  # the fake module's stacks: fc1 [E, ROWS, COL
 def _spied_bare_stacks(monkeypatch, seed: int):
     """(scans, module, generator): hook-free fake stacks on the GPU from random fp32 weights, and the list that
     records the source count of every ``scan_nonfinite_triton`` launch from now on."""
-    import megatron_mxfp8_moe.quant.triton as triton_quant
     from megatron_mxfp8_moe import quantize_mxfp8
 
-    scans = []
-    original = triton_quant.scan_nonfinite_triton
-    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
-                        lambda *a, **k: (scans.append(len(a[0])), original(*a, **k))[1])
+    scans = spy_nonfinite_scans(monkeypatch)
     device = torch.device("cuda")
     generator = torch.Generator(device=device).manual_seed(seed)
     module = fake.BareStacks(quantize_mxfp8(torch.randn(EXPERTS, ROWS, COLS, device=device, generator=generator)),
@@ -282,12 +263,9 @@ def test_detect_refit_writes_in_one_pass_and_reports_nan_after_writing(monkeypat
 def test_device_checked_refit_of_whole_stacks(monkeypatch):
     """``linear_fc1.weight`` = all experts [E, M, K] in one entry: each stack scanned once on the device (spied);
     the bytes equal a fresh reference quantization, and a NaN anywhere leaves every byte as it was."""
-    import megatron_mxfp8_moe.quant.triton as triton_quant
     from megatron_mxfp8_moe import RefitError, quantize_mxfp8
 
-    scans, original = [], triton_quant.scan_nonfinite_triton
-    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
-                        lambda *a, **k: (scans.append(len(a[0])), original(*a, **k))[1])
+    scans = spy_nonfinite_scans(monkeypatch)
 
     device = torch.device("cuda")
     generator = torch.Generator(device=device).manual_seed(6)

@@ -9,7 +9,7 @@ import torch
 from megatron_mxfp8_moe.kernels.reference import moe_reference
 from megatron_mxfp8_moe.kernels.triton_moe import triton_moe_support, triton_mxfp8_moe
 from megatron_mxfp8_moe.tensor import quantize_mxfp8
-from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error
+from megatron_mxfp8_moe.testing import random_routing, random_weights, relative_error, spy_nonfinite_scans
 
 pytestmark = [pytest.mark.gpu, pytest.mark.multigpu]
 
@@ -55,15 +55,12 @@ def test_triton_moe_on_a_non_current_gpu(tokens):
 def test_device_checked_refit_on_a_non_current_gpu(monkeypatch):
     """The Triton layer's stacks are the canonical storage (no write hooks), so its refit takes the device check:
     the scan (spied) and the quantize kernels run on cuda:1; a NaN source leaves every byte as it was."""
-    import megatron_mxfp8_moe.quant.triton as triton_quant
     from megatron_mxfp8_moe import ExpertSet, MXFP8ExpertLayer, RefitError, refit_experts
 
     ok, reason = triton_moe_support(torch.cuda.get_device_capability(OTHER))
     if not ok:
         pytest.skip(reason)
-    scans, original = [], triton_quant.scan_nonfinite_triton
-    monkeypatch.setattr(triton_quant, "scan_nonfinite_triton",
-                        lambda *a, **k: (scans.append(len(a[0])), original(*a, **k))[1])
+    scans = spy_nonfinite_scans(monkeypatch)
     experts, hidden, ffn = 8, 256, 128
     expert_set = ExpertSet.from_bf16(random_weights((experts, 2 * ffn, hidden), device=OTHER),
                                      random_weights((experts, hidden, ffn), device=OTHER), "swiglu")

@@ -25,7 +25,13 @@ from megatron_mxfp8_moe.kernels.triton_moe import (
     triton_mxfp8_moe,
 )
 from megatron_mxfp8_moe.tensor import quantize_mxfp8
-from megatron_mxfp8_moe.testing import random_expert_stacks, random_routing, random_weights, relative_error
+from megatron_mxfp8_moe.testing import (
+    capture_cuda_graph,
+    random_expert_stacks,
+    random_routing,
+    random_weights,
+    relative_error,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -258,14 +264,7 @@ def _check_graph_replay(step, x, probs, ids, valid, out, fc1, fc2, experts, topk
                         activation="swiglu"):
     """Capture ``step`` once; replay it with new tokens, routing and valid-token counts: equal to eager, every
     valid row written (outputs poisoned with NaN first), within BOUND of the float64 reference."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = capture_cuda_graph(step)
     for valid_rows in valid_counts:
         new_probs, new_ids = random_routing(tokens, experts, topk, device="cuda")
         probs.copy_(new_probs)
@@ -817,14 +816,7 @@ def test_sx_auto_graph_replay_after_a_refit_that_widens_the_scales():
     def step():
         triton_mxfp8_moe(x, probs, ids, fc1, fc2, activation="swiglu", valid_tokens=valid, out=out, config=cfg)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()  # compile and warm up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = capture_cuda_graph(step)  # compiled and warmed up outside the capture
     for wide in (True, False):
         new1, new2 = _mixed_scale_layer(experts, hidden, inter, wide=wide)
         fc1.copy_(new1)
@@ -1665,14 +1657,7 @@ def test_layer_permuted_padding_rows_on_the_device_and_graph_replay():
     reference, used = oracle(cases[0])
     assert relative_error(eager[:used], reference) <= BOUND
     assert int(eager[used:].count_nonzero()) == 0 and not torch.isnan(eager).any()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        layer(x, counts, probs, out=out)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        layer(x, counts, probs, out=out)
+    graph = capture_cuda_graph(lambda: layer(x, counts, probs, out=out))
     for seed, count_list in enumerate(cases[1:], start=1):
         set_case(count_list, seed)
         out.fill_(float("nan"))
