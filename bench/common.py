@@ -7,6 +7,8 @@ import platform
 
 import torch
 
+from megatron_mxfp8_moe.testing import capture_cuda_graph
+
 
 def graph_median_us(fn, iters: int = 100, warmup: int = 3) -> float:
     """Median time in microseconds of ``fn`` captured once in a CUDA graph and replayed ``iters`` times."""
@@ -28,16 +30,8 @@ def graph_medians_interleaved(fns: dict, iters: int = 100, warmup: int = 3) -> d
 
 
 def _captured(fn, warmup: int):
-    """``fn`` run ``warmup`` times on a side stream, then captured in a CUDA graph, replayed 3 times; the graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    """``fn`` warmed up ``warmup`` times and captured (``testing.capture_cuda_graph``), replayed 3 times; the graph."""
+    graph = capture_cuda_graph(fn, warmup)
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
@@ -45,10 +39,15 @@ def _captured(fn, warmup: int):
 
 
 def _replay_us(graph) -> float:
-    """Microseconds of one replay of ``graph`` (CUDA events around it, waited for)."""
+    """Microseconds of one replay of ``graph``."""
+    return _timed_us(graph.replay)
+
+
+def _timed_us(fn) -> float:
+    """Microseconds of one call of ``fn`` on the GPU (CUDA events around it, waited for)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    graph.replay()
+    fn()
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1e3
@@ -76,15 +75,7 @@ def eager_median_us(fn, iters: int = 30, warmup: int = 3) -> float:
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    times.sort()
+    times = sorted(_timed_us(fn) for _ in range(iters))
     return times[len(times) // 2]
 
 
