@@ -261,9 +261,11 @@ class MXFP8ExpertLayer(torch.nn.Module):
             raise MXFP8InputError(f"probs: expected [{total}] (one weight per permuted row), got {tuple(probs.shape)}")
         if out is not None and (out.dim() != 2 or out.shape[0] < total or out.shape[1] != x.shape[1]):
             raise MXFP8InputError(f"out: expected a buffer [>= {total}, {x.shape[1]}], got {tuple(out.shape)}")
-        if tokens_per_expert.device.type == "cpu" and (int(tokens_per_expert.sum()) > total or (tokens_per_expert < 0).any()):
-            raise MXFP8InputError(f"tokens_per_expert: {tokens_per_expert.tolist()} sums to "
-                                  f"{int(tokens_per_expert.sum())} (counts must be >= 0 and sum to at most the {total} rows of x)")
+        if tokens_per_expert.device.type == "cpu":
+            counted = int(tokens_per_expert.sum())
+            if counted > total or (tokens_per_expert < 0).any():
+                raise MXFP8InputError(f"tokens_per_expert: {tokens_per_expert.tolist()} sums to {counted} (counts "
+                                      f"must be >= 0 and sum to at most the {total} rows of x)")
         # row r belongs to the first expert whose cumulative count exceeds r; rows past the sum get E (-> -1: none)
         ends = torch.cumsum(tokens_per_expert.to(x.device, torch.int64), 0)  # no host sync
         ids = torch.searchsorted(ends, torch.arange(total, device=x.device), right=True)  # [R] in [0, E]

@@ -120,11 +120,13 @@ def flashinfer_support(caps: Any, kernel: str = "routed") -> tuple[bool, str]:
     capability = getattr(caps, "cuda_capability", None)
     if capability is None:  # kernels/caps.py DeviceCaps names the field ``capability``
         capability = getattr(caps, "capability", None)
+    if capability is not None:
+        capability = tuple(int(part) for part in capability)
     device_name = getattr(caps, "device_name", None)
     import_error = getattr(caps, "import_error", None)
-    if capability is not None and tuple(int(part) for part in capability) not in MXFP8_MOE_ARCHS:
-        return False, _arch_reason(title, tuple(int(part) for part in capability), device_name)  # before the package:
-        # no FlashInfer version runs these kernels on this GPU, so installing one is no advice
+    if capability is not None and capability not in MXFP8_MOE_ARCHS:
+        return False, _arch_reason(title, capability, device_name)  # before the package: no FlashInfer version
+        # runs these kernels on this GPU, so installing one is no advice
     if version is None:
         detail = f": {import_error}" if import_error else ""
         return False, (
@@ -139,7 +141,6 @@ def flashinfer_support(caps: Any, kernel: str = "routed") -> tuple[bool, str]:
             f"{title} needs an SM100/SM103 Blackwell GPU; no CUDA device is visible (CPU only). "
             f"Use the reference or Triton backends here"
         )
-    capability = tuple(int(part) for part in capability)
     return True, (
         f"{title}: flashinfer-python {version} on {_describe_gpu(capability, device_name)}"
     )
