@@ -4,10 +4,10 @@
 #   s56a     # session 53: the card's clocks / power; the GPU tests of s55b; the 235b rows at 64 / 256 tokens again
 #            # (H200: run 56 call 1's 256-token squared-ReLU row 12% slower than run 49's, same tile); that tile's
 #            # kernels profiled (eight files under $OUT, the limit)
-#   s56b [S] # session 53: the GPU tests of s55b alone, S seconds (150)
+#   s56b [S] # session 53: s55b with a time limit of S seconds (run 56 call 2: `s56b 150`)
 #   s55a     # session 52: on an H200 what s54b runs; elsewhere the GPU tests of quantize / refit / memory / layer CUDA
 #            # graphs and some of the Triton MoE's (the review's changes) and the refit benchmark
-#   s55b     # session 52: the GPU tests of s55a alone, on any card (about 5 minutes)
+#   s55b [S] # session 52: the GPU tests of s55a alone, on any card (S seconds, 270 by default: about 5 minutes)
 #   s54b     # session 51, later tries (ask for an H200): on an H200 only (other cards exit at once) the full benchmark,
 #            # the demo, copy ceilings, quantize and refit benchmarks (about 5 minutes)
 #   s54a     # session 51 (run 54 call 2): copy ceilings by method and the quantize benchmark; on an H200 then the full
@@ -74,10 +74,6 @@ quantize_bench() {
   grep "^| \|rc=\|Device copy" $OUT/quantize.log | cut -c1-400
 }
 case "${1:-}" in
-  s56b)
-    # session 53, the last device minutes: the GPU tests of s55b alone, shorter
-    nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/log.txt
-    review_gpu_tests "${2:-150}" ;;
   s56a)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
     review_gpu_tests 170
@@ -95,10 +91,10 @@ case "${1:-}" in
       echo "not an H200: $(cat $OUT/log.txt)"
       review_gpu_tests 300; refit_bench 120 --reps 20
     fi ;;
-  s55b)
-    # session 52, the last device minutes: the GPU tests of s55a alone (any card), no benchmark
+  s55b|s56b)
+    # the GPU tests of s55a alone (any card), no benchmark, SECONDS (default 270; run 56 call 2 ran `s56b 150`)
     nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/log.txt
-    review_gpu_tests 270 ;;
+    review_gpu_tests "${2:-270}" ;;
   s54b)
     # session 51, after call 2: on an H200 only (other cards exit at once) the full benchmark and the demo, then the
     # copy ceilings, the quantize and the refit benchmarks
