@@ -1,7 +1,9 @@
 """Probe: time (CUDA-graph medians) or run once (for ncu) named tile configurations of the Triton MoE.
 
 ``python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 16,64 --configs s16k_sx,s_f8_64`` prints one
-JSON line per (tokens, config): us per layer (4 routings rotated, as ``bench/moe_layer.py``). ``--once`` runs each
+JSON line per (tokens, config): us per layer (4 routings rotated, as ``bench/moe_layer.py``); the configs of one token
+count are captured first, then timed interleaved (``bench.common.graph_medians_interleaved``: one replay of each per
+round, the order rotated), so a drift of the card's clocks lands on all of them alike. ``--once`` runs each
 call once after a warm-up instead (to sit under ``ncu``). Config names are ``bench/moe_layer.py``'s CANDIDATES,
 optionally with ``@<dequant>`` (``s16k_sx_r@sx_auto``: that tile with another dequant mode) and ``+field=value``
 overrides of ``TritonMoEConfig`` fields (``l128a_sa+fc1_block_k=128+fc1_stages=2``). ``--profile`` prints the mean
@@ -24,7 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import graph_median_us  # noqa: E402
+from bench.common import graph_medians_interleaved  # noqa: E402
 from bench.moe_layer import CANDIDATES, ROTATE, SHAPES, rotated_inputs  # noqa: E402
 from megatron_mxfp8_moe.kernels import triton_route  # noqa: E402
 from megatron_mxfp8_moe.kernels.triton_moe import triton_mxfp8_moe  # noqa: E402
@@ -114,14 +116,29 @@ def main():
     for tokens in map(int, args.tokens.split(",")):
         xs, probs, maps, valid = rotated_inputs(tokens, hidden, experts, topk, device)
         outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
+        timed = {}
         for name in args.configs.split(","):
             base, *skips = name.split("~")
             with f8x2_timing_skips(skips):
-                probe_config(args, name, parse_config(base), tokens, xs, probs, maps, valid, outs, fc1, fc2)
+                run = probe_config(args, name, parse_config(base), tokens, xs, probs, maps, valid, outs, fc1, fc2)
+            if run is not None:
+                timed[name] = functools.partial(_with_skips, skips, run)
+        for name, us in graph_medians_interleaved(timed).items():  # one replay of each per round, order rotated
+            print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
+                                  us=round(us / ROTATE, 1), timing="interleaved",
+                                  mma_v3=os.environ.get("DISABLE_MMA_V3") != "1")), flush=True)
 
 
-def probe_config(args, name, cfg, tokens, xs, probs, maps, valid, outs, fc1, fc2) -> None:
-    """Print ``cfg``'s JSON line at ``tokens`` (``--profile``: its kernels' times; ``--once``: nothing)."""
+def _with_skips(skips: list, run) -> None:
+    """``run()`` with the Gluon f8x2 timing skips of ``skips`` in force (they act when the launch is captured)."""
+    with f8x2_timing_skips(skips):
+        run()
+
+
+def probe_config(args, name, cfg, tokens, xs, probs, maps, valid, outs, fc1, fc2):
+    """``--profile``: print ``cfg``'s kernel times at ``tokens``; ``--once``: run it twice. Otherwise compile it and
+    return the function that runs it on the ``ROTATE`` inputs, for the interleaved timing (None, with the error
+    printed, where it does not compile or run)."""
     def run(count=ROTATE):
         for i in range(count):
             triton_mxfp8_moe(xs[i], probs[i], maps[i], fc1, fc2, activation=args.activation,
@@ -131,22 +148,20 @@ def probe_config(args, name, cfg, tokens, xs, probs, maps, valid, outs, fc1, fc2
         print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
                               route_one_program_max=triton_route._ROUTE_ONE_PROGRAM_PAIRS,
                               kernels_us=kernel_means_us(run))), flush=True)
-        return
+        return None
     try:
         run(1)  # compile; a tile that does not fit (registers, shared memory) is reported, not fatal
     except Exception as exc:  # noqa: BLE001 - a probe reports every failure and goes on
         print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
                               error=f"{type(exc).__name__}: {str(exc)[:200]}")), flush=True)
-        return
+        return None
     if args.once:
         run(1)
         torch.cuda.synchronize()
         run(1)
         torch.cuda.synchronize()
-        return
-    us = graph_median_us(run) / ROTATE
-    print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
-                          us=round(us, 1), mma_v3=os.environ.get("DISABLE_MMA_V3") != "1")), flush=True)
+        return None
+    return run
 
 
 if __name__ == "__main__":

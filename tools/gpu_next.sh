@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
+#   s57a     # session 54, on an H200 only (other cards: s56b): the card's clocks / power before and after; the 64 / 256-
+#            # token rows of both shapes (interleaved timing); the 256-token squared-ReLU tiles probed interleaved on
+#            # both shapes; the default's kernels profiled at 235b 256 and 30b 64 tokens (seven files under $OUT)
 #   s56a     # session 53: the card's clocks / power; the GPU tests of s55b; the 235b rows at 64 / 256 tokens again
 #            # (H200: run 56 call 1's 256-token squared-ReLU row 12% slower than run 49's, same tile); that tile's
 #            # kernels profiled (eight files under $OUT, the limit)
@@ -74,6 +77,23 @@ quantize_bench() {
   grep "^| \|rc=\|Device copy" $OUT/quantize.log | cut -c1-400
 }
 case "${1:-}" in
+  s57a)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
+    if ! grep -q H200 $OUT/log.txt; then echo "not an H200"; review_gpu_tests 270; exit 0; fi
+    moe_bench 220 --shapes qwen3-30b-a3b,qwen3-235b-a22b --tokens 64,256
+    nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> $OUT/log.txt
+    for shape in qwen3-235b-a22b qwen3-30b-a3b; do
+      timeout $([ $shape = qwen3-30b-a3b ] && echo 80 || echo 150) python3 bench/triton_moe_probe.py --shape $shape --tokens 256 --activation squared_relu --configs \
+        m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt,m32k_sx4p_f4_g_s2_n64_c2_sw,s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x,s16_f8q_s2_gf_g1_f128_st \
+        >> $OUT/probe.log 2>&1; echo "probe $shape rc=$?" >> $OUT/probe.log
+    done
+    grep '"us"\|rc=' $OUT/probe.log
+    for args in "qwen3-235b-a22b --tokens 256 --configs m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt" \
+                "qwen3-30b-a3b --tokens 64 --configs s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x_eg2"; do
+      timeout 60 python3 bench/triton_moe_probe.py --activation squared_relu --profile --shape $args >> $OUT/profile.log 2>&1
+      echo "profile rc=$?" >> $OUT/profile.log
+    done
+    grep 'kernels_us\|rc=' $OUT/profile.log | cut -c1-900 ;;
   s56a)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
     review_gpu_tests 170
