@@ -65,7 +65,7 @@ class FlashInferCaps:
     """Plain facts the support check needs; build by hand in tests or with ``probe_flashinfer_caps()``."""
 
     flashinfer_version: Optional[str]  # installed flashinfer-python version string, None when not importable
-    cuda_capability: Optional[tuple]  # (major, minor) of the current CUDA device, None without CUDA
+    cuda_capability: Optional[tuple]  # (major, minor) of the probed CUDA device, None without CUDA
     device_name: Optional[str] = None  # e.g. "NVIDIA H200"; only used in messages
     import_error: Optional[str] = None  # why ``import flashinfer`` failed, when it did
 
@@ -170,8 +170,9 @@ def _below_floor(version: str, minimum: str, title: str, why: str) -> Optional[s
     return None
 
 
-def probe_flashinfer_caps() -> FlashInferCaps:
-    """Ask this machine: the importable flashinfer version and the current CUDA device (no CUDA init if absent)."""
+def probe_flashinfer_caps(device: Optional[Any] = None) -> FlashInferCaps:
+    """Ask this machine: the importable flashinfer version and CUDA ``device``'s capability (an index or a cuda
+    ``torch.device``; None: the current CUDA device; no CUDA init if CUDA is absent). A CPU ``device`` has none."""
     import torch
 
     version, import_error = None, None
@@ -181,19 +182,35 @@ def probe_flashinfer_caps() -> FlashInferCaps:
     except Exception as error:  # ImportError, or an import-time failure of a dependency
         import_error = f"{type(error).__name__}: {error}"
     capability, name = None, None
-    if torch.cuda.is_available():
-        capability = tuple(torch.cuda.get_device_capability())
-        name = torch.cuda.get_device_name()
+    on_cuda = device is None or isinstance(device, int) or torch.device(device).type == "cuda"
+    if on_cuda and torch.cuda.is_available():
+        capability = tuple(torch.cuda.get_device_capability(device))
+        name = torch.cuda.get_device_name(device)
     return FlashInferCaps(version, capability, name, import_error)
 
 
-@functools.lru_cache(maxsize=1)
-def _probe_once() -> FlashInferCaps:
-    return probe_flashinfer_caps()
+def _device_key(device: Optional[Any]) -> Optional[Any]:
+    """``device`` as a cache key: a CUDA device's index (the current one where it has none), "cpu" for a CPU
+    device, None for None."""
+    import torch
+
+    if device is None or isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "cuda":
+        return device.type
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
-def _require(kernel: str, caps: Optional[Any], function_names: tuple[str, ...], activation: Optional[Activation]):
-    caps = _probe_once() if caps is None else caps  # launchers call this per forward: probe once per process
+@functools.lru_cache(maxsize=None)
+def _probe_once(device_key: Optional[Any]) -> FlashInferCaps:
+    return probe_flashinfer_caps(device_key)
+
+
+def _require(kernel: str, caps: Optional[Any], function_names: tuple[str, ...], activation: Optional[Activation],
+             device: Optional[Any] = None):
+    if caps is None:  # launchers call this per forward: probe once per process and device
+        caps = _probe_once(_device_key(device))
     ok, reason = flashinfer_support(caps, kernel)
     if ok and activation is not None:
         ok, reason = flashinfer_activation_support(caps.flashinfer_version, kernel, activation)
@@ -211,19 +228,22 @@ def _require(kernel: str, caps: Optional[Any], function_names: tuple[str, ...], 
     return fused_moe
 
 
-def require_flashinfer_routed_mxfp8(caps: Optional[Any] = None, activation: Optional[Activation] = None):
+def require_flashinfer_routed_mxfp8(caps: Optional[Any] = None, activation: Optional[Activation] = None,
+                                    device: Optional[Any] = None):
     """Return ``flashinfer.fused_moe`` if the routed trtllm-gen MXFP8 MoE can run (``activation`` too, when
     given), else raise BackendUnavailableError.
 
-    ``caps``: plain facts (see ``flashinfer_support``); probed from this machine when None.
+    ``caps``: plain facts (see ``flashinfer_support``); when None, probed from this machine for ``device`` (the
+    tensors' device; None: the current CUDA device), once per process and device.
     """
-    return _require("routed", caps, ("trtllm_fp8_block_scale_routed_moe",), activation)
+    return _require("routed", caps, ("trtllm_fp8_block_scale_routed_moe",), activation, device)
 
 
-def require_flashinfer_cutlass_mxfp8(caps: Optional[Any] = None, activation: Optional[Activation] = None):
+def require_flashinfer_cutlass_mxfp8(caps: Optional[Any] = None, activation: Optional[Activation] = None,
+                                     device: Optional[Any] = None):
     """Return ``flashinfer.fused_moe`` if CUTLASS MXFP8xMXFP8 MoE can run (``activation`` too, when given), else
-    raise BackendUnavailableError."""
-    return _require("cutlass", caps, ("cutlass_fused_moe",), activation)
+    raise BackendUnavailableError. ``caps`` / ``device``: as ``require_flashinfer_routed_mxfp8``."""
+    return _require("cutlass", caps, ("cutlass_fused_moe",), activation, device)
 
 
 _ENUM_MODULES = ("flashinfer.fused_moe", "flashinfer.tllm_enums", "flashinfer.fused_moe.core")

@@ -90,7 +90,7 @@ def flashinfer_cutlass_mxfp8_moe(
     if out is not None and (out.dtype != torch.bfloat16 or out.dim() != 2 or out.shape[1] != hidden
                             or out.shape[0] < rows):
         raise MXFP8InputError(f"out: expected bf16 [>= {rows}, {hidden}], got {out.dtype} {tuple(out.shape)}")
-    fused_moe = require_flashinfer_cutlass_mxfp8(activation=activation)
+    fused_moe = require_flashinfer_cutlass_mxfp8(activation=activation, device=hidden_states.device)
     if rows == 0:  # an EP rank that received no tokens: nothing to launch
         return out if out is not None else hidden_states.new_empty(0, hidden, dtype=torch.bfloat16)
     ids = mask_invalid_rows(routing_map[:rows], valid_tokens).to(torch.int32).contiguous()

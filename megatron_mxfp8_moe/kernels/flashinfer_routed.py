@@ -183,7 +183,7 @@ def flashinfer_routed_mxfp8_moe_prequantized(
         raise MXFP8InputError(
             f"output: expected contiguous bf16 [{rows}, {fc2.padded_rows}], got {output.dtype} {tuple(output.shape)}"
         )
-    fused_moe = require_flashinfer_routed_mxfp8()
+    fused_moe = require_flashinfer_routed_mxfp8(device=hidden_data.device)
     if output is None:
         output = torch.empty(rows, fc2.padded_rows, dtype=torch.bfloat16, device=hidden_data.device)
     result = fused_moe.trtllm_fp8_block_scale_routed_moe(
@@ -272,7 +272,7 @@ def flashinfer_routed_mxfp8_moe(
     if out is not None and out.shape[0] < rows:
         raise MXFP8InputError(f"out: needs at least {rows} rows, got {out.shape[0]}")
     _check_expert_range(num_experts, top_k, local_expert_offset, fc1.num_experts)
-    require_flashinfer_routed_mxfp8()  # before quantizing: the quantizer also needs the GPU
+    require_flashinfer_routed_mxfp8(device=hidden_states.device)  # before quantizing: the quantizer also needs the GPU
     if rows == 0:  # an EP rank that received no tokens: nothing to launch
         return out if out is not None else hidden_states.new_empty(0, hidden, dtype=torch.bfloat16)
     ids = mask_invalid_rows(routing_map[:rows], valid_tokens)

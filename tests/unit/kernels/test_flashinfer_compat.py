@@ -173,3 +173,38 @@ def test_a_hopper_gets_the_architecture_reason_whatever_flashinfer_is_installed(
     ok, reason = flashinfer_support(FlashInferCaps(version, (9, 0), "NVIDIA H200"), kernel)
     assert not ok and "SM90 (NVIDIA H200)" in reason and "SM100/SM103" in reason
     assert "install" not in reason and "0.6.5" not in reason
+
+
+def test_launchers_check_the_device_of_their_tensors(monkeypatch):
+    """On a host with mixed GPUs the launch check reads the tensors' device, not the current one: device 1 a B200,
+    device 0 (current) an H100. Before, ``require_*()`` probed the current device once per process."""
+    from megatron_mxfp8_moe.kernels import flashinfer_compat
+
+    capabilities = {0: (9, 0), 1: (10, 0)}
+    names = {0: "NVIDIA H100", 1: "NVIDIA B200"}
+
+    def index(device):
+        return 0 if device is None else torch.device("cuda", device).index if isinstance(device, int) else \
+            torch.device(device).index
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capabilities[index(device)])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: names[index(device)])
+    flashinfer_compat._probe_once.cache_clear()
+    try:
+        assert probe_flashinfer_caps(torch.device("cuda", 1)).cuda_capability == (10, 0)
+        assert probe_flashinfer_caps(torch.device("cuda", 1)).device_name == "NVIDIA B200"
+        assert probe_flashinfer_caps().cuda_capability == (9, 0)
+        assert probe_flashinfer_caps("cpu").cuda_capability is None
+        for require in (require_flashinfer_routed_mxfp8, require_flashinfer_cutlass_mxfp8):
+            with pytest.raises(BackendUnavailableError, match="SM90|H100") as on_hopper:
+                require(device=torch.device("cuda", 0))
+            try:  # returns flashinfer.fused_moe where flashinfer-python imports, else names the package
+                require(device=torch.device("cuda", 1))
+            except BackendUnavailableError as error:
+                assert "flashinfer-python" in str(error) and "SM90" not in str(error) and "H100" not in str(error)
+            with pytest.raises(BackendUnavailableError, match="SM90|H100"):
+                require(device="cuda")  # no index: the current device
+    finally:
+        flashinfer_compat._probe_once.cache_clear()
