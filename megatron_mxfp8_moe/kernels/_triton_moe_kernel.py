@@ -60,8 +60,16 @@ def _chunk_experts(routing_map_ptr, valid_pairs, chunk, local_expert_offset, E: 
     valid and its expert local."""
     offs = chunk * CHUNK + tl.arange(0, CHUNK)
     in_range = offs < valid_pairs
-    local = tl.load(routing_map_ptr + offs, mask=in_range, other=-1).to(tl.int32) - local_expert_offset
-    return local, in_range & (local >= 0) & (local < E)
+    local, is_local = _local_expert(tl.load(routing_map_ptr + offs, mask=in_range, other=-1), local_expert_offset, E)
+    return local, in_range & is_local
+
+
+@triton.jit
+def _local_expert(ids, local_expert_offset, E: tl.constexpr):
+    """``(local, is_local)`` of global expert ``ids`` (int32 / int64 as the map holds them): the range check in the
+    map's width, so an int64 id such as 2**32 + k is not local expert k after the int32 cast."""
+    wide = ids - local_expert_offset
+    return wide.to(tl.int32), (wide >= 0) & (wide < E)
 
 
 @triton.jit
@@ -1071,8 +1079,8 @@ def _fc2_combine_kernel(
         slot = j // k_steps
         ks = j - slot * k_steps
         pair = t.to(tl.int64) * TOPK + slot
-        expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
-        use = valid & (expert >= 0) & (expert < E)
+        expert, is_local = _local_expert(tl.load(routing_map_ptr + pair), local_expert_offset, E)
+        use = valid & is_local
         e64 = tl.where(use, expert, 0).to(tl.int64)
         w_ptrs = w_rows + e64 * stride_we + ks * BLOCK_K
         s_ptrs = s_rows[:, None] + e64 * stride_se + _scale_col_offsets(ks, BLOCK_K // 32)[None, :]
@@ -1208,8 +1216,8 @@ def _local_pair(pair, routing_map_ptr, valid_tokens_ptr, rows, local_expert_offs
     ``rows``) and the expert is local."""
     t = pair // TOPK
     valid = tl.minimum(tl.load(valid_tokens_ptr), rows)
-    expert = tl.load(routing_map_ptr + pair).to(tl.int32) - local_expert_offset
-    return t, expert, (t < valid) & (expert >= 0) & (expert < E)
+    expert, is_local = _local_expert(tl.load(routing_map_ptr + pair), local_expert_offset, E)
+    return t, expert, (t < valid) & is_local
 
 
 @triton.jit
@@ -1518,8 +1526,8 @@ def _combine_kernel(
     acc = tl.zeros([BLOCK_H], dtype=tl.float32)
     t64 = t.to(tl.int64)
     for k in tl.static_range(TOPK):
-        local = tl.load(routing_map_ptr + t64 * TOPK + k).to(tl.int32) - local_expert_offset
-        use = row_valid & (local >= 0) & (local < E)
+        _, is_local = _local_expert(tl.load(routing_map_ptr + t64 * TOPK + k), local_expert_offset, E)
+        use = row_valid & is_local
         p = tl.load(probs_ptr + t64 * stride_probs + k)
         row_ptrs = slot_ptr + (t64 * TOPK + k) * stride_slot + offs_h
         v = tl.load(row_ptrs, mask=h_mask & use, other=0.0).to(tl.float32)

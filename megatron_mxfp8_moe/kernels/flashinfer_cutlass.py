@@ -93,7 +93,7 @@ def flashinfer_cutlass_mxfp8_moe(
     fused_moe = require_flashinfer_cutlass_mxfp8(activation=activation, device=hidden_states.device)
     if rows == 0:  # an EP rank that received no tokens: nothing to launch
         return out if out is not None else hidden_states.new_empty(0, hidden, dtype=torch.bfloat16)
-    ids = mask_invalid_rows(routing_map[:rows], valid_tokens).to(torch.int32).contiguous()
+    ids = mask_invalid_rows(routing_map[:rows], valid_tokens, num_experts).to(torch.int32).contiguous()
     data, input_sf = quantize_cutlass_mxfp8_input(hidden_states[:rows].to(torch.bfloat16))
     direct = out is not None and out[:rows].is_contiguous()
     result = fused_moe.cutlass_fused_moe(

@@ -217,15 +217,22 @@ def flashinfer_routed_mxfp8_moe_prequantized(
     return output
 
 
-def mask_invalid_rows(routing_map: torch.Tensor, valid_tokens: Union[int, torch.Tensor, None]) -> torch.Tensor:
-    """``routing_map`` ``[T, topk]`` with rows ``t >= valid_tokens`` set to -1 (graph-safe: no host sync).
+def mask_invalid_rows(routing_map: torch.Tensor, valid_tokens: Union[int, torch.Tensor, None],
+                      num_experts: Optional[int] = None) -> torch.Tensor:
+    """``routing_map`` ``[T, topk]`` with rows ``t >= valid_tokens`` set to -1 (graph-safe: no host sync), and with
+    ``num_experts`` every id outside ``[0, num_experts)`` too: the kernels read ids as int32 (CUTLASS) or int16
+    (the routed packing), where an int64 id such as 2**32 + k or 2**16 + k would wrap onto expert k.
 
     ``valid_tokens``: int, a 0-d integer tensor on ``routing_map``'s device, or None (all rows valid).
     """
-    if valid_tokens is None:
+    if valid_tokens is None and num_experts is None:
         return routing_map
-    row_index = torch.arange(routing_map.shape[0], device=routing_map.device)
-    keep = (row_index < valid_tokens).unsqueeze(-1)  # [T, 1]
+    keep = torch.ones_like(routing_map, dtype=torch.bool)
+    if valid_tokens is not None:
+        row_index = torch.arange(routing_map.shape[0], device=routing_map.device)
+        keep = keep & (row_index < valid_tokens).unsqueeze(-1)  # [T, 1] over [T, topk]
+    if num_experts is not None:
+        keep = keep & (routing_map >= 0) & (routing_map < num_experts)
     return torch.where(keep, routing_map, torch.full_like(routing_map, -1))
 
 
@@ -275,7 +282,7 @@ def flashinfer_routed_mxfp8_moe(
     require_flashinfer_routed_mxfp8(device=hidden_states.device)  # before quantizing: the quantizer also needs the GPU
     if rows == 0:  # an EP rank that received no tokens: nothing to launch
         return out if out is not None else hidden_states.new_empty(0, hidden, dtype=torch.bfloat16)
-    ids = mask_invalid_rows(routing_map[:rows], valid_tokens)
+    ids = mask_invalid_rows(routing_map[:rows], valid_tokens, num_experts)
     packed = pack_routed_mxfp8_routing(ids, probs[:rows])
     data, scale = quantize_routed_mxfp8_input(hidden_states[:rows].to(torch.bfloat16), fc1.padded_cols)
     direct = out is not None and fc2.padded_rows == hidden and out[:rows].is_contiguous()

@@ -84,3 +84,45 @@ def test_routed_stacks_must_chain_in_their_real_shapes_not_only_padded():
     fc1, fc2 = _canonical()
     flashinfer_routed._check_stacks(prepare_routed_mxfp8_weights(fc1, gated=True),
                                     prepare_routed_mxfp8_weights(fc2, gated=False), Activation.SWIGLU)
+
+
+def test_ids_outside_the_expert_range_reach_the_kernels_as_minus_one(monkeypatch):
+    """CUTLASS reads ids as int32 and the routed packing keeps 16 bits, so an int64 id 2**32 + 1 or 2**16 + 1 would
+    reach the kernel as expert 1. Both launchers hand -1 for every id outside [0, num_experts), and for rows past
+    ``valid_tokens``; in-range ids pass unchanged (the kernel drops those of other EP ranks)."""
+    from types import SimpleNamespace
+
+    from megatron_mxfp8_moe.kernels.flashinfer_cutlass import quantize_cutlass_mxfp8_input_reference
+    from megatron_mxfp8_moe.routing.pack import unpack_routed_mxfp8_routing
+
+    fc1, fc2 = _canonical()
+    seen = {}
+
+    def routed_kernel(data, scale, packed, *args, **kwargs):
+        seen["routed"] = unpack_routed_mxfp8_routing(packed)[0]
+        return torch.zeros(data.shape[0], H, dtype=torch.bfloat16)
+
+    def cutlass_kernel(**kwargs):
+        seen["cutlass"] = kwargs["token_selected_experts"]
+        return torch.zeros(kwargs["input"].shape[0], H, dtype=torch.bfloat16)
+
+    monkeypatch.setattr(flashinfer_routed, "require_flashinfer_routed_mxfp8", lambda *args, **kwargs: None)
+    monkeypatch.setattr(flashinfer_routed, "quantize_routed_mxfp8_input",
+                        lambda x, cols: (torch.zeros(x.shape[0], cols, dtype=torch.float8_e4m3fn),
+                                         torch.zeros(x.shape[0], cols // 32, dtype=torch.uint8)))
+    monkeypatch.setattr(flashinfer_routed, "flashinfer_routed_mxfp8_moe_prequantized", routed_kernel)
+    monkeypatch.setattr(flashinfer_cutlass, "require_flashinfer_cutlass_mxfp8",
+                        lambda *args, **kwargs: SimpleNamespace(cutlass_fused_moe=cutlass_kernel))
+    monkeypatch.setattr(flashinfer_cutlass, "quantize_cutlass_mxfp8_input", quantize_cutlass_mxfp8_input_reference)
+    ids = torch.tensor([[1, 2 ** 32 + 1], [2 ** 16 + 1, 3], [-1, 2 ** 15 + 2], [2, 7], [0, 1]], dtype=torch.int64)
+    expected = torch.tensor([[1, -1], [-1, 3], [-1, -1], [2, 7], [-1, -1]], dtype=torch.int32)  # 8 experts; 4 valid
+    x, probs = torch.randn(5, H).to(torch.bfloat16), torch.rand(5, 2)
+    valid = torch.tensor(4)
+    flashinfer_routed.flashinfer_routed_mxfp8_moe(
+        x, probs, ids, prepare_routed_mxfp8_weights(fc1, gated=True), prepare_routed_mxfp8_weights(fc2, gated=False),
+        num_experts=2 * E, top_k=2, local_expert_offset=0, activation="swiglu", valid_tokens=valid)
+    flashinfer_cutlass.flashinfer_cutlass_mxfp8_moe(
+        x, probs, ids, prepare_cutlass_mxfp8_weights(fc1, gated=True), prepare_cutlass_mxfp8_weights(fc2, gated=False),
+        num_experts=2 * E, local_expert_offset=0, activation="swiglu", valid_tokens=valid)
+    assert torch.equal(seen["routed"], expected), seen["routed"]
+    assert torch.equal(seen["cutlass"], expected), seen["cutlass"]

@@ -1472,6 +1472,54 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
     """
 )
 
+_WIDE_IDS_SCRIPT = textwrap.dedent(
+    """
+    import dataclasses, json, os
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    from megatron_mxfp8_moe.kernels.reference import moe_reference
+    from megatron_mxfp8_moe.kernels.triton_moe import TritonMoEConfig, triton_mxfp8_moe
+    from megatron_mxfp8_moe.testing import random_expert_stacks, random_routing, relative_error
+
+    torch.manual_seed(11)
+    experts, topk, rows, hidden, inter = 3, 2, 6, 64, 32
+    fc1, fc2 = random_expert_stacks(experts, hidden, inter, "swiglu", scale=0.1, backend="reference")
+    x = torch.randn(rows, hidden).to(torch.bfloat16)
+    probs, ids = random_routing(rows, experts, topk)
+    ids = ids + 1  # offset 1: local ids 1..3
+    wide = ids.clone()
+    wide[0, 0] = wide[2, 1] = wide[4, 0] = 2 ** 32 + 1  # the int32 cast alone reads these as local id 1
+    dropped = torch.where(wide > experts, -1, wide)
+    ref = moe_reference(x, fc1, fc2, probs, dropped, "swiglu", local_expert_offset=1)
+    cfg = TritonMoEConfig(16, 16, 64, 4, 1, 16, 64, 4, 1, True, True)
+    result = {}
+    for name, extra in (("routed", {}), ("routed_parallel", dict(route_parallel_pairs=4096)),
+                        ("direct", dict(direct=True)), ("gemv", dict(direct=True, gemv=True)),
+                        ("routed_gemv", dict(gemv=True, block_t=1))):
+        outs = []
+        for map_ in (wide, dropped):
+            out = torch.full((rows, hidden), float("nan"))
+            triton_mxfp8_moe(x, probs, map_, fc1, fc2, activation="swiglu", local_expert_offset=1,
+                             valid_tokens=torch.tensor([rows], dtype=torch.int32), out=out,
+                             config=dataclasses.replace(cfg, **extra))
+            outs.append(out)
+        result[name] = dict(equal=bool(torch.equal(outs[0], outs[1])), err=relative_error(outs[0], ref))
+    print(json.dumps(result))
+    """
+)
+
+
+def test_int64_ids_past_the_int32_range_are_not_local():
+    """An int64 expert id 2**32 + k is outside the local range: the kernels check the range in the map's width before
+    the int32 cast (before, it was read as k). Triton interpreter; each kernel path against the map with those ids
+    set to -1 (bit for bit) and the float64 oracle."""
+    pytest.importorskip("triton")
+    result = _interpreter_json(["-c", _WIDE_IDS_SCRIPT], timeout=600)
+    assert sorted(result) == ["direct", "gemv", "routed", "routed_gemv", "routed_parallel"], result
+    for name, check in result.items():
+        assert check["equal"] and check["err"] <= 1e-2, (name, check)
+
+
 _LAYER_KEYS = ("swiglu_96_32", "squared_relu_64_32", "geglu_160_96", "swiglu_160_96")
 
 
