@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
-#   s57a     # session 54, on an H200 only (other cards: s56b): the card's clocks / power before and after; the 64 / 256-
+#   s57a     # session 54, on an H200 only (other cards exit at once): the card's clocks / power before and after; the 64 / 256-
 #            # token rows of both shapes (interleaved timing); the 256-token squared-ReLU tiles probed interleaved on
 #            # both shapes; the default's kernels profiled at 235b 256 and 30b 64 tokens (seven files under $OUT)
 #   s56a     # session 53: the card's clocks / power; the GPU tests of s55b; the 235b rows at 64 / 256 tokens again
@@ -79,7 +79,7 @@ quantize_bench() {
 case "${1:-}" in
   s57a)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
-    if ! grep -q H200 $OUT/log.txt; then echo "not an H200"; review_gpu_tests 270; exit 0; fi
+    if ! grep -q H200 $OUT/log.txt; then echo "not an H200"; exit 0; fi  # (run 57 call 1, an H100, ran review_gpu_tests 270 here)
     moe_bench 220 --shapes qwen3-30b-a3b,qwen3-235b-a22b --tokens 64,256
     nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> $OUT/log.txt
     for shape in qwen3-235b-a22b qwen3-30b-a3b; do
