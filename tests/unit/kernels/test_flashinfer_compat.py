@@ -198,7 +198,7 @@ def test_launchers_check_the_device_of_their_tensors(monkeypatch):
         assert probe_flashinfer_caps().cuda_capability == (9, 0)
         assert probe_flashinfer_caps("cpu").cuda_capability is None
         for require in (require_flashinfer_routed_mxfp8, require_flashinfer_cutlass_mxfp8):
-            with pytest.raises(BackendUnavailableError, match="SM90|H100") as on_hopper:
+            with pytest.raises(BackendUnavailableError, match="SM90|H100"):
                 require(device=torch.device("cuda", 0))
             try:  # returns flashinfer.fused_moe where flashinfer-python imports, else names the package
                 require(device=torch.device("cuda", 1))
