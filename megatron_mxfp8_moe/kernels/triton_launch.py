@@ -142,9 +142,11 @@ def _launch(cfg, x, probs, routing_map, fc1, fc2, activation, local_expert_offse
             _planes_into(x[:rows], planes, block_k)
         if x_split is not None:
             _split_into(x[:rows], *x_split)
-    if cfg.expert_groups > 1:  # the groups' routes run beside x's copies; their FC1s wait for them
+    if cfg.expert_groups > 1:
+        if side is not None:
+            main.wait_stream(side)  # the groups' FC1s read the planes / split rows of x
         _launch_expert_groups(cfg, (x, x_planes, x_split), pair_rows, dims, weights, slots, routing_map, valid_tokens,
-                              rows, topk, experts, local_expert_offset, activation, split_k, x_stream=side)
+                              rows, topk, experts, local_expert_offset, activation, split_k)
         _launch_combine(slots, probs, routing_map, valid_tokens, out, rows, experts, local_expert_offset)
         return
     route = _route(routing_map, valid_tokens, rows, topk, experts, local_expert_offset, cfg.block_t, tail_t,
@@ -203,16 +205,14 @@ def _tail_table(route: tuple, max_sorted: int, tail_block_offset: int) -> tuple:
 
 
 def _launch_expert_groups(cfg, x_in, pair_rows, dims, weights, slots, routing_map, valid_tokens, rows, topk, experts,
-                          local_expert_offset, activation, split_k, x_stream=None) -> None:
+                          local_expert_offset, activation, split_k) -> None:
     """``cfg.expert_groups`` routes and launch pairs over contiguous groups of the local experts, group ``g`` on
     stream ``g`` (0: the current one), into the shared ``slots`` (each pair's row is written by its expert's group);
     with a tail tile, each group's tail pair follows its main pair on the group's stream, or with ``side_stream`` 2
     runs beside it on a stream of its own (after the group's route). The current stream waits for every stream before
     returning. ``x_in``: (x, its plane copies, its split rows); ``pair_rows``: ``_pair_rows``' sizes but the
     positions. The groups' FC1 rows come from the current stream (freed after the join); each route's tables from its
-    group's stream, which alone uses them. ``x_stream``: the stream that makes x's plane copies / split rows (nothing
-    else is queued on it here), or None where they were made in order: the group streams are other streams, so the
-    routes run beside the copies, and each group's stream waits for it after its route, before its FC1."""
+    group's stream, which alone uses them."""
     fc1, fc2, s1, s2, s1_args, s2_args = weights
     tail_t = cfg.tail.block_t if cfg.tail is not None else 0
     count = min(cfg.expert_groups, experts)
@@ -224,24 +224,17 @@ def _launch_expert_groups(cfg, x_in, pair_rows, dims, weights, slots, routing_ma
                          s2[first:last], s1_args, s2_args)
         groups.append((first, last - first, layout, _pair_rows(layout[2], *pair_rows, slots.device), group_weights))
     lanes_per_group = 2 if tail_t and cfg.side_stream == 2 else 1  # "side_stream" 2: each tail pair on a lane of its own
-    needed = count * lanes_per_group - 1
-    pool = _streams(slots.device, needed + (x_stream is not None))  # (x_stream is the pool's first stream)
-    streams = [stream for stream in pool if stream is not x_stream][:needed]
+    streams = _streams(slots.device, count * lanes_per_group - 1)
     main = torch.cuda.current_stream(slots.device) if streams else None
     lanes = [main, *streams] if streams else [None] * (count * lanes_per_group)  # None: the current stream, in order
-    if x_stream is not None and not streams:  # everything in order on the current stream: after x's copies
-        torch.cuda.current_stream(slots.device).wait_stream(x_stream)
-        x_stream = None
     for stream in streams:
-        stream.wait_stream(main)  # fork: x and every group's buffers are ready (x's copies: below)
+        stream.wait_stream(main)  # fork: x, its copies and every group's buffers are ready
     for index, (first, size, layout, (inter, inter_split), group_weights) in enumerate(groups):
         max_sorted, max_blocks, sorted_len, tail_block_offset = layout
         own, beside = lanes[index * lanes_per_group], lanes[index * lanes_per_group + lanes_per_group - 1]
         with torch.cuda.stream(own):
             route = _route(routing_map, valid_tokens, rows, topk, size, local_expert_offset + first, cfg.block_t,
                            tail_t, cfg.route_warps, cfg.route_in_registers, cfg.route_parallel_pairs)
-        if x_stream is not None:
-            own.wait_stream(x_stream)  # the group's FC1 reads x's copies (its route ran beside them)
         if beside is not own:
             beside.wait_stream(own)  # the tail pair needs the group's route
         tables = (route, _tail_table(route, max_sorted, tail_block_offset))

@@ -352,13 +352,11 @@ def test_second_stream_orders_the_launches(monkeypatch):
 
 
 def test_expert_groups_order_the_launches(monkeypatch):
-    """Where the launches of ``expert_groups`` go (CPU: the stream calls recorded): the plane copies on the side stream;
-    every group stream forks from the call's stream; group ``g``'s route (over its experts: local offset and count) on
-    its own stream, beside the copies, then that stream waits for the copies before the group's main pair; with
-    ``side_stream`` 2 its tail pair on one more stream, which waits for the group's stream after that; the call's
-    stream joins every group stream before the one combine. Without a tail (or below level 2) one stream per group,
-    its pairs in order; on a CPU device no group streams. The side stream is not a group stream (in the library it is
-    the first of ``_streams``: skipped; here a stream of its own)."""
+    """Where the launches of ``expert_groups`` go (CPU: the stream calls recorded): the plane copies on the side stream,
+    the call's stream waits for them; every group stream forks from the call's stream; group ``g``'s route (over its
+    experts: local offset and count) and main pair on its own stream; with ``side_stream`` 2 its tail pair on one more
+    stream, which waits for the group's route; the call's stream joins every group stream before the one combine.
+    Without a tail (or below level 2) one stream per group, its pairs in order; on a CPU device no group streams."""
     from megatron_mxfp8_moe.kernels import triton_moe
 
     events, current = _record_streams(monkeypatch)
@@ -383,31 +381,15 @@ def test_expert_groups_order_the_launches(monkeypatch):
 
     tails = dataclasses.replace(TILES["m32l4_sx4p_m_t16"], side_stream=2, expert_groups=2)
     assert launches(tails) == [
-        "side waits main", "planes side",  # x's planes, then the fork
+        "side waits main", "planes side", "main waits side",  # x's planes, then the fork
         "g1 waits main", "g2 waits main", "g3 waits main",
-        "route 3+2 main", "main waits side", "g1 waits main", "main pair 2 main", "tail pair 2 g1",  # experts 0-1
-        "route 5+3 g2", "g2 waits side", "g3 waits g2", "main pair 3 g2", "tail pair 3 g3",  # 2-4 (global 5-7)
+        "route 3+2 main", "g1 waits main", "main pair 2 main", "tail pair 2 g1",  # experts 0-1 (global 3-4)
+        "route 5+3 g2", "g3 waits g2", "main pair 3 g2", "tail pair 3 g3",  # experts 2-4 (global 5-7)
         "main waits g1", "main waits g2", "main waits g3", "combine main"]
     assert launches(dataclasses.replace(tails, side_stream=1, expert_groups=3)) == [
-        "side waits main", "planes side", "g1 waits main", "g2 waits main",
-        "route 3+1 main", "main waits side", "main pair 1 main", "tail pair 1 main",
-        "route 4+2 g1", "g1 waits side", "main pair 2 g1", "tail pair 2 g1",
-        "route 6+2 g2", "g2 waits side", "main pair 2 g2", "tail pair 2 g2",
-        "main waits g1", "main waits g2", "combine main"]
-    # the library's side stream is the first of ``_streams``: the groups take the ones after it
-    side = _FakeStream("side", events)
-    monkeypatch.setattr(triton_launch, "_side_stream", lambda device: side)
-    monkeypatch.setattr(triton_launch, "_streams", lambda device, count: [side, *(
-        _FakeStream(f"g{i}", events) for i in range(1, count))])
-    assert launches(dataclasses.replace(tails, side_stream=1, expert_groups=2)) == [
-        "side waits main", "planes side", "g1 waits main", "route 3+2 main", "main waits side",
-        "main pair 2 main", "tail pair 2 main", "route 5+3 g1", "g1 waits side", "main pair 3 g1", "tail pair 3 g1",
-        "main waits g1", "combine main"]
-    # where the current stream is one of the pool's (no group streams), everything waits for the copies first
-    monkeypatch.setattr(triton_launch, "_streams", lambda device, count: [])
-    assert launches(dataclasses.replace(tails, side_stream=1, expert_groups=2)) == [
-        "side waits main", "planes side", "main waits side", "route 3+2 main", "main pair 2 main", "tail pair 2 main",
-        "route 5+3 main", "main pair 3 main", "tail pair 3 main", "combine main"]
+        "side waits main", "planes side", "main waits side", "g1 waits main", "g2 waits main",
+        "route 3+1 main", "main pair 1 main", "tail pair 1 main", "route 4+2 g1", "main pair 2 g1", "tail pair 2 g1",
+        "route 6+2 g2", "main pair 2 g2", "tail pair 2 g2", "main waits g1", "main waits g2", "combine main"]
     monkeypatch.undo()
     assert triton_launch._streams(torch.device("cpu"), 3) == []  # CPU tensors (the interpreter): in order
 
