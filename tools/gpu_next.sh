@@ -4,6 +4,9 @@
 #   s57a     # session 54, on an H200 only (other cards exit at once): the card's clocks / power before and after; the 64 / 256-
 #            # token rows of both shapes (interleaved timing); the 256-token squared-ReLU tiles probed interleaved on
 #            # both shapes; the default's kernels profiled at 235b 256 and 30b 64 tokens (seven files under $OUT)
+#   s57b     # session 54, any card: applies bench/results/run57/route_beside_copy.patch (the expert groups' routes
+#            # beside x's copy) to the device's copy of the tree, runs the group GPU tests, then an A/B of
+#            # triton_launch.py with / without the patch (probe rounds new, old, new, old: 30b squared ReLU at 16 / 64)
 #   s56a     # session 53: the card's clocks / power; the GPU tests of s55b; the 235b rows at 64 / 256 tokens again
 #            # (H200: run 56 call 1's 256-token squared-ReLU row 12% slower than run 49's, same tile); that tile's
 #            # kernels profiled (eight files under $OUT, the limit)
@@ -94,6 +97,22 @@ case "${1:-}" in
       echo "profile rc=$?" >> $OUT/profile.log
     done
     grep 'kernels_us\|rc=' $OUT/profile.log | cut -c1-900 ;;
+  s57b)
+    L=megatron_mxfp8_moe/kernels/triton_launch.py
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
+    cp $L /tmp/old_launch.py
+    patch -p1 < bench/results/run57/route_beside_copy.patch > $OUT/patch.log 2>&1 || { cat $OUT/patch.log; exit 1; }
+    cp $L /tmp/new_launch.py
+    timeout 170 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py tests/unit/kernels/test_triton_moe.py \
+      -k "cuda_graph_replay_with_expert_groups or expert_groups_keep_the_bits or expert_groups_order" > $OUT/tests.log 2>&1
+    echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
+    for round in new old new old; do
+      cp /tmp/${round}_launch.py $L
+      timeout 60 python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 16,64 --activation squared_relu \
+        --configs s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x_eg2 2>&1 | grep '"us"' | sed "s/^/$round /" >> $OUT/ab.log
+    done
+    cp /tmp/new_launch.py $L
+    sed 's/"activation": //; s/, "timing": "interleaved", "mma_v3": true//' $OUT/ab.log | cut -c1-200 ;;
   s56a)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
     review_gpu_tests 170
