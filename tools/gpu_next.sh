@@ -74,6 +74,14 @@ review_gpu_tests() {
     or test_rejects_bad_shapes or test_fp32_out_and_row_prefix or test_layer_permuted_padding_rows_on_the_device"
   wait; tail -3 $OUT/gpu_tests.log; tail -3 $OUT/moe_tests.log
 }
+# card_state: the card, its clocks, power and throttle reasons into $OUT/log.txt (printed); card_state_after: the
+# clocks, power and throttle reasons again, appended (after the timed work)
+card_state() {
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
+}
+card_state_after() {
+  nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> $OUT/log.txt
+}
 # quantize_bench SECONDS: bench/quantize.py into $OUT (log quantize.log), its table printed
 quantize_bench() {
   timeout "$1" python3 bench/quantize.py --out $OUT > $OUT/quantize.log 2>&1; echo "quantize rc=$?" >> $OUT/quantize.log
@@ -81,10 +89,10 @@ quantize_bench() {
 }
 case "${1:-}" in
   s57a)
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
+    card_state
     if ! grep -q H200 $OUT/log.txt; then echo "not an H200"; exit 0; fi  # (run 57 call 1, an H100, ran review_gpu_tests 270 here)
     moe_bench 220 --shapes qwen3-30b-a3b,qwen3-235b-a22b --tokens 64,256
-    nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> $OUT/log.txt
+    card_state_after
     for shape in qwen3-235b-a22b qwen3-30b-a3b; do
       timeout $([ $shape = qwen3-30b-a3b ] && echo 80 || echo 150) python3 bench/triton_moe_probe.py --shape $shape --tokens 256 --activation squared_relu --configs \
         m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt,m32k_sx4p_f4_g_s2_n64_c2_sw,s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x,s16_f8q_s2_gf_g1_f128_st \
@@ -99,7 +107,7 @@ case "${1:-}" in
     grep 'kernels_us\|rc=' $OUT/profile.log | cut -c1-900 ;;
   s57b)
     L=megatron_mxfp8_moe/kernels/triton_launch.py
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
+    card_state
     cp $L /tmp/old_launch.py
     patch -p1 < bench/results/run57/route_beside_copy.patch > $OUT/patch.log 2>&1 || { cat $OUT/patch.log; exit 1; }
     cp $L /tmp/new_launch.py
@@ -114,10 +122,10 @@ case "${1:-}" in
     cp /tmp/new_launch.py $L
     sed 's/"activation": //; s/, "timing": "interleaved", "mma_v3": true//' $OUT/ab.log | cut -c1-200 ;;
   s56a)
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee $OUT/log.txt
+    card_state
     review_gpu_tests 170
     moe_bench 110 --shapes qwen3-235b-a22b --tokens 64,256
-    nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> $OUT/log.txt
+    card_state_after
     timeout 60 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu \
       --configs m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt --profile > $OUT/profile.log 2>&1
     echo "profile rc=$?" >> $OUT/profile.log; grep -v "Warning\|warn" $OUT/profile.log | tail -12 ;;

@@ -225,15 +225,13 @@ def mask_invalid_rows(routing_map: torch.Tensor, valid_tokens: Union[int, torch.
 
     ``valid_tokens``: int, a 0-d integer tensor on ``routing_map``'s device, or None (all rows valid).
     """
-    if valid_tokens is None and num_experts is None:
-        return routing_map
-    keep = torch.ones_like(routing_map, dtype=torch.bool)
+    keep = None  # [T, 1] or [T, topk]
     if valid_tokens is not None:
-        row_index = torch.arange(routing_map.shape[0], device=routing_map.device)
-        keep = keep & (row_index < valid_tokens).unsqueeze(-1)  # [T, 1] over [T, topk]
+        keep = (torch.arange(routing_map.shape[0], device=routing_map.device) < valid_tokens).unsqueeze(-1)
     if num_experts is not None:
-        keep = keep & (routing_map >= 0) & (routing_map < num_experts)
-    return torch.where(keep, routing_map, torch.full_like(routing_map, -1))
+        in_range = (routing_map >= 0) & (routing_map < num_experts)
+        keep = in_range if keep is None else keep & in_range
+    return routing_map if keep is None else torch.where(keep, routing_map, torch.full_like(routing_map, -1))
 
 
 def flashinfer_routed_mxfp8_moe(
