@@ -249,7 +249,8 @@ class MXFP8ExpertLayer(torch.nn.Module):
         static-shape / zero-copy mode hands its whole ``[recv_capacity, H]`` buffer): they belong to no expert and
         come out as zeros. Returns ``[R, H]`` in ``x.dtype``, or ``out[:R]`` when ``out`` (``[>= R, H]``, e.g. that
         dispatcher's persistent buffer) is given; rows past R untouched. A CPU ``tokens_per_expert`` that sums to
-        more than R raises; a device one is not read on the host (its rows past R are not computed)."""
+        more than R raises; a device one is not read on the host (its rows past R are not computed). CPU counts reach a
+        CUDA ``x`` through pinned memory, with no stream synchronization."""
         experts = self.num_local_experts
         if not isinstance(tokens_per_expert, torch.Tensor) or tuple(tokens_per_expert.shape) != (experts,):
             shape = tuple(tokens_per_expert.shape) if isinstance(tokens_per_expert, torch.Tensor) else type(tokens_per_expert).__name__
@@ -266,8 +267,13 @@ class MXFP8ExpertLayer(torch.nn.Module):
             if counted > total or (tokens_per_expert < 0).any():
                 raise MXFP8InputError(f"tokens_per_expert: {tokens_per_expert.tolist()} sums to {counted} (counts "
                                       f"must be >= 0 and sum to at most the {total} rows of x)")
+        counts = tokens_per_expert.to(torch.int64)
+        if counts.device != x.device:
+            if counts.device.type == "cpu" and x.device.type == "cuda":
+                counts = counts.pin_memory()  # a pageable copy would synchronize the stream (training's CPU counts)
+            counts = counts.to(x.device, non_blocking=True)
         # row r belongs to the first expert whose cumulative count exceeds r; rows past the sum get E (-> -1: none)
-        ends = torch.cumsum(tokens_per_expert.to(x.device, torch.int64), 0)  # no host sync
+        ends = torch.cumsum(counts, 0)  # no host sync
         ids = torch.searchsorted(ends, torch.arange(total, device=x.device), right=True)  # [R] in [0, E]
         routing_map = torch.where(ids < experts, ids + self.local_expert_offset, -1).unsqueeze(-1)  # [R, 1] global ids
         # the permuted rows belong to local experts (or none): R pairs over the local experts (not the global count)

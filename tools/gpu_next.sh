@@ -2,6 +2,7 @@
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
 #   s58a     # session 55: s57a on an H200, s57b on any other card (one call, whichever card comes)
+#   s58b     # session 55: s57a on an H200; on any other card the permuted-contract GPU tests (CPU counts with no sync)
 #   s57a     # session 54, on an H200 only (other cards exit at once): the card's clocks / power before and after; the 64 / 256-
 #            # token rows of both shapes (interleaved timing); the 256-token squared-ReLU tiles probed interleaved on
 #            # both shapes; the default's kernels profiled at 235b 256 and 30b 64 tokens (seven files under $OUT)
@@ -91,6 +92,11 @@ quantize_bench() {
 case "${1:-}" in
   s58a)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s57a; else exec bash "$0" s57b; fi ;;
+  s58b)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s57a; fi
+    card_state
+    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "permuted" \
+      > $OUT/tests.log 2>&1; echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log ;;
   s57a)
     card_state
     if ! grep -q H200 $OUT/log.txt; then echo "not an H200"; exit 0; fi  # (run 57 call 1, an H100, ran review_gpu_tests 270 here)

@@ -1668,3 +1668,33 @@ def test_layer_permuted_padding_rows_on_the_device_and_graph_replay():
         assert relative_error(replayed[:used], reference) <= BOUND, count_list
         assert int(replayed[used:].count_nonzero()) == 0 and not torch.isnan(replayed).any(), count_list
         assert torch.equal(replayed, layer(x, counts, probs)), count_list  # eager, same inputs: the same bits
+
+
+def test_layer_permuted_cpu_counts_do_not_synchronize():
+    """The training dispatchers hand ``tokens_per_expert`` on the CPU: the permuted contract copies it to the GPU with
+    no stream synchronization (``torch.cuda.set_sync_debug_mode("error")`` raises on one; a pageable ``.to`` is one)
+    and gives the bits of the same counts on the device. Added in session 55."""
+    from megatron_mxfp8_moe import ExpertSet, MXFP8ExpertLayer
+
+    experts, hidden, inter, rows = 8, 256, 128, 48
+    expert_set = ExpertSet.from_bf16(random_weights((experts, 2 * inter, hidden), scale=0.02, device="cuda"),
+                                     random_weights((experts, hidden, inter), scale=0.02, device="cuda"), "swiglu")
+    layer = MXFP8ExpertLayer(expert_set, backend="triton")
+    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16)
+    probs = torch.rand(rows, device="cuda")
+    counts = torch.tensor([5, 0, 9, 3, 0, 7, 2, 11], dtype=torch.int32)
+    on_device = layer(x, counts.cuda(), probs)  # builds the stack and compiles the kernels (these may synchronize)
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        from_host = layer(x, counts, probs)
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    torch.cuda.synchronize()
+    assert torch.equal(from_host, on_device)
+    ids = torch.repeat_interleave(torch.arange(experts), counts.long()).unsqueeze(-1).cuda()
+    reference = moe_reference(x[:37], expert_set.fc1, expert_set.fc2, probs[:37, None], ids, "swiglu")
+    assert relative_error(from_host[:37].float(), reference) <= BOUND
+    assert int(from_host[37:].count_nonzero()) == 0
+
