@@ -97,7 +97,7 @@ case "${1:-}" in
   s58c)
     card_state
     if grep -q H200 $OUT/log.txt; then
-      moe_bench 120 --shapes qwen3-235b-a22b --tokens 64,256
+      moe_bench 150 --shapes qwen3-235b-a22b --tokens 64,256
       card_state_after
       timeout 150 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs \
         m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt,m32k_sx4p_f4_g_s2_n64_c2_sw,s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x,s16_f8q_s2_gf_g1_f128_st \
