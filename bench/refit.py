@@ -295,7 +295,7 @@ def main(argv=None) -> int:
         "copy": {"median_ms": copy_ms, "GBps": copy_gbps, "bytes_per_call": 4 * elements,
                  "GBps_by_method": copy_by_method},
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__, "versions": versions(), "reps": args.reps, "warmup": args.warmup, "real_layer": layer_note,
+        "versions": versions(), "reps": args.reps, "warmup": args.warmup, "real_layer": layer_note,
         "rows": rows, "knobs": knobs,
     }
     (out_dir / "refit.json").write_text(json.dumps(result, indent=2))
