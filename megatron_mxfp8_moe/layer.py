@@ -250,7 +250,7 @@ class MXFP8ExpertLayer(torch.nn.Module):
         come out as zeros. Returns ``[R, H]`` in ``x.dtype``, or ``out[:R]`` when ``out`` (``[>= R, H]``, e.g. that
         dispatcher's persistent buffer) is given; rows past R untouched. A CPU ``tokens_per_expert`` that sums to
         more than R raises; a device one is not read on the host (its rows past R are not computed). CPU counts reach a
-        CUDA ``x`` through pinned memory, with no stream synchronization."""
+        CUDA ``x`` through pinned memory, with no stream synchronization, and are refused during CUDA-graph capture."""
         experts = self.num_local_experts
         if not isinstance(tokens_per_expert, torch.Tensor) or tuple(tokens_per_expert.shape) != (experts,):
             shape = tuple(tokens_per_expert.shape) if isinstance(tokens_per_expert, torch.Tensor) else type(tokens_per_expert).__name__
@@ -263,6 +263,9 @@ class MXFP8ExpertLayer(torch.nn.Module):
         if out is not None and (out.dim() != 2 or out.shape[0] < total or out.shape[1] != x.shape[1]):
             raise MXFP8InputError(f"out: expected a buffer [>= {total}, {x.shape[1]}], got {tuple(out.shape)}")
         if tokens_per_expert.device.type == "cpu":
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise MXFP8InputError("tokens_per_expert: on the CPU while a CUDA graph is captured (a replay would "
+                                      "not read new counts); pass them on the GPU")
             counted = int(tokens_per_expert.sum())
             if counted > total or (tokens_per_expert < 0).any():
                 raise MXFP8InputError(f"tokens_per_expert: {tokens_per_expert.tolist()} sums to {counted} (counts "

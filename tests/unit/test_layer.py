@@ -165,6 +165,19 @@ def test_permuted_rows_past_the_counts_are_padding():
     assert layer(x, torch.tensor([2, 0, 3, 3]), probs)[5:].float().abs().sum() > 0  # counted, those rows are computed
 
 
+def test_permuted_cpu_counts_are_refused_during_graph_capture(monkeypatch):
+    """A graph captured with CPU counts would replay the first call's counts: refused with a clear error before
+    anything runs (a pageable copy synchronizes the stream, which capture forbids; a pinned one would replay the
+    captured counts)."""
+    layer = _layer()
+    x, counts = torch.randn(5, H, dtype=torch.bfloat16), torch.tensor([2, 0, 3, 0])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(layer._impl, "run", lambda *a, **k: pytest.fail("the backend ran"))
+    with pytest.raises(MXFP8InputError, match="CUDA graph is captured"):
+        layer(x, counts, torch.rand(5))
+
+
 def test_permuted_out_buffer_longer_than_x_gets_the_prefix():
     """The flex dispatcher's NCCL-EP zero-copy mode hands a persistent [recv_capacity, H] buffer for x [R, H]."""
     layer = _layer()
