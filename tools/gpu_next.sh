@@ -4,6 +4,7 @@
 #   s58a     # session 55: s57a on an H200, s57b on any other card (one call, whichever card comes)
 #   s58c     # session 55: on an H200 the 235b rows of s57a alone (256 tokens timed, its tiles probed, the default's kernels
 #            # profiled; about 5 minutes); on any other card the tests of s58b
+#   s58d     # session 55: the tests of s58b on any card
 #   s58b     # session 55: s57a on an H200; on any other card the permuted-contract GPU tests (CPU counts with no sync)
 #   s57a     # session 54, on an H200 only (other cards exit at once): the card's clocks / power before and after; the 64 / 256-
 #            # token rows of both shapes (interleaved timing); the 256-token squared-ReLU tiles probed interleaved on
@@ -107,8 +108,8 @@ case "${1:-}" in
       grep 'kernels_us\|rc=' $OUT/profile.log | cut -c1-900; exit 0
     fi
     exec bash "$0" s58b ;;
-  s58b)
-    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s57a; fi
+  s58b|s58d)
+    if [ "$1" = s58b ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s57a; fi
     card_state
     timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "permuted" \
       > $OUT/tests.log 2>&1; echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log ;;
