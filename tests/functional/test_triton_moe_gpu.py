@@ -1622,11 +1622,8 @@ def test_cuda_graph_replay_with_expert_groups(tokens, activation):
                      (tokens, tokens * 2 // 3, 5), activation)
 
 
-def test_layer_permuted_padding_rows_on_the_device_and_graph_replay():
-    """The permuted contract on the Triton layer with device counts that cover fewer rows than x (the flex
-    dispatcher's static-shape buffer, padding rows holding NaN): counted rows against the float64 oracle, padding
-    rows zero; a CUDA graph captured once and replayed with other counts equals eager calls (no host read of the
-    counts anywhere). Added in session 53, not yet run on a GPU when written."""
+def _small_permuted_layer():
+    """A SwiGLU Triton layer of 8 experts (H 256, I 128) and 48 permuted rows of x / probs on the GPU."""
     from megatron_mxfp8_moe import ExpertSet, MXFP8ExpertLayer
 
     experts, hidden, inter, rows = 8, 256, 128, 48
@@ -1634,7 +1631,16 @@ def test_layer_permuted_padding_rows_on_the_device_and_graph_replay():
                                      random_weights((experts, hidden, inter), scale=0.02, device="cuda"), "swiglu")
     layer = MXFP8ExpertLayer(expert_set, backend="triton")
     x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16)
-    probs = torch.rand(rows, device="cuda")
+    return experts, expert_set, layer, x, torch.rand(rows, device="cuda")
+
+
+def test_layer_permuted_padding_rows_on_the_device_and_graph_replay():
+    """The permuted contract on the Triton layer with device counts that cover fewer rows than x (the flex
+    dispatcher's static-shape buffer, padding rows holding NaN): counted rows against the float64 oracle, padding
+    rows zero; a CUDA graph captured once and replayed with other counts equals eager calls (no host read of the
+    counts anywhere). Added in session 53, not yet run on a GPU when written."""
+    experts, expert_set, layer, x, probs = _small_permuted_layer()
+    rows, hidden = x.shape
     counts = torch.zeros(experts, dtype=torch.int64, device="cuda")
     out = torch.full((rows, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
 
@@ -1674,14 +1680,7 @@ def test_layer_permuted_cpu_counts_do_not_synchronize():
     """The training dispatchers hand ``tokens_per_expert`` on the CPU: the permuted contract copies it to the GPU with
     no stream synchronization (``torch.cuda.set_sync_debug_mode("error")`` raises on one; a pageable ``.to`` is one)
     and gives the bits of the same counts on the device. Added in session 55."""
-    from megatron_mxfp8_moe import ExpertSet, MXFP8ExpertLayer
-
-    experts, hidden, inter, rows = 8, 256, 128, 48
-    expert_set = ExpertSet.from_bf16(random_weights((experts, 2 * inter, hidden), scale=0.02, device="cuda"),
-                                     random_weights((experts, hidden, inter), scale=0.02, device="cuda"), "swiglu")
-    layer = MXFP8ExpertLayer(expert_set, backend="triton")
-    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16)
-    probs = torch.rand(rows, device="cuda")
+    experts, expert_set, layer, x, probs = _small_permuted_layer()
     counts = torch.tensor([5, 0, 9, 3, 0, 7, 2, 11], dtype=torch.int32)
     on_device = layer(x, counts.cuda(), probs)  # builds the stack and compiles the kernels (these may synchronize)
     torch.cuda.synchronize()
