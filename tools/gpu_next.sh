@@ -111,7 +111,7 @@ case "${1:-}" in
   s58b|s58d)
     if [ "$1" = s58b ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s57a; fi
     card_state
-    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "permuted" \
+    timeout 170 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "permuted" \
       > $OUT/tests.log 2>&1; echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log ;;
   s57a)
     card_state
