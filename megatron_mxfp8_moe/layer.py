@@ -262,19 +262,18 @@ class MXFP8ExpertLayer(torch.nn.Module):
             raise MXFP8InputError(f"probs: expected [{total}] (one weight per permuted row), got {tuple(probs.shape)}")
         if out is not None and (out.dim() != 2 or out.shape[0] < total or out.shape[1] != x.shape[1]):
             raise MXFP8InputError(f"out: expected a buffer [>= {total}, {x.shape[1]}], got {tuple(out.shape)}")
-        if tokens_per_expert.device.type == "cpu":
+        counts = tokens_per_expert.to(torch.int64)
+        if counts.device.type == "cpu":
             if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                 raise MXFP8InputError("tokens_per_expert: on the CPU while a CUDA graph is captured (a replay would "
                                       "not read new counts); pass them on the GPU")
-            counted = int(tokens_per_expert.sum())
+            counted = int(tokens_per_expert.sum())  # the given values (a negative fraction is not cast to 0)
             if counted > total or (tokens_per_expert < 0).any():
                 raise MXFP8InputError(f"tokens_per_expert: {tokens_per_expert.tolist()} sums to {counted} (counts "
                                       f"must be >= 0 and sum to at most the {total} rows of x)")
-        counts = tokens_per_expert.to(torch.int64)
-        if counts.device != x.device:
-            if counts.device.type == "cpu" and x.device.type == "cuda":
+            if x.device.type == "cuda":
                 counts = counts.pin_memory()  # a pageable copy would synchronize the stream (training's CPU counts)
-            counts = counts.to(x.device, non_blocking=True)
+        counts = counts.to(x.device, non_blocking=True)  # no-op where they already are on x's device
         # row r belongs to the first expert whose cumulative count exceeds r; rows past the sum get E (-> -1: none)
         ends = torch.cumsum(counts, 0)  # no host sync
         ids = torch.searchsorted(ends, torch.arange(total, device=x.device), right=True)  # [R] in [0, E]
