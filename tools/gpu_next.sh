@@ -3,6 +3,7 @@
 #   OUT=$OUT bash tools/gpu_next.sh MODE
 #   s59a     # session 56: on an H200 first the H200 part of s58c (about 5 minutes); then on any card the permuted-contract
 #            # GPU tests of s58d (150 s limit)
+#   s59b     # session 56: s59a on an H200; any other card only prints its name (run 59 calls 1 and 4 ran the tests)
 #   s58a     # session 55: s57a on an H200, s57b on any other card (one call, whichever card comes)
 #   s58c     # session 55: on an H200 the 235b rows of s57a alone (256 tokens timed, its tiles probed, the default's kernels
 #            # profiled; about 5 minutes); on any other card the tests of s58b
@@ -95,6 +96,9 @@ quantize_bench() {
   grep "^| \|rc=\|Device copy" $OUT/quantize.log | cut -c1-400
 }
 case "${1:-}" in
+  s59b)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s59a; fi
+    card_state ;;
   s59a)
     card_state
     if grep -q H200 $OUT/log.txt; then
