@@ -3,7 +3,7 @@
 #   OUT=$OUT bash tools/gpu_next.sh MODE
 #   s59a     # session 56: on an H200 first the H200 part of s58c (about 5 minutes); then on any card the permuted-contract
 #            # GPU tests of s58d (150 s limit)
-#   s59b     # session 56: s59a on an H200; any other card only prints its name (run 59 calls 1 and 4 ran the tests)
+#   s59b     # session 56: s57a on an H200 (both shapes, about 9 minutes); any other card only prints its name
 #   s58a     # session 55: s57a on an H200, s57b on any other card (one call, whichever card comes)
 #   s58c     # session 55: on an H200 the 235b rows of s57a alone (256 tokens timed, its tiles probed, the default's kernels
 #            # profiled; about 5 minutes); on any other card the tests of s58b
@@ -95,44 +95,41 @@ quantize_bench() {
   timeout "$1" python3 bench/quantize.py --out $OUT > $OUT/quantize.log 2>&1; echo "quantize rc=$?" >> $OUT/quantize.log
   grep "^| \|rc=\|Device copy" $OUT/quantize.log | cut -c1-400
 }
+# h200_235b_rows BENCH_S PROBE_S: the 235b rows at 64 / 256 tokens (moe_bench BENCH_S), the clocks after, the 256-token
+# squared-ReLU tiles probed interleaved (PROBE_S seconds; probe.log) and the default tile's kernels profiled (profile.log)
+h200_235b_rows() {
+  moe_bench "$1" --shapes qwen3-235b-a22b --tokens 64,256
+  card_state_after
+  timeout "$2" python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs \
+    m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt,m32k_sx4p_f4_g_s2_n64_c2_sw,s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x,s16_f8q_s2_gf_g1_f128_st \
+    > $OUT/probe.log 2>&1; echo "probe rc=$?" >> $OUT/probe.log; grep '"us"\|rc=' $OUT/probe.log
+  timeout 60 python3 bench/triton_moe_probe.py --activation squared_relu --profile --shape qwen3-235b-a22b --tokens 256 \
+    --configs m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt > $OUT/profile.log 2>&1; echo "profile rc=$?" >> $OUT/profile.log
+  grep 'kernels_us\|rc=' $OUT/profile.log | cut -c1-900
+}
+# permuted_tests SECONDS: the permuted-contract GPU tests of the Triton layer (tests.log, its tail printed)
+permuted_tests() {
+  timeout "$1" python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "permuted" \
+    > $OUT/tests.log 2>&1; echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
+}
 case "${1:-}" in
   s59b)
-    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s59a; fi
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s57a; fi
     card_state ;;
   s59a)
     card_state
-    if grep -q H200 $OUT/log.txt; then
-      moe_bench 140 --shapes qwen3-235b-a22b --tokens 64,256
-      card_state_after
-      timeout 130 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs \
-        m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt,m32k_sx4p_f4_g_s2_n64_c2_sw,s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x,s16_f8q_s2_gf_g1_f128_st \
-        > $OUT/probe.log 2>&1; echo "probe rc=$?" >> $OUT/probe.log; grep '"us"\|rc=' $OUT/probe.log
-      timeout 60 python3 bench/triton_moe_probe.py --activation squared_relu --profile --shape qwen3-235b-a22b --tokens 256 \
-        --configs m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt > $OUT/profile.log 2>&1; echo "profile rc=$?" >> $OUT/profile.log
-      grep 'kernels_us\|rc=' $OUT/profile.log | cut -c1-900
-    fi
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "permuted" \
-      > $OUT/tests.log 2>&1; echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log ;;
+    if grep -q H200 $OUT/log.txt; then h200_235b_rows 140 130; fi
+    permuted_tests 150 ;;
   s58a)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s57a; else exec bash "$0" s57b; fi ;;
   s58c)
     card_state
-    if grep -q H200 $OUT/log.txt; then
-      moe_bench 150 --shapes qwen3-235b-a22b --tokens 64,256
-      card_state_after
-      timeout 150 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs \
-        m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt,m32k_sx4p_f4_g_s2_n64_c2_sw,s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x,s16_f8q_s2_gf_g1_f128_st \
-        > $OUT/probe.log 2>&1; echo "probe rc=$?" >> $OUT/probe.log; grep '"us"\|rc=' $OUT/probe.log
-      timeout 60 python3 bench/triton_moe_probe.py --activation squared_relu --profile --shape qwen3-235b-a22b --tokens 256 \
-        --configs m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt > $OUT/profile.log 2>&1; echo "profile rc=$?" >> $OUT/profile.log
-      grep 'kernels_us\|rc=' $OUT/profile.log | cut -c1-900; exit 0
-    fi
+    if grep -q H200 $OUT/log.txt; then h200_235b_rows 150 150; exit 0; fi
     exec bash "$0" s58b ;;
   s58b|s58d)
     if [ "$1" = s58b ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s57a; fi
     card_state
-    timeout 170 python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "permuted" \
-      > $OUT/tests.log 2>&1; echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log ;;
+    permuted_tests 170 ;;
   s57a)
     card_state
     if ! grep -q H200 $OUT/log.txt; then echo "not an H200"; exit 0; fi  # (run 57 call 1, an H100, ran review_gpu_tests 270 here)
