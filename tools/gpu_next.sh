@@ -3,7 +3,7 @@
 #   OUT=$OUT bash tools/gpu_next.sh MODE
 #   s59a     # session 56: on an H200 first the H200 part of s58c (about 5 minutes); then on any card the permuted-contract
 #            # GPU tests of s58d (150 s limit)
-#   s59b     # session 56: s57a on an H200 (both shapes, about 9 minutes); any other card only prints its name
+#   s59b     # session 56: on an H200 the H200 part of s58c (about 5 minutes); any other card only prints its state
 #   s58a     # session 55: s57a on an H200, s57b on any other card (one call, whichever card comes)
 #   s58c     # session 55: on an H200 the 235b rows of s57a alone (256 tokens timed, its tiles probed, the default's kernels
 #            # profiled; about 5 minutes); on any other card the tests of s58b
@@ -114,8 +114,8 @@ permuted_tests() {
 }
 case "${1:-}" in
   s59b)
-    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s57a; fi
-    card_state ;;
+    card_state
+    if grep -q H200 $OUT/log.txt; then h200_235b_rows 140 130; fi ;;
   s59a)
     card_state
     if grep -q H200 $OUT/log.txt; then h200_235b_rows 140 130; fi
