@@ -11,7 +11,11 @@ duration of each kernel of one call instead (torch profiler, eager calls after a
 EXPERTS,TOPK,HIDDEN,INTER`` replaces the shape's sizes (session 33: ``128,8,1536,1024`` gives squared ReLU the 30b
 FC1's weight shape in FC2 and its FC2's in FC1, the same bytes). Session 34: a config name ending in ``~N`` (or
 ``~fc2=N``) runs the Gluon f8x2 FC2 with ``timing_skip=N``, ``~fc1=N`` the Gluon f8x2 FC1 (``SKIP_*`` flags of
-``_gluon_f8x2_fc2_kernel``; timing only, wrong output); both may be given (``name~fc1=1~fc2=1``).
+``_gluon_f8x2_fc2_kernel``; timing only, wrong output); both may be given (``name~fc1=1~fc2=1``). Session 56:
+``name~route`` takes the route launches out of the captured graph (``routes_outside``: each routing map's route
+tables are computed once, by the eager compile call, and the graph reads them): timed beside ``name``, an upper bound
+on what a route-free launch sequence (the FC programs planning their own expert's pairs) could save. The name
+``default`` is the layer's own pick (``choose_config``), e.g. ``--configs default,default~route``.
 """
 
 import argparse
@@ -51,17 +55,40 @@ def parse_config(name: str):
     return dataclasses.replace(cfg, **fields)
 
 
+def routes_outside(route, cache: dict):
+    """``route`` (``triton_launch._route``) memoized in ``cache`` by the routing map's and valid count's addresses and
+    the other arguments: the first call per key launches it, later calls (a graph capture) return its tables and
+    launch nothing. The cache holds the two tensors too, so their addresses are not reused for other data; valid only
+    while their values stay (the probe's fixed inputs)."""
+    def memoized(routing_map, valid_tokens, *args):
+        key = (routing_map.data_ptr(), tuple(routing_map.shape), valid_tokens.data_ptr(), args)
+        if key not in cache:
+            cache[key] = (routing_map, valid_tokens, route(routing_map, valid_tokens, *args))
+        return cache[key][2]
+
+    return memoized
+
+
+_ROUTES: dict = {}  # the "~route" probes' route tables (kept alive: the graphs read them)
+
+
 @contextlib.contextmanager
 def f8x2_timing_skips(suffixes: list):
     """Within the block the layer's Gluon f8x2 FC1 / FC2 launch with the ``timing_skip`` flags of ``suffixes``
-    (``["fc1=1", "2"]``: FC1 1, FC2 2; a bare number is the FC2's)."""
+    (``["fc1=1", "2"]``: FC1 1, FC2 2; a bare number is the FC2's); ``"route"``: the routes are memoized
+    (``routes_outside``)."""
     from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc1_kernel as fc1_module
     from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc2_kernel as fc2_module
+    from megatron_mxfp8_moe.kernels import triton_launch
 
     launchers = {"fc1": (fc1_module, "launch_gluon_f8x2_fc1"), "fc2": (fc2_module, "launch_gluon_f8x2_fc2")}
     saved = []
     try:
         for item in suffixes:
+            if item == "route":
+                saved.append((triton_launch, "_route", triton_launch._route))
+                triton_launch._route = routes_outside(triton_launch._route, _ROUTES)
+                continue
             kernel, _, value = item.rpartition("=")
             module, attr = launchers[kernel or "fc2"]
             saved.append((module, attr, getattr(module, attr)))
@@ -120,7 +147,8 @@ def main():
         for name in args.configs.split(","):
             base, *skips = name.split("~")
             with f8x2_timing_skips(skips):
-                run = probe_config(args, name, parse_config(base), tokens, xs, probs, maps, valid, outs, fc1, fc2)
+                cfg = None if base == "default" else parse_config(base)  # None: the layer's own pick
+                run = probe_config(args, name, cfg, tokens, xs, probs, maps, valid, outs, fc1, fc2)
             if run is not None:
                 timed[name] = functools.partial(_with_skips, skips, run)
         for name, us in graph_medians_interleaved(timed).items():  # one replay of each per round, order rotated

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
+#   s59c     # session 56, any card: the default pick with and without its route launches in the graph (`default~route`:
+#            # each map's route computed once outside the graph), squared ReLU at 16 / 64 tokens, both shapes: the bound
+#            # on a route-free launch sequence (bench/NOTES_triton_moe.md, session 56); about 4 minutes
 #   s59a     # session 56: on an H200 first the H200 part of s58c (about 5 minutes); then on any card the permuted-contract
 #            # GPU tests of s58d (150 s limit)
 #   s59b     # session 56: on an H200 the H200 part of s58c (about 5 minutes); any other card only prints its state
@@ -113,6 +116,16 @@ permuted_tests() {
     > $OUT/tests.log 2>&1; echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
 }
 case "${1:-}" in
+  s59c)
+    card_state
+    for shape in qwen3-30b-a3b qwen3-235b-a22b; do
+      timeout 110 python3 bench/triton_moe_probe.py --shape $shape --tokens 16,64 --activation squared_relu \
+        --configs default,default~route >> $OUT/probe.log 2>&1; echo "probe $shape rc=$?" >> $OUT/probe.log
+    done
+    grep '"us"\|rc=' $OUT/probe.log
+    timeout 60 python3 bench/triton_moe_probe.py --shape qwen3-30b-a3b --tokens 16 --activation squared_relu --profile \
+      --configs default,default~route > $OUT/profile.log 2>&1; echo "profile rc=$?" >> $OUT/profile.log
+    grep 'kernels_us\|rc=' $OUT/profile.log | cut -c1-900 ;;
   s59b)
     card_state
     if grep -q H200 $OUT/log.txt; then h200_235b_rows 140 130; fi ;;
