@@ -1,17 +1,12 @@
 """bench/triton_moe_probe.py's "~route" form: each routing map's route runs once, later calls reuse its tables."""
 
-import importlib.util
 import pathlib
+import sys
 
 import torch
 
-
-def _probe():
-    path = pathlib.Path(__file__).resolve().parents[3] / "bench" / "triton_moe_probe.py"
-    spec = importlib.util.spec_from_file_location("bench_triton_moe_probe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+from bench import triton_moe_probe as probe  # noqa: E402
 
 
 def test_routes_outside_runs_each_route_once_per_map_and_arguments():
@@ -21,7 +16,7 @@ def test_routes_outside_runs_each_route_once_per_map_and_arguments():
         calls.append(args)
         return (routing_map.sum().reshape(1), valid_tokens.clone())
 
-    memoized = _probe().routes_outside(route, {})
+    memoized = probe.routes_outside(route, {})
     maps = [torch.randint(0, 8, (4, 2)), torch.randint(0, 8, (4, 2))]
     valid = torch.tensor([3])
     first = memoized(maps[0], valid, 4, 2, 8, 0, 16)
@@ -33,7 +28,6 @@ def test_routes_outside_runs_each_route_once_per_map_and_arguments():
 
 
 def test_route_suffix_patches_the_launch_route_and_restores_it():
-    probe = _probe()
     from megatron_mxfp8_moe.kernels import triton_launch
 
     original = triton_launch._route
