@@ -13,9 +13,9 @@ FC1's weight shape in FC2 and its FC2's in FC1, the same bytes). Session 34: a c
 ``~fc2=N``) runs the Gluon f8x2 FC2 with ``timing_skip=N``, ``~fc1=N`` the Gluon f8x2 FC1 (``SKIP_*`` flags of
 ``_gluon_f8x2_fc2_kernel``; timing only, wrong output); both may be given (``name~fc1=1~fc2=1``). Session 56:
 ``name~route`` takes the route launches out of the captured graph (``routes_outside``: each routing map's route
-tables are computed once, by the eager calls before the capture, and the graph reads them): timed beside ``name``, an upper bound
-on what a route-free launch sequence (the FC programs planning their own expert's pairs) could save. The name
-``default`` is the layer's own pick (``choose_config``), e.g. ``--configs default,default~route``.
+tables are computed once, by the eager calls before the capture, and the graph reads them): timed beside ``name``,
+an upper bound on what a route-free launch sequence (the FC programs planning their own expert's pairs) could save.
+The name ``default`` is the layer's own pick (``choose_config``), e.g. ``--configs default,default~route``.
 """
 
 import argparse
