@@ -73,10 +73,10 @@ _ROUTES: dict = {}  # the "~route" probes' route tables (kept alive: the graphs 
 
 
 @contextlib.contextmanager
-def f8x2_timing_skips(suffixes: list):
-    """Within the block the layer's Gluon f8x2 FC1 / FC2 launch with the ``timing_skip`` flags of ``suffixes``
-    (``["fc1=1", "2"]``: FC1 1, FC2 2; a bare number is the FC2's); ``"route"``: the routes are memoized
-    (``routes_outside``)."""
+def suffix_patches(suffixes: list):
+    """Within the block the launch path carries the patches that a config name's ``~`` suffixes ask for: ``"fc1=N"``
+    / ``"fc2=N"`` / ``"N"`` (the FC2's) launch the Gluon f8x2 FC1 / FC2 with ``timing_skip=N``; ``"route"`` memoizes
+    the routes (``routes_outside``)."""
     from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc1_kernel as fc1_module
     from megatron_mxfp8_moe.kernels import _gluon_f8x2_fc2_kernel as fc2_module
     from megatron_mxfp8_moe.kernels import triton_launch
@@ -86,13 +86,14 @@ def f8x2_timing_skips(suffixes: list):
     try:
         for item in suffixes:
             if item == "route":
-                saved.append((triton_launch, "_route", triton_launch._route))
-                triton_launch._route = routes_outside(triton_launch._route, _ROUTES)
-                continue
-            kernel, _, value = item.rpartition("=")
-            module, attr = launchers[kernel or "fc2"]
+                module, attr = triton_launch, "_route"
+                patched = routes_outside(triton_launch._route, _ROUTES)
+            else:
+                kernel, _, value = item.rpartition("=")
+                module, attr = launchers[kernel or "fc2"]
+                patched = functools.partial(getattr(module, attr), timing_skip=int(value))
             saved.append((module, attr, getattr(module, attr)))
-            setattr(module, attr, functools.partial(getattr(module, attr), timing_skip=int(value)))
+            setattr(module, attr, patched)
         yield
     finally:
         for module, attr, launch in reversed(saved):
@@ -145,21 +146,21 @@ def main():
         outs = [torch.empty(tokens, hidden, device=device, dtype=torch.bfloat16) for _ in range(ROTATE)]
         timed = {}
         for name in args.configs.split(","):
-            base, *skips = name.split("~")
-            with f8x2_timing_skips(skips):
+            base, *suffixes = name.split("~")
+            with suffix_patches(suffixes):
                 cfg = None if base == "default" else parse_config(base)  # None: the layer's own pick
                 run = probe_config(args, name, cfg, tokens, xs, probs, maps, valid, outs, fc1, fc2)
             if run is not None:
-                timed[name] = functools.partial(_with_skips, skips, run)
+                timed[name] = functools.partial(_with_suffixes, suffixes, run)
         for name, us in graph_medians_interleaved(timed).items():  # one replay of each per round, order rotated
             print(json.dumps(dict(shape=args.shape, activation=args.activation, tokens=tokens, config=name,
                                   us=round(us / ROTATE, 1), timing="interleaved",
                                   mma_v3=os.environ.get("DISABLE_MMA_V3") != "1")), flush=True)
 
 
-def _with_skips(skips: list, run) -> None:
-    """``run()`` with the Gluon f8x2 timing skips of ``skips`` in force (they act when the launch is captured)."""
-    with f8x2_timing_skips(skips):
+def _with_suffixes(suffixes: list, run) -> None:
+    """``run()`` with the patches of ``suffixes`` in force (they act when the launch is captured)."""
+    with suffix_patches(suffixes):
         run()
 
 

@@ -29,7 +29,7 @@ import torch
 from .errors import MXFP8InputError
 from .experts import ExpertSet
 from .kernels.base import Backend, StackState, ValidTokens
-from .kernels.caps import DeviceCaps, detect_caps
+from .kernels.caps import DeviceCaps, cuda_graph_capturing, detect_caps
 from .kernels.select import make_backend, select_backend
 from .routing.rows import RowPolicy, select_active_rows
 from .tensor import MXFP8Tensor
@@ -134,7 +134,7 @@ class MXFP8ExpertLayer(torch.nn.Module):
     def build_(self) -> StackState:
         """Build the backend stack from the canonical bytes now (idempotent); attaches the write hooks."""
         if self._state is None:
-            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            if cuda_graph_capturing():
                 raise MXFP8InputError(
                     "build_(): the expert stack must be built before CUDA-graph capture (run one eager forward or "
                     "call build_() after loading weights); building allocates and copies outside the graph's pool"
@@ -264,7 +264,7 @@ class MXFP8ExpertLayer(torch.nn.Module):
             raise MXFP8InputError(f"out: expected a buffer [>= {total}, {x.shape[1]}], got {tuple(out.shape)}")
         counts = tokens_per_expert.to(torch.int64)
         if counts.device.type == "cpu":
-            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            if cuda_graph_capturing():
                 raise MXFP8InputError("tokens_per_expert: on the CPU while a CUDA graph is captured (a replay would "
                                       "not read new counts); pass them on the GPU")
             counted = int(tokens_per_expert.sum())  # the given values (a negative fraction is not cast to 0)

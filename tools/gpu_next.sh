@@ -130,8 +130,7 @@ case "${1:-}" in
     card_state
     if grep -q H200 $OUT/log.txt; then h200_235b_rows 140 130; fi ;;
   s59a)
-    card_state
-    if grep -q H200 $OUT/log.txt; then h200_235b_rows 140 130; fi
+    bash "$0" s59b
     permuted_tests 150 ;;
   s58a)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then exec bash "$0" s57a; else exec bash "$0" s57b; fi ;;

@@ -1,4 +1,5 @@
-"""What this machine can run: device type, CUDA capability, FlashInfer and Triton versions.
+"""What this machine can run: device type, CUDA capability, FlashInfer and Triton versions; and whether a CUDA graph
+is being captured right now.
 
 The only module of the package that asks the machine. Everything else (``select.py``, each backend's
 ``check_support``) takes a ``DeviceCaps`` value, so selection is a pure function tested with plain values.
@@ -75,4 +76,9 @@ def detect_caps(device: Union[str, torch.device, None] = None) -> DeviceCaps:
     )
 
 
-__all__ = ["DeviceCaps", "detect_caps"]
+def cuda_graph_capturing() -> bool:
+    """Is a CUDA graph being captured on the current stream? (False without CUDA; no CUDA init.)"""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+__all__ = ["DeviceCaps", "cuda_graph_capturing", "detect_caps"]

@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import MXFP8InputError
+from ..kernels.caps import cuda_graph_capturing
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +80,6 @@ def _group_size(ep_group) -> int:
     return dist.get_world_size(ep_group)
 
 
-def _capturing() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-
-
 def agree_across_ep(decode_only: bool, ep_token_bound: int, ep_group=None) -> tuple[bool, int]:
     """EP-wide agreement on the host: (AND of ``decode_only``, MAX of ``ep_token_bound``) over ``ep_group``.
 
@@ -93,7 +90,7 @@ def agree_across_ep(decode_only: bool, ep_token_bound: int, ep_group=None) -> tu
         raise MXFP8InputError(f"ep_token_bound: expected an int >= 0, got {ep_token_bound!r}")
     if _group_size(ep_group) == 1:
         return bool(decode_only), ep_token_bound
-    if _capturing():
+    if cuda_graph_capturing():
         raise MXFP8InputError(
             "bounded_decode_rows: the EP agreement is a collective and cannot run inside CUDA-graph capture; "
             "enter bounded_decode_rows before capturing the graph"

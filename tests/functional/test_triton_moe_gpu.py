@@ -1698,4 +1698,3 @@ def test_layer_permuted_cpu_counts_do_not_synchronize():
     reference = moe_reference(x[:37], expert_set.fc1, expert_set.fc2, probs[:37, None], ids, "swiglu")
     assert relative_error(from_host[:37].float(), reference) <= BOUND
     assert int(from_host[37:].count_nonzero()) == 0
-
