@@ -34,3 +34,9 @@ def test_single_variant_median(monkeypatch):
     monkeypatch.setattr(common, "_captured", lambda fn, warmup: "g")
     monkeypatch.setattr(common, "_replay_us", lambda graph: next(times))
     assert common.graph_median_us(lambda: None, iters=3) == 5.0
+
+
+def test_no_variants_time_nothing(monkeypatch):
+    # run 60: `triton_moe_probe.py --profile` left no variant to time and the rotation divided by zero
+    monkeypatch.setattr(common, "_replay_us", lambda graph: (_ for _ in ()).throw(AssertionError("replayed")))
+    assert common.graph_medians_interleaved({}, iters=5) == {}
