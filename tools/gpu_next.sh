@@ -116,6 +116,11 @@ permuted_tests() {
     > $OUT/tests.log 2>&1; echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
 }
 case "${1:-}" in
+  s60a)
+    # any card: the 235b rows, tiles and profile of s59b (on an H100 they test whether run 56's slow 235b / 256-token
+    # row has a twin there against run 54)
+    card_state
+    h200_235b_rows 140 130 ;;
   s59c)
     card_state
     for shape in qwen3-30b-a3b qwen3-235b-a22b; do
