@@ -1698,3 +1698,32 @@ def test_layer_permuted_cpu_counts_do_not_synchronize():
     reference = moe_reference(x[:37], expert_set.fc1, expert_set.fc2, probs[:37, None], ids, "swiglu")
     assert relative_error(from_host[:37].float(), reference) <= BOUND
     assert int(from_host[37:].count_nonzero()) == 0
+
+
+def test_layer_refusals_inside_a_real_graph_capture():
+    """Inside a real ``torch.cuda.graph`` capture (the CPU tests patch torch's capture query instead): a layer whose
+    stack is not built yet and CPU ``tokens_per_expert`` are both refused with MXFP8InputError, the capture ends, and
+    the layer then runs eagerly and in a new capture, whose replay gives the eager bits. Added in session 57 for
+    session 56's ``kernels.caps.cuda_graph_capturing``."""
+    experts, expert_set, layer, x, probs = _small_permuted_layer()
+    counts = torch.tensor([5, 0, 9, 3, 0, 7, 2, 11], dtype=torch.int32)
+    on_device = counts.cuda()
+    torch.cuda.synchronize()
+    with pytest.raises(MXFP8InputError, match="built before CUDA-graph capture"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            layer(x, on_device, probs)
+    assert not layer.is_built  # nothing was built inside the capture
+    eager = layer(x, on_device, probs)  # builds the stack and compiles the kernels
+    torch.cuda.synchronize()
+    with pytest.raises(MXFP8InputError, match="on the CPU while a CUDA graph is captured"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            layer(x, counts, probs)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = layer(x, on_device, probs)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+    ids = torch.repeat_interleave(torch.arange(experts), counts.long()).unsqueeze(-1).cuda()
+    reference = moe_reference(x[:37], expert_set.fc1, expert_set.fc2, probs[:37, None], ids, "swiglu")
+    assert relative_error(eager[:37].float(), reference) <= BOUND
