@@ -115,21 +115,24 @@ permuted_tests() {
   timeout "$1" python3 -m pytest -q -p no:cacheprovider tests/functional/test_triton_moe_gpu.py -k "permuted" \
     > $OUT/tests.log 2>&1; echo "pytest rc=$?" >> $OUT/tests.log; tail -3 $OUT/tests.log
 }
+# capture_tests: the layer's capture refusals on a real capture with the permuted tests (tests.log) beside the Megatron
+# layer's CUDA-graph tests (graph_tests.log), their tails printed
+capture_tests() {
+  bg_pytest 200 $OUT/tests.log tests/functional/test_triton_moe_gpu.py -k "refusals_inside or permuted"
+  bg_pytest 200 $OUT/graph_tests.log tests/functional/test_layer_cuda_graph_gpu.py
+  wait; tail -3 $OUT/tests.log; tail -3 $OUT/graph_tests.log
+}
 case "${1:-}" in
   s60c)
     # short: on an H200 only the 235b rows at 64 / 256 tokens; on any other card the tests of s60b
     card_state
     if grep -q H200 $OUT/log.txt; then moe_bench 150 --shapes qwen3-235b-a22b --tokens 64,256; card_state_after; exit 0; fi
-    bg_pytest 200 $OUT/tests.log tests/functional/test_triton_moe_gpu.py -k "refusals_inside or permuted"
-    bg_pytest 200 $OUT/graph_tests.log tests/functional/test_layer_cuda_graph_gpu.py
-    wait; tail -3 $OUT/tests.log; tail -3 $OUT/graph_tests.log ;;
+    capture_tests ;;
   s60b)
     # on an H200 the 235b rows, tiles and profile of s59b; on any card session 56's capture check on a real capture
     card_state
     if grep -q H200 $OUT/log.txt; then h200_235b_rows 140 130; fi
-    bg_pytest 200 $OUT/tests.log tests/functional/test_triton_moe_gpu.py -k "refusals_inside or permuted"
-    bg_pytest 200 $OUT/graph_tests.log tests/functional/test_layer_cuda_graph_gpu.py
-    wait; tail -3 $OUT/tests.log; tail -3 $OUT/graph_tests.log ;;
+    capture_tests ;;
   s60a)
     # any card: the 235b rows, tiles and profile of s59b (on an H100 they test whether run 56's slow 235b / 256-token
     # row has a twin there against run 54)
