@@ -1704,7 +1704,8 @@ def test_layer_refusals_inside_a_real_graph_capture():
     """Inside a real ``torch.cuda.graph`` capture (the CPU tests patch torch's capture query instead): a layer whose
     stack is not built yet and CPU ``tokens_per_expert`` are both refused with MXFP8InputError, the capture ends, and
     the layer then runs eagerly and in a new capture, whose replay gives the eager bits. Added in session 57 for
-    session 56's ``kernels.caps.cuda_graph_capturing``."""
+    session 56's ``kernels.caps.cuda_graph_capturing`` and run then (run 60, H100): passes, and fails with "DID NOT
+    RAISE" when that check always answers False (the stack is then built inside the capture with no error)."""
     experts, expert_set, layer, x, probs = _small_permuted_layer()
     counts = torch.tensor([5, 0, 9, 3, 0, 7, 2, 11], dtype=torch.int32)
     on_device = counts.cuda()
