@@ -1634,6 +1634,14 @@ def _small_permuted_layer():
     return experts, expert_set, layer, x, torch.rand(rows, device="cuda")
 
 
+def _permuted_oracle(expert_set, x, probs, count_list):
+    """The float64 oracle of ``_small_permuted_layer``'s permuted contract with ``count_list`` rows per expert: the
+    reference of the first ``sum(count_list)`` rows of x, and that sum."""
+    used = sum(count_list)
+    ids = torch.repeat_interleave(torch.arange(len(count_list)), torch.tensor(count_list)).unsqueeze(-1).cuda()
+    return moe_reference(x[:used], expert_set.fc1, expert_set.fc2, probs[:used, None], ids, "swiglu"), used
+
+
 def test_layer_permuted_padding_rows_on_the_device_and_graph_replay():
     """The permuted contract on the Triton layer with device counts that cover fewer rows than x (the flex
     dispatcher's static-shape buffer, padding rows holding NaN): counted rows against the float64 oracle, padding
@@ -1643,11 +1651,6 @@ def test_layer_permuted_padding_rows_on_the_device_and_graph_replay():
     rows, hidden = x.shape
     counts = torch.zeros(experts, dtype=torch.int64, device="cuda")
     out = torch.full((rows, hidden), float("nan"), device="cuda", dtype=torch.bfloat16)
-
-    def oracle(count_list):
-        used = sum(count_list)
-        ids = torch.repeat_interleave(torch.arange(experts), torch.tensor(count_list)).unsqueeze(-1).cuda()
-        return moe_reference(x[:used], expert_set.fc1, expert_set.fc2, probs[:used, None], ids, "swiglu"), used
 
     def set_case(count_list, seed):
         generator = torch.Generator(device="cuda").manual_seed(seed)
@@ -1660,7 +1663,7 @@ def test_layer_permuted_padding_rows_on_the_device_and_graph_replay():
     cases = [[5, 0, 9, 3, 0, 7, 2, 11], [0, 0, 0, 40, 0, 0, 1, 0], [1, 2, 3, 4, 5, 6, 7, 8]]
     set_case(cases[0], 0)
     eager = layer(x, counts, probs, out=out).clone()
-    reference, used = oracle(cases[0])
+    reference, used = _permuted_oracle(expert_set, x, probs, cases[0])
     assert relative_error(eager[:used], reference) <= BOUND
     assert int(eager[used:].count_nonzero()) == 0 and not torch.isnan(eager).any()
     graph = capture_cuda_graph(lambda: layer(x, counts, probs, out=out))
@@ -1670,7 +1673,7 @@ def test_layer_permuted_padding_rows_on_the_device_and_graph_replay():
         graph.replay()
         torch.cuda.synchronize()
         replayed = out.clone()
-        reference, used = oracle(count_list)
+        reference, used = _permuted_oracle(expert_set, x, probs, count_list)
         assert relative_error(replayed[:used], reference) <= BOUND, count_list
         assert int(replayed[used:].count_nonzero()) == 0 and not torch.isnan(replayed).any(), count_list
         assert torch.equal(replayed, layer(x, counts, probs)), count_list  # eager, same inputs: the same bits
@@ -1682,7 +1685,7 @@ def test_layer_permuted_cpu_counts_do_not_synchronize():
     same counts on the device. Added in session 55; first run in session 56 (run 59, H100): passes, and fails with
     "called a synchronizing CUDA operation" on the earlier blocking ``.to(device)``. Sync debug mode does not flag a
     pageable ``non_blocking`` copy, so the pinning itself is not what this test holds."""
-    experts, expert_set, layer, x, probs = _small_permuted_layer()
+    _, expert_set, layer, x, probs = _small_permuted_layer()
     counts = torch.tensor([5, 0, 9, 3, 0, 7, 2, 11], dtype=torch.int32)
     on_device = layer(x, counts.cuda(), probs)  # builds the stack and compiles the kernels (these may synchronize)
     torch.cuda.synchronize()
@@ -1694,10 +1697,9 @@ def test_layer_permuted_cpu_counts_do_not_synchronize():
         torch.cuda.set_sync_debug_mode(previous)
     torch.cuda.synchronize()
     assert torch.equal(from_host, on_device)
-    ids = torch.repeat_interleave(torch.arange(experts), counts.long()).unsqueeze(-1).cuda()
-    reference = moe_reference(x[:37], expert_set.fc1, expert_set.fc2, probs[:37, None], ids, "swiglu")
-    assert relative_error(from_host[:37].float(), reference) <= BOUND
-    assert int(from_host[37:].count_nonzero()) == 0
+    reference, used = _permuted_oracle(expert_set, x, probs, counts.tolist())
+    assert relative_error(from_host[:used].float(), reference) <= BOUND
+    assert int(from_host[used:].count_nonzero()) == 0
 
 
 def test_layer_refusals_inside_a_real_graph_capture():
@@ -1706,7 +1708,7 @@ def test_layer_refusals_inside_a_real_graph_capture():
     the layer then runs eagerly and in a new capture, whose replay gives the eager bits. Added in session 57 for
     session 56's ``kernels.caps.cuda_graph_capturing`` and run then (run 60, H100): passes, and fails with "DID NOT
     RAISE" when that check always answers False (the stack is then built inside the capture with no error)."""
-    experts, expert_set, layer, x, probs = _small_permuted_layer()
+    _, expert_set, layer, x, probs = _small_permuted_layer()
     counts = torch.tensor([5, 0, 9, 3, 0, 7, 2, 11], dtype=torch.int32)
     on_device = counts.cuda()
     torch.cuda.synchronize()
@@ -1725,6 +1727,6 @@ def test_layer_refusals_inside_a_real_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, eager)
-    ids = torch.repeat_interleave(torch.arange(experts), counts.long()).unsqueeze(-1).cuda()
-    reference = moe_reference(x[:37], expert_set.fc1, expert_set.fc2, probs[:37, None], ids, "swiglu")
-    assert relative_error(eager[:37].float(), reference) <= BOUND
+    reference, used = _permuted_oracle(expert_set, x, probs, counts.tolist())
+    assert relative_error(eager[:used].float(), reference) <= BOUND
+    assert int(eager[used:].count_nonzero()) == 0
