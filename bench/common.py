@@ -21,10 +21,12 @@ def graph_medians_interleaved(fns: dict, iters: int = 100, warmup: int = 3) -> d
     runs first, or always after the same other one, and a drift of the card's clocks or temperature over the
     measurement lands on every variant alike). ``{name: us}``; ``{}`` for no variants (a probe whose configs all
     printed their own lines, as ``--profile`` does)."""
+    if not fns:
+        return {}
     graphs = {name: _captured(fn, warmup) for name, fn in fns.items()}
     names = list(graphs)
     times = {name: [] for name in names}
-    for i in range(iters if names else 0):
+    for i in range(iters):
         for name in names[i % len(names):] + names[:i % len(names)]:
             times[name].append(_replay_us(graphs[name]))
     return {name: sorted(values)[len(values) // 2] for name, values in times.items()}

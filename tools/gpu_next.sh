@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
+#   s60b     # session 57: on an H200 first s59b (the 235b rows, tiles and profile, about 5 minutes); then on any card
+#            # the layer's capture refusals on a real capture, the permuted tests and the Megatron layer's CUDA-graph
+#            # tests (capture_tests, 200 s limit)
+#   s60c     # session 57, short: on an H200 only the 235b rows at 64 / 256 tokens; on any other card capture_tests
+#   s60a     # session 57, any card: the 235b rows, tiles and profile of s59b (on an H100: does run 56's slow 235b /
+#            # 256-token row have a twin there against run 54?)
 #   s59c     # session 56, any card: the default pick with and without its route launches in the graph (`default~route`:
 #            # each map's route computed once outside the graph), squared ReLU at 16 / 64 tokens, both shapes: the bound
 #            # on a route-free launch sequence (bench/NOTES_triton_moe.md, session 56); about 4 minutes
@@ -124,18 +130,13 @@ capture_tests() {
 }
 case "${1:-}" in
   s60c)
-    # short: on an H200 only the 235b rows at 64 / 256 tokens; on any other card the tests of s60b
     card_state
     if grep -q H200 $OUT/log.txt; then moe_bench 150 --shapes qwen3-235b-a22b --tokens 64,256; card_state_after; exit 0; fi
     capture_tests ;;
   s60b)
-    # on an H200 the 235b rows, tiles and profile of s59b; on any card session 56's capture check on a real capture
-    card_state
-    if grep -q H200 $OUT/log.txt; then h200_235b_rows 140 130; fi
+    bash "$0" s59b
     capture_tests ;;
   s60a)
-    # any card: the 235b rows, tiles and profile of s59b (on an H100 they test whether run 56's slow 235b / 256-token
-    # row has a twin there against run 54)
     card_state
     h200_235b_rows 140 130 ;;
   s59c)
