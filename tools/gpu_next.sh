@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
+#   s61b     # session 58, after s61a's H100 run (no gain from deeper rings there): on an H200 the 235b rows, tiles and
+#            # profile of s59b, then the default against 4 FC2 stages alone (stage_probe 90 2); any other card exits
 #   s61a     # session 58: on an H200 the 235b rows, tiles and profile of s59b (about 5 minutes), then on any card the
 #            # 235b / 256-token squared-ReLU default with deeper rings probed interleaved (stage_probe, 150 s):
 #            # does the H200 want more bytes in flight per FC program than the H100?
@@ -131,15 +133,22 @@ capture_tests() {
   bg_pytest 200 $OUT/graph_tests.log tests/functional/test_layer_cuda_graph_gpu.py
   wait; tail -3 $OUT/tests.log; tail -3 $OUT/graph_tests.log
 }
-# stage_probe SECONDS: the 235b / 256-token squared-ReLU default tile with 4 / 5 FC2 stages and 4 FC1 stages on its
-# main (32-token) tile, timed interleaved with the tile as it is (stage_probe.log)
+# stage_probe SECONDS [COUNT]: the 235b / 256-token squared-ReLU default tile with 4 / 5 FC2 stages and 4 FC1 stages on
+# its main (32-token) tile, timed interleaved with the tile as it is (stage_probe.log); COUNT: the first COUNT of those
+# five configs (all by default)
 stage_probe() {
   local d=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt
+  local configs=$(echo "$d,$d+fc2_stages=4,$d+fc2_stages=5,$d+fc1_stages=4,$d+fc1_stages=4+fc2_stages=4" | cut -d, -f1-${2:-5})
   timeout "$1" python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu \
-    --configs $d,$d+fc2_stages=4,$d+fc2_stages=5,$d+fc1_stages=4,$d+fc1_stages=4+fc2_stages=4 > $OUT/stage_probe.log 2>&1
+    --configs $configs > $OUT/stage_probe.log 2>&1
   echo "stage probe rc=$?" >> $OUT/stage_probe.log; grep '"us"\|error\|rc=' $OUT/stage_probe.log | cut -c1-300
 }
 case "${1:-}" in
+  s61b)
+    card_state
+    grep -q H200 $OUT/log.txt || { echo "not an H200"; exit 0; }
+    h200_235b_rows 140 130
+    stage_probe 90 2 ;;
   s61a)
     card_state
     if grep -q H200 $OUT/log.txt; then h200_235b_rows 140 130; fi
