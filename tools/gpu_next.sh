@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU steps for the device tool (run each with timeout_s=600; carry .whl), from the repository root:
 #   OUT=$OUT bash tools/gpu_next.sh MODE
+#   s61c     # session 58, short (about 4 minutes): on an H200 the 235b rows at 64 / 256 tokens, the clocks after, then
+#            # the 256-token default against the all-f8x2 16-token tile; any other card exits at once
 #   s61b     # session 58, after s61a's H100 run (no gain from deeper rings there): on an H200 the 235b rows, tiles and
 #            # profile of s59b, then the default against 4 FC2 stages alone (stage_probe 90 2); any other card exits
 #   s61a     # session 58: on an H200 the 235b rows, tiles and profile of s59b (about 5 minutes), then on any card the
@@ -144,6 +146,14 @@ stage_probe() {
   echo "stage probe rc=$?" >> $OUT/stage_probe.log; grep '"us"\|error\|rc=' $OUT/stage_probe.log | cut -c1-300
 }
 case "${1:-}" in
+  s61c)
+    card_state
+    grep -q H200 $OUT/log.txt || { echo "not an H200"; exit 0; }
+    moe_bench 150 --shapes qwen3-235b-a22b --tokens 64,256
+    card_state_after
+    timeout 90 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu \
+      --configs default,s16_f8q_s2_gf_g1_f128_st > $OUT/probe.log 2>&1; echo "probe rc=$?" >> $OUT/probe.log
+    grep '"us"\|rc=' $OUT/probe.log ;;
   s61b)
     card_state
     grep -q H200 $OUT/log.txt || { echo "not an H200"; exit 0; }
