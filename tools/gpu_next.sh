@@ -111,16 +111,32 @@ quantize_bench() {
   timeout "$1" python3 bench/quantize.py --out $OUT > $OUT/quantize.log 2>&1; echo "quantize rc=$?" >> $OUT/quantize.log
   grep "^| \|rc=\|Device copy" $OUT/quantize.log | cut -c1-400
 }
-# h200_235b_rows BENCH_S PROBE_S: the 235b rows at 64 / 256 tokens (moe_bench BENCH_S), the clocks after, the 256-token
-# squared-ReLU tiles probed interleaved (PROBE_S seconds; probe.log) and the default tile's kernels profiled (profile.log)
-h200_235b_rows() {
+# The 235b / 256-token squared-ReLU default tile (choose_config's pick there since session 32)
+DEFAULT_256=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt
+# h200_or_exit: exit (status 0, "not an H200" printed) unless card_state found an H200
+h200_or_exit() {
+  grep -q H200 $OUT/log.txt || { echo "not an H200"; exit 0; }
+}
+# rows_235b SECONDS: the 235b rows at 64 / 256 tokens (moe_bench SECONDS), then the clocks after
+rows_235b() {
   moe_bench "$1" --shapes qwen3-235b-a22b --tokens 64,256
   card_state_after
-  timeout "$2" python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu --configs \
-    m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt,m32k_sx4p_f4_g_s2_n64_c2_sw,s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x,s16_f8q_s2_gf_g1_f128_st \
-    > $OUT/probe.log 2>&1; echo "probe rc=$?" >> $OUT/probe.log; grep '"us"\|rc=' $OUT/probe.log
-  timeout 60 python3 bench/triton_moe_probe.py --activation squared_relu --profile --shape qwen3-235b-a22b --tokens 256 \
-    --configs m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt > $OUT/profile.log 2>&1; echo "profile rc=$?" >> $OUT/profile.log
+}
+# probe_235b_256 SECONDS LOG LABEL CONFIGS [ARGS...]: bench/triton_moe_probe.py on the 235b / 256-token squared-ReLU
+# layer with CONFIGS (and ARGS) into $OUT/LOG, "LABEL rc=N" appended
+probe_235b_256() {
+  timeout "$1" python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu \
+    --configs "$4" "${@:5}" > $OUT/$2 2>&1
+  echo "$3 rc=$?" >> $OUT/$2
+}
+# h200_235b_rows BENCH_S PROBE_S: the 235b rows at 64 / 256 tokens (rows_235b BENCH_S), the 256-token squared-ReLU
+# tiles probed interleaved (PROBE_S seconds; probe.log) and the default tile's kernels profiled (profile.log)
+h200_235b_rows() {
+  rows_235b "$1"
+  probe_235b_256 "$2" probe.log probe \
+    $DEFAULT_256,m32k_sx4p_f4_g_s2_n64_c2_sw,s16k_sx4p_f4_g_s2_n64_c2_st4_f1q_sw_f1x,s16_f8q_s2_gf_g1_f128_st
+  grep '"us"\|rc=' $OUT/probe.log
+  probe_235b_256 60 profile.log profile $DEFAULT_256 --profile
   grep 'kernels_us\|rc=' $OUT/profile.log | cut -c1-900
 }
 # permuted_tests SECONDS: the permuted-contract GPU tests of the Triton layer (tests.log, its tail printed)
@@ -139,24 +155,21 @@ capture_tests() {
 # its main (32-token) tile, timed interleaved with the tile as it is (stage_probe.log); COUNT: the first COUNT of those
 # five configs (all by default)
 stage_probe() {
-  local d=m32k_sx4p_f4_t16_g_s2_gt_n64_c2_f1q_sw_f1xt
+  local d=$DEFAULT_256
   local configs=$(echo "$d,$d+fc2_stages=4,$d+fc2_stages=5,$d+fc1_stages=4,$d+fc1_stages=4+fc2_stages=4" | cut -d, -f1-${2:-5})
-  timeout "$1" python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu \
-    --configs $configs > $OUT/stage_probe.log 2>&1
-  echo "stage probe rc=$?" >> $OUT/stage_probe.log; grep '"us"\|error\|rc=' $OUT/stage_probe.log | cut -c1-300
+  probe_235b_256 "$1" stage_probe.log "stage probe" "$configs"
+  grep '"us"\|error\|rc=' $OUT/stage_probe.log | cut -c1-300
 }
 case "${1:-}" in
   s61c)
     card_state
-    grep -q H200 $OUT/log.txt || { echo "not an H200"; exit 0; }
-    moe_bench 150 --shapes qwen3-235b-a22b --tokens 64,256
-    card_state_after
-    timeout 90 python3 bench/triton_moe_probe.py --shape qwen3-235b-a22b --tokens 256 --activation squared_relu \
-      --configs default,s16_f8q_s2_gf_g1_f128_st > $OUT/probe.log 2>&1; echo "probe rc=$?" >> $OUT/probe.log
+    h200_or_exit
+    rows_235b 150
+    probe_235b_256 90 probe.log probe default,s16_f8q_s2_gf_g1_f128_st
     grep '"us"\|rc=' $OUT/probe.log ;;
   s61b)
     card_state
-    grep -q H200 $OUT/log.txt || { echo "not an H200"; exit 0; }
+    h200_or_exit
     h200_235b_rows 140 130
     stage_probe 90 2 ;;
   s61a)
@@ -165,7 +178,7 @@ case "${1:-}" in
     stage_probe 150 ;;
   s60c)
     card_state
-    if grep -q H200 $OUT/log.txt; then moe_bench 150 --shapes qwen3-235b-a22b --tokens 64,256; card_state_after; exit 0; fi
+    if grep -q H200 $OUT/log.txt; then rows_235b 150; exit 0; fi
     capture_tests ;;
   s60b)
     bash "$0" s59b
