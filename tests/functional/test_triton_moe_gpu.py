@@ -1634,6 +1634,10 @@ def _small_permuted_layer():
     return experts, expert_set, layer, x, torch.rand(rows, device="cuda")
 
 
+# rows per expert of the permuted-contract tests' first case (37 of _small_permuted_layer's rows, two experts empty)
+_PERMUTED_COUNTS = [5, 0, 9, 3, 0, 7, 2, 11]
+
+
 def _permuted_oracle(expert_set, x, probs, count_list):
     """The float64 oracle of ``_small_permuted_layer``'s permuted contract with ``count_list`` rows per expert: the
     reference of the first ``sum(count_list)`` rows of x, and that sum."""
@@ -1660,7 +1664,7 @@ def test_layer_permuted_padding_rows_on_the_device_and_graph_replay():
         used = sum(count_list)
         x[used:], probs[used:] = float("nan"), float("nan")
 
-    cases = [[5, 0, 9, 3, 0, 7, 2, 11], [0, 0, 0, 40, 0, 0, 1, 0], [1, 2, 3, 4, 5, 6, 7, 8]]
+    cases = [_PERMUTED_COUNTS, [0, 0, 0, 40, 0, 0, 1, 0], [1, 2, 3, 4, 5, 6, 7, 8]]
     set_case(cases[0], 0)
     eager = layer(x, counts, probs, out=out).clone()
     reference, used = _permuted_oracle(expert_set, x, probs, cases[0])
@@ -1686,7 +1690,7 @@ def test_layer_permuted_cpu_counts_do_not_synchronize():
     "called a synchronizing CUDA operation" on the earlier blocking ``.to(device)``. Sync debug mode does not flag a
     pageable ``non_blocking`` copy, so the pinning itself is not what this test holds."""
     _, expert_set, layer, x, probs = _small_permuted_layer()
-    counts = torch.tensor([5, 0, 9, 3, 0, 7, 2, 11], dtype=torch.int32)
+    counts = torch.tensor(_PERMUTED_COUNTS, dtype=torch.int32)
     on_device = layer(x, counts.cuda(), probs)  # builds the stack and compiles the kernels (these may synchronize)
     torch.cuda.synchronize()
     previous = torch.cuda.get_sync_debug_mode()
@@ -1709,7 +1713,7 @@ def test_layer_refusals_inside_a_real_graph_capture():
     session 56's ``kernels.caps.cuda_graph_capturing`` and run then (run 60, H100): passes, and fails with "DID NOT
     RAISE" when that check always answers False (the stack is then built inside the capture with no error)."""
     _, expert_set, layer, x, probs = _small_permuted_layer()
-    counts = torch.tensor([5, 0, 9, 3, 0, 7, 2, 11], dtype=torch.int32)
+    counts = torch.tensor(_PERMUTED_COUNTS, dtype=torch.int32)
     on_device = counts.cuda()
     torch.cuda.synchronize()
     with pytest.raises(MXFP8InputError, match="built before CUDA-graph capture"):
